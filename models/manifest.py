@@ -1,0 +1,179 @@
+"""The manifest: the one record that travels with every model artifact.
+
+Why: serving must never guess how a graph was built. Every preprocessing parameter, the hash of every file, where the
+weights came from, what data they saw and how well they did are written once at export time and read by the service.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+Task = Literal["detection", "text", "forecast"]
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # also a valid OCI tag
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileEntry(_Strict):
+    """One file of the artifact, relative to the version directory."""
+
+    path: str = Field(description="Path relative to the artifact directory (posix separators).")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex sha256 of the file's bytes.")
+    size: int = Field(ge=0, description="Size in bytes.")
+
+
+class TensorSpec(_Strict):
+    """A graph input or output; string dimensions are dynamic axes."""
+
+    name: str
+    dtype: str = Field(description="numpy dtype name, e.g. float32, int64.")
+    shape: list[int | str] = Field(description="Static sizes as ints, dynamic axes by name (e.g. 'batch').")
+
+
+class DetectionPreprocess(_Strict):
+    """Letterbox parameters (services/detection/preprocess.py is the implementation)."""
+
+    kind: Literal["detection"] = "detection"
+    imgsz: int = Field(gt=0, description="Square network input side in pixels.")
+    letterbox: bool = Field(True, description="Keep aspect ratio and pad (centered) instead of stretching.")
+    pad_value: int = Field(114, ge=0, le=255, description="Grey level of the padding.")
+    color_order: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the network expects.")
+    scale: float = Field(1 / 255.0, description="Multiplier applied to uint8 pixels (no mean/std).")
+    layout: Literal["NCHW"] = "NCHW"
+
+
+class TextPreprocess(_Strict):
+    """Tokenisation parameters (services/text/preprocess.py is the implementation)."""
+
+    kind: Literal["text"] = "text"
+    tokenizer_file: str = Field(description="tokenizer.json inside the artifact.")
+    max_length: int = Field(gt=1, description="Tokens per text after truncation, special tokens included.")
+    pad_token_id: int = Field(ge=0)
+    lowercase: bool = Field(description="Informational: the tokenizer.json normaliser already applies it.")
+
+
+class ForecastPreprocess(_Strict):
+    """Windowing and scaling parameters (services/forecast/preprocess.py is the implementation)."""
+
+    kind: Literal["forecast"] = "forecast"
+    context: int = Field(gt=0, description="Points in the model's input window, ending at the last observation.")
+    horizon: int = Field(gt=0, description="Points the model predicts after the window.")
+    frequency: str = Field(description="Pandas-style frequency of the training series, e.g. 'MS'.")
+    season_length: int = Field(gt=0, description="Seasonal period in points (12 for monthly data).")
+    scale: float = Field(gt=0, description="Global scale: window values are (x - window_mean) / scale.")
+    train_mean: float = Field(description="Mean of the training series (reference level for drift checks).")
+    interval_quantiles: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Validation residual quantiles per horizon step in original units, keyed by quantile ('0.05').",
+    )
+
+
+Preprocess = Annotated[Union[DetectionPreprocess, TextPreprocess, ForecastPreprocess], Field(discriminator="kind")]
+
+
+class Source(_Strict):
+    """Where the weights came from."""
+
+    kind: Literal["package", "recipe", "user"]
+    description: str
+    packages: dict[str, str] = Field(default_factory=dict, description="Package name -> version used to build.")
+    recipe: dict = Field(default_factory=dict, description="The recipe parameters (for kind=recipe).")
+    seed: int | None = None
+
+
+class ParityCheck(_Strict):
+    """ONNX Runtime vs the framework model on one input case."""
+
+    case: str = Field(description="Which input, e.g. 'batch4/seq128' or 'batch1/640x480'.")
+    max_abs_diff: float
+    tolerance: float
+    passed: bool
+
+
+class Manifest(_Strict):
+    """Everything the service needs to serve an artifact and everything an auditor needs to trust it."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = Field(pattern=NAME_PATTERN, description="Model name in the registry, e.g. 'yolo-shapes'.")
+    version: str = Field(pattern=VERSION_PATTERN, description="Immutable version, e.g. '1.0.0-3fa2b1c9'.")
+    task: Task
+    variant: Literal["primary", "fallback"] = Field(description="Fallbacks are cheaper, degraded siblings.")
+    fallback_for: str | None = Field(None, description="For a fallback: the primary model name it backs up.")
+    model_file: str = Field(description="The ONNX graph inside the artifact.")
+    files: list[FileEntry] = Field(description="Every file of the artifact with its hash (filled at publish).")
+    opset: int = Field(gt=0)
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    preprocess: Preprocess
+    labels: list[str] = Field(default_factory=list, description="Class names by output index.")
+    source: Source
+    data_fingerprint: str = Field(description="sha256 of the training/eval data (or of the package files).")
+    metrics: dict[str, float] = Field(default_factory=dict, description="Task metrics on held-out data.")
+    parity: list[ParityCheck] = Field(default_factory=list, description="FP32 parity checks (empty for quantised).")
+    gates: dict[str, bool] = Field(default_factory=dict, description="Quality gates applied and their outcome.")
+    reference: dict[str, dict[str, list[float]]] = Field(
+        default_factory=dict,
+        description="Reference distributions for drift, by signal (e.g. 'top1_prob'): {'edges': [...], 'fractions': [...]}.",
+    )
+    recipe_hash: str = Field(description="sha256 of the recipe that produced it; the build cache key.")
+    created_at: datetime
+    git_commit: str
+
+    @field_validator("files")
+    @classmethod
+    def _unique_paths(cls, files: list[FileEntry]) -> list[FileEntry]:
+        paths = [f.path for f in files]
+        if len(paths) != len(set(paths)):
+            raise ValueError("duplicate file paths in manifest")
+        for p in paths:
+            if p.startswith("/") or ".." in Path(p).parts:
+                raise ValueError(f"file path escapes the artifact: {p}")
+        return files
+
+    def file(self, path: str) -> FileEntry:
+        for f in self.files:
+            if f.path == path:
+                return f
+        raise KeyError(path)
+
+    def dumps(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True)
+
+    @classmethod
+    def load(cls, path: Path) -> "Manifest":
+        return cls.model_validate_json(Path(path).read_text())
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def describe_files(directory: Path) -> list[FileEntry]:
+    """Hash every file under `directory` except the manifest itself."""
+    entries = []
+    for p in sorted(Path(directory).rglob("*")):
+        if p.is_file() and p.name != "manifest.json":
+            entries.append(FileEntry(path=p.relative_to(directory).as_posix(), sha256=sha256_file(p), size=p.stat().st_size))
+    return entries
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def json_schema() -> dict:
+    """The JSON schema every manifest.json validates against (written to models/manifest.schema.json)."""
+    return Manifest.model_json_schema()

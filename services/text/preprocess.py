@@ -1,0 +1,34 @@
+"""Tokenisation for the intent model: the one implementation used by export, parity checks and serving.
+
+Texts are tokenised to ragged id sequences (special tokens added, truncated to max_length); padding to the longest item
+and the attention mask come from runners.ragged.pad_sequences, applied per batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from runners.ragged import pad_sequences
+
+
+class TextTokenizer:
+    """A tokenizer.json with truncation fixed to the manifest's max_length."""
+
+    def __init__(self, tokenizer_file: Path | str, max_length: int):
+        self.max_length = int(max_length)
+        self._tok = Tokenizer.from_file(str(tokenizer_file))
+        self._tok.no_padding()
+        self._tok.enable_truncation(max_length=self.max_length)
+        pad = self._tok.token_to_id("[PAD]")
+        self.pad_token_id = int(pad if pad is not None else 0)
+
+    def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Ragged int64 id arrays, one per text."""
+        return [np.asarray(e.ids, dtype=np.int64) for e in self._tok.encode_batch(list(texts))]
+
+    def encode_padded(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(input_ids, attention_mask) padded to the longest text of this call."""
+        return pad_sequences(self.encode(texts), self.pad_token_id)
