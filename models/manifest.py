@@ -177,3 +177,7 @@ def utcnow() -> datetime:
 def json_schema() -> dict:
     """The JSON schema every manifest.json validates against (written to models/manifest.schema.json)."""
     return Manifest.model_json_schema()
+
+
+if __name__ == "__main__":  # python -m models.manifest > models/manifest.schema.json
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))

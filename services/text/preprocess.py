@@ -27,7 +27,12 @@ class TextTokenizer:
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Ragged int64 id arrays, one per text."""
-        return [np.asarray(e.ids, dtype=np.int64) for e in self._tok.encode_batch(list(texts))]
+        return self.encode_with_truncation(texts)[0]
+
+    def encode_with_truncation(self, texts: Sequence[str]) -> tuple[list[np.ndarray], list[bool]]:
+        """Ragged id arrays plus, per text, whether tokens were cut at max_length."""
+        encodings = self._tok.encode_batch(list(texts))
+        return ([np.asarray(e.ids, dtype=np.int64) for e in encodings], [bool(e.overflowing) for e in encodings])
 
     def encode_padded(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(input_ids, attention_mask) padded to the longest text of this call."""

@@ -1,0 +1,144 @@
+"""Typed serving configuration.
+
+Loaded from configs/serving.yaml (or the file named by TRISERVE_CONFIG), then overridden by environment variables with
+the TRISERVE_ prefix and '__' between levels, e.g. TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=64 or
+TRISERVE_REGISTRY_DIR=/models. Every field says what it does; invalid combinations fail at startup, not at request time.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "serving.yaml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Batching(_Section):
+    """Adaptive batching of one model's runner API."""
+
+    max_batch_size: int = Field(32, ge=1, le=1024, description="Most items merged into one ONNX Runtime call.")
+    max_latency_ms: int = Field(
+        500, ge=10, le=60_000,
+        description="Upper bound on queueing plus compute the dispatcher plans for; too low makes BentoML cancel "
+                    "queued calls under load (503), so keep it well above one batch's compute time.")
+    per_item: bool = Field(
+        False,
+        description="Run the items of a formed batch one by one. For models whose numerics depend on batch "
+                    "composition (dynamic INT8 picks activation scales per call), so a result never depends on "
+                    "which other requests shared the batch.")
+
+
+class ModelSlot(_Section):
+    """Which registry model serves a slot, and how its runner API batches."""
+
+    name: str = Field(description="Model name in the registry.")
+    ref: str = Field("stable", description="Alias or version to load.")
+    batching: Batching = Field(default_factory=Batching)
+
+
+class TaskModels(_Section):
+    primary: ModelSlot
+    fallback: ModelSlot = Field(description="Degraded, cheaper model with the same input/output contract.")
+
+
+class DetectionLimits(_Section):
+    max_images: int = Field(8, ge=1, le=64, description="Images per request.")
+    max_image_bytes: int = Field(10 * 2**20, ge=1024, description="Encoded bytes per image.")
+    max_pixels: int = Field(40_000_000, ge=1, description="width*height cap, checked from the header before decoding.")
+    conf_threshold: float = Field(0.25, ge=0, le=1, description="Default confidence threshold.")
+    iou_threshold: float = Field(0.45, ge=0, le=1, description="Default NMS IoU threshold.")
+    pre_nms_topk: int = Field(1000, ge=1, le=100_000, description="Candidates kept before NMS (bounds NMS cost).")
+    max_detections: int = Field(100, ge=1, le=1000, description="Default and cap of detections per image.")
+
+
+class TextLimits(_Section):
+    max_texts: int = Field(64, ge=1, le=1024, description="Texts per request.")
+    max_chars: int = Field(2000, ge=1, le=100_000, description="Characters per text (longer: 422, not truncated).")
+    max_top_k: int = Field(10, ge=1, description="Cap on top_k labels returned.")
+
+
+class ForecastLimits(_Section):
+    max_points: int = Field(10_000, ge=10, description="History points per series.")
+    max_horizon: int = Field(36, ge=1, description="Steps ahead (beyond the model's horizon: 422).")
+    max_gap_fraction: float = Field(0.2, ge=0, le=1, description="Share of imputed points above which a series is "
+                                                               "refused (422) rather than silently invented.")
+
+
+class RunnerSettings(_Section):
+    providers: list[str] = Field(
+        default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        description="ONNX Runtime providers in preference order; unavailable ones are skipped (and logged).")
+    intra_op_threads: int = Field(0, ge=0, description="Threads inside one op (0 = ONNX Runtime default).")
+    inter_op_threads: int = Field(1, ge=0, description="Threads across independent ops.")
+    warmup_runs: int = Field(2, ge=0, le=100, description="Runs per representative shape before ready.")
+    workers: int = Field(1, ge=1, le=16, description="Runner worker processes.")
+    timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
+    startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
+                                                                 "(simulates a slow model pull/load).")
+
+
+class GatewaySettings(_Section):
+    workers: int = Field(1, ge=1, le=64, description="API worker processes.")
+    max_body_bytes: int = Field(64 * 2**20, ge=1024, description="Request bodies above this get 413.")
+    runner_retries: int = Field(3, ge=0, le=10, description="Retries of an idempotent runner call on a transport "
+                                                            "error (connection reset, closed connector).")
+    runner_retry_backoff_ms: int = Field(20, ge=0, le=5000, description="Base backoff, doubled per retry.")
+    timeout_s: float = Field(60, gt=0, description="Request timeout enforced by BentoML.")
+
+
+class Settings(BaseSettings):
+    """The whole serving configuration."""
+
+    model_config = SettingsConfigDict(env_prefix="TRISERVE_", env_nested_delimiter="__", extra="forbid")
+
+    registry_dir: Path = Field(PROJECT_ROOT / "models" / "store", description="Local registry root.")
+    host: str = Field("127.0.0.1", description="Bind address used by `make serve`.")
+    port: int = Field(3000, ge=1, le=65535)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    detection: TaskModels
+    text: TaskModels
+    forecast: TaskModels
+    detection_limits: DetectionLimits = Field(default_factory=DetectionLimits)
+    text_limits: TextLimits = Field(default_factory=TextLimits)
+    forecast_limits: ForecastLimits = Field(default_factory=ForecastLimits)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _distinct_models(self) -> "Settings":
+        for task in ("detection", "text", "forecast"):
+            tm: TaskModels = getattr(self, task)
+            if tm.primary.name == tm.fallback.name and tm.primary.ref == tm.fallback.ref:
+                raise ValueError(f"{task}: primary and fallback must differ")
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Lowest-priority source: the YAML file."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict:
+        path = Path(os.environ.get("TRISERVE_CONFIG", DEFAULT_CONFIG))
+        return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

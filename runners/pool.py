@@ -1,0 +1,148 @@
+"""ONNX Runtime sessions for every served model: load (verified), pick a provider, warm up, run.
+
+Why here and not in the services: one process owns the accelerator and every model on it, so batching can merge
+requests from all API workers. This module knows tensors, never tasks: what it needs to warm a model up comes from
+the manifest's input specs and a few representative sizes.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from configs.settings import RunnerSettings
+from models.manifest import Manifest, TensorSpec
+from models.registry import LocalRegistry
+
+log = logging.getLogger("triserve.runner")
+
+# Representative sizes for dynamic axes during warm-up, per axis name; unnamed/unknown axes get 1.
+WARMUP_AXIS_SIZES = {"batch": (1, 8), "sequence": (8, 64), "height": (None,), "width": (None,)}
+
+
+@dataclass
+class LoadedModel:
+    """A ready session plus what it was built from."""
+
+    slot: str
+    manifest: Manifest
+    directory: Path
+    session: ort.InferenceSession
+    provider: str
+    load_seconds: float
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(self.output_names, feeds)
+
+
+def choose_providers(preferred: list[str]) -> list[str]:
+    """The preferred providers that this onnxruntime build has, CPU always last as the safety net."""
+    available = set(ort.get_available_providers())
+    chosen = [p for p in preferred if p in available and p != "CPUExecutionProvider"]
+    skipped = [p for p in preferred if p not in available]
+    if skipped:
+        log.info("providers not available in this onnxruntime build, skipped: %s", skipped)
+    return chosen + ["CPUExecutionProvider"]
+
+
+def make_session(model_path: Path, settings: RunnerSettings) -> tuple[ort.InferenceSession, str]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = settings.intra_op_threads
+    opts.inter_op_num_threads = settings.inter_op_threads
+    providers = choose_providers(settings.providers)
+    session = ort.InferenceSession(str(model_path), opts, providers=providers)
+    return session, session.get_providers()[0]
+
+
+def _dtype(spec: TensorSpec) -> np.dtype:
+    return np.dtype(spec.dtype)
+
+
+def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
+    """Inputs of representative shapes: small and larger batches, short and long sequences, the served image size."""
+    pre = manifest.preprocess
+    feeds = []
+    batches = WARMUP_AXIS_SIZES["batch"]
+    seqs = WARMUP_AXIS_SIZES["sequence"]
+    if pre.kind == "text":
+        seqs = tuple(sorted({min(s, pre.max_length) for s in seqs} | {pre.max_length}))
+    for b in batches:
+        for s in (seqs if pre.kind == "text" else (None,)):
+            feed = {}
+            for spec in manifest.inputs:
+                shape = []
+                for dim in spec.shape:
+                    if isinstance(dim, int):
+                        shape.append(dim)
+                    elif dim == "batch":
+                        shape.append(b)
+                    elif dim == "sequence":
+                        shape.append(s)
+                    elif dim in ("height", "width") and pre.kind == "detection":
+                        shape.append(pre.imgsz)
+                    else:
+                        shape.append(1)
+                dt = _dtype(spec)
+                feed[spec.name] = np.ones(shape, dtype=dt) if dt.kind in "iu" else np.zeros(shape, dtype=dt)
+            feeds.append(feed)
+    return feeds
+
+
+class ModelPool:
+    """Slots ('detection', 'detection_fallback', ...) -> loaded, warmed models."""
+
+    def __init__(self, registry: LocalRegistry, settings: RunnerSettings):
+        self.registry = registry
+        self.settings = settings
+        self.models: dict[str, LoadedModel] = {}
+        self.errors: dict[str, str] = {}
+
+    def load(self, slot: str, name: str, ref: str) -> LoadedModel:
+        started = time.monotonic()
+        directory, manifest = self.registry.load_verified(name, ref)
+        session, provider = make_session(directory / manifest.model_file, self.settings)
+        model = LoadedModel(slot=slot, manifest=manifest, directory=directory, session=session, provider=provider,
+                            load_seconds=0.0, input_names=[i.name for i in session.get_inputs()],
+                            output_names=[o.name for o in session.get_outputs()])
+        for feed in warmup_feeds(manifest):
+            for _ in range(self.settings.warmup_runs):
+                model.run(feed)
+        model.load_seconds = time.monotonic() - started
+        log.info("loaded %s = %s:%s on %s in %.2fs", slot, name, manifest.version, provider, model.load_seconds)
+        self.models[slot] = model
+        return model
+
+    def load_all(self, slots: dict[str, tuple[str, str]]) -> None:
+        """Load every slot; a failure is recorded (and keeps the pool not ready) instead of crashing the process."""
+        for slot, (name, ref) in slots.items():
+            try:
+                self.load(slot, name, ref)
+            except Exception as exc:  # noqa: BLE001 - any load failure must surface as not-ready with a reason
+                log.exception("failed to load %s (%s:%s)", slot, name, ref)
+                self.errors[slot] = f"{type(exc).__name__}: {exc}"
+
+    @property
+    def ready(self) -> bool:
+        return not self.errors and bool(self.models)
+
+    def run(self, slot: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.models[slot].run(feeds)
+
+    def describe(self) -> dict:
+        return {
+            "ready": self.ready,
+            "errors": self.errors,
+            "models": {
+                slot: {"name": m.manifest.name, "version": m.manifest.version, "provider": m.provider,
+                       "load_seconds": round(m.load_seconds, 3),
+                       "sha256": m.manifest.file(m.manifest.model_file).sha256}
+                for slot, m in self.models.items()
+            },
+        }

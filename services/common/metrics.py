@@ -1,0 +1,27 @@
+"""Service-side Prometheus metrics (exported through BentoML's /metrics, aggregated across processes).
+
+Buckets are dense between 1 ms and 10 s so P50, P99 and P999 can be read with histogram_quantile.
+"""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                   0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0)
+
+REQUESTS = Counter("triserve_requests_total", "Requests by task and HTTP status.", ["task", "status"])
+STAGE_SECONDS = Histogram("triserve_stage_seconds", "Per-stage latency (preprocess, queue, infer, postprocess, "
+                          "total).", ["task", "stage"], buckets=LATENCY_BUCKETS)
+RUNNER_INFLIGHT = Gauge("triserve_runner_queue_depth", "Runner calls in flight (queued or computing) per model slot.",
+                        ["slot"], multiprocess_mode="livesum")
+RUNNER_RETRIES = Counter("triserve_runner_retries_total", "Runner calls retried after a transport error.", ["slot"])
+DEGRADED = Counter("triserve_degraded_total", "Requests answered by a fallback model, by reason.",
+                   ["task", "reason"])
+REJECTED = Counter("triserve_rejected_total", "Requests refused before inference, by error code.", ["task", "code"])
+ITEMS = Histogram("triserve_request_items", "Items (images, texts, series) per request.", ["task"],
+                  buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+
+
+def observe_timings(task: str, timings) -> None:
+    for stage in ("preprocess", "queue", "infer", "postprocess", "total"):
+        STAGE_SECONDS.labels(task, stage).observe(getattr(timings, f"{stage}_ms") / 1000.0)

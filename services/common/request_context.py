@@ -1,0 +1,138 @@
+"""Per-request plumbing: request ids, body-size cap, per-stage timings.
+
+Why: every response (errors included) must be traceable by X-Request-ID, and an oversized body must be refused before
+it is read into memory (413), not after.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.common.errors import ErrorBody, ErrorResponse
+
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def new_request_id(candidate: str | None) -> str:
+    """Keep a well-formed client id; replace anything else (log injection, huge headers) with a fresh one."""
+    if candidate and _VALID_ID.match(candidate):
+        return candidate
+    return uuid.uuid4().hex
+
+
+class Timings(BaseModel):
+    """Milliseconds spent per stage of this request."""
+
+    preprocess_ms: float = Field(0.0, description="Decode, validate, letterbox/tokenise/window.")
+    queue_ms: float = Field(0.0, description="Runner round trip minus compute: batching wait plus transport.")
+    infer_ms: float = Field(0.0, description="ONNX Runtime time of the batch this request rode in.")
+    postprocess_ms: float = Field(0.0, description="NMS, label mapping, inverse scaling.")
+    total_ms: float = Field(0.0, description="Whole request inside the service.")
+
+
+@dataclass
+class StageClock:
+    """Measures stages in order; `stage()` closes the previous one."""
+
+    started: float = field(default_factory=time.perf_counter)
+    values: dict[str, float] = field(default_factory=dict)
+    _mark: float = field(default_factory=time.perf_counter)
+
+    def stage(self, name: str) -> None:
+        now = time.perf_counter()
+        self.values[name] = self.values.get(name, 0.0) + (now - self._mark) * 1000
+        self._mark = now
+
+    def timings(self, infer_ms: float = 0.0) -> Timings:
+        runner = self.values.get("runner", 0.0)
+        infer = min(infer_ms, runner) if runner else infer_ms
+        return Timings(preprocess_ms=round(self.values.get("preprocess", 0.0), 3),
+                       queue_ms=round(max(runner - infer, 0.0), 3), infer_ms=round(infer, 3),
+                       postprocess_ms=round(self.values.get("postprocess", 0.0), 3),
+                       total_ms=round((time.perf_counter() - self.started) * 1000, 3))
+
+
+class RequestContextMiddleware:
+    """Assigns/echoes X-Request-ID and enforces the body-size cap on the raw ASGI stream."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        rid = new_request_id(headers.get("x-request-id"))
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                hdrs = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                hdrs.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": hdrs}
+            await send(message)
+
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._reject(send_with_id, rid, int(declared))
+            return
+        received = 0
+        too_large = False
+
+        async def capped_receive() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    too_large = True
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, capped_receive, send_with_id)
+        except _BodyTooLarge:
+            await self._reject(send_with_id, rid, received)
+
+    async def _reject(self, send: Send, rid: str, size: int) -> None:
+        body = ErrorResponse(error=ErrorBody(code="payload_too_large",
+                                             message=f"request body exceeds {self.max_body_bytes} bytes",
+                                             details={"limit_bytes": self.max_body_bytes, "received_bytes": size},
+                                             request_id=rid)).model_dump_json().encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class ContentTypeMiddleware:
+    """415 for a POST whose Content-Type is not what the route consumes (checked before the body is read)."""
+
+    def __init__(self, app: ASGIApp, rules: dict[str, str]):
+        self.app = app
+        self.rules = rules  # path -> required media type
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        required = self.rules.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if required and scope.get("method") == "POST":
+            ctype = dict(scope.get("headers", [])).get(b"content-type", b"").decode("latin-1")
+            if ctype.split(";")[0].strip().lower() != required:
+                rid = scope.get("state", {}).get("request_id", "unknown")
+                body = ErrorResponse(error=ErrorBody(
+                    code="unsupported_media_type", message=f"this endpoint consumes {required}",
+                    details={"received": ctype or None, "required": required}, request_id=rid)).model_dump_json()
+                await send({"type": "http.response.start", "status": 415,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body.encode()})
+                return
+        await self.app(scope, receive, send)

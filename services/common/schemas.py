@@ -1,0 +1,25 @@
+"""Response parts every task shares."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from services.common.request_context import Timings
+
+ModelChoice = Literal["auto", "primary", "fallback"]
+
+
+class ModelInfo(BaseModel):
+    name: str = Field(description="Registry model name that produced the result.")
+    version: str = Field(description="Immutable registry version.")
+
+
+class ServedBy(BaseModel):
+    """Common envelope fields of every successful response."""
+
+    request_id: str = Field(description="Echo of X-Request-ID, or a generated id (also in the response header).")
+    model: ModelInfo
+    degraded: bool = Field(description="True when a fallback model answered instead of the primary.")
+    degraded_reason: str | None = Field(None, description="Why: 'requested', 'primary_failed', ...")
+    timings: Timings

@@ -1,0 +1,109 @@
+"""Detection endpoints: JSON (base64) and multipart upload, letterbox -> runner -> capped NMS -> original pixels."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+
+from configs.settings import DetectionLimits
+from models.manifest import Manifest
+from services.common.errors import ApiError, ErrorResponse
+from services.common.inference import run_task
+from services.common.metrics import ITEMS
+from services.common.request_context import StageClock
+from services.common.schemas import ModelChoice, ModelInfo
+from services.detection.decode import decode_base64, decode_image
+from services.detection.postprocess import NMSParams, nms
+from services.detection.preprocess import boxes_to_original, preprocess_image
+from services.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
+from services.gateway_deps import current_gateway, finish
+
+router = APIRouter(prefix="/v1", tags=["detection"])
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
+
+
+@dataclass
+class DetectionPipeline:
+    """Per-slot preprocessing facts from the manifests, plus limits."""
+
+    manifests: dict[str, Manifest]  # slot -> manifest
+    limits: DetectionLimits
+
+    def nms_params(self, opts: DetectOptions) -> NMSParams:
+        cap = self.limits.max_detections
+        return NMSParams(
+            conf_threshold=self.limits.conf_threshold if opts.conf_threshold is None else opts.conf_threshold,
+            iou_threshold=self.limits.iou_threshold if opts.iou_threshold is None else opts.iou_threshold,
+            pre_nms_topk=self.limits.pre_nms_topk,
+            max_detections=min(opts.max_detections or cap, cap),
+            class_aware=opts.class_aware)
+
+    def check_count(self, n: int) -> None:
+        if n > self.limits.max_images:
+            raise ApiError(422, "too_many_images", f"{n} images exceed the limit of {self.limits.max_images}",
+                           {"limit": self.limits.max_images, "received": n})
+
+    async def detect(self, gateway, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
+                     request_id: str) -> DetectResponse:
+        ITEMS.labels("detection").observe(len(images))
+        prepared: dict[str, tuple[np.ndarray, list]] = {}
+
+        def payload_for(slot: str) -> np.ndarray:
+            pre = self.manifests[slot].preprocess
+            tensors, metas = zip(*(preprocess_image(im, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
+                                   for im in images))
+            prepared[slot] = (np.stack(tensors), list(metas))
+            return prepared[slot][0]
+
+        result = await run_task(gateway.runner, "detection", payload_for, opts.model, gateway.settings.gateway, clock)
+        params = self.nms_params(opts)
+        labels = self.manifests[result.slot].labels
+        metas = prepared[result.slot][1]
+        out = []
+        for raw, meta in zip(result.outputs, metas):
+            det = nms(np.asarray(raw), params)
+            boxes = boxes_to_original(det.boxes, meta)
+            out.append(ImageResult(width=meta.orig_w, height=meta.orig_h, candidates=det.candidates, detections=[
+                Detection(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
+                          label=labels[int(c)] if int(c) < len(labels) else str(int(c)))
+                for b, s, c in zip(boxes, det.scores, det.classes)]))
+        clock.stage("postprocess")
+        return finish("detection", DetectResponse(
+            request_id=request_id, model=ModelInfo(name=result.model, version=result.version),
+            degraded=result.degraded, degraded_reason=result.degraded_reason,
+            timings=clock.timings(result.infer_ms), results=out))
+
+
+@router.post("/detect", response_model=DetectResponse, responses=ERRORS,
+             summary="Detect objects in base64-encoded images")
+async def detect_json(body: DetectRequest, request: Request, gateway=Depends(current_gateway)) -> DetectResponse:
+    clock = StageClock()
+    pipeline: DetectionPipeline = gateway.pipeline("detection")
+    pipeline.check_count(len(body.images))
+    lim = pipeline.limits
+    images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes, lim.max_pixels)
+              for i, im in enumerate(body.images)]
+    return await pipeline.detect(gateway, images, body, clock, request.state.request_id)
+
+
+@router.post("/detect/upload", response_model=DetectResponse, responses=ERRORS,
+             summary="Detect objects in uploaded image files (multipart/form-data, field 'images')")
+async def detect_upload(request: Request, images: list[UploadFile] = File(description="One or more image files."),
+                        conf_threshold: float | None = Form(None, ge=0.0, le=1.0),
+                        iou_threshold: float | None = Form(None, ge=0.0, le=1.0),
+                        max_detections: int | None = Form(None, ge=1),
+                        class_aware: bool = Form(True),
+                        model: ModelChoice = Form("auto"),
+                        gateway=Depends(current_gateway)) -> DetectResponse:
+    clock = StageClock()
+    pipeline: DetectionPipeline = gateway.pipeline("detection")
+    pipeline.check_count(len(images))
+    lim = pipeline.limits
+    decoded = []
+    for i, upload in enumerate(images):
+        raw = await upload.read(lim.max_image_bytes + 1)
+        decoded.append(decode_image(raw, i, lim.max_image_bytes, lim.max_pixels))
+    opts = DetectOptions(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
+                         class_aware=class_aware, model=model)
+    return await pipeline.detect(gateway, decoded, opts, clock, request.state.request_id)

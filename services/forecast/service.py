@@ -1,0 +1,98 @@
+"""Forecast endpoint: regularise -> last window -> scale -> runner -> unscale + intervals."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+
+from configs.settings import ForecastLimits
+from models.manifest import Manifest
+from services.common.errors import ApiError, ErrorResponse
+from services.common.inference import run_task
+from services.common.metrics import ITEMS
+from services.common.request_context import StageClock
+from services.common.schemas import ModelInfo
+from services.forecast.preprocess import (FIXED_STEPS, SeriesError, future_timestamps, last_window, regularize,
+                                         scale_windows, unscale)
+from services.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
+from services.gateway_deps import current_gateway, finish
+
+router = APIRouter(prefix="/v1", tags=["forecast"])
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
+
+
+def _timestamps(body: ForecastRequest) -> np.ndarray:
+    if body.timestamps is not None:
+        ts = [t.replace(tzinfo=None) if t.tzinfo is None else t.astimezone().replace(tzinfo=None)
+              for t in body.timestamps]
+        return np.array(ts, dtype="datetime64[s]")
+    start = np.datetime64(body.start.replace(tzinfo=None), "s")
+    n = len(body.values)
+    if body.frequency == "MS":
+        return (np.datetime64(start, "M") + np.arange(n)).astype("datetime64[s]")
+    return start + np.arange(n) * FIXED_STEPS[body.frequency]
+
+
+@dataclass
+class ForecastPipeline:
+    manifests: dict[str, Manifest]
+    limits: ForecastLimits
+
+    async def forecast(self, gateway, body: ForecastRequest, request_id: str) -> ForecastResponse:
+        clock = StageClock()
+        lim = self.limits
+        if len(body.values) > lim.max_points:
+            raise ApiError(422, "series_too_long", f"{len(body.values)} points exceed the limit of {lim.max_points}",
+                           {"limit": lim.max_points, "received": len(body.values)})
+        if body.timestamps is not None and len(body.timestamps) != len(body.values):
+            raise ApiError(422, "length_mismatch", "values and timestamps must have the same length",
+                           {"values": len(body.values), "timestamps": len(body.timestamps)})
+        values = np.array([np.nan if v is None else v for v in body.values], dtype=np.float64)
+        try:
+            regular, last_ts, report = regularize(values, _timestamps(body), body.frequency, lim.max_points,
+                                                  lim.max_gap_fraction)
+        except SeriesError as exc:
+            raise ApiError(422, exc.code, str(exc), exc.details) from exc
+        primary = self.manifests["forecast"].preprocess
+        max_h = min(primary.horizon, lim.max_horizon)
+        if body.horizon > max_h:
+            raise ApiError(422, "horizon_too_long", f"horizon {body.horizon} exceeds {max_h}", {"limit": max_h})
+        if len(regular) < primary.context:
+            raise ApiError(422, "series_too_short", f"need at least {primary.context} regular points, got "
+                           f"{len(regular)}", {"required": primary.context, "received": len(regular)})
+        ITEMS.labels("forecast").observe(1)
+        levels: dict[str, np.ndarray] = {}
+
+        def payload_for(slot: str) -> np.ndarray:
+            pre = self.manifests[slot].preprocess
+            scaled, levels[slot] = scale_windows(last_window(regular, pre.context), pre.scale)
+            return scaled
+
+        result = await run_task(gateway.runner, "forecast", payload_for, body.model, gateway.settings.gateway, clock)
+        pre = self.manifests[result.slot].preprocess
+        mean = unscale(np.asarray(result.outputs[0])[None, :], levels[result.slot], pre.scale)[0][: body.horizon]
+        if not np.all(np.isfinite(mean)):
+            raise ApiError(503, "invalid_model_output", "the model produced non-finite values",
+                           {"model": result.model})
+        q = {k: np.asarray(v, dtype=np.float64)[: body.horizon] for k, v in pre.interval_quantiles.items()}
+        zeros = np.zeros(body.horizon)
+        lo50, hi50 = mean + q.get("0.25", zeros), mean + q.get("0.75", zeros)
+        lo90, hi90 = mean + q.get("0.05", zeros), mean + q.get("0.95", zeros)
+        stamps = future_timestamps(last_ts, body.frequency, body.horizon)
+        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)), mean=round(float(m), 6),
+                                lower_50=round(float(a), 6), upper_50=round(float(b), 6),
+                                lower_90=round(float(c), 6), upper_90=round(float(d), 6))
+                  for t, m, a, b, c, d in zip(stamps, mean, lo50, hi50, lo90, hi90)]
+        clock.stage("postprocess")
+        return finish("forecast", ForecastResponse(
+            request_id=request_id, model=ModelInfo(name=result.model, version=result.version),
+            degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
+            forecast=points, input=InputReport(**report, used=pre.context)))
+
+
+@router.post("/forecast", response_model=ForecastResponse, responses=ERRORS,
+             summary="Forecast the next points of a series, with 50% and 90% intervals")
+async def forecast(body: ForecastRequest, request: Request, gateway=Depends(current_gateway)) -> ForecastResponse:
+    return await gateway.pipeline("forecast").forecast(gateway, body, request.state.request_id)

@@ -1,0 +1,101 @@
+"""The API tier: one BentoML service exposing the three task APIs over the shared runner tier.
+
+    bentoml serve services.gateway:Gateway        # REST on :3000, OpenAPI at /docs, /readyz, /livez, /metrics
+
+Each task lives in its own package (schemas, preprocess, postprocess, service); this module wires them to the runner,
+installs the error model and request-id/body-cap middleware, and reports readiness.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import bentoml
+from fastapi import FastAPI
+
+from configs.settings import get_settings
+from models.registry import LocalRegistry
+from runners.service import ModelRunner
+from services.common.errors import install_error_handlers
+from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
+from services.detection.service import DetectionPipeline
+from services.detection.service import router as detection_router
+from services.forecast.service import ForecastPipeline
+from services.forecast.service import router as forecast_router
+from services.text.preprocess import TextTokenizer
+from services.text.service import TextPipeline
+from services.text.service import router as text_router
+
+log = logging.getLogger("triserve.gateway")
+settings = get_settings()
+
+app = FastAPI(title="triserve", version="0.1.0",
+              description="Detection, text classification and forecasting over one adaptive-batching runner tier. "
+                          "Errors share one model: {error: {code, message, details, request_id}}.")
+install_error_handlers(app)
+# Starlette runs the last added middleware first: request id and body cap wrap the content-type check.
+app.add_middleware(ContentTypeMiddleware, rules={"/v1/detect": "application/json", "/v1/classify": "application/json",
+                                                 "/v1/forecast": "application/json",
+                                                 "/v1/detect/upload": "multipart/form-data"})
+app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes)
+for r in (detection_router, text_router, forecast_router):
+    app.include_router(r)
+
+
+@app.get("/v1/models", tags=["operations"], summary="Models loaded by the runner tier (versions, providers)")
+async def list_models() -> dict:
+    gateway = bentoml.get_current_service()
+    return await gateway.runner.to_async.status()
+
+
+@bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s})
+@bentoml.asgi_app(app, path="/")
+class Gateway:
+    runner = bentoml.depends(ModelRunner)
+
+    def __init__(self) -> None:
+        self.settings = settings
+        self.loaded = False
+        self.load_error: str | None = None
+        self._pipelines: dict = {}
+        try:
+            self._pipelines = self._load_pipelines()
+            self.loaded = True
+        except Exception as exc:  # noqa: BLE001 - stay up and not-ready with the reason instead of crash-looping
+            log.exception("gateway failed to load model metadata")
+            self.load_error = f"{type(exc).__name__}: {exc}"
+
+    def _load_pipelines(self) -> dict:
+        registry = LocalRegistry(settings.registry_dir)
+
+        def manifests(task: str):
+            tm = getattr(settings, task)
+            out = {}
+            for slot, model in ((task, tm.primary), (f"{task}_fallback", tm.fallback)):
+                directory, manifest = registry.load_verified(model.name, model.ref)
+                out[slot] = (directory, manifest)
+            return out
+
+        det = manifests("detection")
+        txt = manifests("text")
+        fc = manifests("forecast")
+        tokenizers = {slot: TextTokenizer(d / m.preprocess.tokenizer_file, m.preprocess.max_length)
+                      for slot, (d, m) in txt.items()}
+        return {
+            "detection": DetectionPipeline({s: m for s, (_, m) in det.items()}, settings.detection_limits),
+            "text": TextPipeline({s: m for s, (_, m) in txt.items()}, tokenizers, settings.text_limits),
+            "forecast": ForecastPipeline({s: m for s, (_, m) in fc.items()}, settings.forecast_limits),
+        }
+
+    def pipeline(self, task: str):
+        return self._pipelines[task]
+
+    async def __is_ready__(self) -> bool:
+        """Ready = our metadata loaded and the runner answered its readiness probe quickly (it turns ready only after
+        every model is loaded and warmed). A bounded wait keeps /readyz a fast 503 instead of a hanging probe."""
+        if not self.loaded:
+            return False
+        try:
+            return bool(await asyncio.wait_for(self.runner.is_ready(1), timeout=1.5))
+        except Exception:  # noqa: BLE001 - timeout or connection refused both mean not ready
+            return False

@@ -1,0 +1,32 @@
+"""Text classification request/response schemas."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.common.schemas import ModelChoice, ServedBy
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"texts": ["what is my account balance", "book me a flight to Paris"], "top_k": 3}]})
+    texts: list[str] = Field(min_length=1, description="Texts to classify (count and length capped by config; "
+                                                        "blank texts are refused).")
+    top_k: int = Field(3, ge=1, description="Labels returned per text, best first (capped by config).")
+    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float = Field(description="Softmax probability.")
+
+
+class TextResult(BaseModel):
+    label: str = Field(description="Top-1 intent.")
+    score: float
+    top_k: list[LabelScore]
+    tokens: int = Field(description="Tokens used (after truncation to the model's max length).")
+    truncated: bool
+
+
+class ClassifyResponse(ServedBy):
+    results: list[TextResult]

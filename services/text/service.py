@@ -1,0 +1,86 @@
+"""Text classification endpoint: tokenise (ragged) -> runner pads per batch -> top-k labels."""
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+
+from configs.settings import TextLimits
+from models.manifest import Manifest
+from services.common.errors import ApiError, ErrorResponse
+from services.common.inference import run_task
+from services.common.metrics import ITEMS
+from services.common.request_context import StageClock
+from services.common.schemas import ModelInfo
+from services.gateway_deps import current_gateway, finish
+from services.text.preprocess import TextTokenizer
+from services.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
+
+router = APIRouter(prefix="/v1", tags=["text"])
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
+
+
+def clean_text(text: str) -> str:
+    """NFC-normalise and drop control/format characters other than whitespace (zero-width, bidi overrides)."""
+    text = unicodedata.normalize("NFC", text)
+    return "".join(ch for ch in text if ch in "\t\n\r " or unicodedata.category(ch)[0] != "C").strip()
+
+
+@dataclass
+class TextPipeline:
+    manifests: dict[str, Manifest]
+    tokenizers: dict[str, TextTokenizer]
+    limits: TextLimits
+
+    def validate(self, body: ClassifyRequest) -> list[str]:
+        lim = self.limits
+        if len(body.texts) > lim.max_texts:
+            raise ApiError(422, "too_many_texts", f"{len(body.texts)} texts exceed the limit of {lim.max_texts}",
+                           {"limit": lim.max_texts, "received": len(body.texts)})
+        if body.top_k > lim.max_top_k:
+            raise ApiError(422, "top_k_too_large", f"top_k {body.top_k} exceeds {lim.max_top_k}",
+                           {"limit": lim.max_top_k})
+        cleaned = []
+        for i, t in enumerate(body.texts):
+            if len(t) > lim.max_chars:
+                raise ApiError(422, "text_too_long", f"text {i} has {len(t)} characters, above {lim.max_chars}",
+                               {"index": i, "limit": lim.max_chars, "length": len(t)})
+            c = clean_text(t)
+            if not c:
+                raise ApiError(422, "empty_text", f"text {i} is empty after removing control characters",
+                               {"index": i})
+            cleaned.append(c)
+        return cleaned
+
+    async def classify(self, gateway, body: ClassifyRequest, request_id: str) -> ClassifyResponse:
+        clock = StageClock()
+        texts = self.validate(body)
+        ITEMS.labels("text").observe(len(texts))
+        encoded: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
+
+        def payload_for(slot: str) -> list[np.ndarray]:
+            encoded[slot] = self.tokenizers[slot].encode_with_truncation(texts)
+            return encoded[slot][0]
+
+        result = await run_task(gateway.runner, "text", payload_for, body.model, gateway.settings.gateway, clock)
+        labels = self.manifests[result.slot].labels
+        results = []
+        for probs, ids, truncated in zip(result.outputs, *encoded[result.slot]):
+            probs = np.asarray(probs, dtype=np.float64)
+            k = min(body.top_k, len(probs))
+            top = np.argsort(-probs, kind="stable")[:k]
+            results.append(TextResult(label=labels[top[0]], score=round(float(probs[top[0]]), 6),
+                                      top_k=[LabelScore(label=labels[j], score=round(float(probs[j]), 6)) for j in top],
+                                      tokens=len(ids), truncated=truncated))
+        clock.stage("postprocess")
+        return finish("text", ClassifyResponse(
+            request_id=request_id, model=ModelInfo(name=result.model, version=result.version),
+            degraded=result.degraded, degraded_reason=result.degraded_reason,
+            timings=clock.timings(result.infer_ms), results=results))
+
+
+@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, summary="Classify the intent of texts")
+async def classify(body: ClassifyRequest, request: Request, gateway=Depends(current_gateway)) -> ClassifyResponse:
+    return await gateway.pipeline("text").classify(gateway, body, request.state.request_id)

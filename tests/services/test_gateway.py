@@ -1,0 +1,250 @@
+"""End to end through a real `bentoml serve` with tiny models: golden outputs against in-process ONNX Runtime with the
+same pre/post-processing, batched == unbatched, the error model, request ids, readiness."""
+from __future__ import annotations
+
+import base64
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from scripts.common import ort_session
+from services.detection.postprocess import NMSParams, nms
+from services.detection.preprocess import boxes_to_original, preprocess_image
+from services.forecast.preprocess import last_window, regularize, scale_windows, unscale
+from services.text.preprocess import TextTokenizer
+
+TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",
+         "set an alarm for 7am", "how do I say thank you in french", "transfer $100 from checking to savings",
+         "tell me a joke", "what's the weather like in the city where I am going next week for my vacation",
+         "ok", "cancel my reservation", "play some music", "what time is it in tokyo"]
+
+
+def png_bytes(w=320, h=240, seed=0) -> bytes:
+    rng = np.random.default_rng(seed)
+    img = Image.fromarray(rng.integers(0, 60, (h, w, 3), dtype=np.uint8))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle([40, 30, 140, 120], fill=(220, 40, 40))
+    draw.ellipse([180, 100, 280, 200], fill=(40, 200, 60))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def post(server, path, **kw) -> httpx.Response:
+    return httpx.post(f"{server.url}{path}", timeout=60, **kw)
+
+
+def artifact(registry, name):
+    return registry.load_verified(name, "stable")
+
+
+# --- golden outputs -----------------------------------------------------------------------------------------------
+def test_detection_matches_in_process_pipeline(server, tiny_registry):
+    raw = png_bytes()
+    resp = post(server, "/v1/detect", json={"images": [{"data": base64.b64encode(raw).decode()}],
+                                            "conf_threshold": 0.001, "max_detections": 20})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    directory, m = artifact(tiny_registry, body["model"]["name"])
+    assert body["model"]["version"] == m.version and body["degraded"] is False
+    image = np.asarray(Image.open(io.BytesIO(raw)).convert("RGB"))
+    tensor, meta = preprocess_image(image, m.preprocess.imgsz)
+    out = ort_session(directory / m.model_file).run(None, {m.inputs[0].name: tensor[None]})[0][0]
+    det = nms(out, NMSParams(conf_threshold=0.001, max_detections=20))
+    expected = boxes_to_original(det.boxes, meta)
+    got = body["results"][0]
+    assert (got["width"], got["height"]) == (320, 240)
+    assert len(got["detections"]) == len(det.scores) > 0
+    assert np.allclose([d["box"] for d in got["detections"]], expected, atol=0.02)
+    assert np.allclose([d["score"] for d in got["detections"]], det.scores, atol=1e-4)
+    assert [d["label"] for d in got["detections"]] == [m.labels[c] for c in det.classes]
+
+
+def test_multipart_upload_equals_json(server):
+    raw = png_bytes(seed=3)
+    j = post(server, "/v1/detect", json={"images": [{"data": base64.b64encode(raw).decode()}],
+                                         "conf_threshold": 0.001}).json()
+    u = post(server, "/v1/detect/upload", files=[("images", ("a.png", raw, "image/png"))],
+             data={"conf_threshold": "0.001"})
+    assert u.status_code == 200, u.text
+    assert u.json()["results"] == j["results"]
+
+
+def test_text_matches_in_process_pipeline(server, tiny_registry):
+    resp = post(server, "/v1/classify", json={"texts": TEXTS[:3], "top_k": 3})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    directory, m = artifact(tiny_registry, body["model"]["name"])
+    tok = TextTokenizer(directory / m.preprocess.tokenizer_file, m.preprocess.max_length)
+    ids, mask = tok.encode_padded(TEXTS[:3])
+    probs = ort_session(directory / m.model_file).run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    for row, p in zip(body["results"], probs):
+        top = np.argsort(-p)[:3]
+        assert [x["label"] for x in row["top_k"]] == [m.labels[i] for i in top]
+        assert np.allclose([x["score"] for x in row["top_k"]], p[top], atol=1e-5)
+
+
+def test_forecast_matches_in_process_pipeline(server, tiny_registry):
+    _, m0 = artifact(tiny_registry, "co2-forecaster")
+    n = m0.preprocess.context + 5
+    values = (340 + np.sin(np.arange(n) / 12 * 2 * np.pi) * 3 + np.arange(n) * 0.1).round(3).tolist()
+    resp = post(server, "/v1/forecast", json={"values": values, "start": "1990-01-01T00:00:00", "frequency": "MS",
+                                              "horizon": 6})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    directory, m = artifact(tiny_registry, body["model"]["name"])
+    pre = m.preprocess
+    scaled, level = scale_windows(last_window(np.array(values), pre.context), pre.scale)
+    raw = ort_session(directory / m.model_file).run(None, {m.inputs[0].name: scaled})[0]
+    expected = unscale(raw, level, pre.scale)[0][:6]
+    assert np.allclose([p["mean"] for p in body["forecast"]], expected, atol=1e-4)
+    assert body["forecast"][0]["timestamp"].startswith(f"{1990 + n // 12}-{n % 12 + 1:02d}-01")
+    for p in body["forecast"]:
+        assert p["lower_90"] <= p["lower_50"] <= p["upper_50"] <= p["upper_90"]
+    assert body["input"] == {"sorted": False, "duplicates_merged": 0, "imputed": 0, "points": n, "used": pre.context}
+
+
+def test_forecast_regularises_messy_input(server):
+    n = 60
+    ts = [f"{2000 + i // 12}-{i % 12 + 1:02d}-01T00:00:00" for i in range(n)]
+    values = [float(v) for v in 350 + np.arange(n) * 0.2]
+    messy_ts, messy_v = ts[::-1] + [ts[10]], values[::-1] + [values[10]]
+    messy_v[5] = None  # a null in the middle
+    del messy_ts[20], messy_v[20]  # a gap
+    body = post(server, "/v1/forecast", json={"values": messy_v, "timestamps": messy_ts, "horizon": 3}).json()
+    assert body["input"]["sorted"] is True and body["input"]["duplicates_merged"] == 1
+    assert body["input"]["imputed"] == 2 and body["input"]["points"] == n
+
+
+# --- batching ---------------------------------------------------------------------------------------------------
+def test_batched_equals_unbatched_and_batches_form(server):
+    single = {t: post(server, "/v1/classify", json={"texts": [t], "top_k": 5}).json()["results"][0] for t in TEXTS}
+    together = post(server, "/v1/classify", json={"texts": TEXTS, "top_k": 5}).json()["results"]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        concurrent = list(pool.map(lambda t: post(server, "/v1/classify", json={"texts": [t], "top_k": 5}),
+                                   TEXTS * 4))
+    for t, row in zip(TEXTS, together):
+        assert np.allclose([x["score"] for x in row["top_k"]], [x["score"] for x in single[t]["top_k"]], atol=1e-5)
+    for t, resp in zip(TEXTS * 4, concurrent):
+        row = resp.json()["results"][0]
+        assert [x["label"] for x in row["top_k"]] == [x["label"] for x in single[t]["top_k"]]
+        assert np.allclose([x["score"] for x in row["top_k"]], [x["score"] for x in single[t]["top_k"]], atol=1e-5)
+    metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    count = le1 = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("triserve_runner_batch_size_bucket") and 'slot="text"' in line and 'le="1.0"' in line:
+            le1 = float(line.split()[-1])
+        if line.startswith("triserve_runner_batch_size_count") and 'slot="text"' in line:
+            count = float(line.split()[-1])
+    assert count > le1, "no text batch ever held more than one request"
+
+
+# --- envelope -----------------------------------------------------------------------------------------------------
+def test_request_id_is_echoed_and_timings_present(server):
+    resp = post(server, "/v1/classify", json={"texts": ["hello"]}, headers={"X-Request-ID": "abc-123"})
+    assert resp.headers["x-request-id"] == "abc-123"
+    body = resp.json()
+    assert body["request_id"] == "abc-123"
+    assert set(body["timings"]) == {"preprocess_ms", "queue_ms", "infer_ms", "postprocess_ms", "total_ms"}
+    assert body["timings"]["total_ms"] >= body["timings"]["infer_ms"] > 0
+    generated = post(server, "/v1/classify", json={"texts": ["hello"]}, headers={"X-Request-ID": "bad id with spaces!"})
+    assert generated.headers["x-request-id"] != "bad id with spaces!" and len(generated.headers["x-request-id"]) == 32
+
+
+def test_fallback_on_request_is_flagged(server):
+    body = post(server, "/v1/classify", json={"texts": ["hello"], "model": "fallback"}).json()
+    assert body["degraded"] is True and body["degraded_reason"] == "requested"
+    assert body["model"]["name"] == "minilm-intent-int8"
+
+
+# --- error model --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path,kwargs,status,code", [
+    ("/v1/classify", {"json": {"texts": []}}, 422, "validation_error"),
+    ("/v1/classify", {"json": {"texts": ["   \u200b "]}}, 422, "empty_text"),
+    ("/v1/classify", {"json": {"texts": ["x" * 100_000]}}, 422, "text_too_long"),
+    ("/v1/classify", {"json": {"texts": ["a"] * 1000}}, 422, "too_many_texts"),
+    ("/v1/classify", {"json": {"texts": ["a"], "extra": 1}}, 422, "validation_error"),
+    ("/v1/classify", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 400,
+     "malformed_json"),
+    ("/v1/classify", {"content": b"texts=a", "headers": {"content-type": "text/plain"}}, 415,
+     "unsupported_media_type"),
+    ("/v1/detect", {"json": {"images": [{"data": "!!notbase64!!"}]}}, 422, "invalid_base64"),
+    ("/v1/detect", {"json": {"images": [{"data": base64.b64encode(b"hello, not an image").decode()}]}}, 422,
+     "invalid_image"),
+    ("/v1/detect", {"json": {"images": [{"data": base64.b64encode(png_bytes()[:200]).decode()}]}}, 422,
+     "invalid_image"),
+    ("/v1/detect", {"json": {"images": [{"data": "aGVsbG8="}] * 50}}, 422, "too_many_images"),
+    ("/v1/detect/upload", {"files": [("images", ("a.txt", b"plain text", "text/plain"))]}, 422, "invalid_image"),
+    ("/v1/forecast", {"json": {"values": [1.0, 2.0], "start": "2000-01-01T00:00:00"}}, 422, "series_too_short"),
+    ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00", "horizon": 999}}, 422,
+     "horizon_too_long"),
+    ("/v1/forecast", {"json": {"values": [1.0] * 40}}, 422, "validation_error"),
+    ("/v1/forecast", {"content": b'{"values": [1.0, Infinity], "start": "2000-01-01T00:00:00"}',
+                      "headers": {"content-type": "application/json"}}, 422, "non_finite_value"),
+    ("/v1/forecast", {"json": {"values": [1.0] * 20_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
+])
+def test_bad_input_gets_a_4xx_with_the_error_model(server, path, kwargs, status, code):
+    resp = post(server, path, **kwargs)
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert err["code"] == code
+    assert err["message"] and err["request_id"] == resp.headers["x-request-id"]
+
+
+def test_decompression_bomb_is_refused_before_decoding(server):
+    img = Image.new("L", (10_000, 10_000))  # 100 MP of zeros compresses to ~100 KB
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    resp = post(server, "/v1/detect/upload", files=[("images", ("bomb.png", buf.getvalue(), "image/png"))])
+    assert resp.status_code == 422 and resp.json()["error"]["code"] == "image_too_many_pixels"
+
+
+def test_oversized_body_is_413(server):
+    resp = post(server, "/v1/classify", content=b"x" * (65 * 2**20), headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "payload_too_large"
+
+
+def test_openapi_documents_schemas_and_examples(server):
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
+    assert {"/v1/detect", "/v1/detect/upload", "/v1/classify", "/v1/forecast"} <= set(spec["paths"])
+    schemas = spec["components"]["schemas"]
+    assert schemas["ClassifyRequest"]["examples"] and "description" in schemas["ForecastRequest"]["properties"]["values"]
+
+
+def test_models_endpoint_reports_provider(server):
+    status = httpx.get(f"{server.url}/v1/models", timeout=10).json()
+    assert status["ready"] is True
+    assert {m["provider"] for m in status["models"].values()} == {"CPUExecutionProvider"}
+    assert set(status["models"]) == {"detection", "detection_fallback", "text", "text_fallback", "forecast",
+                                     "forecast_fallback"}
+
+
+# --- readiness ------------------------------------------------------------------------------------------------
+def test_readiness_turns_green_only_after_models_are_warm(tiny_registry, tmp_path):
+    from tests.conftest import Server
+
+    srv = Server(tiny_registry.root, env={"TRISERVE_RUNNER__STARTUP_DELAY_S": "8"}, log_path=tmp_path / "slow.log")
+    try:
+        saw_not_ready = False
+        for _ in range(200):
+            try:
+                live = httpx.get(f"{srv.url}/livez", timeout=2)
+                ready = httpx.get(f"{srv.url}/readyz", timeout=6)
+            except httpx.HTTPError:
+                import time
+
+                time.sleep(0.2)
+                continue
+            if ready.status_code == 503:
+                assert live.status_code == 200
+                saw_not_ready = True
+                break
+        assert saw_not_ready, "never observed /readyz 503 while the runner was loading"
+        srv.wait_ready(timeout=120)
+        assert post(srv, "/v1/classify", json={"texts": ["hello"]}).status_code == 200
+    finally:
+        srv.stop()
