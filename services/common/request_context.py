@@ -14,6 +14,10 @@ from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.errors import ErrorBody, ErrorResponse
+from services.common.metrics import REQUESTS
+
+TASK_BY_PATH = {"/v1/detect": "detection", "/v1/detect/upload": "detection", "/v1/classify": "text",
+                "/v1/forecast": "forecast"}
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -72,8 +76,12 @@ class RequestContextMiddleware:
         rid = new_request_id(headers.get("x-request-id"))
         scope.setdefault("state", {})["request_id"] = rid
 
+        task = TASK_BY_PATH.get(scope.get("path", ""))
+
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
+                if task:
+                    REQUESTS.labels(task, str(message["status"])).inc()
                 hdrs = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 hdrs.append((b"x-request-id", rid.encode()))
                 message = {**message, "headers": hdrs}
