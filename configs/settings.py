@@ -28,9 +28,11 @@ class Batching(_Section):
 
     max_batch_size: int = Field(32, ge=1, le=1024, description="Most items merged into one ONNX Runtime call.")
     max_latency_ms: int = Field(
-        500, ge=10, le=60_000,
-        description="Upper bound on queueing plus compute the dispatcher plans for; too low makes BentoML cancel "
-                    "queued calls under load (503), so keep it well above one batch's compute time.")
+        20_000, ge=10, le=60_000,
+        description="BentoML's dispatcher sheds a queued call (503 'process is overloaded') once its estimated "
+                    "latency passes this; it is a last-resort shedding threshold, not a batching window (the "
+                    "window adapts to traffic). Keep it far above normal queueing so a closed-loop burst is never "
+                    "shed; deadline-aware admission belongs in the gateway.")
     per_item: bool = Field(
         False,
         description="Run the items of a formed batch one by one. For models whose numerics depend on batch "
