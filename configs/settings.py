@@ -76,6 +76,17 @@ class ForecastLimits(_Section):
                                                                "refused (422) rather than silently invented.")
 
 
+class FaultInjection(_Section):
+    """Drills only (all off by default): make a slot slow, failing, produce NaN, or lose its accelerator."""
+
+    latency_ms: dict[str, int] = Field(default_factory=dict, description="Slot -> extra compute latency per batch.")
+    error_rate: dict[str, float] = Field(default_factory=dict, description="Slot -> share of batches that raise.")
+    nan_output: list[str] = Field(default_factory=list, description="Slots whose outputs are replaced by NaN.")
+    provider_fault: Literal["none", "load", "run"] = Field(
+        "none", description="Simulate the accelerator provider failing at session creation ('load') or on the first "
+                            "run ('run'); the pool must continue on CPU.")
+
+
 class RunnerSettings(_Section):
     providers: list[str] = Field(
         default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"],
@@ -87,6 +98,7 @@ class RunnerSettings(_Section):
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
+    faults: FaultInjection = Field(default_factory=FaultInjection)
 
 
 class GatewaySettings(_Section):
@@ -96,6 +108,54 @@ class GatewaySettings(_Section):
                                                             "error (connection reset, closed connector).")
     runner_retry_backoff_ms: int = Field(20, ge=0, le=5000, description="Base backoff, doubled per retry.")
     timeout_s: float = Field(60, gt=0, description="Request timeout enforced by BentoML.")
+
+
+class Deadlines(_Section):
+    """Per-request time budgets (header X-Request-Timeout-Ms; gRPC deadlines map here too)."""
+
+    default_ms: int = Field(10_000, ge=10, description="Budget when the client sends none.")
+    max_ms: int = Field(60_000, ge=10, description="Largest budget a client may ask for (larger is clamped).")
+
+
+class Admission(_Section):
+    """Bounded queues and overload routing, per model slot and API worker."""
+
+    max_inflight_items: int = Field(512, ge=1, description="Items queued or computing per slot; beyond: reject "
+                                                           "(fallback for 'auto' requests, else 503).")
+    overload_queue_items: int = Field(256, ge=1, description="Primary queue depth above which a share of 'auto' "
+                                                              "traffic is routed to the fallback.")
+    overload_fallback_share: float = Field(0.5, ge=0, le=1, description="That share (0 disables routing).")
+    latency_ewma_alpha: float = Field(0.2, gt=0, le=1, description="Smoothing of the per-batch latency estimate "
+                                                                   "used to predict queue wait.")
+
+
+class Breaker(_Section):
+    """Circuit breaker around each primary model."""
+
+    window: int = Field(20, ge=2, description="Most recent calls considered.")
+    min_calls: int = Field(10, ge=1, description="Calls needed in the window before the breaker may open.")
+    failure_rate: float = Field(0.5, gt=0, le=1, description="Failure share (errors, timeouts, bad outputs) that "
+                                                             "opens the breaker.")
+    open_seconds: float = Field(10.0, gt=0, description="Time open before half-open probes.")
+    half_open_probes: int = Field(3, ge=1, description="Successful probes needed to close again.")
+
+
+class ApiKey(_Section):
+    name: str = Field(description="Who holds it (logged, never the key).")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex of the key; the key itself is not stored.")
+    admin: bool = Field(False, description="May call /admin endpoints.")
+    rate_per_s: float | None = Field(None, gt=0, description="Overrides the default rate for this key.")
+
+
+class AccessSettings(_Section):
+    """Authentication and rate limits."""
+
+    require_key_for_inference: bool = Field(False, description="Inference needs a valid key (admin always does).")
+    api_keys: list[ApiKey] = Field(default_factory=list, description="Accepted keys (X-API-Key or Bearer).")
+    rate_per_s: float = Field(200.0, gt=0, description="Token refill per second per key (or per client address "
+                                                       "when anonymous), per API worker.")
+    burst: int = Field(400, ge=1, description="Bucket size: the largest burst accepted at once.")
+    max_clients: int = Field(10_000, ge=1, description="Buckets kept (least recently used evicted): bounded memory.")
 
 
 class Settings(BaseSettings):
@@ -114,6 +174,10 @@ class Settings(BaseSettings):
     detection_limits: DetectionLimits = Field(default_factory=DetectionLimits)
     text_limits: TextLimits = Field(default_factory=TextLimits)
     forecast_limits: ForecastLimits = Field(default_factory=ForecastLimits)
+    deadlines: Deadlines = Field(default_factory=Deadlines)
+    admission: Admission = Field(default_factory=Admission)
+    breaker: Breaker = Field(default_factory=Breaker)
+    access: AccessSettings = Field(default_factory=AccessSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

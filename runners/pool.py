@@ -34,6 +34,8 @@ class LoadedModel:
     session: ort.InferenceSession
     provider: str
     load_seconds: float
+    provider_fallback: str | None = None  # why this model left its preferred provider, if it did
+    warm: bool = False
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
 
@@ -51,14 +53,37 @@ def choose_providers(preferred: list[str]) -> list[str]:
     return chosen + ["CPUExecutionProvider"]
 
 
-def make_session(model_path: Path, settings: RunnerSettings) -> tuple[ort.InferenceSession, str]:
+CPU = "CPUExecutionProvider"
+
+
+class ProviderFault(RuntimeError):
+    """The accelerator provider failed (or a drill said so)."""
+
+
+def _session(model_path: Path, settings: RunnerSettings, providers: list[str]) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = settings.intra_op_threads
     opts.inter_op_num_threads = settings.inter_op_threads
+    return ort.InferenceSession(str(model_path), opts, providers=providers)
+
+
+def make_session(model_path: Path, settings: RunnerSettings) -> tuple[ort.InferenceSession, str, str | None]:
+    """(session, provider in use, why we are not on the preferred provider). A failing accelerator never stops a
+    model from loading: it continues on CPU, and the reason is reported."""
     providers = choose_providers(settings.providers)
-    session = ort.InferenceSession(str(model_path), opts, providers=providers)
-    return session, session.get_providers()[0]
+    try:
+        if settings.faults.provider_fault == "load":
+            raise ProviderFault("injected: accelerator provider failed to initialise")
+        session = _session(model_path, settings, providers)
+    except Exception as exc:  # noqa: BLE001 - any provider failure -> CPU
+        if providers == [CPU] and settings.faults.provider_fault != "load":
+            raise
+        log.error("provider %s failed at load (%s); continuing on CPU", providers[0], exc)
+        return _session(model_path, settings, [CPU]), CPU, f"load: {type(exc).__name__}: {exc}"
+    used = session.get_providers()[0]
+    degraded = None if used == providers[0] else f"load: {providers[0]} unavailable, using {used}"
+    return session, used, degraded
 
 
 def _dtype(spec: TensorSpec) -> np.dtype:
@@ -107,13 +132,15 @@ class ModelPool:
     def load(self, slot: str, name: str, ref: str) -> LoadedModel:
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
-        session, provider = make_session(directory / manifest.model_file, self.settings)
+        session, provider, fallback = make_session(directory / manifest.model_file, self.settings)
         model = LoadedModel(slot=slot, manifest=manifest, directory=directory, session=session, provider=provider,
-                            load_seconds=0.0, input_names=[i.name for i in session.get_inputs()],
+                            load_seconds=0.0, provider_fallback=fallback,
+                            input_names=[i.name for i in session.get_inputs()],
                             output_names=[o.name for o in session.get_outputs()])
         for feed in warmup_feeds(manifest):
             for _ in range(self.settings.warmup_runs):
-                model.run(feed)
+                self.run_model(model, feed)
+        model.warm = True
         model.load_seconds = time.monotonic() - started
         log.info("loaded %s = %s:%s on %s in %.2fs", slot, name, manifest.version, provider, model.load_seconds)
         self.models[slot] = model
@@ -133,7 +160,21 @@ class ModelPool:
         return not self.errors and bool(self.models)
 
     def run(self, slot: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.models[slot].run(feeds)
+        return self.run_model(self.models[slot], feeds)
+
+    def run_model(self, model: LoadedModel, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run; if the accelerator provider fails at run time, rebuild the session on CPU and run again."""
+        try:
+            if self.settings.faults.provider_fault == "run" and model.warm and model.provider_fallback is None:
+                raise ProviderFault("injected: accelerator provider failed at run time")
+            return model.run(feeds)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if model.provider == CPU and not isinstance(exc, ProviderFault):
+                raise
+            log.error("provider %s failed at run time for %s (%s); moving to CPU", model.provider, model.slot, exc)
+            model.session = _session(model.directory / model.manifest.model_file, self.settings, [CPU])
+            model.provider, model.provider_fallback = CPU, f"run: {type(exc).__name__}: {exc}"
+            return model.run(feeds)
 
     def describe(self) -> dict:
         return {
@@ -141,7 +182,7 @@ class ModelPool:
             "errors": self.errors,
             "models": {
                 slot: {"name": m.manifest.name, "version": m.manifest.version, "provider": m.provider,
-                       "load_seconds": round(m.load_seconds, 3),
+                       "load_seconds": round(m.load_seconds, 3), "provider_fallback": m.provider_fallback,
                        "sha256": m.manifest.file(m.manifest.model_file).sha256}
                 for slot, m in self.models.items()
             },

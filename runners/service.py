@@ -10,10 +10,11 @@ import time
 
 import bentoml
 import numpy as np
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 
 from configs.settings import get_settings
 from models.registry import LocalRegistry
+from runners.faults import inject_faults
 from runners.pool import ModelPool
 from runners.ragged import pad_sequences
 
@@ -31,6 +32,8 @@ SLOTS = {
 
 BATCH_SIZE = Histogram("triserve_runner_batch_size", "Items per ONNX Runtime call, per model slot.",
                        ["slot", "model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+EXPIRED = Counter("triserve_runner_expired_total", "Items dropped before compute because their deadline passed.",
+                  ["slot"])
 BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
                           ["slot", "model"],
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
@@ -60,63 +63,68 @@ class ModelRunner:
     def __is_ready__(self) -> bool:
         return self.pool.ready
 
-    def _run(self, slot: str, feeds: dict[str, np.ndarray]) -> list[dict]:
-        """One ONNX Runtime call for the whole batch; each item gets its output row plus batch facts."""
+    def _serve(self, slot: str, items: list[dict]) -> list[dict]:
+        """Items are {"x": one tensor (or ragged token ids), "deadline": epoch seconds or None}. Expired items are
+        answered {"error": "deadline_exceeded"} without compute; the rest share one ONNX Runtime call."""
+        now = time.time()
+        live = [i for i, it in enumerate(items) if not it.get("deadline") or it["deadline"] > now]
+        results: list[dict] = [{"error": "deadline_exceeded"} for _ in items]
+        if len(live) < len(items):
+            EXPIRED.labels(slot).inc(len(items) - len(live))
+        if live:
+            for i, out in zip(live, self._run(slot, [items[i]["x"] for i in live])):
+                results[i] = out
+        return results
+
+    def _run(self, slot: str, xs: list[np.ndarray]) -> list[dict]:
+        """One ONNX Runtime call for the batch (or one per item for per_item slots); each item gets its row."""
         model = self.pool.models[slot]
-        n = len(next(iter(feeds.values())))
+        n = len(xs)
         started = time.perf_counter()
+        inject_faults(slot, settings.runner.faults)
         if SLOTS[slot].batching.per_item:
-            out = [model.run(self._item_feeds(slot, feeds, i))[0][0] for i in range(n)]
+            out = [self.pool.run(slot, self._feeds(model, [x]))[0][0] for x in xs]
         else:
-            out = model.run(feeds)[0]
+            out = self.pool.run(slot, self._feeds(model, xs))[0]
+        if slot in settings.runner.faults.nan_output:
+            out = np.full_like(np.asarray(out, dtype=np.float32), np.nan)
         infer_ms = (time.perf_counter() - started) * 1000
         BATCH_SIZE.labels(slot, model.manifest.name).observe(n)
         BATCH_SECONDS.labels(slot, model.manifest.name).observe(infer_ms / 1000)
         meta = {"batch": n, "infer_ms": infer_ms, "model": model.manifest.name, "version": model.manifest.version}
         return [{"y": out[i], **meta} for i in range(n)]
 
-    def _item_feeds(self, slot: str, feeds: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
-        """Item i alone; padded sequences are cut back to that item's own length."""
-        item = {k: v[i: i + 1] for k, v in feeds.items()}
-        if "attention_mask" in item:
-            length = int(item["attention_mask"].sum())
-            item = {k: v[:, :length] for k, v in item.items()}
-        return item
-
-    def _image_feeds(self, slot: str, images: np.ndarray) -> dict[str, np.ndarray]:
-        return {self.pool.models[slot].input_names[0]: np.ascontiguousarray(images, dtype=np.float32)}
-
-    def _text_feeds(self, slot: str, token_ids: list[np.ndarray]) -> dict[str, np.ndarray]:
-        pad_id = self.pool.models[slot].manifest.preprocess.pad_token_id
-        ids, mask = pad_sequences(token_ids, pad_id)
-        return {"input_ids": ids, "attention_mask": mask}
-
-    def _window_feeds(self, slot: str, windows: np.ndarray) -> dict[str, np.ndarray]:
-        return {self.pool.models[slot].input_names[0]: np.ascontiguousarray(windows, dtype=np.float32)}
+    @staticmethod
+    def _feeds(model, xs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """Ragged token sequences are padded to the longest in the batch (+ mask); fixed-shape tensors stacked."""
+        if "attention_mask" in model.input_names:
+            ids, mask = pad_sequences(xs, model.manifest.preprocess.pad_token_id)
+            return {"input_ids": ids, "attention_mask": mask}
+        return {model.input_names[0]: np.ascontiguousarray(np.stack(xs), dtype=np.float32)}
 
     @bentoml.api(**_batching("detection"))
-    def detection(self, images: np.ndarray) -> list[dict]:
-        return self._run("detection", self._image_feeds("detection", images))
+    def detection(self, items: list[dict]) -> list[dict]:
+        return self._serve("detection", items)
 
     @bentoml.api(**_batching("detection_fallback"))
-    def detection_fallback(self, images: np.ndarray) -> list[dict]:
-        return self._run("detection_fallback", self._image_feeds("detection_fallback", images))
+    def detection_fallback(self, items: list[dict]) -> list[dict]:
+        return self._serve("detection_fallback", items)
 
     @bentoml.api(**_batching("text"))
-    def text(self, token_ids: list[np.ndarray]) -> list[dict]:
-        return self._run("text", self._text_feeds("text", token_ids))
+    def text(self, items: list[dict]) -> list[dict]:
+        return self._serve("text", items)
 
     @bentoml.api(**_batching("text_fallback"))
-    def text_fallback(self, token_ids: list[np.ndarray]) -> list[dict]:
-        return self._run("text_fallback", self._text_feeds("text_fallback", token_ids))
+    def text_fallback(self, items: list[dict]) -> list[dict]:
+        return self._serve("text_fallback", items)
 
     @bentoml.api(**_batching("forecast"))
-    def forecast(self, windows: np.ndarray) -> list[dict]:
-        return self._run("forecast", self._window_feeds("forecast", windows))
+    def forecast(self, items: list[dict]) -> list[dict]:
+        return self._serve("forecast", items)
 
     @bentoml.api(**_batching("forecast_fallback"))
-    def forecast_fallback(self, windows: np.ndarray) -> list[dict]:
-        return self._run("forecast_fallback", self._window_feeds("forecast_fallback", windows))
+    def forecast_fallback(self, items: list[dict]) -> list[dict]:
+        return self._serve("forecast_fallback", items)
 
     @bentoml.api
     def status(self) -> dict:

@@ -11,13 +11,15 @@ import asyncio
 import logging
 
 import bentoml
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from configs.settings import get_settings
 from models.registry import LocalRegistry
 from runners.service import ModelRunner
 from services.common.errors import install_error_handlers
+from services.common.inference import Protection
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
+from services.gateway_deps import admin_guard
 from services.detection.service import DetectionPipeline
 from services.detection.service import router as detection_router
 from services.forecast.service import ForecastPipeline
@@ -48,6 +50,15 @@ async def list_models() -> dict:
     return await gateway.runner.to_async.status()
 
 
+@app.get("/admin/protection", tags=["operations"], summary="Breaker states and queue loads (admin key required)")
+async def protection_state(client=Depends(admin_guard)) -> dict:
+    prot = bentoml.get_current_service().protection
+    return {"breakers": {task: b.describe() for task, b in prot.breakers.items()},
+            "queues": {slot: {"inflight_items": load.inflight_items, "ms_per_item": round(load.seconds_per_item * 1000, 3)}
+                       for slot, load in prot.admission.slots.items()},
+            "caller": client.id}
+
+
 @bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s})
 @bentoml.asgi_app(app, path="/")
 class Gateway:
@@ -55,6 +66,7 @@ class Gateway:
 
     def __init__(self) -> None:
         self.settings = settings
+        self.protection = Protection(settings)
         self.loaded = False
         self.load_error: str | None = None
         self._pipelines: dict = {}

@@ -1,8 +1,13 @@
 """What task routers need from the gateway without importing it (avoids a cycle)."""
 from __future__ import annotations
 
-import bentoml
+from dataclasses import dataclass
 
+import bentoml
+from fastapi import Depends, Request
+
+from services.common.access import Client
+from services.common.deadlines import HEADER, Deadline
 from services.common.errors import ApiError
 from services.common.metrics import observe_timings
 
@@ -14,6 +19,32 @@ def current_gateway():
         reason = getattr(gateway, "load_error", None) or "models are loading"
         raise ApiError(503, "not_ready", "service is not ready", {"reason": reason}, headers={"Retry-After": "2"})
     return gateway
+
+
+@dataclass
+class CallContext:
+    """Who is calling, by when they need the answer, and how to find the request in logs."""
+
+    request_id: str
+    deadline: Deadline
+    client: Client
+
+
+def inference_guard(task: str):
+    """Dependency for inference routes: authenticate (if configured), rate-limit, fix the deadline."""
+
+    async def guard(request: Request, gateway=Depends(current_gateway)) -> CallContext:
+        prot = gateway.protection
+        client = prot.access.identify(request)
+        prot.access.limit(client, task)
+        deadline = Deadline.from_header(request.headers.get(HEADER), gateway.settings.deadlines)
+        return CallContext(request.state.request_id, deadline, client)
+
+    return guard
+
+
+async def admin_guard(request: Request, gateway=Depends(current_gateway)) -> Client:
+    return gateway.protection.access.identify(request, admin=True)
 
 
 def finish(task: str, response):

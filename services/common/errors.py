@@ -38,6 +38,10 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+class InvalidOutput(ValueError):
+    """A model output failed its sanity check (NaN/inf, out of range): it must never reach a client."""
+
+
 def request_id_of(request: Request) -> str:
     return getattr(request.state, "request_id", None) or request.headers.get("x-request-id") or "unknown"
 

@@ -1,23 +1,36 @@
-"""Primary-or-fallback execution of one task's runner call.
+"""Routing one task's request to its primary or fallback model, with every protection on the way.
 
-Why: every task has a cheaper degraded sibling with the same tensor contract; when the primary cannot answer the
-request still gets an answer, flagged `degraded` with the reason, instead of an error.
+Order per attempt: deadline check -> per-slot admission (bounded queue, wait estimate) -> runner call bounded by the
+remaining deadline (idempotent transport retries inside) -> output sanity. The primary sits behind a circuit breaker;
+'auto' requests go to the fallback when the breaker is open, when the primary is overloaded (a configured share), or
+when the primary fails or returns garbage. Every answer says whether it is degraded and why.
 """
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from configs.settings import GatewaySettings
-from services.common.errors import ApiError
-from services.common.metrics import DEGRADED
-from services.common.runner_client import call_runner
+import numpy as np
+
+from configs.settings import Settings
+from services.common.access import AccessControl
+from services.common.admission import AdmissionControl
+from services.common.breaker import CircuitBreaker
+from services.common.deadlines import Deadline
+from services.common.errors import ApiError, InvalidOutput
+from services.common.metrics import DEGRADED, REJECTED
 from services.common.request_context import StageClock
+from services.common.runner_client import call_runner
+
+TASKS = ("detection", "text", "forecast")
 
 
 @dataclass
 class RunnerResult:
-    outputs: list[Any]  # one output row per item, in order
+    outputs: list[np.ndarray]  # one output row per item, in order
     model: str
     version: str
     infer_ms: float
@@ -27,29 +40,103 @@ class RunnerResult:
     degraded_reason: str | None
 
 
-async def run_task(runner: Any, task: str, payload_for: Any, choice: str, settings: GatewaySettings,
-                   clock: StageClock) -> RunnerResult:
-    """Call `task` (or `task_fallback`); payload_for(slot) builds the runner payload for that slot's model."""
-    slots = [(f"{task}_fallback", "requested")] if choice == "fallback" else [(task, None)]
-    if choice == "auto":
-        slots.append((f"{task}_fallback", "primary_failed"))
+class Protection:
+    """Per-process protection state: admission per slot, a breaker per primary, access control."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.admission = AdmissionControl(settings.admission)
+        self.breakers = {task: CircuitBreaker(task, settings.breaker) for task in TASKS}
+        self.access = AccessControl(settings.access)
+
+    def plan(self, task: str, choice: str) -> list[tuple[str, str | None]]:
+        fallback = f"{task}_fallback"
+        if choice == "fallback":
+            return [(fallback, "requested")]
+        if choice == "primary":
+            return [(task, None)]
+        if not self.breakers[task].allow():
+            return [(fallback, "circuit_open")]
+        share = self.settings.admission.overload_fallback_share
+        if share and self.admission.overloaded(task) and random.random() < share:
+            self.breakers[task].release()
+            return [(fallback, "overload")]
+        return [(task, None), (fallback, "primary_failed")]
+
+
+async def run_task(gateway: Any, task: str, items_for: Callable[[str], list[np.ndarray]], choice: str,
+                   clock: StageClock, deadline: Deadline,
+                   validate: Callable[[str, list[np.ndarray]], None]) -> RunnerResult:
+    """items_for(slot) preprocesses for that slot's model (sizes may differ between primary and fallback);
+    validate(slot, outputs) raises InvalidOutput for outputs that must not reach the client."""
+    prot: Protection = gateway.protection
+    cfg = gateway.settings.gateway
+    plan = prot.plan(task, choice)
     last_error: ApiError | None = None
-    for slot, reason in slots:
-        payload = payload_for(slot)
+    fallback_reason: str | None = None
+    for index, (slot, planned_reason) in enumerate(plan):
+        reason = fallback_reason or planned_reason if index else planned_reason
+        is_primary = slot == task
+        breaker = prot.breakers[task] if is_primary else None
+        has_next = index + 1 < len(plan)
+        deadline.check("preprocess")
+        xs = items_for(slot)
         clock.stage("preprocess")
         try:
-            items = await call_runner(runner, slot, payload, settings.runner_retries,
-                                      settings.runner_retry_backoff_ms)
+            prot.admission.admit(slot, len(xs), deadline)
         except ApiError as exc:
-            last_error = exc
+            REJECTED.labels(task, exc.code).inc()
+            if breaker:
+                breaker.release()
+            if has_next:
+                last_error, fallback_reason = exc, "overload"
+                continue
+            raise
+        prot.admission.started(slot, len(xs))
+        items = None
+        try:
+            payload = [{"x": x, "deadline": deadline.epoch} for x in xs]
+            items = await asyncio.wait_for(call_runner(gateway.runner, slot, payload, cfg.runner_retries,
+                                                       cfg.runner_retry_backoff_ms),
+                                           timeout=max(deadline.remaining(), 0.001))
+        except asyncio.TimeoutError:
+            if breaker:
+                breaker.record(False)
+            REJECTED.labels(task, "deadline_exceeded").inc()
+            raise ApiError(504, "deadline_exceeded", f"no answer within the {deadline.budget_ms} ms deadline",
+                           {"budget_ms": deadline.budget_ms, "stage": "inference", "slot": slot}) from None
+        except ApiError as exc:
+            if breaker:
+                breaker.record(False)
+            last_error, fallback_reason = exc, "primary_failed"
             continue
         finally:
+            first = items[0] if items else {}
+            prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
             clock.stage("runner")
-        first = items[0]
+        if any("error" in it for it in items):
+            if breaker:
+                breaker.record(False)
+            REJECTED.labels(task, "deadline_exceeded").inc()
+            raise ApiError(504, "deadline_exceeded", "the deadline passed while the request was queued",
+                           {"budget_ms": deadline.budget_ms, "stage": "queue", "slot": slot})
+        outputs = [np.asarray(it["y"]) for it in items]
+        try:
+            validate(slot, outputs)
+        except InvalidOutput as exc:
+            if breaker:
+                breaker.record(False)
+            last_error = ApiError(503, "invalid_model_output", "the model produced an invalid output",
+                                  {"slot": slot, "reason": str(exc)}, headers={"Retry-After": "1"})
+            fallback_reason = "invalid_output"
+            continue
+        if breaker:
+            breaker.record(True)
         if reason:
             DEGRADED.labels(task, reason).inc()
-        return RunnerResult(outputs=[it["y"] for it in items], model=first["model"], version=first["version"],
-                            infer_ms=max(it["infer_ms"] for it in items), batch=max(it["batch"] for it in items),
+        served = [it for it in items if "y" in it]
+        return RunnerResult(outputs=outputs, model=served[0]["model"], version=served[0]["version"],
+                            infer_ms=max(it["infer_ms"] for it in served), batch=max(it["batch"] for it in served),
                             slot=slot, degraded=reason is not None, degraded_reason=reason)
     assert last_error is not None
     raise last_error

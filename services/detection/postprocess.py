@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.common.errors import InvalidOutput
+
 
 @dataclass(frozen=True)
 class NMSParams:
@@ -72,3 +74,14 @@ def nms(raw: np.ndarray, params: NMSParams) -> Detections:
         alive = rest[_iou_one_to_many(shifted[i], shifted[rest]) <= params.iou_threshold]
     idx = np.asarray(kept, dtype=np.int64)
     return Detections(boxes[idx], sc[idx], cl[idx], candidates)
+
+
+def check_head(raw: np.ndarray, num_classes: int) -> None:
+    """Output sanity: the expected [4 + nc, anchors] shape, finite values, class scores within [0, 1]."""
+    if raw.ndim != 2 or raw.shape[0] != 4 + num_classes:
+        raise InvalidOutput(f"head shape {raw.shape} does not match {num_classes} classes")
+    if not np.isfinite(raw).all():
+        raise InvalidOutput("non-finite values in the detection head")
+    scores = raw[4:]
+    if scores.size and (scores.min() < -1e-3 or scores.max() > 1 + 1e-3):
+        raise InvalidOutput("class scores outside [0, 1]")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, UploadFile
 
 from configs.settings import DetectionLimits
 from models.manifest import Manifest
@@ -14,10 +14,10 @@ from services.common.metrics import ITEMS
 from services.common.request_context import StageClock
 from services.common.schemas import ModelChoice, ModelInfo
 from services.detection.decode import decode_base64, decode_image
-from services.detection.postprocess import NMSParams, nms
+from services.detection.postprocess import NMSParams, check_head, nms
 from services.detection.preprocess import boxes_to_original, preprocess_image
 from services.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
-from services.gateway_deps import current_gateway, finish
+from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["detection"])
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
@@ -45,18 +45,22 @@ class DetectionPipeline:
                            {"limit": self.limits.max_images, "received": n})
 
     async def detect(self, gateway, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
-                     request_id: str) -> DetectResponse:
+                     call: CallContext) -> DetectResponse:
         ITEMS.labels("detection").observe(len(images))
-        prepared: dict[str, tuple[np.ndarray, list]] = {}
+        prepared: dict[str, tuple[list[np.ndarray], list]] = {}
 
-        def payload_for(slot: str) -> np.ndarray:
+        def items_for(slot: str) -> list[np.ndarray]:
             pre = self.manifests[slot].preprocess
             tensors, metas = zip(*(preprocess_image(im, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
                                    for im in images))
-            prepared[slot] = (np.stack(tensors), list(metas))
+            prepared[slot] = (list(tensors), list(metas))
             return prepared[slot][0]
 
-        result = await run_task(gateway.runner, "detection", payload_for, opts.model, gateway.settings.gateway, clock)
+        def validate(slot: str, outputs: list[np.ndarray]) -> None:
+            for raw in outputs:
+                check_head(raw, len(self.manifests[slot].labels))
+
+        result = await run_task(gateway, "detection", items_for, opts.model, clock, call.deadline, validate)
         params = self.nms_params(opts)
         labels = self.manifests[result.slot].labels
         metas = prepared[result.slot][1]
@@ -70,33 +74,35 @@ class DetectionPipeline:
                 for b, s, c in zip(boxes, det.scores, det.classes)]))
         clock.stage("postprocess")
         return finish("detection", DetectResponse(
-            request_id=request_id, model=ModelInfo(name=result.model, version=result.version),
+            request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason,
             timings=clock.timings(result.infer_ms), results=out))
 
 
 @router.post("/detect", response_model=DetectResponse, responses=ERRORS,
              summary="Detect objects in base64-encoded images")
-async def detect_json(body: DetectRequest, request: Request, gateway=Depends(current_gateway)) -> DetectResponse:
+async def detect_json(body: DetectRequest, call: CallContext = Depends(inference_guard("detection"))) -> DetectResponse:
     clock = StageClock()
+    gateway = current_gateway()
     pipeline: DetectionPipeline = gateway.pipeline("detection")
     pipeline.check_count(len(body.images))
     lim = pipeline.limits
     images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes, lim.max_pixels)
               for i, im in enumerate(body.images)]
-    return await pipeline.detect(gateway, images, body, clock, request.state.request_id)
+    return await pipeline.detect(gateway, images, body, clock, call)
 
 
 @router.post("/detect/upload", response_model=DetectResponse, responses=ERRORS,
              summary="Detect objects in uploaded image files (multipart/form-data, field 'images')")
-async def detect_upload(request: Request, images: list[UploadFile] = File(description="One or more image files."),
+async def detect_upload(images: list[UploadFile] = File(description="One or more image files."),
                         conf_threshold: float | None = Form(None, ge=0.0, le=1.0),
                         iou_threshold: float | None = Form(None, ge=0.0, le=1.0),
                         max_detections: int | None = Form(None, ge=1),
                         class_aware: bool = Form(True),
                         model: ModelChoice = Form("auto"),
-                        gateway=Depends(current_gateway)) -> DetectResponse:
+                        call: CallContext = Depends(inference_guard("detection"))) -> DetectResponse:
     clock = StageClock()
+    gateway = current_gateway()
     pipeline: DetectionPipeline = gateway.pipeline("detection")
     pipeline.check_count(len(images))
     lim = pipeline.limits
@@ -106,4 +112,4 @@ async def detect_upload(request: Request, images: list[UploadFile] = File(descri
         decoded.append(decode_image(raw, i, lim.max_image_bytes, lim.max_pixels))
     opts = DetectOptions(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
                          class_aware=class_aware, model=model)
-    return await pipeline.detect(gateway, decoded, opts, clock, request.state.request_id)
+    return await pipeline.detect(gateway, decoded, opts, clock, call)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from configs.settings import ForecastLimits
 from models.manifest import Manifest
@@ -16,8 +16,9 @@ from services.common.request_context import StageClock
 from services.common.schemas import ModelInfo
 from services.forecast.preprocess import (FIXED_STEPS, SeriesError, future_timestamps, last_window, regularize,
                                          scale_windows, unscale)
+from services.forecast.postprocess import check_forecast, with_intervals
 from services.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
-from services.gateway_deps import current_gateway, finish
+from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["forecast"])
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
@@ -40,7 +41,7 @@ class ForecastPipeline:
     manifests: dict[str, Manifest]
     limits: ForecastLimits
 
-    async def forecast(self, gateway, body: ForecastRequest, request_id: str) -> ForecastResponse:
+    async def forecast(self, gateway, body: ForecastRequest, call: CallContext) -> ForecastResponse:
         clock = StageClock()
         lim = self.limits
         if len(body.values) > lim.max_points:
@@ -65,34 +66,32 @@ class ForecastPipeline:
         ITEMS.labels("forecast").observe(1)
         levels: dict[str, np.ndarray] = {}
 
-        def payload_for(slot: str) -> np.ndarray:
+        def items_for(slot: str) -> list[np.ndarray]:
             pre = self.manifests[slot].preprocess
             scaled, levels[slot] = scale_windows(last_window(regular, pre.context), pre.scale)
-            return scaled
+            return list(scaled)
 
-        result = await run_task(gateway.runner, "forecast", payload_for, body.model, gateway.settings.gateway, clock)
+        def validate(slot: str, outputs: list[np.ndarray]) -> None:
+            for out in outputs:
+                check_forecast(out, self.manifests[slot].preprocess.horizon)
+
+        result = await run_task(gateway, "forecast", items_for, body.model, clock, call.deadline, validate)
         pre = self.manifests[result.slot].preprocess
-        mean = unscale(np.asarray(result.outputs[0])[None, :], levels[result.slot], pre.scale)[0][: body.horizon]
-        if not np.all(np.isfinite(mean)):
-            raise ApiError(503, "invalid_model_output", "the model produced non-finite values",
-                           {"model": result.model})
-        q = {k: np.asarray(v, dtype=np.float64)[: body.horizon] for k, v in pre.interval_quantiles.items()}
-        zeros = np.zeros(body.horizon)
-        lo50, hi50 = mean + q.get("0.25", zeros), mean + q.get("0.75", zeros)
-        lo90, hi90 = mean + q.get("0.05", zeros), mean + q.get("0.95", zeros)
+        mean = unscale(result.outputs[0][None, :], levels[result.slot], pre.scale)[0][: body.horizon]
+        bands = with_intervals(mean, pre.interval_quantiles)
         stamps = future_timestamps(last_ts, body.frequency, body.horizon)
-        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)), mean=round(float(m), 6),
-                                lower_50=round(float(a), 6), upper_50=round(float(b), 6),
-                                lower_90=round(float(c), 6), upper_90=round(float(d), 6))
-                  for t, m, a, b, c, d in zip(stamps, mean, lo50, hi50, lo90, hi90)]
+        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)), mean=round(float(mean[i]), 6),
+                                **{k: round(float(v[i]), 6) for k, v in bands.items()})
+                  for i, t in enumerate(stamps)]
         clock.stage("postprocess")
         return finish("forecast", ForecastResponse(
-            request_id=request_id, model=ModelInfo(name=result.model, version=result.version),
+            request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
             forecast=points, input=InputReport(**report, used=pre.context)))
 
 
 @router.post("/forecast", response_model=ForecastResponse, responses=ERRORS,
              summary="Forecast the next points of a series, with 50% and 90% intervals")
-async def forecast(body: ForecastRequest, request: Request, gateway=Depends(current_gateway)) -> ForecastResponse:
-    return await gateway.pipeline("forecast").forecast(gateway, body, request.state.request_id)
+async def forecast(body: ForecastRequest, call: CallContext = Depends(inference_guard("forecast"))) -> ForecastResponse:
+    gateway = current_gateway()
+    return await gateway.pipeline("forecast").forecast(gateway, body, call)

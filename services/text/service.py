@@ -5,7 +5,7 @@ import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from configs.settings import TextLimits
 from models.manifest import Manifest
@@ -14,7 +14,8 @@ from services.common.inference import run_task
 from services.common.metrics import ITEMS
 from services.common.request_context import StageClock
 from services.common.schemas import ModelInfo
-from services.gateway_deps import current_gateway, finish
+from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
+from services.text.postprocess import check_probabilities, top_k
 from services.text.preprocess import TextTokenizer
 from services.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 
@@ -54,33 +55,36 @@ class TextPipeline:
             cleaned.append(c)
         return cleaned
 
-    async def classify(self, gateway, body: ClassifyRequest, request_id: str) -> ClassifyResponse:
+    async def classify(self, gateway, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
         clock = StageClock()
         texts = self.validate(body)
         ITEMS.labels("text").observe(len(texts))
         encoded: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
 
-        def payload_for(slot: str) -> list[np.ndarray]:
+        def items_for(slot: str) -> list[np.ndarray]:
             encoded[slot] = self.tokenizers[slot].encode_with_truncation(texts)
             return encoded[slot][0]
 
-        result = await run_task(gateway.runner, "text", payload_for, body.model, gateway.settings.gateway, clock)
+        def validate(slot: str, outputs: list[np.ndarray]) -> None:
+            for probs in outputs:
+                check_probabilities(probs, len(self.manifests[slot].labels))
+
+        result = await run_task(gateway, "text", items_for, body.model, clock, call.deadline, validate)
         labels = self.manifests[result.slot].labels
         results = []
         for probs, ids, truncated in zip(result.outputs, *encoded[result.slot]):
-            probs = np.asarray(probs, dtype=np.float64)
-            k = min(body.top_k, len(probs))
-            top = np.argsort(-probs, kind="stable")[:k]
+            top = top_k(probs, body.top_k)
             results.append(TextResult(label=labels[top[0]], score=round(float(probs[top[0]]), 6),
                                       top_k=[LabelScore(label=labels[j], score=round(float(probs[j]), 6)) for j in top],
                                       tokens=len(ids), truncated=truncated))
         clock.stage("postprocess")
         return finish("text", ClassifyResponse(
-            request_id=request_id, model=ModelInfo(name=result.model, version=result.version),
+            request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason,
             timings=clock.timings(result.infer_ms), results=results))
 
 
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, summary="Classify the intent of texts")
-async def classify(body: ClassifyRequest, request: Request, gateway=Depends(current_gateway)) -> ClassifyResponse:
-    return await gateway.pipeline("text").classify(gateway, body, request.state.request_id)
+async def classify(body: ClassifyRequest, call: CallContext = Depends(inference_guard("text"))) -> ClassifyResponse:
+    gateway = current_gateway()
+    return await gateway.pipeline("text").classify(gateway, body, call)
