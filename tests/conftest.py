@@ -33,6 +33,20 @@ def tiny_registry(tmp_path_factory):
     return registry
 
 
+@pytest.fixture(scope="session")
+def tiny_png_b64() -> str:
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (96, 64), (20, 20, 20))
+    ImageDraw.Draw(img).rectangle([10, 10, 50, 40], fill=(200, 30, 30))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,0 +1,207 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ModelChoice(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_CHOICE_AUTO: _ClassVar[ModelChoice]
+    MODEL_CHOICE_PRIMARY: _ClassVar[ModelChoice]
+    MODEL_CHOICE_FALLBACK: _ClassVar[ModelChoice]
+MODEL_CHOICE_AUTO: ModelChoice
+MODEL_CHOICE_PRIMARY: ModelChoice
+MODEL_CHOICE_FALLBACK: ModelChoice
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class Timings(_message.Message):
+    __slots__ = ("preprocess_ms", "queue_ms", "infer_ms", "postprocess_ms", "total_ms")
+    PREPROCESS_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    INFER_MS_FIELD_NUMBER: _ClassVar[int]
+    POSTPROCESS_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    preprocess_ms: float
+    queue_ms: float
+    infer_ms: float
+    postprocess_ms: float
+    total_ms: float
+    def __init__(self, preprocess_ms: _Optional[float] = ..., queue_ms: _Optional[float] = ..., infer_ms: _Optional[float] = ..., postprocess_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+
+class DetectRequest(_message.Message):
+    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "class_aware", "model")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CONF_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_AWARE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[bytes]
+    conf_threshold: float
+    iou_threshold: float
+    max_detections: int
+    class_aware: bool
+    model: ModelChoice
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., class_aware: _Optional[bool] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+
+class Detection(_message.Message):
+    __slots__ = ("box", "score", "class_id", "label")
+    BOX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    box: _containers.RepeatedScalarFieldContainer[float]
+    score: float
+    class_id: int
+    label: str
+    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ImageResult(_message.Message):
+    __slots__ = ("width", "height", "detections", "candidates")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    height: int
+    detections: _containers.RepeatedCompositeFieldContainer[Detection]
+    candidates: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., detections: _Optional[_Iterable[_Union[Detection, _Mapping]]] = ..., candidates: _Optional[int] = ...) -> None: ...
+
+class DetectResponse(_message.Message):
+    __slots__ = ("request_id", "model", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[ImageResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[ImageResult, _Mapping]]] = ...) -> None: ...
+
+class ClassifyRequest(_message.Message):
+    __slots__ = ("texts", "top_k", "model")
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    top_k: int
+    model: ModelChoice
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+
+class LabelScore(_message.Message):
+    __slots__ = ("label", "score")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    score: float
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class TextResult(_message.Message):
+    __slots__ = ("label", "score", "top_k", "tokens", "truncated")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    score: float
+    top_k: _containers.RepeatedCompositeFieldContainer[LabelScore]
+    tokens: int
+    truncated: bool
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., top_k: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class ClassifyResponse(_message.Message):
+    __slots__ = ("request_id", "model", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[TextResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[TextResult, _Mapping]]] = ...) -> None: ...
+
+class ForecastRequest(_message.Message):
+    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    timestamps: _containers.RepeatedScalarFieldContainer[str]
+    start: str
+    frequency: str
+    horizon: int
+    model: ModelChoice
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+
+class ForecastPoint(_message.Message):
+    __slots__ = ("timestamp", "mean", "lower_50", "upper_50", "lower_90", "upper_90")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    LOWER_50_FIELD_NUMBER: _ClassVar[int]
+    UPPER_50_FIELD_NUMBER: _ClassVar[int]
+    LOWER_90_FIELD_NUMBER: _ClassVar[int]
+    UPPER_90_FIELD_NUMBER: _ClassVar[int]
+    timestamp: str
+    mean: float
+    lower_50: float
+    upper_50: float
+    lower_90: float
+    upper_90: float
+    def __init__(self, timestamp: _Optional[str] = ..., mean: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ...) -> None: ...
+
+class InputReport(_message.Message):
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used")
+    SORTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_MERGED_FIELD_NUMBER: _ClassVar[int]
+    IMPUTED_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    sorted: bool
+    duplicates_merged: int
+    imputed: int
+    points: int
+    used: int
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ...) -> None: ...
+
+class ForecastResponse(_message.Message):
+    __slots__ = ("request_id", "model", "degraded", "degraded_reason", "timings", "forecast", "input")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    forecast: _containers.RepeatedCompositeFieldContainer[ForecastPoint]
+    input: InputReport
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,47 @@
+import pytest
+
+from configs.settings import Admission, Deadlines
+from services.common.admission import AdmissionControl
+from services.common.deadlines import Deadline
+from services.common.errors import ApiError
+
+
+def test_full_queue_is_rejected_with_retry_after():
+    ac = AdmissionControl(Admission(max_inflight_items=4))
+    ac.started("text", 3)
+    ac.admit("text", 1, Deadline.from_budget(1000))
+    with pytest.raises(ApiError) as e:
+        ac.admit("text", 2, Deadline.from_budget(1000))
+    assert e.value.status == 503 and e.value.code == "overloaded" and "Retry-After" in e.value.headers
+    ac.finished("text", 3)
+    ac.admit("text", 2, Deadline.from_budget(1000))
+
+
+def test_wait_estimate_against_the_deadline():
+    ac = AdmissionControl(Admission(latency_ewma_alpha=1.0))
+    ac.started("text", 10)
+    ac.finished("text", 0, infer_ms=100.0, batch=1)  # 0.1 s per item
+    assert ac.estimated_wait("text", 1) == pytest.approx(1.1)
+    ac.admit("text", 1, Deadline.from_budget(2000))
+    with pytest.raises(ApiError) as e:
+        ac.admit("text", 1, Deadline.from_budget(500))
+    assert e.value.code == "deadline_unattainable"
+
+
+def test_overload_threshold():
+    ac = AdmissionControl(Admission(overload_queue_items=2))
+    assert not ac.overloaded("text")
+    ac.started("text", 2)
+    assert ac.overloaded("text")
+
+
+@pytest.mark.parametrize("header,budget", [(None, 10_000), ("250", 250), ("999999", 60_000)])
+def test_deadline_from_header(header, budget):
+    assert Deadline.from_header(header, Deadlines()).budget_ms == budget
+
+
+@pytest.mark.parametrize("header", ["abc", "-5", "0"])
+def test_bad_deadline_header_is_400(header):
+    with pytest.raises(ApiError) as e:
+        Deadline.from_header(header, Deadlines())
+    assert e.value.status == 400 and e.value.code == "invalid_timeout"

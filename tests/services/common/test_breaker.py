@@ -1,0 +1,60 @@
+from configs.settings import Breaker
+from services.common.breaker import CircuitBreaker
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def make(**kw):
+    clock = Clock()
+    cfg = Breaker(**{"window": 4, "min_calls": 4, "failure_rate": 0.5, "open_seconds": 10, "half_open_probes": 2, **kw})
+    return CircuitBreaker("text", cfg, clock=clock), clock
+
+
+def test_opens_on_failure_rate_only_after_min_calls():
+    b, _ = make()
+    for ok in (False, False, True):
+        assert b.allow()
+        b.record(ok)
+    assert b.state == "closed"  # 3 calls < min_calls
+    b.allow()
+    b.record(False)
+    assert b.state == "open" and not b.allow()
+
+
+def test_half_open_probes_close_on_success_and_reopen_on_failure():
+    b, clock = make()
+    for _ in range(4):
+        b.allow()
+        b.record(False)
+    assert b.state == "open"
+    clock.t = 10.5
+    assert b.allow() and b.state == "half_open"
+    assert b.allow()
+    assert not b.allow()  # only half_open_probes in flight
+    b.record(True)
+    b.record(True)
+    assert b.state == "closed"
+    for _ in range(4):
+        b.allow()
+        b.record(False)
+    clock.t = 21
+    assert b.allow()
+    b.record(False)
+    assert b.state == "open" and not b.allow()
+
+
+def test_release_frees_a_probe_without_judging():
+    b, clock = make()
+    for _ in range(4):
+        b.allow()
+        b.record(False)
+    clock.t = 11
+    assert b.allow() and b.allow() and not b.allow()
+    b.release()
+    assert b.allow() and b.state == "half_open"

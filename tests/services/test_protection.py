@@ -1,0 +1,140 @@
+"""Protection mechanisms through real HTTP on a server with injected faults: deadlines, bounded queues, rate limits,
+auth, circuit breaker transitions, fallback routing, output sanity, provider fault continuation."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.conftest import Server
+
+ADMIN, APP, LIMITED = "admin-secret", "app-key", "slow-client-key"
+SERIES = [340.0 + 0.1 * i for i in range(48)]
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def faulty(tiny_registry, tmp_path_factory):
+    env = {
+        "TRISERVE_RUNNER__FAULTS__ERROR_RATE": json.dumps({"text": 1.0}),  # text primary always fails
+        "TRISERVE_RUNNER__FAULTS__NAN_OUTPUT": json.dumps(["forecast"]),  # forecast primary emits NaN
+        "TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({"detection": 700}),  # detection primary is slow
+        "TRISERVE_RUNNER__FAULTS__PROVIDER_FAULT": "run",  # the 'accelerator' dies on first real run
+        "TRISERVE_BREAKER__WINDOW": "4", "TRISERVE_BREAKER__MIN_CALLS": "4", "TRISERVE_BREAKER__OPEN_SECONDS": "3",
+        "TRISERVE_BREAKER__HALF_OPEN_PROBES": "1",
+        "TRISERVE_ADMISSION__MAX_INFLIGHT_ITEMS": "3",
+        "TRISERVE_ACCESS__API_KEYS": json.dumps([
+            {"name": "ops", "sha256": sha(ADMIN), "admin": True},
+            {"name": "app", "sha256": sha(APP)},
+            {"name": "limited", "sha256": sha(LIMITED), "rate_per_s": 0.2}]),
+        "TRISERVE_ACCESS__BURST": "3",
+    }
+    srv = Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "faulty.log")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def post(srv, path, headers=None, **kw):
+    return httpx.post(f"{srv.url}{path}", headers=headers or {}, timeout=30, **kw)
+
+
+def protection(srv) -> dict:
+    resp = httpx.get(f"{srv.url}/admin/protection", headers={"X-API-Key": ADMIN}, timeout=10)
+    assert resp.status_code == 200
+    return resp.json()
+
+
+def test_admin_endpoints_need_an_admin_key(faulty):
+    url = f"{faulty.url}/admin/protection"
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={"X-API-Key": "wrong"}).json()["error"]["code"] == "unauthorized"
+    assert httpx.get(url, headers={"X-API-Key": APP}).status_code == 403
+    assert httpx.get(url, headers={"Authorization": f"Bearer {ADMIN}"}).json()["caller"] == "key:ops"
+
+
+def test_rate_limit_per_key_answers_429_with_retry_after(faulty):
+    codes = [post(faulty, "/v1/forecast", {"X-API-Key": LIMITED},
+                  json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "fallback"}).status_code
+             for _ in range(5)]
+    assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
+    resp = post(faulty, "/v1/forecast", {"X-API-Key": LIMITED}, json={"values": SERIES, "start": "2000-01-01T00:00:00"})
+    assert resp.json()["error"]["code"] == "rate_limited" and int(resp.headers["retry-after"]) >= 1
+    # other clients are unaffected
+    assert post(faulty, "/v1/forecast", {"X-API-Key": APP},
+                json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "fallback"}).status_code == 200
+
+
+def test_breaker_opens_routes_to_fallback_then_probes(faulty):
+    reasons = []
+    for _ in range(6):
+        body = post(faulty, "/v1/classify", json={"texts": ["hello there"]}).json()
+        assert body["degraded"] is True and body["model"]["name"] == "minilm-intent-int8"
+        reasons.append(body["degraded_reason"])
+    assert reasons[:4] == ["primary_failed"] * 4 and reasons[4:] == ["circuit_open"] * 2
+    assert protection(faulty)["breakers"]["text"]["state"] == "open"
+    explicit = post(faulty, "/v1/classify", json={"texts": ["hello"], "model": "primary"})
+    assert explicit.status_code == 503 and explicit.json()["error"]["code"] == "runner_unavailable"
+    time.sleep(3.2)  # open_seconds: the next auto request is a half-open probe; it fails and reopens the breaker
+    probe = post(faulty, "/v1/classify", json={"texts": ["hello"]}).json()
+    assert probe["degraded_reason"] == "primary_failed"
+    assert protection(faulty)["breakers"]["text"]["state"] == "open"
+    metrics = httpx.get(f"{faulty.url}/metrics").text
+    assert 'triserve_degraded_total{reason="circuit_open",task="text"}' in metrics
+    assert 'triserve_breaker_transitions_total{slot="text",to="half_open"}' in metrics
+
+
+def test_nan_output_never_reaches_the_client(faulty):
+    auto = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00"}).json()
+    assert auto["degraded_reason"] == "invalid_output" and auto["model"]["name"] == "co2-seasonal-naive"
+    assert all(isinstance(p["mean"], float) for p in auto["forecast"])
+    primary = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "primary"})
+    assert primary.status_code == 503 and primary.json()["error"]["code"] == "invalid_model_output"
+
+
+def test_deadline_is_enforced_and_answers_504_fast(faulty, tiny_png_b64):
+    started = time.monotonic()
+    resp = post(faulty, "/v1/detect", {"X-Request-Timeout-Ms": "300"},
+                json={"images": [{"data": tiny_png_b64}], "model": "primary"})
+    elapsed = time.monotonic() - started
+    assert resp.status_code == 504 and resp.json()["error"]["code"] == "deadline_exceeded"
+    assert elapsed < 0.3 + 0.4
+    assert post(faulty, "/v1/detect", {"X-Request-Timeout-Ms": "abc"},
+                json={"images": [{"data": tiny_png_b64}]}).json()["error"]["code"] == "invalid_timeout"
+    ok = post(faulty, "/v1/detect", {"X-Request-Timeout-Ms": "5000"},
+              json={"images": [{"data": tiny_png_b64}], "model": "primary"})
+    assert ok.status_code == 200
+
+
+def test_full_queue_rejects_at_once_or_goes_to_fallback(faulty, tiny_png_b64):
+    time.sleep(1.0)  # let the slow requests of the previous test drain
+    body = {"images": [{"data": tiny_png_b64}] * 2, "model": "primary"}
+    with ThreadPoolExecutor(4) as pool:
+        started = time.monotonic()
+        results = list(pool.map(lambda _: (post(faulty, "/v1/detect", json=body), time.monotonic() - started),
+                                range(4)))
+    rejected = [(r, t) for r, t in results if r.status_code == 503]
+    assert rejected, [r.status_code for r, _ in results]
+    assert all(r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] for r, _ in rejected)
+    assert min(t for _, t in rejected) < 0.5  # rejected at once, not after queueing
+    with ThreadPoolExecutor(4) as pool:
+        auto = list(pool.map(lambda _: post(faulty, "/v1/detect", json={**body, "model": "auto"}), range(4)))
+    served = [r.json() for r in auto if r.status_code == 200]
+    assert all(r.status_code in (200, 503) for r in auto)
+    assert "overload" in {b["degraded_reason"] for b in served}  # the primary's full queue spilled to the fallback
+
+
+def test_provider_fault_moves_models_to_cpu_and_keeps_serving(faulty):
+    status = httpx.get(f"{faulty.url}/v1/models").json()
+    moved = {slot: m["provider_fallback"] for slot, m in status["models"].items() if m["provider_fallback"]}
+    assert moved and all(reason.startswith("run: ProviderFault") for reason in moved.values())
+    assert {m["provider"] for m in status["models"].values()} == {"CPUExecutionProvider"}
