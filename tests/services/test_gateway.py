@@ -189,6 +189,12 @@ def test_fallback_on_request_is_flagged(server):
     ("/v1/forecast", {"content": b'{"values": [1.0, Infinity], "start": "2000-01-01T00:00:00"}',
                       "headers": {"content-type": "application/json"}}, 422, "non_finite_value"),
     ("/v1/forecast", {"json": {"values": [1.0] * 20_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
+    ("/v1/forecast", {"json": {"values": [1.5] * 1_000_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
+    ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00", "frequency": "Q"}}, 422,
+     "validation_error"),
+    ("/v1/detect", {"json": {"images": []}}, 422, "validation_error"),
+    ("/v1/detect", {"json": {"images": [{"data": "http://169.254.169.254/latest/meta-data"}]}}, 422,
+     "invalid_base64"),
 ])
 def test_bad_input_gets_a_4xx_with_the_error_model(server, path, kwargs, status, code):
     resp = post(server, path, **kwargs)
@@ -196,6 +202,15 @@ def test_bad_input_gets_a_4xx_with_the_error_model(server, path, kwargs, status,
     err = resp.json()["error"]
     assert err["code"] == code
     assert err["message"] and err["request_id"] == resp.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("text", ["\u202eevil rtl override", "emoji \U0001F600\U0001F680 mix", "nul\x00byte",
+                                  "\u0000\u0001", "ｆｕｌｌｗｉｄｔｈ", "e\u0301\u0301\u0301" * 300])
+def test_odd_unicode_is_classified_or_refused_cleanly(server, text):
+    resp = post(server, "/v1/classify", json={"texts": [text]})
+    assert resp.status_code in (200, 422), resp.text
+    if resp.status_code == 422:
+        assert resp.json()["error"]["code"] == "empty_text"
 
 
 def test_decompression_bomb_is_refused_before_decoding(server):

@@ -1,0 +1,125 @@
+"""Helpers shared by the drills: arguments, one HTTP call recorded as a row, percentiles, saving JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import aiohttp
+import numpy as np
+
+from scripts.drills.server import ROOT
+
+DEFAULT_REGISTRY = ROOT / "models" / "store"
+OUT_DIR = ROOT / "docs" / "drills"
+TEXTS = ["what is my account balance", "book a flight to paris next monday", "set a timer for ten minutes",
+         "how do you say good morning in german", "transfer 200 dollars to my savings account", "tell me a joke",
+         "is my card blocked", "what's the weather tomorrow", "play jazz", "cancel my dinner reservation at eight"]
+
+
+def base_parser(doc: str, name: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, help="registry root (default models/store)")
+    ap.add_argument("--out", type=Path, default=OUT_DIR / f"{name}.json", help="where the JSON result goes")
+    ap.add_argument("--log", type=Path, default=None, help="server log (default: a temp file, path in the JSON)")
+    return ap
+
+
+def log_path(args, name: str) -> Path:
+    if args.log:
+        return args.log
+    return Path(tempfile.mkdtemp(prefix=f"triserve-drill-{name}-")) / "serve.log"
+
+
+def assert_loopback(url: str) -> None:
+    if urlparse(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit("refusing to send traffic to a non-loopback address")
+
+
+def text_body(rng: random.Random, model: str = "auto", max_texts: int = 4) -> dict:
+    return {"texts": rng.sample(TEXTS, rng.randint(1, max_texts)), "top_k": 3, "model": model}
+
+
+@dataclass
+class Row:
+    """One request as seen by the client. Times are seconds relative to the drill's t0."""
+
+    path: str
+    sent: float
+    done: float
+    status: int | str  # HTTP status, or the transport exception's class name
+    code: str | None = None  # error.code for error answers
+    degraded: bool | None = None
+    reason: str | None = None  # degraded_reason
+    slot: str | None = None  # error.details.slot where given
+    model: str | None = None
+
+    @property
+    def ms(self) -> float:
+        return (self.done - self.sent) * 1000
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, t0: float,
+               headers: dict | None = None, timeout: float = 60) -> Row:
+    sent = time.monotonic() - t0
+    try:
+        async with session.post(url + path, json=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            raw = await resp.read()
+            row = Row(path, sent, time.monotonic() - t0, resp.status)
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
+            if isinstance(data, dict):
+                if resp.status == 200:
+                    row.degraded = data.get("degraded")
+                    row.reason = data.get("degraded_reason")
+                    row.model = (data.get("model") or {}).get("name")
+                elif isinstance(data.get("error"), dict):
+                    row.code = data["error"].get("code")
+                    details = data["error"].get("details")
+                    if isinstance(details, dict):
+                        row.slot = details.get("slot")
+            return row
+    except Exception as exc:  # noqa: BLE001 - every failure is a row, none is hidden
+        return Row(path, sent, time.monotonic() - t0, type(exc).__name__)
+
+
+def pct(values, q) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if len(values) else None
+
+
+def lat(rows: list[Row]) -> dict:
+    ms = [r.ms for r in rows]
+    return {"n": len(ms), "p50": pct(ms, 50), "p90": pct(ms, 90), "p99": pct(ms, 99),
+            "max": round(max(ms), 1) if ms else None}
+
+
+def by_status(rows: list[Row]) -> dict[str, int]:
+    c = Counter(f"{r.status}" + (f":{r.code}" if r.code else "") for r in rows)
+    return dict(sorted(c.items()))
+
+
+def degraded_reasons(rows: list[Row]) -> dict[str, int]:
+    return dict(Counter(r.reason or "?" for r in rows if r.degraded))
+
+
+def save(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"saved {out}")
+
+
+def rows_json(rows: list[Row]) -> list[dict]:
+    return [{**asdict(r), "sent": round(r.sent, 3), "done": round(r.done, 3)} for r in rows]

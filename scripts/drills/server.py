@@ -1,0 +1,154 @@
+"""A `bentoml serve services.gateway:Gateway` subprocess on a free loopback port, for drills.
+
+Same pattern as the `Server` helper in tests/conftest.py (which keeps its own copy), plus what drills need: the PIDs
+of the worker processes (found with psutil among the serve process's children) and a stop that also ends workers
+left behind. BentoML's process manager puts each worker in a session of its own, so signalling the serve process's
+group reaches only the arbiter; a SIGTERM to it stops the workers gracefully, and anything still alive after that is
+killed here by PID.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER_SERVICE = "triserve-runner"
+ENTRY_SERVICE = "triserve"
+QUIET_ENV = {"YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "BENTOML_DO_NOT_TRACK": "True"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _service_name(cmdline: list[str]) -> str | None:
+    if "--service-name" in cmdline:
+        i = cmdline.index("--service-name")
+        if i + 1 < len(cmdline):
+            return cmdline[i + 1]
+    return None
+
+
+class Server:
+    """`with Server(registry) as srv: srv.wait_ready(); ...` - always on 127.0.0.1."""
+
+    def __init__(self, registry_dir: Path, env: dict[str, str] | None = None, log_path: Path | None = None,
+                 port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.env = dict(env or {})
+        full_env = {**os.environ, **QUIET_ENV, "TRISERVE_REGISTRY_DIR": str(registry_dir), **self.env}
+        if log_path:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway", "--host", "127.0.0.1",
+             "--port", str(self.port)], cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self._seen: set[int] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float = 180) -> float:
+        """Seconds from process start until /readyz answered 200."""
+        while time.monotonic() - self.started < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
+            self.workers()  # remember worker PIDs for stop()
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return time.monotonic() - self.started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"not ready after {timeout}s; log: {self.log_path}")
+
+    def wait_listening(self, timeout: float = 120) -> float:
+        """Seconds from process start until the HTTP port answers anything (e.g. /livez)."""
+        while time.monotonic() - self.started < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
+            self.workers()
+            try:
+                httpx.get(f"{self.url}/livez", timeout=2)
+                return time.monotonic() - self.started
+            except httpx.HTTPError:
+                time.sleep(0.25)
+        raise TimeoutError(f"port {self.port} not listening after {timeout}s; log: {self.log_path}")
+
+    def stop(self) -> None:
+        leftovers = self._all_pids()
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # Workers live in their own sessions: end any that outlived the arbiter, by PID.
+        deadline = time.monotonic() + 10
+        for pid in leftovers:
+            try:
+                p = psutil.Process(pid)
+                if _service_name(p.cmdline()) is None:
+                    continue
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except psutil.TimeoutExpired:
+                p.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+            self._log = subprocess.DEVNULL
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- processes ------------------------------------------------------------------------------------------------
+    def workers(self) -> dict[str, list[int]]:
+        """Service name -> PIDs of its live worker processes (children of the serve process)."""
+        out: dict[str, list[int]] = {}
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return out
+        for child in children:
+            try:
+                name = _service_name(child.cmdline())
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            if name and child.status() != psutil.STATUS_ZOMBIE:
+                out.setdefault(name, []).append(child.pid)
+                self._seen.add(child.pid)
+        return out
+
+    def runner_pids(self) -> list[int]:
+        return sorted(self.workers().get(RUNNER_SERVICE, []))
+
+    def entry_pids(self) -> list[int]:
+        return sorted(self.workers().get(ENTRY_SERVICE, []))
+
+    def _all_pids(self) -> list[int]:
+        self.workers()
+        return sorted(self._seen)
+
+    # -- probes ---------------------------------------------------------------------------------------------------
+    def status(self, path: str, timeout: float = 3) -> int | str:
+        try:
+            return httpx.get(self.url + path, timeout=timeout).status_code
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
