@@ -1,0 +1,210 @@
+"""Drill: SIGKILL the runner worker in the middle of closed-loop mixed load.
+
+    python -m scripts.drills.kill_runner [--registry models/store] [--concurrency 16] [--seconds 35] [--kill-at 12]
+
+Reports failed requests (by status and error code), time from the kill until requests succeed again, whether and
+when a fallback answered (degraded responses), and whether BentoML restarted the runner by itself (PID change,
+/readyz back to 200). Nothing here supervises the runner: the drill only observes.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+
+import aiohttp
+
+from scripts.bench.load_mix import payloads
+from scripts.drills.common import (Row, assert_loopback, base_parser, by_status, degraded_reasons, lat, log_path,
+                                   post, save, text_body)
+from scripts.drills.server import Server
+
+NAME = "kill_runner"
+
+
+async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, max_requests: int,
+                probe_interval: float = 0.25, probe_deadline_ms: int = 2000) -> dict:
+    assert_loopback(srv.url)
+    mix = payloads()
+    rows: list[Row] = []
+    probes: list[Row] = []
+    timeline: list[dict] = []  # changes of runner PIDs and /readyz
+    events: dict = {}
+    counter = iter(range(max_requests))
+    t0 = time.monotonic()
+    stop_at = t0 + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency + 4)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            for i in counter:
+                if time.monotonic() > stop_at:
+                    return
+                path, body = mix[i % len(mix)]
+                rows.append(await post(session, srv.url, path, body, t0, timeout=30))
+
+        async def killer() -> None:
+            await asyncio.sleep(kill_at)
+            pids = srv.runner_pids()
+            events["runner_pids_before"] = pids
+            events["kill_s"] = round(time.monotonic() - t0, 3)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+
+        async def monitor() -> None:
+            last = None
+            while time.monotonic() < stop_at + 2:
+                pids = srv.runner_pids()
+                try:
+                    async with session.get(srv.url + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        ready = r.status
+                except Exception as exc:  # noqa: BLE001
+                    ready = type(exc).__name__
+                state = (tuple(pids), ready)
+                if state != last:
+                    timeline.append({"t": round(time.monotonic() - t0, 2), "runner_pids": pids, "readyz": ready})
+                    last = state
+                await asyncio.sleep(0.2)
+
+        async def prober() -> None:
+            """Open-loop side stream: a short-deadline text request every probe_interval, whatever the load does,
+            so arrivals during the outage are seen (the closed loop itself stalls when its requests hang)."""
+            rng = random.Random(1)
+            tasks = []
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as own:
+                for _ in range(int(seconds / probe_interval)):
+                    if time.monotonic() > stop_at:
+                        break
+                    tasks.append(asyncio.create_task(post(
+                        own, srv.url, "/v1/classify", text_body(rng), t0,
+                        headers={"X-Request-Timeout-Ms": str(probe_deadline_ms)}, timeout=30)))
+                    await asyncio.sleep(probe_interval)
+                probes.extend(await asyncio.gather(*tasks))
+
+        mon = asyncio.create_task(monitor())
+        await asyncio.gather(killer(), prober(), *(worker() for _ in range(concurrency)))
+        await mon
+    res = analyse(rows, timeline, events, time.monotonic() - t0, concurrency)
+    res["probes"] = probe_report(probes, events.get("kill_s"), res, probe_interval, probe_deadline_ms)
+    return res
+
+
+def probe_report(probes: list[Row], kill: float | None, res: dict, interval: float, deadline_ms: int) -> dict:
+    """What a new arrival with a short deadline saw before, during and after the outage."""
+    rec = res["time_to_recovery_s"]
+    end = kill + rec if kill is not None and rec is not None else None
+    during = [p for p in probes if kill is not None and p.sent >= kill and (end is None or p.sent < end)]
+    after = [p for p in probes if end is not None and p.sent >= end]
+    before = [p for p in probes if kill is None or p.sent < kill]
+    return {"interval_s": interval, "deadline_ms": deadline_ms, "n": len(probes),
+            "before_kill": {"status": by_status(before), "latency_ms": lat(before)},
+            "during_outage": {"status": by_status(during), "latency_ms": lat(during),
+                              "degraded": degraded_reasons(during)},
+            "after_recovery": {"status": by_status(after), "latency_ms": lat(after)}}
+
+
+def analyse(rows: list[Row], timeline: list[dict], events: dict, elapsed: float, concurrency: int) -> dict:
+    kill = events.get("kill_s")
+    before = [r for r in rows if kill is None or r.done < kill]
+    after = [r for r in rows if kill is not None and r.done >= kill]
+    failed = [r for r in after if not r.ok]
+    last_fail = max((r.done for r in failed), default=None)
+    first_ok_sent_after = min((r.done for r in after if r.ok and r.sent >= kill), default=None)
+    recovered = (min((r.done for r in after if r.ok and r.done > last_fail), default=None)
+                 if last_fail is not None else first_ok_sent_after)
+    in_flight = [r for r in rows if kill is not None and r.sent < kill <= r.done]
+    pids_before = events.get("runner_pids_before", [])
+    restart = next((e for e in timeline if kill is not None and e["t"] >= kill and e["runner_pids"]
+                    and not set(e["runner_pids"]) & set(pids_before)), None)
+    gone = next((e for e in timeline if kill is not None and e["t"] >= kill and not e["runner_pids"]), None)
+    ready_again = next((e for e in timeline if kill is not None and e["t"] >= kill and e["readyz"] == 200
+                        and any(x["readyz"] != 200 for x in timeline if kill <= x["t"] < e["t"])), None)
+    degraded = [r for r in after if r.ok and r.degraded]
+    buckets: dict[int, dict] = {}
+    for r in rows:
+        b = buckets.setdefault(int(r.done), {"t": int(r.done), "ok": 0, "failed": 0, "degraded": 0})
+        b["ok" if r.ok else "failed"] += 1
+        b["degraded"] += bool(r.ok and r.degraded)
+
+    def rel(t):
+        return None if t is None or kill is None else round(t - kill, 3)
+
+    return {
+        "concurrency": concurrency, "seconds": round(elapsed, 1), "requests": len(rows),
+        "kill_at_s": kill, "runner_pids_before": pids_before,
+        "status_all": by_status(rows), "status_before_kill": by_status(before), "status_after_kill": by_status(after),
+        "failed_after_kill": len(failed),
+        "failed_by_path": {p: sum(1 for r in failed if r.path == p) for p in sorted({r.path for r in failed})},
+        "in_flight_at_kill": {"n": len(in_flight), "status": by_status(in_flight), "latency_ms": lat(in_flight)},
+        "first_failure_after_kill_s": rel(min((r.done for r in failed), default=None)),
+        "last_failure_after_kill_s": rel(last_fail),
+        "first_success_sent_after_kill_s": rel(first_ok_sent_after),
+        "time_to_recovery_s": rel(recovered),
+        "degraded_after_kill": {"n": len(degraded), "reasons": degraded_reasons(degraded),
+                                "first_s": rel(min((r.done for r in degraded), default=None))},
+        "degraded_all": degraded_reasons(rows),
+        "runner_restarted_by_bentoml": restart is not None,
+        "runner_pids_after": restart["runner_pids"] if restart else None,
+        "runner_gone_seen_s": rel(gone["t"]) if gone else None,
+        "new_runner_pid_seen_s": rel(restart["t"]) if restart else None,
+        "readyz_200_again_s": rel(ready_again["t"]) if ready_again else None,
+        "latency_ms_before_kill": lat([r for r in before if r.ok]),
+        "latency_ms_after_recovery": lat([r for r in after if r.ok and recovered is not None and r.sent > recovered]),
+        "timeline": timeline,
+        "per_second": [buckets[k] for k in sorted(buckets)],
+    }
+
+
+def summary(res: dict) -> str:
+    lines = [
+        f"kill_runner: {res['requests']} requests in {res['seconds']} s at concurrency {res['concurrency']}; "
+        f"SIGKILL runner {res['runner_pids_before']} at t={res['kill_at_s']} s",
+        f"  status before kill: {res['status_before_kill']}",
+        f"  status after kill:  {res['status_after_kill']}  (failed: {res['failed_after_kill']}, "
+        f"by path {res['failed_by_path']})",
+        f"  in flight at kill: {res['in_flight_at_kill']['status']}, max latency "
+        f"{res['in_flight_at_kill']['latency_ms']['max']} ms",
+        f"  failures from +{res['first_failure_after_kill_s']} s to +{res['last_failure_after_kill_s']} s; "
+        f"time to recovery {res['time_to_recovery_s']} s (first success of a request sent after the kill: "
+        f"+{res['first_success_sent_after_kill_s']} s)",
+        f"  degraded (fallback) answers after kill: {res['degraded_after_kill']}",
+        f"  runner restarted by BentoML: {res['runner_restarted_by_bentoml']} "
+        f"(new PID {res['runner_pids_after']} seen at +{res['new_runner_pid_seen_s']} s; "
+        f"/readyz 200 again at +{res['readyz_200_again_s']} s)",
+        f"  latency ok before kill {res['latency_ms_before_kill']}, after recovery {res['latency_ms_after_recovery']}",
+    ]
+    pr = res.get("probes")
+    if pr:
+        lines.append(f"  side probes (/v1/classify every {pr['interval_s']} s, deadline {pr['deadline_ms']} ms): "
+                     f"before {pr['before_kill']['status']}; during outage {pr['during_outage']['status']} "
+                     f"(latency {pr['during_outage']['latency_ms']}); after {pr['after_recovery']['status']}")
+    if not res["runner_restarted_by_bentoml"]:
+        lines.append("  !! BentoML did NOT restart the runner worker within the drill")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = base_parser(__doc__, NAME)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=35, help="load duration (bounded)")
+    ap.add_argument("--kill-at", type=float, default=12, help="seconds into the load when the runner is killed")
+    ap.add_argument("--max-requests", type=int, default=20_000)
+    ap.add_argument("--probe-interval", type=float, default=0.25, help="side-probe spacing (open loop)")
+    ap.add_argument("--probe-deadline-ms", type=int, default=2000, help="X-Request-Timeout-Ms of side probes")
+    args = ap.parse_args()
+    log = log_path(args, NAME)
+    with Server(args.registry, log_path=log) as srv:
+        ready_s = srv.wait_ready()
+        res = asyncio.run(drill(srv, args.concurrency, min(args.seconds, 120), args.kill_at, args.max_requests,
+                               max(args.probe_interval, 0.05), args.probe_deadline_ms))
+        res["runner_pids_at_end"] = srv.runner_pids()
+    res = {"drill": NAME, "registry": str(args.registry), "server_ready_s": round(ready_s, 1),
+           "server_log": str(log), **res}
+    print(summary(res))
+    save(res, args.out)
+
+
+if __name__ == "__main__":
+    main()
