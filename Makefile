@@ -12,6 +12,8 @@ export YOLO_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export BENTOML_DO_NOT_TRACK := True
+# BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
+export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
 .PHONY: install models serve test lint clean-models
 

@@ -158,12 +158,52 @@ class AccessSettings(_Section):
     max_clients: int = Field(10_000, ge=1, description="Buckets kept (least recently used evicted): bounded memory.")
 
 
+class Observability(_Section):
+    """Request logs, payload sampling, drift windows."""
+
+    request_log: bool = Field(True, description="One JSON line per request on the 'triserve.requests' logger.")
+    drift_window: int = Field(2000, ge=10, description="Recent values per (model, signal) compared with the "
+                                                       "manifest reference.")
+    drift_every: int = Field(50, ge=1, description="Recompute PSI after this many new values.")
+    drift_min_values: int = Field(100, ge=1, description="No PSI before the window holds this many values.")
+    payload_sample_rate: float = Field(0.0, ge=0, le=1, description="Share of successful requests whose body is "
+                                                                    "written to JSONL (replay, calibration data).")
+    payload_dir: Path = Field(PROJECT_ROOT / ".cache" / "payloads", description="Where sampled payloads go.")
+    payload_max_bytes: int = Field(256 * 1024, ge=256, description="Larger bodies are skipped (counted).")
+    payload_file_bytes: int = Field(64 * 2**20, ge=4096, description="Rotate the JSONL file at this size.")
+    payload_files: int = Field(5, ge=1, le=100, description="Rotated files kept.")
+
+
+class GrpcSettings(_Section):
+    """gRPC endpoint started with every API worker: typed task APIs, Open Inference Protocol v2, health, reflection."""
+
+    enabled: bool = Field(True, description="Start the gRPC server with the gateway.")
+    host: str = Field("127.0.0.1", description="Bind address ('0.0.0.0' or '::' for every interface).")
+    port: int = Field(3001, ge=1, le=65535, description="gRPC port; API workers share it through SO_REUSEPORT, so a "
+                                                        "second instance on the same host needs its own port.")
+    max_message_bytes: int = Field(64 * 2**20, ge=1024, description="Largest request or response message (the "
+                                                                     "counterpart of gateway.max_body_bytes).")
+    reflection: bool = Field(True, description="Serve gRPC server reflection (service and message discovery).")
+    health_interval_s: float = Field(1.0, gt=0, le=60, description="How often grpc.health.v1 is refreshed from the "
+                                                                   "gateway's readiness (the /readyz check).")
+    shutdown_grace_s: float = Field(5.0, ge=0, le=120, description="Time in-flight RPCs get to finish on shutdown.")
+
+
 class Settings(BaseSettings):
     """The whole serving configuration."""
 
     model_config = SettingsConfigDict(env_prefix="TRISERVE_", env_nested_delimiter="__", extra="forbid")
 
     registry_dir: Path = Field(PROJECT_ROOT / "models" / "store", description="Local registry root.")
+    registry_uri: str | None = Field(
+        None, description="Registry store to pull the configured models from at startup (oci://host:port/prefix, "
+                          "s3://bucket/prefix, http(s)://host/prefix, file:///path); they are verified into "
+                          "model_cache_dir and served from there. None: serve registry_dir directly.")
+    model_cache_dir: Path = Field(PROJECT_ROOT / ".cache" / "models",
+                                  description="Verified local cache of pulled models (local registry layout); "
+                                              "used offline when registry_uri is unreachable.")
+    registry_retries: int = Field(4, ge=0, le=20, description="Extra attempts when registry_uri is unreachable.")
+    registry_backoff_s: float = Field(0.5, ge=0, le=60, description="First retry delay, doubled per attempt.")
     host: str = Field("127.0.0.1", description="Bind address used by `make serve`.")
     port: int = Field(3000, ge=1, le=65535)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
@@ -174,10 +214,12 @@ class Settings(BaseSettings):
     detection_limits: DetectionLimits = Field(default_factory=DetectionLimits)
     text_limits: TextLimits = Field(default_factory=TextLimits)
     forecast_limits: ForecastLimits = Field(default_factory=ForecastLimits)
+    grpc: GrpcSettings = Field(default_factory=GrpcSettings)
     deadlines: Deadlines = Field(default_factory=Deadlines)
     admission: Admission = Field(default_factory=Admission)
     breaker: Breaker = Field(default_factory=Breaker)
     access: AccessSettings = Field(default_factory=AccessSettings)
+    observability: Observability = Field(default_factory=Observability)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

@@ -5,20 +5,25 @@ longest item), and forecast windows [n, context]. Batch limits per slot come fro
 """
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
 
 import bentoml
 import numpy as np
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from configs.settings import get_settings
-from models.registry import LocalRegistry
+from models.cache import open_serving_registry
 from runners.faults import inject_faults
 from runners.pool import ModelPool
 from runners.ragged import pad_sequences
+from services.common.metrics import observe_rss
+from services.common.request_log import json_logger
 
 log = logging.getLogger("triserve.runner")
+batch_log = json_logger("triserve.runner.batches", logging.StreamHandler(sys.stdout))  # a JSON line per batch
 settings = get_settings()
 
 SLOTS = {
@@ -34,6 +39,10 @@ BATCH_SIZE = Histogram("triserve_runner_batch_size", "Items per ONNX Runtime cal
                        ["slot", "model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
 EXPIRED = Counter("triserve_runner_expired_total", "Items dropped before compute because their deadline passed.",
                   ["slot"])
+MODEL_INFO = Gauge("triserve_model_info", "Loaded model per slot (value 1).", ["slot", "name", "version", "sha256",
+                   "provider"], multiprocess_mode="max")
+LOAD_SECONDS = Gauge("triserve_model_load_seconds", "Load + verify + warm-up time per model.",
+                     ["slot", "model", "version"], multiprocess_mode="max")
 BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
                           ["slot", "model"],
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
@@ -57,8 +66,12 @@ class ModelRunner:
     def __init__(self) -> None:
         if settings.runner.startup_delay_s:
             time.sleep(settings.runner.startup_delay_s)
-        self.pool = ModelPool(LocalRegistry(settings.registry_dir), settings.runner)
+        self.pool = ModelPool(open_serving_registry(settings), settings.runner)
         self.pool.load_all({slot: (s.name, s.ref) for slot, s in SLOTS.items()})
+        for slot, m in self.pool.models.items():
+            MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
+                              m.provider).set(1)
+            LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
 
     def __is_ready__(self) -> bool:
         return self.pool.ready
@@ -74,6 +87,11 @@ class ModelRunner:
         if live:
             for i, out in zip(live, self._run(slot, [items[i]["x"] for i in live])):
                 results[i] = out
+            batch_log.info(json.dumps({"event": "batch", "slot": slot, "size": len(live),
+                                       "expired": len(items) - len(live),
+                                       "infer_ms": round(results[live[0]]["infer_ms"], 3),
+                                       "request_ids": sorted({items[i].get("rid", "") for i in live})}))
+        observe_rss("runner")
         return results
 
     def _run(self, slot: str, xs: list[np.ndarray]) -> list[dict]:

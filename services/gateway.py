@@ -14,11 +14,13 @@ import bentoml
 from fastapi import Depends, FastAPI
 
 from configs.settings import get_settings
-from models.registry import LocalRegistry
+from models.cache import open_serving_registry
 from runners.service import ModelRunner
+from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
+from services.common.request_log import RequestLog
 from services.gateway_deps import admin_guard
 from services.detection.service import DetectionPipeline
 from services.detection.service import router as detection_router
@@ -27,6 +29,8 @@ from services.forecast.service import router as forecast_router
 from services.text.preprocess import TextTokenizer
 from services.text.service import TextPipeline
 from services.text.service import router as text_router
+from services.protocols.grpc_server import start_grpc
+from services.protocols.oip_rest import router as oip_router
 
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()
@@ -39,9 +43,11 @@ install_error_handlers(app)
 app.add_middleware(ContentTypeMiddleware, rules={"/v1/detect": "application/json", "/v1/classify": "application/json",
                                                  "/v1/forecast": "application/json",
                                                  "/v1/detect/upload": "multipart/form-data"})
-app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes)
+app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes,
+                   request_log=RequestLog(settings.observability))
 for r in (detection_router, text_router, forecast_router):
     app.include_router(r)
+app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
 
 
 @app.get("/v1/models", tags=["operations"], summary="Models loaded by the runner tier (versions, providers)")
@@ -70,6 +76,7 @@ class Gateway:
         self.loaded = False
         self.load_error: str | None = None
         self._pipelines: dict = {}
+        self.quality: QualityMonitor | None = None
         try:
             self._pipelines = self._load_pipelines()
             self.loaded = True
@@ -78,7 +85,7 @@ class Gateway:
             self.load_error = f"{type(exc).__name__}: {exc}"
 
     def _load_pipelines(self) -> dict:
-        registry = LocalRegistry(settings.registry_dir)
+        registry = open_serving_registry(settings)
 
         def manifests(task: str):
             tm = getattr(settings, task)
@@ -93,11 +100,24 @@ class Gateway:
         fc = manifests("forecast")
         tokenizers = {slot: TextTokenizer(d / m.preprocess.tokenizer_file, m.preprocess.max_length)
                       for slot, (d, m) in txt.items()}
+        obs = settings.observability
+        self.quality = QualityMonitor([m for group in (det, txt, fc) for _, m in group.values()], obs.drift_window,
+                                      obs.drift_every, obs.drift_min_values)
         return {
             "detection": DetectionPipeline({s: m for s, (_, m) in det.items()}, settings.detection_limits),
             "text": TextPipeline({s: m for s, (_, m) in txt.items()}, tokenizers, settings.text_limits),
             "forecast": ForecastPipeline({s: m for s, (_, m) in fc.items()}, settings.forecast_limits),
         }
+
+    @bentoml.on_startup
+    async def _start_grpc(self) -> None:
+        """gRPC on this worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols)."""
+        self._grpc = await start_grpc(self, settings.grpc)
+
+    @bentoml.on_shutdown
+    async def _stop_grpc(self) -> None:
+        if getattr(self, "_grpc", None) is not None:
+            await self._grpc.stop()
 
     def pipeline(self, task: str):
         return self._pipelines[task]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import bentoml
 from fastapi import Depends, Request
@@ -28,6 +29,7 @@ class CallContext:
     request_id: str
     deadline: Deadline
     client: Client
+    state: Any = None  # the request's state: the outcome for the request log goes here
 
 
 def inference_guard(task: str):
@@ -38,7 +40,7 @@ def inference_guard(task: str):
         client = prot.access.identify(request)
         prot.access.limit(client, task)
         deadline = Deadline.from_header(request.headers.get(HEADER), gateway.settings.deadlines)
-        return CallContext(request.state.request_id, deadline, client)
+        return CallContext(request.state.request_id, deadline, client, request.state)
 
     return guard
 
@@ -47,7 +49,11 @@ async def admin_guard(request: Request, gateway=Depends(current_gateway)) -> Cli
     return gateway.protection.access.identify(request, admin=True)
 
 
-def finish(task: str, response):
-    """Record per-stage latency of a successful response and return it."""
+def finish(task: str, response, call: CallContext, batch: int):
+    """Record per-stage latency of a successful response, leave its outcome for the request log, return it."""
     observe_timings(task, response.timings)
+    if call.state is not None:
+        call.state.outcome = {"model": response.model.name, "version": response.model.version, "batch": batch,
+                              "degraded": response.degraded, "degraded_reason": response.degraded_reason,
+                              "timings": response.timings.model_dump()}
     return response

@@ -5,7 +5,9 @@ import os
 import signal
 import socket
 import subprocess
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,8 +61,15 @@ class Server:
     def __init__(self, registry_dir: Path, env: dict[str, str] | None = None, log_path: Path | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # gRPC (services/protocols) binds with SO_REUSEPORT: every server gets its own port, never the default 3001.
+        self.grpc_port = int((env or {}).get("TRISERVE_GRPC__PORT") or free_port())
+        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.log_path = log_path
-        full_env = {**os.environ, "TRISERVE_REGISTRY_DIR": str(registry_dir), **(env or {})}
+        # Each server gets its own BENTOML_HOME: BentoML keeps its prometheus multiprocess files there and wipes
+        # them at start, so two servers sharing one home would erase each other's metrics.
+        self.home = tempfile.mkdtemp(prefix="bentoml-home-")
+        full_env = {**os.environ, "TRISERVE_REGISTRY_DIR": str(registry_dir), "BENTOML_HOME": self.home,
+                    "TRISERVE_GRPC__PORT": str(self.grpc_port), **(env or {})}
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway", "--host", "127.0.0.1",
@@ -90,6 +99,7 @@ class Server:
                 self.proc.wait(timeout=10)
         if self._log is not subprocess.DEVNULL:
             self._log.close()
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -59,6 +59,7 @@ class Row:
     reason: str | None = None  # degraded_reason
     slot: str | None = None  # error.details.slot where given
     model: str | None = None
+    server_ms: float | None = None  # timings.total_ms of a 200 (time inside the handler)
 
     @property
     def ms(self) -> float:
@@ -86,6 +87,7 @@ async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, 
                     row.degraded = data.get("degraded")
                     row.reason = data.get("degraded_reason")
                     row.model = (data.get("model") or {}).get("name")
+                    row.server_ms = (data.get("timings") or {}).get("total_ms")
                 elif isinstance(data.get("error"), dict):
                     row.code = data["error"].get("code")
                     details = data["error"].get("details")
@@ -93,7 +95,7 @@ async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, 
                         row.slot = details.get("slot")
             return row
     except Exception as exc:  # noqa: BLE001 - every failure is a row, none is hidden
-        return Row(path, sent, time.monotonic() - t0, type(exc).__name__)
+        return Row(path, sent, time.monotonic() - t0, type(exc).__name__, code=str(exc)[:120] or None)
 
 
 def pct(values, q) -> float | None:
@@ -107,7 +109,7 @@ def lat(rows: list[Row]) -> dict:
 
 
 def by_status(rows: list[Row]) -> dict[str, int]:
-    c = Counter(f"{r.status}" + (f":{r.code}" if r.code else "") for r in rows)
+    c = Counter(f"{r.status}" + (f":{r.code}" if r.code and isinstance(r.status, int) else "") for r in rows)
     return dict(sorted(c.items()))
 
 
@@ -123,3 +125,33 @@ def save(result: dict, out: Path) -> None:
 
 def rows_json(rows: list[Row]) -> list[dict]:
     return [{**asdict(r), "sent": round(r.sent, 3), "done": round(r.done, 3)} for r in rows]
+
+
+def transport_errors(rows: list[Row]) -> dict[str, int]:
+    return dict(Counter(f"{r.status}: {r.code}" for r in rows if not isinstance(r.status, int)).most_common(10))
+
+
+_ACCESS = None
+
+
+def access_log(path, service: str = "triserve") -> list[tuple[float, str, int, float]]:
+    """(epoch seconds, path, status, server-side ms) of each request line the entry service logged: the time BentoML
+    measured from the app receiving the request to the response, i.e. without the wait before the event loop got to it."""
+    import datetime as _dt
+    import re
+
+    global _ACCESS
+    if _ACCESS is None:
+        _ACCESS = re.compile(r"^(\S+) \[INFO\] \[entry_service:" + re.escape(service) + r":\d+\] \S+ "
+                             r"\(scheme=\w+,method=\w+,path=([^,]+),.*?\) \(status=(\d+),.*?\) ([\d.]+)ms")
+    out = []
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = _ACCESS.match(line)
+        if m:
+            ts = _dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+            out.append((ts, m.group(2), int(m.group(3)), float(m.group(4))))
+    return out

@@ -71,6 +71,8 @@ async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, m
         async def prober() -> None:
             """Open-loop side stream: a short-deadline text request every probe_interval, whatever the load does,
             so arrivals during the outage are seen (the closed loop itself stalls when its requests hang)."""
+            if probe_interval <= 0:
+                return
             rng = random.Random(1)
             tasks = []
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as own:
@@ -87,7 +89,8 @@ async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, m
         await asyncio.gather(killer(), prober(), *(worker() for _ in range(concurrency)))
         await mon
     res = analyse(rows, timeline, events, time.monotonic() - t0, concurrency)
-    res["probes"] = probe_report(probes, events.get("kill_s"), res, probe_interval, probe_deadline_ms)
+    if probe_interval > 0:
+        res["probes"] = probe_report(probes, events.get("kill_s"), res, probe_interval, probe_deadline_ms)
     return res
 
 
@@ -191,14 +194,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=35, help="load duration (bounded)")
     ap.add_argument("--kill-at", type=float, default=12, help="seconds into the load when the runner is killed")
     ap.add_argument("--max-requests", type=int, default=20_000)
-    ap.add_argument("--probe-interval", type=float, default=0.25, help="side-probe spacing (open loop)")
+    ap.add_argument("--probe-interval", type=float, default=0.25, help="side-probe spacing (open loop; 0 = no probes)")
     ap.add_argument("--probe-deadline-ms", type=int, default=2000, help="X-Request-Timeout-Ms of side probes")
     args = ap.parse_args()
+    probe_interval = args.probe_interval if args.probe_interval <= 0 else max(args.probe_interval, 0.05)
     log = log_path(args, NAME)
     with Server(args.registry, log_path=log) as srv:
         ready_s = srv.wait_ready()
         res = asyncio.run(drill(srv, args.concurrency, min(args.seconds, 120), args.kill_at, args.max_requests,
-                               max(args.probe_interval, 0.05), args.probe_deadline_ms))
+                               probe_interval, args.probe_deadline_ms))
         res["runner_pids_at_end"] = srv.runner_pids()
     res = {"drill": NAME, "registry": str(args.registry), "server_ready_s": round(ready_s, 1),
            "server_log": str(log), **res}

@@ -49,6 +49,7 @@ def request_id_of(request: Request) -> str:
 def error_response(request: Request, status: int, code: str, message: str, details: Any = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     rid = request_id_of(request)
+    request.state.error_code = code
     body = ErrorResponse(error=ErrorBody(code=code, message=message, details=details, request_id=rid))
     return JSONResponse(body.model_dump(mode="json"), status_code=status,
                         headers={"X-Request-ID": rid, **(headers or {})})

@@ -66,7 +66,7 @@ class Protection:
 
 async def run_task(gateway: Any, task: str, items_for: Callable[[str], list[np.ndarray]], choice: str,
                    clock: StageClock, deadline: Deadline,
-                   validate: Callable[[str, list[np.ndarray]], None]) -> RunnerResult:
+                   validate: Callable[[str, list[np.ndarray]], None], request_id: str = "") -> RunnerResult:
     """items_for(slot) preprocesses for that slot's model (sizes may differ between primary and fallback);
     validate(slot, outputs) raises InvalidOutput for outputs that must not reach the client."""
     prot: Protection = gateway.protection
@@ -95,7 +95,7 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[str], list[np.n
         prot.admission.started(slot, len(xs))
         items = None
         try:
-            payload = [{"x": x, "deadline": deadline.epoch} for x in xs]
+            payload = [{"x": x, "deadline": deadline.epoch, "rid": request_id} for x in xs]
             items = await asyncio.wait_for(call_runner(gateway.runner, slot, payload, cfg.runner_retries,
                                                        cfg.runner_retry_backoff_ms),
                                            timeout=max(deadline.remaining(), 0.001))

@@ -4,6 +4,8 @@ Buckets are dense between 1 ms and 10 s so P50, P99 and P999 can be read with hi
 """
 from __future__ import annotations
 
+import os
+
 from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
@@ -25,3 +27,15 @@ ITEMS = Histogram("triserve_request_items", "Items (images, texts, series) per r
 def observe_timings(task: str, timings) -> None:
     for stage in ("preprocess", "queue", "infer", "postprocess", "total"):
         STAGE_SECONDS.labels(task, stage).observe(getattr(timings, f"{stage}_ms") / 1000.0)
+INFLIGHT = Gauge("triserve_inflight_requests", "Task requests being handled.", ["task"], multiprocess_mode="livesum")
+RSS = Gauge("triserve_process_rss_bytes", "Resident memory per process.", ["service"], multiprocess_mode="all")
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def observe_rss(service: str) -> None:
+    """Resident set size from /proc (cheap enough to sample per request or batch)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            RSS.labels(service).set(int(fh.read().split()[1]) * _PAGE)
+    except OSError:
+        pass

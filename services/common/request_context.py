@@ -5,16 +5,23 @@ it is read into memory (413), not after.
 """
 from __future__ import annotations
 
+import os
+import random
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.errors import ErrorBody, ErrorResponse
-from services.common.metrics import REQUESTS
+from services.common.metrics import INFLIGHT, REQUESTS, observe_rss
+from services.common.request_log import RequestLog
+
+_tracer = trace.get_tracer("triserve")
 
 TASK_BY_PATH = {"/v1/detect": "detection", "/v1/detect/upload": "detection", "/v1/classify": "text",
                 "/v1/forecast": "forecast"}
@@ -41,16 +48,20 @@ class Timings(BaseModel):
 
 @dataclass
 class StageClock:
-    """Measures stages in order; `stage()` closes the previous one."""
+    """Measures stages in order; `stage()` closes the previous one and records it as an OpenTelemetry span (a no-op
+    unless BentoML's tracing is configured with a sample rate and exporter)."""
 
     started: float = field(default_factory=time.perf_counter)
     values: dict[str, float] = field(default_factory=dict)
     _mark: float = field(default_factory=time.perf_counter)
+    _mark_ns: int = field(default_factory=time.time_ns)
 
     def stage(self, name: str) -> None:
-        now = time.perf_counter()
+        now, now_ns = time.perf_counter(), time.time_ns()
         self.values[name] = self.values.get(name, 0.0) + (now - self._mark) * 1000
-        self._mark = now
+        span = _tracer.start_span(f"triserve.{name}", start_time=self._mark_ns)
+        span.end(end_time=now_ns)
+        self._mark, self._mark_ns = now, now_ns
 
     def timings(self, infer_ms: float = 0.0) -> Timings:
         runner = self.values.get("runner", 0.0)
@@ -62,11 +73,13 @@ class StageClock:
 
 
 class RequestContextMiddleware:
-    """Assigns/echoes X-Request-ID and enforces the body-size cap on the raw ASGI stream."""
+    """Assigns/echoes X-Request-ID, enforces the body-size cap on the raw ASGI stream, and writes one JSON log line
+    (plus, sampled, the payload) per task request."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, max_body_bytes: int, request_log: RequestLog | None = None):
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.log = request_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,12 +87,18 @@ class RequestContextMiddleware:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         rid = new_request_id(headers.get("x-request-id"))
-        scope.setdefault("state", {})["request_id"] = rid
-
+        state = scope.setdefault("state", {})
+        state["request_id"] = rid
         task = TASK_BY_PATH.get(scope.get("path", ""))
+        started = time.perf_counter()
+        status = [0]
+        keep_body = bool(task and self.log and self.log.payloads is not None
+                         and random.random() < self.log.cfg.payload_sample_rate)
+        body_parts: list[bytes] = []
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
+                status[0] = message["status"]
                 if task:
                     REQUESTS.labels(task, str(message["status"])).inc()
                 hdrs = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
@@ -102,12 +121,33 @@ class RequestContextMiddleware:
                 if received > self.max_body_bytes:
                     too_large = True
                     raise _BodyTooLarge()
+                if keep_body and received <= self.log.cfg.payload_max_bytes + 1:
+                    body_parts.append(message.get("body", b""))
             return message
 
+        if task:
+            INFLIGHT.labels(task).inc()
         try:
             await self.app(scope, capped_receive, send_with_id)
         except _BodyTooLarge:
             await self._reject(send_with_id, rid, received)
+        finally:
+            if task:
+                INFLIGHT.labels(task).dec()
+                observe_rss("gateway")
+                if self.log:
+                    self._log(task, scope, state, rid, status[0], started, body_parts if keep_body else None)
+
+    def _log(self, task: str, scope: Scope, state: dict, rid: str, status: int, started: float,
+             body_parts: list[bytes] | None) -> None:
+        record = {"request_id": rid, "task": task, "method": scope.get("method"), "path": scope.get("path"),
+                  "status": status, "duration_ms": round((time.perf_counter() - started) * 1000, 3)}
+        record.update(state.get("outcome", {}))
+        if "error_code" in state:
+            record["error_code"] = state["error_code"]
+        self.log.request(record)
+        if body_parts is not None and status == 200:
+            self.log.payload(task, scope.get("path", ""), rid, b"".join(body_parts))
 
     async def _reject(self, send: Send, rid: str, size: int) -> None:
         body = ErrorResponse(error=ErrorBody(code="payload_too_large",

@@ -60,13 +60,18 @@ class DetectionPipeline:
             for raw in outputs:
                 check_head(raw, len(self.manifests[slot].labels))
 
-        result = await run_task(gateway, "detection", items_for, opts.model, clock, call.deadline, validate)
+        result = await run_task(gateway, "detection", items_for, opts.model, clock, call.deadline, validate,
+                                request_id=call.request_id)
         params = self.nms_params(opts)
         labels = self.manifests[result.slot].labels
         metas = prepared[result.slot][1]
         out = []
+        observe = opts.conf_threshold is None and gateway.quality is not None  # reference uses default thresholds
         for raw, meta in zip(result.outputs, metas):
             det = nms(np.asarray(raw), params)
+            if observe:
+                gateway.quality.observe(result.model, "confidence", det.scores)
+                gateway.quality.observe(result.model, "boxes_per_image", [len(det.scores)])
             boxes = boxes_to_original(det.boxes, meta)
             out.append(ImageResult(width=meta.orig_w, height=meta.orig_h, candidates=det.candidates, detections=[
                 Detection(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
@@ -76,7 +81,7 @@ class DetectionPipeline:
         return finish("detection", DetectResponse(
             request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason,
-            timings=clock.timings(result.infer_ms), results=out))
+            timings=clock.timings(result.infer_ms), results=out), call, result.batch)
 
 
 @router.post("/detect", response_model=DetectResponse, responses=ERRORS,

@@ -16,6 +16,7 @@ class ForecastRequest(BaseModel):
         {"values": [315.4, 316.2, 316.9], "start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 12}]})
     values: list[float | None] = Field(min_length=1, description="Observations; null or NaN marks a missing point.")
     timestamps: list[datetime] | None = Field(None, description="One per value, any order (sorted server-side). "
+                                                                "Offsets are converted to UTC; naive times are UTC. "
                                                                 "Omit to use start + frequency.")
     start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
     frequency: Frequency = Field("MS", description="MS (month start), W, D, h or min.")
@@ -30,7 +31,7 @@ class ForecastRequest(BaseModel):
 
 
 class ForecastPoint(BaseModel):
-    timestamp: datetime
+    timestamp: datetime = Field(description="UTC, RFC 3339.")
     mean: float
     lower_50: float
     upper_50: float

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 import numpy as np
 from fastapi import APIRouter, Depends
@@ -26,10 +26,11 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 def _timestamps(body: ForecastRequest) -> np.ndarray:
     if body.timestamps is not None:
-        ts = [t.replace(tzinfo=None) if t.tzinfo is None else t.astimezone().replace(tzinfo=None)
+        ts = [t if t.tzinfo is None else t.astimezone(timezone.utc).replace(tzinfo=None)
               for t in body.timestamps]
         return np.array(ts, dtype="datetime64[s]")
-    start = np.datetime64(body.start.replace(tzinfo=None), "s")
+    start = np.datetime64(body.start if body.start.tzinfo is None else
+                          body.start.astimezone(timezone.utc).replace(tzinfo=None), "s")
     n = len(body.values)
     if body.frequency == "MS":
         return (np.datetime64(start, "M") + np.arange(n)).astype("datetime64[s]")
@@ -66,28 +67,37 @@ class ForecastPipeline:
         ITEMS.labels("forecast").observe(1)
         levels: dict[str, np.ndarray] = {}
 
+        spreads: dict[str, float] = {}
+
         def items_for(slot: str) -> list[np.ndarray]:
             pre = self.manifests[slot].preprocess
-            scaled, levels[slot] = scale_windows(last_window(regular, pre.context), pre.scale)
+            window = last_window(regular, pre.context)
+            scaled, levels[slot] = scale_windows(window, pre.scale)
+            spreads[slot] = float(np.std(window))
             return list(scaled)
 
         def validate(slot: str, outputs: list[np.ndarray]) -> None:
             for out in outputs:
                 check_forecast(out, self.manifests[slot].preprocess.horizon)
 
-        result = await run_task(gateway, "forecast", items_for, body.model, clock, call.deadline, validate)
+        result = await run_task(gateway, "forecast", items_for, body.model, clock, call.deadline, validate,
+                                request_id=call.request_id)
         pre = self.manifests[result.slot].preprocess
+        if gateway.quality is not None:
+            gateway.quality.observe(result.model, "level", [float(levels[result.slot][0])])
+            gateway.quality.observe(result.model, "spread", [spreads[result.slot]])
         mean = unscale(result.outputs[0][None, :], levels[result.slot], pre.scale)[0][: body.horizon]
         bands = with_intervals(mean, pre.interval_quantiles)
         stamps = future_timestamps(last_ts, body.frequency, body.horizon)
-        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)), mean=round(float(mean[i]), 6),
+        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=timezone.utc),
+                                mean=round(float(mean[i]), 6),
                                 **{k: round(float(v[i]), 6) for k, v in bands.items()})
                   for i, t in enumerate(stamps)]
         clock.stage("postprocess")
         return finish("forecast", ForecastResponse(
             request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
-            forecast=points, input=InputReport(**report, used=pre.context)))
+            forecast=points, input=InputReport(**report, used=pre.context)), call, result.batch)
 
 
 @router.post("/forecast", response_model=ForecastResponse, responses=ERRORS,

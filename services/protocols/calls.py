@@ -20,6 +20,14 @@ from services.detection.schemas import DetectOptions, DetectResponse
 log = logging.getLogger("triserve.protocols")
 
 
+def ready_gateway(gateway):
+    """The gateway, or 503 while its model metadata is not loaded (gateway_deps.current_gateway, minus the lookup)."""
+    if gateway is None or not getattr(gateway, "loaded", False):
+        reason = getattr(gateway, "load_error", None) or "models are loading"
+        raise ApiError(503, "not_ready", "service is not ready", {"reason": reason}, headers={"Retry-After": "2"})
+    return gateway
+
+
 async def detect_encoded(gateway, raws: list[bytes], opts: DetectOptions, call) -> DetectResponse:
     """Encoded images -> the detection pipeline, exactly as /v1/detect/upload does it (count cap, safe decoding with
     size and pixel caps from the header, then the shared pipeline with its fallbacks)."""

@@ -46,7 +46,7 @@ from services.detection.postprocess import check_head
 from services.detection.schemas import DetectOptions
 from services.forecast.postprocess import check_forecast
 from services.forecast.schemas import ForecastRequest
-from services.protocols.calls import detect_encoded
+from services.protocols.calls import detect_encoded, ready_gateway
 from services.text.postprocess import check_probabilities
 from services.text.schemas import ClassifyRequest
 
@@ -174,18 +174,23 @@ def array_from_values(name: str, datatype: str, shape: list[int], values: Any) -
         arr = np.empty(len(items), dtype=object)
         arr[:] = items
     else:
-        flat = list(_flatten(values))
-        if any(isinstance(v, (str, bytes, dict)) or v is None for v in flat):
+        try:
+            given = np.asarray(values if isinstance(values, (list, tuple)) else [values])
+        except (TypeError, ValueError) as exc:  # ragged nesting
+            raise bad_request("invalid_tensor_data", f"input {name!r}: data is not a regular array",
+                              {"input": name, "reason": type(exc).__name__}) from None
+        if given.size and given.dtype.kind not in "biuf":
             raise bad_request("invalid_tensor_data", f"input {name!r}: {datatype} elements must be numbers",
                               {"input": name})
-        if dt.kind in "iu" and any(isinstance(v, float) and not float(v).is_integer() for v in flat):
-            raise bad_request("invalid_tensor_data", f"input {name!r}: {datatype} elements must be integers",
-                              {"input": name})
-        try:
-            arr = np.asarray(flat, dtype=dt)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise bad_request("invalid_tensor_data", f"input {name!r}: data does not fit {datatype}",
-                              {"input": name, "reason": type(exc).__name__}) from None
+        if dt.kind in "iu" and given.size:
+            if given.dtype.kind == "f" and not np.all(np.mod(given, 1) == 0):
+                raise bad_request("invalid_tensor_data", f"input {name!r}: {datatype} elements must be integers",
+                                  {"input": name})
+            info = np.iinfo(dt)
+            if given.min() < info.min or given.max() > info.max:
+                raise bad_request("invalid_tensor_data", f"input {name!r}: values out of the {datatype} range",
+                                  {"input": name})
+        arr = given.reshape(-1).astype(dt)
     if arr.size != count:
         raise bad_request("shape_mismatch", f"input {name!r}: {arr.size} elements for shape {list(shape)}",
                           {"input": name, "shape": list(shape), "elements": int(arr.size)})
@@ -289,14 +294,6 @@ PIPELINES: dict[str, tuple[str, tuple[TensorMeta, ...], tuple[TensorMeta, ...]]]
                                                                ("MEAN", "LOWER_50", "UPPER_50", "LOWER_90",
                                                                 "UPPER_90"))),
 }
-
-
-def ready_gateway(gateway):
-    """The gateway, or 503 while its model metadata is not loaded."""
-    if gateway is None or not getattr(gateway, "loaded", False):
-        reason = getattr(gateway, "load_error", None) or "models are loading"
-        raise ApiError(503, "not_ready", "service is not ready", {"reason": reason}, headers={"Retry-After": "2"})
-    return gateway
 
 
 def catalog(gateway) -> dict[str, ModelEntry]:
@@ -447,7 +444,7 @@ def _tensor_items(gateway, entry: ModelEntry, tensors: dict[str, Tensor]) -> lis
     if arr.ndim != 2 or arr.shape[1] != context:
         raise bad_request("shape_mismatch", f"input {spec.name!r} must be [n, {context}], got {list(arr.shape)}",
                           {"expected": list(spec.shape), "received": list(arr.shape)})
-    slot_cfg = getattr(s, "forecast").fallback if entry.slot.endswith("_fallback") else s.forecast.primary
+    slot_cfg = s.forecast.fallback if entry.slot.endswith("_fallback") else s.forecast.primary
     _check_batch(arr.shape[0], slot_cfg.batching.max_batch_size, spec.name)
     _finite(arr, spec.name)
     return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
@@ -475,7 +472,7 @@ async def _infer_tensor_model(gateway, entry: ModelEntry, req: InferRequest, cal
     clock = StageClock()
     choice = "fallback" if entry.slot.endswith("_fallback") else "primary"
     result = await run_task(gateway, entry.task, lambda slot: items, choice, clock, call.deadline,
-                            _output_check(gateway, entry))
+                            _output_check(gateway, entry), request_id=call.request_id)
     out_meta = entry.outputs[0]
     ys = np.stack([np.asarray(y) for y in result.outputs]).astype(DATATYPES[out_meta.datatype])
     clock.stage("postprocess")
@@ -546,19 +543,24 @@ async def _forecast(gateway, req: InferRequest, call) -> tuple[list[Tensor], dic
 _PIPELINE_HANDLERS = {"detect": _detect, "classify": _classify, "forecast": _forecast}
 
 
+def _check_requested(entry: ModelEntry, requested: list[RequestedOutput] | None) -> None:
+    names = {t.name for t in entry.outputs}
+    unknown = [r.name for r in requested or () if r.name not in names]
+    if unknown:
+        raise bad_request("unknown_output", f"model {entry.name!r} has no output(s) {', '.join(unknown)}",
+                          {"unknown": unknown, "outputs": sorted(names)})
+
+
 def _select(outputs: list[Tensor], requested: list[RequestedOutput] | None) -> list[Tensor]:
     if not requested:
         return outputs
     by_name = {t.name: t for t in outputs}
-    unknown = [r.name for r in requested if r.name not in by_name]
-    if unknown:
-        raise bad_request("unknown_output", f"unknown output(s) {', '.join(unknown)}",
-                          {"unknown": unknown, "outputs": sorted(by_name)})
     return [by_name[r.name] for r in requested]
 
 
 async def infer(gateway, entry: ModelEntry, req: InferRequest, call) -> InferResponse:
     """Run one inference request; `call` (request id, deadline, client) comes from the transport's access guard."""
+    _check_requested(entry, req.outputs)
     call = _with_timeout(call, req.parameters)
     if entry.kind == "tensor":
         outputs, params, version = await _infer_tensor_model(gateway, entry, req, call)

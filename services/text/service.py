@@ -69,11 +69,15 @@ class TextPipeline:
             for probs in outputs:
                 check_probabilities(probs, len(self.manifests[slot].labels))
 
-        result = await run_task(gateway, "text", items_for, body.model, clock, call.deadline, validate)
+        result = await run_task(gateway, "text", items_for, body.model, clock, call.deadline, validate,
+                                request_id=call.request_id)
         labels = self.manifests[result.slot].labels
         results = []
         for probs, ids, truncated in zip(result.outputs, *encoded[result.slot]):
             top = top_k(probs, body.top_k)
+            if gateway.quality is not None:
+                gateway.quality.observe(result.model, "top1_prob", [float(probs[top[0]])])
+                gateway.quality.observe(result.model, "class_freq", [int(top[0])])
             results.append(TextResult(label=labels[top[0]], score=round(float(probs[top[0]]), 6),
                                       top_k=[LabelScore(label=labels[j], score=round(float(probs[j]), 6)) for j in top],
                                       tokens=len(ids), truncated=truncated))
@@ -81,7 +85,7 @@ class TextPipeline:
         return finish("text", ClassifyResponse(
             request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason,
-            timings=clock.timings(result.infer_ms), results=results))
+            timings=clock.timings(result.infer_ms), results=results), call, result.batch)
 
 
 @router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, summary="Classify the intent of texts")

@@ -36,6 +36,7 @@ def faulty(tiny_registry, tmp_path_factory):
             {"name": "app", "sha256": sha(APP)},
             {"name": "limited", "sha256": sha(LIMITED), "rate_per_s": 0.2}]),
         "TRISERVE_ACCESS__BURST": "3",
+        "TRISERVE_OBSERVABILITY__DRIFT_MIN_VALUES": "5", "TRISERVE_OBSERVABILITY__DRIFT_EVERY": "5",
     }
     srv = Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "faulty.log")
     try:
@@ -43,6 +44,12 @@ def faulty(tiny_registry, tmp_path_factory):
         yield srv
     finally:
         srv.stop()
+
+
+def scrape(srv) -> str:
+    resp = httpx.get(f"{srv.url}/metrics", timeout=30)
+    assert resp.status_code == 200
+    return resp.text
 
 
 def post(srv, path, headers=None, **kw):
@@ -89,7 +96,7 @@ def test_breaker_opens_routes_to_fallback_then_probes(faulty):
     probe = post(faulty, "/v1/classify", json={"texts": ["hello"]}).json()
     assert probe["degraded_reason"] == "primary_failed"
     assert protection(faulty)["breakers"]["text"]["state"] == "open"
-    metrics = httpx.get(f"{faulty.url}/metrics").text
+    metrics = scrape(faulty)
     assert 'triserve_degraded_total{reason="circuit_open",task="text"}' in metrics
     assert 'triserve_breaker_transitions_total{slot="text",to="half_open"}' in metrics
 
@@ -139,3 +146,14 @@ def test_provider_fault_moves_models_to_cpu_and_keeps_serving(faulty):
     moved = {slot: m["provider_fallback"] for slot, m in status["models"].items() if m["provider_fallback"]}
     assert moved and all(reason.startswith("run: ProviderFault") for reason in moved.values())
     assert {m["provider"] for m in status["models"].values()} == {"CPUExecutionProvider"}
+
+
+def test_shifted_inputs_raise_the_drift_gauge(faulty):
+    shifted = [1000.0 + 5 * (i % 12) for i in range(48)]  # far above the co2 training range
+    for _ in range(6):
+        assert post(faulty, "/v1/forecast", json={"values": shifted, "start": "2000-01-01T00:00:00",
+                                                  "model": "fallback"}).status_code == 200
+    lines = [line for line in scrape(faulty).splitlines()
+             if line.startswith("triserve_drift_psi") and 'model="co2-seasonal-naive"' in line
+             and 'signal="level"' in line]
+    assert lines and float(lines[0].split()[-1]) > 0.2, lines

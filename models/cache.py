@@ -1,0 +1,216 @@
+"""Startup pull into a verified local cache, so serving never loads an artifact it has not hash-checked.
+
+    fetch_verified("oci://127.0.0.1:5000/triserve", "minilm-intent", "stable", Path(".cache/models"))
+
+1. resolve the ref (alias or version) in the store, retrying connection failures with exponential backoff;
+2. a verified copy already in the cache is used as is (every file re-hashed); otherwise the version is pulled into a
+   temp dir inside the cache, every file's size and sha256 checked against the manifest, and the directory renamed
+   into `<cache>/<name>/versions/<version>` (atomic: readers see a whole version or none);
+3. the resolved alias -> version is recorded in the cache (aliases.json + alias_log.jsonl, the local registry layout),
+   so the same alias still resolves when the store is unreachable later;
+4. store unreachable after the retries: the verified cache copy is used (re-hashed) if there is one, else NotReady
+   says why. A tampered artifact is refused with an IntegrityError naming the file: from the store always; from the
+   cache, when offline (when the store is reachable, the bad cache copy is quarantined, reported and pulled again).
+
+The cache is a LocalRegistry, so the runner and the gateway keep calling `load_verified` on it as on any registry.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from models.manifest import Manifest, utcnow
+from models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, verify_artifact
+from models.stores import RegistryStore, RegistryUnavailable, open_store
+from models.stores.local import LocalStore
+
+log = logging.getLogger("triserve.models.cache")
+CACHE_BY = "cache"  # alias-log 'by' prefix of moves recorded by the cache
+
+
+class NotReady(RegistryError):
+    """The model cannot be served: the store is unreachable and the cache holds no verified copy."""
+
+
+@contextmanager
+def _locked(cache_dir: Path, name: str):
+    """One puller per model and cache directory across processes (runner and gateway start together)."""
+    lock_dir = cache_dir / ".locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _record_alias(cache: LocalRegistry, name: str, ref: str, version: str, store: RegistryStore) -> None:
+    if ref != version and cache.aliases(name).get(ref) != version:
+        cache.set_alias(name, ref, version, by=f"{CACHE_BY}: {store.uri}")
+
+
+def _quarantine(cache: LocalRegistry, name: str, version: str, reason: IntegrityError) -> Path:
+    """Move a cache copy that failed verification aside (kept for inspection) and report it."""
+    qdir = cache.root / ".quarantine"
+    qdir.mkdir(parents=True, exist_ok=True)
+    target = qdir / f"{name}-{version}-{utcnow().strftime('%Y%m%dT%H%M%S%f')}"
+    os.rename(cache.root / name / "versions" / version, target)
+    with open(qdir / "events.jsonl", "a") as fh:
+        fh.write(json.dumps({"when": utcnow().isoformat(), "model": f"{name}:{version}", "moved_to": target.name,
+                             "reason": str(reason)}) + "\n")
+    log.error("INTEGRITY: cached %s:%s failed verification (%s); quarantined to %s and pulling it again",
+              name, version, reason, target)
+    return target
+
+
+def _fetch_online(store: RegistryStore, cache: LocalRegistry, name: str, ref: str,
+                  progress: bool) -> tuple[Path, Manifest]:
+    version = store.resolve(name, ref)
+    with _locked(cache.root, name):
+        if cache.has(name, version):
+            try:
+                directory, manifest = cache.load_verified(name, version)
+            except IntegrityError as exc:
+                _quarantine(cache, name, version, exc)
+            else:
+                _record_alias(cache, name, ref, version, store)
+                log.info("%s:%s -> %s: verified copy already in cache %s", name, ref, version, cache.root)
+                return directory, manifest
+        tmp_root = cache.root / ".tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{name}-{version}-", dir=tmp_root))
+        try:
+            started = time.monotonic()
+            try:
+                manifest = store.pull(name, version, tmp, progress=progress)
+                verify_artifact(tmp, manifest)  # what landed on disk, independently of the streaming check
+            except IntegrityError as exc:
+                log.error("INTEGRITY: %s:%s from %s refused: %s", name, version, store.uri, exc)
+                raise
+            final = cache.root / name / "versions" / version
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(tmp, final)  # atomic on one filesystem; the lock keeps other pullers out
+            log.info("%s:%s -> %s: pulled from %s and verified (%d files, %.1f MB) in %.2fs", name, ref, version,
+                     store.uri, len(manifest.files), sum(f.size for f in manifest.files) / 1e6,
+                     time.monotonic() - started)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        _record_alias(cache, name, ref, version, store)
+        return final, manifest
+
+
+def fetch_verified(store_uri: str | Path | RegistryStore, name: str, ref: str, cache_dir: Path | str,
+                   retries: int = 4, backoff: float = 0.5, progress: bool = False,
+                   sleep: Callable[[float], None] | None = None,
+                   on_unreachable: Callable[[Exception], None] | None = None) -> tuple[Path, Manifest]:
+    """Resolve name:ref in the store and return (directory, manifest) of a verified copy in the cache.
+
+    `retries` extra attempts after a connection failure, waiting backoff * 2**attempt seconds between them;
+    `on_unreachable(error)` is called once they are spent, before the cache is consulted.
+    Raises IntegrityError (tampered artifact, names the file), NotFound (no such model/ref in a reachable store) or
+    NotReady (store unreachable and no verified cached copy)."""
+    sleep = sleep or time.sleep
+    cache = LocalRegistry(cache_dir)
+    cache.root.mkdir(parents=True, exist_ok=True)
+    store = open_store(store_uri)
+    last: RegistryUnavailable | None = None
+    try:
+        for attempt in range(retries + 1):
+            try:
+                return _fetch_online(store, cache, name, ref, progress)
+            except RegistryUnavailable as exc:
+                last = exc
+                if attempt < retries:
+                    delay = backoff * 2 ** attempt
+                    log.warning("%s:%s: %s; retry %d/%d in %.2fs", name, ref, exc, attempt + 1, retries, delay)
+                    sleep(delay)
+    finally:
+        if store is not store_uri:
+            store.close()  # opened here from a URI
+    if on_unreachable is not None:
+        on_unreachable(last)
+    try:
+        version = cache.resolve(name, ref)
+    except NotFound:
+        raise NotReady(f"{name}:{ref} not ready: registry unreachable after {retries + 1} attempt(s) ({last}) "
+                       f"and cache {cache.root} holds no verified copy") from last
+    directory, manifest = cache.load_verified(name, version)  # IntegrityError names the file
+    log.warning("%s:%s: registry unreachable (%s); serving the verified cached %s", name, ref, last, version)
+    return directory, manifest
+
+
+class ServingRegistry(LocalRegistry):
+    """The cache as a LocalRegistry for the runner and the gateway: configured slots are pulled up front; a slot
+    that could not be fetched keeps its reason and raises it from load_verified (so the process stays up and
+    not-ready with that reason instead of crash-looping)."""
+
+    def __init__(self, cache_dir: Path, store_uri: str, retries: int, backoff: float):
+        super().__init__(cache_dir)
+        self.store_uri, self.retries, self.backoff = store_uri, retries, backoff
+        self.errors: dict[tuple[str, str], Exception] = {}
+        self._fetched: set[tuple[str, str]] = set()
+
+    def fetch(self, name: str, ref: str) -> None:
+        key = (name, ref)
+        if key in self._fetched or key in self.errors:
+            return
+        try:
+            fetch_verified(self.store_uri, name, ref, self.root, self.retries, self.backoff,
+                           on_unreachable=self._unreachable)
+            self._fetched.add(key)
+        except Exception as exc:  # noqa: BLE001 - any failure (registry, disk) must surface as not-ready + reason
+            log.error("model %s:%s not ready: %s: %s", name, ref, type(exc).__name__, exc)
+            self.errors[key] = exc
+
+    def _unreachable(self, error: Exception) -> None:
+        if self.retries:
+            log.warning("registry unreachable (%s): the remaining models go straight to the cache", error)
+        self.retries = 0  # one slot has waited out the backoff; the others need not wait again
+
+    def load_verified(self, name: str, ref: str) -> tuple[Path, Manifest]:
+        self.fetch(name, ref)
+        if (name, ref) in self.errors:
+            raise self.errors[(name, ref)]
+        return super().load_verified(name, ref)
+
+
+def serving_slots(settings) -> list[tuple[str, str]]:
+    slots = []
+    for task in ("detection", "text", "forecast"):
+        tm = getattr(settings, task)
+        for slot in (tm.primary, tm.fallback):
+            if (slot.name, slot.ref) not in slots:
+                slots.append((slot.name, slot.ref))
+    return slots
+
+
+def open_serving_registry(settings) -> LocalRegistry:
+    """The registry the runner and the gateway load from: registry_dir as today when registry_uri is unset (or names
+    a local directory), else the verified cache filled from registry_uri with every configured slot."""
+    uri = getattr(settings, "registry_uri", None)
+    if not uri:
+        return LocalRegistry(settings.registry_dir)
+    try:
+        store = open_store(uri)
+    except RegistryError:
+        store = None  # the reason is recorded per slot below
+    if isinstance(store, LocalStore):
+        return store.registry  # a local directory is already a verified-on-load registry: no copy
+    registry = ServingRegistry(Path(settings.model_cache_dir), uri, settings.registry_retries,
+                               settings.registry_backoff_s)
+    started = time.monotonic()
+    for name, ref in serving_slots(settings):
+        registry.fetch(name, ref)
+    log.info("model cache %s ready for %d slots in %.2fs (%d not ready)", registry.root,
+             len(registry._fetched), time.monotonic() - started, len(registry.errors))
+    return registry

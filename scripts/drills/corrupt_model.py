@@ -1,0 +1,147 @@
+"""Drill: one corrupted byte in one model.onnx (same size), then the file restored and the server restarted.
+
+    python -m scripts.drills.corrupt_model [--registry models/store] [--model minilm-intent] [--observe-seconds 20]
+
+Copies the registry to a temp dir (the source is never touched), flips one byte in the middle of the model file of
+--model (its 'stable' version), starts the server on the copy and for --observe-seconds polls /readyz, /livez,
+/v1/models and one inference per task. Expected: /readyz 503 throughout, /livez 200, /v1/models naming the
+IntegrityError (sha256 mismatch), inference answered with a clear 503 (not a crash, not garbage), no worker restart
+loop. Then the byte is restored, the server restarted, and the time to readiness measured.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from models.registry import LocalRegistry
+from scripts.drills.common import assert_loopback, base_parser, log_path, save
+from scripts.drills.server import Server
+
+NAME = "corrupt_model"
+FORECAST = {"values": [round(340 + 0.1 * i + 3 * ((i % 12) - 6) / 6, 3) for i in range(48)],
+            "start": "1990-01-01T00:00:00", "horizon": 6}
+PROBES = {"/v1/classify": {"texts": ["what is my account balance"]}, "/v1/forecast": FORECAST}
+
+
+def corrupt(path: Path) -> dict:
+    data = bytearray(path.read_bytes())
+    offset = len(data) // 2
+    original = data[offset]
+    data[offset] = original ^ 0xFF
+    path.write_bytes(bytes(data))
+    return {"file": str(path), "size": len(data), "offset": offset, "original": original, "written": data[offset]}
+
+
+def restore(path: Path, info: dict) -> None:
+    data = bytearray(path.read_bytes())
+    data[info["offset"]] = info["original"]
+    path.write_bytes(bytes(data))
+
+
+def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
+    assert_loopback(srv.url)
+    readyz, livez, models_status = Counter(), Counter(), Counter()
+    inference: dict[str, Counter] = {p: Counter() for p in PROBES}
+    models_body = None
+    inference_body: dict[str, dict] = {}
+    runner_pids: set[int] = set()
+    end = time.monotonic() + seconds
+    with httpx.Client(base_url=srv.url, timeout=5) as c:
+        while time.monotonic() < end:
+            for path, counter in (("/readyz", readyz), ("/livez", livez)):
+                try:
+                    counter[c.get(path).status_code] += 1
+                except httpx.HTTPError as exc:
+                    counter[type(exc).__name__] += 1
+            try:
+                r = c.get("/v1/models")
+                models_status[r.status_code] += 1
+                models_body = r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
+            except (httpx.HTTPError, ValueError) as exc:
+                models_status[type(exc).__name__] += 1
+            for path, body in PROBES.items():
+                try:
+                    r = c.post(path, json=body)
+                    inference[path][f"{r.status_code}:{(r.json().get('error') or {}).get('code', '')}"] += 1
+                    inference_body[path] = r.json()
+                except (httpx.HTTPError, ValueError) as exc:
+                    inference[path][type(exc).__name__] += 1
+            runner_pids.update(srv.runner_pids())
+            time.sleep(interval)
+    return {"seconds": seconds, "readyz": dict(readyz), "livez": dict(livez), "v1_models_status": dict(models_status),
+            "v1_models_body": models_body, "inference": {p: dict(c) for p, c in inference.items()},
+            "inference_body": inference_body, "runner_pids_seen": sorted(runner_pids),
+            "server_alive": srv.proc.poll() is None}
+
+
+def main() -> None:
+    ap = base_parser(__doc__, NAME)
+    ap.add_argument("--model", default="minilm-intent", help="registry model whose model.onnx gets the bad byte")
+    ap.add_argument("--ref", default="stable")
+    ap.add_argument("--observe-seconds", type=float, default=20)
+    args = ap.parse_args()
+    log = log_path(args, NAME)
+    work = Path(tempfile.mkdtemp(prefix="triserve-drill-registry-"))
+    res: dict = {"drill": NAME, "registry": str(args.registry), "model": args.model}
+    try:
+        copy = work / "store"
+        shutil.copytree(args.registry, copy, symlinks=True)
+        reg = LocalRegistry(copy)
+        version = reg.resolve(args.model, args.ref)
+        target = reg.path(args.model, version) / reg.manifest(args.model, version).model_file
+        info = corrupt(target)
+        res["corruption"] = {**info, "file": str(target.relative_to(copy)), "version": version}
+        print(f"flipped byte {info['offset']} of {args.model}:{version}/{target.name} "
+              f"({info['original']:#04x} -> {info['written']:#04x}, size {info['size']} unchanged)", flush=True)
+
+        with Server(copy, log_path=log.with_name("serve-corrupt.log")) as srv:
+            res["corrupt_listening_s"] = round(srv.wait_listening(), 1)
+            time.sleep(3)  # let the runner finish its (failing) load
+            res["corrupt"] = observe(srv, min(args.observe_seconds, 120))
+        errors = (res["corrupt"]["v1_models_body"] or {}).get("errors", {}) \
+            if isinstance(res["corrupt"]["v1_models_body"], dict) else {}
+        res["checks"] = {
+            "readyz_always_503": set(res["corrupt"]["readyz"]) == {503},
+            "livez_always_200": set(res["corrupt"]["livez"]) == {200},
+            "v1_models_names_integrity_error": any("IntegrityError" in e and "sha256 mismatch" in e
+                                                   for e in errors.values()),
+            "no_runner_restart_loop": len(res["corrupt"]["runner_pids_seen"]) == 1,
+            "server_alive": res["corrupt"]["server_alive"],
+            "no_5xx_other_than_503": all(k.startswith(("503", "200", "4")) for c in res["corrupt"]["inference"].values()
+                                         for k in c),
+        }
+
+        restore(target, info)
+        with Server(copy, log_path=log.with_name("serve-restored.log")) as srv:
+            res["restored_ready_s"] = round(srv.wait_ready(), 1)
+            with httpx.Client(base_url=srv.url, timeout=10) as c:
+                body = c.get("/v1/models").json()
+                res["restored"] = {"v1_models_errors": body.get("errors"), "classify": c.post(
+                    "/v1/classify", json=PROBES["/v1/classify"]).status_code}
+        res["server_logs"] = [str(log.with_name("serve-corrupt.log")), str(log.with_name("serve-restored.log"))]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    cor = res["corrupt"]
+    print(f"corrupt_model: {args.model} byte flipped; server listening after {res['corrupt_listening_s']} s; "
+          f"observed {cor['seconds']} s:")
+    print(f"  /readyz {cor['readyz']}   /livez {cor['livez']}   /v1/models {cor['v1_models_status']} "
+          f"(server alive: {cor['server_alive']}, runner PIDs seen: {cor['runner_pids_seen']})")
+    print(f"  /v1/models errors: {json.dumps(errors)}")
+    for path, counts in cor["inference"].items():
+        err = (cor["inference_body"].get(path) or {}).get("error") or {}
+        print(f"  {path}: {counts}  last error: {err.get('code')}: {err.get('message')} {err.get('details')}")
+    print(f"  checks: {res['checks']}")
+    print(f"  restored byte + restart: ready after {res['restored_ready_s']} s; /v1/models errors "
+          f"{res['restored']['v1_models_errors']}; classify -> {res['restored']['classify']}")
+    save(res, args.out)
+
+
+if __name__ == "__main__":
+    main()

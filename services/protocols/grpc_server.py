@@ -1,0 +1,113 @@
+"""The gRPC endpoint of the gateway: a grpc.aio server on each API worker's event loop, started and stopped by the
+Gateway's BentoML lifecycle hooks (BentoML 1.4 serves no gRPC for new-style services).
+
+Services: triserve.v1.Triserve (typed task APIs), inference.GRPCInferenceService (Open Inference Protocol v2),
+grpc.health.v1.Health (SERVING only while the gateway is ready: the same check as /readyz, refreshed every
+grpc.health_interval_s) and server reflection. The port is bound with SO_REUSEPORT so that every API worker
+listens on the same address and the kernel spreads connections across them.
+
+Caveat of SO_REUSEPORT: a second triserve (same user) configured with the same port also binds and silently shares
+the traffic; give each instance its own grpc.port.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from configs.settings import GrpcSettings
+from services.protocols import oip
+from services.protocols.generated import grpc_predict_v2_pb2_grpc, triserve_pb2_grpc
+from services.protocols.grpc_oip import SERVICE_NAME as OIP_SERVICE
+from services.protocols.grpc_oip import InferenceServicer
+from services.protocols.grpc_typed import SERVICE_NAME as TYPED_SERVICE
+from services.protocols.grpc_typed import TriserveServicer
+
+log = logging.getLogger("triserve.grpc")
+HEALTH_SERVICES = ("", TYPED_SERVICE, OIP_SERVICE)
+
+
+def bind_address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6 literal
+    return f"{host}:{port}"
+
+
+class GrpcServer:
+    def __init__(self, gateway, cfg: GrpcSettings):
+        self.gateway, self.cfg = gateway, cfg
+        self.address = bind_address(cfg.host, cfg.port)
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self._watcher: asyncio.Task | None = None
+        self._status: int | None = None
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 1),
+            ("grpc.max_receive_message_length", cfg.max_message_bytes),
+            ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ])
+        triserve_pb2_grpc.add_TriserveServicer_to_server(TriserveServicer(self.gateway), server)
+        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.gateway), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        if cfg.reflection:
+            reflection.enable_server_reflection(
+                (TYPED_SERVICE, OIP_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                 reflection.SERVICE_NAME), server)
+        try:
+            port = server.add_insecure_port(self.address)
+        except RuntimeError as exc:  # grpcio raises when the address cannot be bound
+            raise RuntimeError(f"gRPC: cannot bind {self.address}: {exc}") from exc
+        if port == 0:
+            raise RuntimeError(f"gRPC: cannot bind {self.address}")
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await server.start()
+        self.server = server
+        self._watcher = asyncio.create_task(self._watch_readiness(), name="triserve-grpc-health")
+        log.info("gRPC listening on %s (typed, OIP v2, health%s)", self.address,
+                 ", reflection" if cfg.reflection else "")
+
+    async def _set_health(self, status: int) -> None:
+        if status != self._status:
+            for service in HEALTH_SERVICES:
+                await self.health.set(service, status)
+            self._status = status
+
+    async def _watch_readiness(self) -> None:
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        while True:
+            try:
+                ready = await oip.server_ready(self.gateway)
+                await self._set_health(serving if ready else not_serving)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the watcher must outlive any single failed probe
+                log.exception("gRPC health refresh failed")
+            await asyncio.sleep(self.cfg.health_interval_s)
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        if self.server is not None:
+            await self.health.enter_graceful_shutdown()
+            await self.server.stop(self.cfg.shutdown_grace_s)
+            self.server = None
+            log.info("gRPC server on %s stopped", self.address)
+
+
+async def start_grpc(gateway, cfg: GrpcSettings) -> GrpcServer | None:
+    """Start the gRPC server for this API worker (None when disabled in config)."""
+    if not cfg.enabled:
+        return None
+    server = GrpcServer(gateway, cfg)
+    await server.start()
+    return server

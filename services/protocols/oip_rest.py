@@ -1,0 +1,229 @@
+"""Open Inference Protocol v2 over REST (the KServe/Triton HTTP API), as a FastAPI router on the gateway app.
+
+    GET  /v2                                         server metadata
+    GET  /v2/health/live | /v2/health/ready          200 = true, 400 = false (as the protocol says: 4xx is false)
+    GET  /v2/models/{name}[/versions/{v}]            model metadata
+    GET  /v2/models/{name}[/versions/{v}]/ready      model readiness
+    POST /v2/models/{name}[/versions/{v}]/infer      inference (JSON, or JSON + binary tensor data)
+    POST /v2/repository/index                        the models served (name, version, state)
+
+Request bodies are JSON (`data` flat row-major or nested) or, with the binary tensor data extension, a JSON header of
+Inference-Header-Content-Length bytes followed by the raw tensors (inputs with parameters.binary_data_size; outputs
+in binary when asked by `binary_data` per output or `binary_data_output` for all, which is what tritonclient.http
+does by default). Content-Type may be absent (tritonclient sends none), application/json or
+application/octet-stream; Content-Encoding gzip/deflate is accepted (decompressed size capped like the body).
+
+Errors follow the protocol, `{"error": "<code>: <message>"}` (tritonclient reads `error` as a string), plus the
+project's machine-readable `code`, `details` and `request_id` beside it; statuses are the REST ones (400, 401, 404,
+413, 415, 422, 429, 503, 504).
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import bentoml
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from services.common.errors import ApiError, request_id_of
+from services.gateway_deps import inference_guard
+from services.protocols import oip
+from services.protocols.calls import describe_error
+
+router = APIRouter(prefix="/v2", tags=["open inference protocol v2"])
+ACCEPTED_TYPES = {"", "application/json", "application/octet-stream"}
+
+
+def _gateway():
+    return bentoml.get_current_service()
+
+
+def oip_error(request: Request, exc: BaseException) -> JSONResponse:
+    info = describe_error(exc, request.url.path)
+    rid = request_id_of(request)
+    body = {"error": f"{info.code}: {info.message}", "code": info.code, "details": info.details, "request_id": rid}
+    return JSONResponse(body, status_code=info.status, headers={"X-Request-ID": rid, **info.headers})
+
+
+# ---- health and metadata ------------------------------------------------------------------------------------------
+@router.get("", summary="OIP v2 server metadata")
+async def server_metadata() -> dict:
+    return oip.server_metadata()
+
+
+@router.get("/health/live", summary="OIP v2 liveness (200 = live)")
+async def server_live() -> dict:
+    return {"live": True}
+
+
+@router.get("/health/ready", summary="OIP v2 readiness (200 = ready, 400 = not ready)")
+async def server_ready() -> JSONResponse:
+    ready = await oip.server_ready(_gateway())
+    return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
+
+
+@router.get("/models/{name}", summary="OIP v2 model metadata")
+@router.get("/models/{name}/versions/{version}", summary="OIP v2 model metadata of one version")
+async def model_metadata(request: Request, name: str, version: str = ""):
+    try:
+        return oip.model_metadata(oip.resolve(_gateway(), name, version))
+    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
+        return oip_error(request, exc)
+
+
+@router.get("/models/{name}/ready", summary="OIP v2 model readiness (200 = ready, 400 = not ready)")
+@router.get("/models/{name}/versions/{version}/ready", summary="OIP v2 model readiness of one version")
+async def model_ready(request: Request, name: str, version: str = ""):
+    try:
+        gateway = _gateway()
+        entry = oip.resolve(gateway, name, version)
+        ready = await oip.model_ready(gateway, entry)
+        return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
+    except Exception as exc:  # noqa: BLE001
+        return oip_error(request, exc)
+
+
+@router.post("/repository/index", summary="Models served over OIP v2")
+async def repository_index(request: Request):
+    try:
+        return oip.repository_index(_gateway())
+    except Exception as exc:  # noqa: BLE001
+        return oip_error(request, exc)
+
+
+# ---- inference ----------------------------------------------------------------------------------------------------
+def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise ApiError(415, "unsupported_content_encoding", f"Content-Encoding {encoding!r} is not supported",
+                       {"supported": ["gzip", "deflate", "identity"]})
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ApiError(400, "invalid_content_encoding", f"body is not valid {encoding}") from exc
+    if len(out) > limit or d.unconsumed_tail:
+        raise ApiError(413, "payload_too_large", f"decompressed body exceeds {limit} bytes", {"limit_bytes": limit})
+    return out
+
+
+def _field(doc: dict, key: str, kind: type, where: str, required: bool = True) -> Any:
+    value = doc.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind):
+        raise ApiError(400, "invalid_request", f"{where}: '{key}' is missing or has the wrong type",
+                       {"field": f"{where}.{key}"})
+    return value
+
+
+def parse_infer_request(name: str, version: str, body: bytes, header_length: str | None) -> oip.InferRequest:
+    """JSON (optionally followed by binary tensor data) -> the core request."""
+    binary = b""
+    if header_length is not None:
+        try:
+            n = int(header_length)
+        except ValueError:
+            n = -1
+        if n < 0 or n > len(body):
+            raise ApiError(400, "invalid_request", "Inference-Header-Content-Length does not fit the body",
+                           {"header_length": header_length, "body_bytes": len(body)})
+        body, binary = body[:n], body[n:]
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "malformed_json", "request body is not valid JSON", {"reason": str(exc)[:200]}) from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, "invalid_request", "the request must be a JSON object")
+    inputs_doc = _field(doc, "inputs", list, "request")
+    offset = 0
+    inputs = []
+    for i, inp in enumerate(inputs_doc):
+        where = f"inputs[{i}]"
+        if not isinstance(inp, dict):
+            raise ApiError(400, "invalid_request", f"{where} must be an object")
+        tname = _field(inp, "name", str, where)
+        datatype = _field(inp, "datatype", str, where)
+        shape = _field(inp, "shape", list, where)
+        params = _field(inp, "parameters", dict, where, required=False) or {}
+        size = params.get("binary_data_size")
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise ApiError(400, "invalid_request", f"{where}: binary_data_size does not fit the binary data",
+                               {"binary_data_size": size, "binary_bytes": len(binary) - offset})
+            data = oip.array_from_raw(tname, datatype, shape, binary[offset: offset + size])
+            offset += size
+        else:
+            if "data" not in inp:
+                raise ApiError(400, "invalid_request", f"{where}: 'data' (or parameters.binary_data_size) is missing")
+            data = oip.array_from_values(tname, datatype, shape, inp["data"])
+        inputs.append(oip.Tensor(tname, datatype, [int(d) for d in shape], data, params))
+    if offset != len(binary):
+        raise ApiError(400, "invalid_request", f"{len(binary) - offset} bytes of binary data belong to no input")
+    outputs = None
+    outputs_doc = _field(doc, "outputs", list, "request", required=False)
+    if outputs_doc is not None:
+        outputs = []
+        for i, out in enumerate(outputs_doc):
+            if not isinstance(out, dict):
+                raise ApiError(400, "invalid_request", f"outputs[{i}] must be an object")
+            outputs.append(oip.RequestedOutput(_field(out, "name", str, f"outputs[{i}]"),
+                                               _field(out, "parameters", dict, f"outputs[{i}]", False) or {}))
+    rid = doc.get("id")
+    return oip.InferRequest(model_name=name, model_version=version, id=None if rid is None else str(rid),
+                            inputs=inputs, outputs=outputs,
+                            parameters=_field(doc, "parameters", dict, "request", required=False) or {})
+
+
+def infer_response(req: oip.InferRequest, resp: oip.InferResponse) -> Response:
+    binary_default = bool(req.parameters.get("binary_data_output", False))
+    asked = {o.name: o.parameters for o in req.outputs or ()}
+    outputs, blobs = [], []
+    for t in resp.outputs:
+        entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        if bool(asked.get(t.name, {}).get("binary_data", binary_default)):
+            raw = oip.raw_of(t)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = oip.json_data_of(t)
+        outputs.append(entry)
+    doc: dict[str, Any] = {"model_name": resp.model_name, "model_version": resp.model_version,
+                           "parameters": resp.parameters, "outputs": outputs}
+    if resp.id is not None:
+        doc["id"] = resp.id
+    header = json.dumps(doc).encode()
+    if not blobs:
+        return Response(header, media_type="application/json")
+    return Response(header + b"".join(blobs), media_type="application/octet-stream",
+                    headers={"Inference-Header-Content-Length": str(len(header))})
+
+
+@router.post("/models/{name}/infer", summary="OIP v2 inference")
+@router.post("/models/{name}/versions/{version}/infer", summary="OIP v2 inference with one version")
+async def infer(request: Request, name: str, version: str = ""):
+    body = await request.body()  # outside the try: the body-cap middleware's 413 must propagate to it
+    try:
+        gateway = oip.ready_gateway(_gateway())
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in ACCEPTED_TYPES:
+            raise ApiError(415, "unsupported_media_type", "this endpoint consumes application/json or "
+                           "application/octet-stream (binary tensor data)",
+                           {"received": ctype, "accepted": sorted(t for t in ACCEPTED_TYPES if t)})
+        body = _decompress(body, request.headers.get("content-encoding", "").strip().lower(),
+                           gateway.settings.gateway.max_body_bytes)
+        entry = oip.resolve(gateway, name, version)
+        call = await inference_guard(entry.task)(request, gateway)
+        req = parse_infer_request(name, version, body, request.headers.get("inference-header-content-length"))
+        resp = await oip.infer(gateway, entry, req, call)
+        return infer_response(req, resp)
+    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
+        return oip_error(request, exc)
+
+
+@router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE"], include_in_schema=False)
+async def not_found(request: Request, path: str):
+    return oip_error(request, ApiError(404, "not_found", f"no OIP v2 endpoint {request.method} /v2/{path}"))

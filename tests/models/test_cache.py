@@ -1,0 +1,172 @@
+"""Startup pull into the verified cache: atomic landing, alias memory for offline starts, retries with backoff,
+tamper handling (remote refused; cache refused offline, quarantined and re-pulled online), serving registry."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from models.cache import NotReady, ServingRegistry, fetch_verified, open_serving_registry
+from models.registry import IntegrityError, LocalRegistry, NotFound
+from models.stores import RegistryUnavailable
+from models.stores.local import LocalStore
+from tests.models.conftest import closed_port
+from tests.models.test_manifest import make_manifest
+
+V1, V2 = "1.0.0-abcdef12", "1.0.1-abcdef12"
+
+
+@pytest.fixture()
+def store(tmp_path) -> LocalStore:
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "model.onnx").write_bytes(b"graph-v1")
+    store = LocalStore(tmp_path / "remote")
+    store.publish(staging, make_manifest(version=V1))
+    (staging / "model.onnx").write_bytes(b"graph-v2")
+    store.publish(staging, make_manifest(version=V2))
+    store.set_alias("toy-model", "stable", V1, by="ci")
+    return store
+
+
+class Flaky(LocalStore):
+    """A store whose first `failures` calls to resolve fail as if the network were down; counts pulls."""
+
+    def __init__(self, inner: LocalStore, failures: int):
+        super().__init__(inner.registry.root)
+        self.failures, self.pulls = failures, 0
+
+    def resolve(self, name, ref):
+        if self.failures:
+            self.failures -= 1
+            raise RegistryUnavailable("connection refused (simulated)")
+        return super().resolve(name, ref)
+
+    def pull(self, *args, **kwargs):
+        self.pulls += 1
+        return super().pull(*args, **kwargs)
+
+
+def test_fetch_lands_atomically_and_records_the_alias(store, tmp_path):
+    cache = tmp_path / "cache"
+    directory, manifest = fetch_verified(store, "toy-model", "stable", cache)
+    assert directory == cache / "toy-model" / "versions" / V1 and manifest.version == V1
+    assert (directory / "model.onnx").read_bytes() == b"graph-v1"
+    assert list((cache / ".tmp").iterdir()) == []
+    local = LocalRegistry(cache)
+    assert local.aliases("toy-model") == {"stable": V1}
+    assert local.alias_log("toy-model")[-1]["by"] == f"cache: {store.uri}"
+    assert local.load_verified("toy-model", "stable")[1].version == V1
+
+
+def test_cached_copy_is_reused_and_alias_moves_are_followed(store, tmp_path):
+    cache = tmp_path / "cache"
+    flaky = Flaky(store, failures=0)
+    fetch_verified(flaky, "toy-model", "stable", cache)
+    fetch_verified(flaky, "toy-model", "stable", cache)
+    assert flaky.pulls == 1  # the second start verified the cached copy instead of downloading
+    store.set_alias("toy-model", "stable", V2, by="ci")
+    _, manifest = fetch_verified(flaky, "toy-model", "stable", cache)
+    assert manifest.version == V2 and flaky.pulls == 2
+    assert [(e["from"], e["to"]) for e in LocalRegistry(cache).alias_log("toy-model")] == [(None, V1), (V1, V2)]
+    offline = f"oci://127.0.0.1:{closed_port()}/x"
+    _, manifest = fetch_verified(offline, "toy-model", "stable", cache, retries=0)
+    assert manifest.version == V2  # resolved offline from the last recorded move
+
+
+def test_connection_failures_are_retried_with_exponential_backoff(store, tmp_path):
+    sleeps: list[float] = []
+    flaky = Flaky(store, failures=2)
+    _, manifest = fetch_verified(flaky, "toy-model", "stable", tmp_path / "cache", retries=3, backoff=0.1,
+                                 sleep=sleeps.append)
+    assert manifest.version == V1 and sleeps == [0.1, 0.2]
+
+
+def test_unreachable_without_cache_is_not_ready_with_the_reason(store, tmp_path):
+    sleeps: list[float] = []
+    with pytest.raises(NotReady) as info:
+        fetch_verified(Flaky(store, failures=99), "toy-model", "stable", tmp_path / "cache", retries=3, backoff=0.5,
+                       sleep=sleeps.append)
+    assert sleeps == [0.5, 1.0, 2.0]
+    message = str(info.value)
+    assert "toy-model:stable not ready" in message and "unreachable after 4 attempt(s)" in message
+    assert "connection refused (simulated)" in message and "holds no verified copy" in message
+
+
+def test_unknown_model_in_a_reachable_store_is_not_found(store, tmp_path):
+    with pytest.raises(NotFound):
+        fetch_verified(store, "nope", "stable", tmp_path / "cache", retries=0)
+
+
+def test_tampered_remote_never_reaches_the_cache(store, tmp_path):
+    (store.registry.path("toy-model", V1) / "model.onnx").write_bytes(b"graph-vX")
+    with pytest.raises(IntegrityError, match="sha256 mismatch for model.onnx"):
+        fetch_verified(store, "toy-model", "stable", tmp_path / "cache")
+    assert not LocalRegistry(tmp_path / "cache").has("toy-model", V1)
+    assert list((tmp_path / "cache" / ".tmp").iterdir()) == []
+
+
+def test_tampered_cache_is_refused_offline(store, tmp_path):
+    cache = tmp_path / "cache"
+    directory, _ = fetch_verified(store, "toy-model", "stable", cache)
+    (directory / "model.onnx").write_bytes(b"graph-vX")
+    with pytest.raises(IntegrityError, match="sha256 mismatch for model.onnx"):
+        fetch_verified(Flaky(store, failures=99), "toy-model", "stable", cache, retries=0)
+
+
+def test_tampered_cache_is_quarantined_reported_and_pulled_again_online(store, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    directory, _ = fetch_verified(store, "toy-model", "stable", cache)
+    (directory / "model.onnx").write_bytes(b"graph-vX")
+    with caplog.at_level(logging.ERROR, logger="triserve.models.cache"):
+        directory, _ = fetch_verified(store, "toy-model", "stable", cache)
+    assert (directory / "model.onnx").read_bytes() == b"graph-v1"
+    assert any("INTEGRITY" in r.message and "model.onnx" in r.message for r in caplog.records)
+    events = [json.loads(line) for line in (cache / ".quarantine" / "events.jsonl").read_text().splitlines()]
+    assert events[0]["model"] == f"toy-model:{V1}" and "model.onnx" in events[0]["reason"]
+    assert (cache / ".quarantine" / events[0]["moved_to"] / "model.onnx").read_bytes() == b"graph-vX"
+
+
+def _settings(tmp_path: Path, uri: str | None) -> SimpleNamespace:
+    slot = SimpleNamespace(name="toy-model", ref="stable")
+    task = SimpleNamespace(primary=slot, fallback=SimpleNamespace(name="toy-model", ref=V2))
+    return SimpleNamespace(registry_uri=uri, registry_dir=tmp_path / "remote", model_cache_dir=tmp_path / "cache",
+                           registry_retries=0, registry_backoff_s=0.0, detection=task, text=task, forecast=task)
+
+
+def test_serving_registry_without_uri_is_the_registry_dir(store, tmp_path):
+    registry = open_serving_registry(_settings(tmp_path, None))
+    assert type(registry) is LocalRegistry and registry.root == tmp_path / "remote"
+    assert open_serving_registry(_settings(tmp_path, store.uri)).root == store.registry.root  # local: no copy
+
+
+def test_serving_registry_pulls_configured_slots_into_the_cache(store, tmp_path, http_root):
+    import shutil
+
+    root, url = http_root
+    shutil.copytree(tmp_path / "remote", root / tmp_path.name)
+    registry = open_serving_registry(_settings(tmp_path, f"{url}/{tmp_path.name}"))
+    assert isinstance(registry, ServingRegistry) and registry.root == tmp_path / "cache"
+    assert sorted(registry.versions("toy-model")) == [V1, V2]
+    assert registry.load_verified("toy-model", "stable")[1].version == V1
+
+
+def test_serving_registry_unreachable_keeps_the_reason_per_slot(tmp_path):
+    registry = open_serving_registry(_settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x"))
+    with pytest.raises(NotReady, match="toy-model:stable not ready"):
+        registry.load_verified("toy-model", "stable")
+
+
+def test_serving_registry_waits_out_the_backoff_once(store, tmp_path, monkeypatch):
+    """With the store down, the first slot spends the retries; the other slots go straight to the cache."""
+    import models.cache as cache_module
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(cache_module.time, "sleep", sleeps.append)
+    settings = _settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x")
+    settings.registry_retries, settings.registry_backoff_s = 2, 0.25
+    registry = open_serving_registry(settings)
+    assert sleeps == [0.25, 0.5] and len(registry.errors) == 2  # two distinct (name, ref) slots, one backoff
