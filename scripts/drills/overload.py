@@ -119,7 +119,8 @@ def per_second_p99(rows: list[Row], start: float, end: float) -> list[dict]:
     for s in range(int(np.ceil(end - start))):
         b = [r for r in rows if start + s <= r.sent < start + s + 1]
         ok = [r.ms for r in b if r.ok]
-        out.append({"s": s, "n": len(b), "ok": len(ok), "p50": pct(ok, 50), "p99": pct(ok, 99)})
+        out.append({"s": s, "n": len(b), "ok": len(ok), "degraded": sum(1 for r in b if r.ok and r.degraded),
+                    "p50": pct(ok, 50), "p99": pct(ok, 99)})
     return out
 
 
@@ -202,6 +203,8 @@ async def drill(url: str, args) -> dict:
         "first_second_within_threshold_after_s": (round(rec_start - over_end + first_within, 2)
                                                   if first_within is not None else None),
         "degraded": degraded_reasons([r for r in rec_rows if r.ok]),
+        "latency_ms_primary": lat([r for r in rec_rows if r.ok and not r.degraded]),
+        "latency_ms_fallback": lat([r for r in rec_rows if r.ok and r.degraded]),
         "transport_errors": transport_errors(rec_rows),
         "per_second": buckets,
     }
@@ -241,6 +244,7 @@ def summary(res: dict) -> str:
         f"client CPU {o['client_cpu_share_of_one_core']} of one core",
         f"  recovery at {r['target_rate']}/s: status {r['status']}, latency {r['latency_ms']}, "
         f"degraded {r['degraded']}, transport errors {r['transport_errors']}",
+        f"    recovery latency served by primary {r['latency_ms_primary']}, by fallback {r['latency_ms_fallback']}",
         f"    p99 back within {r['threshold_p99_ms']} ms (baseline p99 {r['baseline_p99_ms']} ms x tolerance) for good "
         f"{r['p99_back_to_baseline_after_s']} s after the overload ended (first 1-s bucket within it: "
         f"{r['first_second_within_threshold_after_s']} s; None = not within the recovery phase)",
