@@ -158,6 +158,23 @@ class AccessSettings(_Section):
     max_clients: int = Field(10_000, ge=1, description="Buckets kept (least recently used evicted): bounded memory.")
 
 
+class Rollout(_Section):
+    """Hot swap, canary and shadow behaviour on the gateway side."""
+
+    refresh_s: float = Field(1.0, gt=0, le=60, description="How often API workers refresh the runner's routing "
+                                                           "table (versions, canary, shadow).")
+    retire_after_s: float = Field(10.0, ge=0, description="A swapped-out version stays loaded this long so "
+                                                          "in-flight and pinned requests finish on it.")
+    canary_header: str = Field("x-canary-key", description="Request header whose value keeps a user on one side of "
+                                                            "a canary split (else the API key or client address).")
+    canary_window: int = Field(100, ge=5, description="Recent canary (and stable) calls judged.")
+    canary_min_calls: int = Field(20, ge=1, description="Calls before a canary can be judged.")
+    canary_max_error_rate: float = Field(0.1, ge=0, le=1, description="Canary error share that withdraws it.")
+    canary_max_latency_ratio: float = Field(3.0, gt=1, description="Canary median latency over stable median "
+                                                                    "that withdraws it.")
+    shadow_max_inflight: int = Field(8, ge=1, description="Concurrent shadow calls per API worker; more are dropped.")
+
+
 class Observability(_Section):
     """Request logs, payload sampling, drift windows."""
 
@@ -220,6 +237,7 @@ class Settings(BaseSettings):
     breaker: Breaker = Field(default_factory=Breaker)
     access: AccessSettings = Field(default_factory=AccessSettings)
     observability: Observability = Field(default_factory=Observability)
+    rollout: Rollout = Field(default_factory=Rollout)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")

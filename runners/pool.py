@@ -121,15 +121,21 @@ def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
 
 
 class ModelPool:
-    """Slots ('detection', 'detection_fallback', ...) -> loaded, warmed models."""
+    """Slots ('detection', 'detection_fallback', ...) -> loaded, warmed models.
+
+    A slot can hold several versions at once: the active one (`models[slot]`), a canary or shadow candidate, and a
+    retiring one still finishing its in-flight batches. Loading happens off to the side; activation is a single
+    dict assignment, so a swap never exposes a half-loaded model.
+    """
 
     def __init__(self, registry: LocalRegistry, settings: RunnerSettings):
         self.registry = registry
         self.settings = settings
-        self.models: dict[str, LoadedModel] = {}
+        self.models: dict[str, LoadedModel] = {}  # slot -> active version
+        self.versions: dict[str, dict[str, LoadedModel]] = {}  # slot -> version -> loaded
         self.errors: dict[str, str] = {}
 
-    def load(self, slot: str, name: str, ref: str) -> LoadedModel:
+    def load(self, slot: str, name: str, ref: str, activate: bool = True) -> LoadedModel:
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
         session, provider, fallback = make_session(directory / manifest.model_file, self.settings)
@@ -143,8 +149,27 @@ class ModelPool:
         model.warm = True
         model.load_seconds = time.monotonic() - started
         log.info("loaded %s = %s:%s on %s in %.2fs", slot, name, manifest.version, provider, model.load_seconds)
-        self.models[slot] = model
+        self.versions.setdefault(slot, {})[manifest.version] = model
+        if activate:
+            self.models[slot] = model
         return model
+
+    def get(self, slot: str, version: str | None = None) -> LoadedModel:
+        """The active model of a slot, or a specific loaded version (KeyError if it is not loaded)."""
+        return self.models[slot] if not version else self.versions[slot][version]
+
+    def activate(self, slot: str, version: str) -> str | None:
+        """Make a loaded version the active one; returns the previous active version."""
+        previous = self.models[slot].manifest.version if slot in self.models else None
+        self.models[slot] = self.versions[slot][version]
+        self.errors.pop(slot, None)
+        return previous
+
+    def unload(self, slot: str, version: str) -> None:
+        """Forget a non-active version; batches still running on it keep their reference until they finish."""
+        if self.models.get(slot) is not None and self.models[slot].manifest.version == version:
+            raise ValueError(f"{slot}:{version} is active")
+        self.versions.get(slot, {}).pop(version, None)
 
     def load_all(self, slots: dict[str, tuple[str, str]]) -> None:
         """Load every slot; a failure is recorded (and keeps the pool not ready) instead of crashing the process."""
@@ -183,7 +208,8 @@ class ModelPool:
             "models": {
                 slot: {"name": m.manifest.name, "version": m.manifest.version, "provider": m.provider,
                        "load_seconds": round(m.load_seconds, 3), "provider_fallback": m.provider_fallback,
-                       "sha256": m.manifest.file(m.manifest.model_file).sha256}
+                       "sha256": m.manifest.file(m.manifest.model_file).sha256,
+                       "loaded_versions": sorted(self.versions.get(slot, {}))}
                 for slot, m in self.models.items()
             },
         }

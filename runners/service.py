@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 
 import bentoml
@@ -68,6 +69,8 @@ class ModelRunner:
             time.sleep(settings.runner.startup_delay_s)
         self.pool = ModelPool(open_serving_registry(settings), settings.runner)
         self.pool.load_all({slot: (s.name, s.ref) for slot, s in SLOTS.items()})
+        self.rollout: dict[str, dict] = {}  # slot -> {"canary": {"version", "weight"} | None, "shadow": version}
+        self._control = threading.Lock()
         for slot, m in self.pool.models.items():
             MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
                               m.provider).set(1)
@@ -77,33 +80,44 @@ class ModelRunner:
         return self.pool.ready
 
     def _serve(self, slot: str, items: list[dict]) -> list[dict]:
-        """Items are {"x": one tensor (or ragged token ids), "deadline": epoch seconds or None}. Expired items are
-        answered {"error": "deadline_exceeded"} without compute; the rest share one ONNX Runtime call."""
+        """Items are {"x": one tensor (or ragged token ids), "deadline": epoch seconds or None, "rid": request id,
+        "version": a loaded version or None for the active one}. Expired items are answered
+        {"error": "deadline_exceeded"} without compute; items asking for a version that is not loaded get
+        {"error": "version_unavailable"}; the rest share one ONNX Runtime call per version."""
         now = time.time()
-        live = [i for i, it in enumerate(items) if not it.get("deadline") or it["deadline"] > now]
         results: list[dict] = [{"error": "deadline_exceeded"} for _ in items]
-        if len(live) < len(items):
-            EXPIRED.labels(slot).inc(len(items) - len(live))
-        if live:
-            for i, out in zip(live, self._run(slot, [items[i]["x"] for i in live])):
+        groups: dict[str | None, list[int]] = {}
+        for i, it in enumerate(items):
+            if not it.get("deadline") or it["deadline"] > now:
+                groups.setdefault(it.get("version"), []).append(i)
+        live = sum(len(g) for g in groups.values())
+        if live < len(items):
+            EXPIRED.labels(slot).inc(len(items) - live)
+        for version, idx in groups.items():
+            try:
+                model = self.pool.get(slot, version)
+            except KeyError:
+                for i in idx:
+                    results[i] = {"error": "version_unavailable"}
+                continue
+            for i, out in zip(idx, self._run(slot, model, [items[i]["x"] for i in idx])):
                 results[i] = out
-            batch_log.info(json.dumps({"event": "batch", "slot": slot, "size": len(live),
-                                       "expired": len(items) - len(live),
-                                       "infer_ms": round(results[live[0]]["infer_ms"], 3),
-                                       "request_ids": sorted({items[i].get("rid", "") for i in live})}))
+            batch_log.info(json.dumps({"event": "batch", "slot": slot, "version": model.manifest.version,
+                                       "size": len(idx), "expired": len(items) - live,
+                                       "infer_ms": round(results[idx[0]]["infer_ms"], 3),
+                                       "request_ids": sorted({items[i].get("rid", "") for i in idx})}))
         observe_rss("runner")
         return results
 
-    def _run(self, slot: str, xs: list[np.ndarray]) -> list[dict]:
+    def _run(self, slot: str, model, xs: list[np.ndarray]) -> list[dict]:
         """One ONNX Runtime call for the batch (or one per item for per_item slots); each item gets its row."""
-        model = self.pool.models[slot]
         n = len(xs)
         started = time.perf_counter()
         inject_faults(slot, settings.runner.faults)
         if SLOTS[slot].batching.per_item:
-            out = [self.pool.run(slot, self._feeds(model, [x]))[0][0] for x in xs]
+            out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         else:
-            out = self.pool.run(slot, self._feeds(model, xs))[0]
+            out = self.pool.run_model(model, self._feeds(model, xs))[0]
         if slot in settings.runner.faults.nan_output:
             out = np.full_like(np.asarray(out, dtype=np.float32), np.nan)
         infer_ms = (time.perf_counter() - started) * 1000
@@ -148,3 +162,71 @@ class ModelRunner:
     def status(self) -> dict:
         """Loaded models, their versions and providers, and load errors (the reason behind not-ready)."""
         return self.pool.describe()
+
+    # --- rollout control (called by the gateway's admin API) ---------------------------------------------------
+    @bentoml.api
+    def routing(self) -> dict:
+        """Per slot: the active version, every loaded version, the canary (version, weight) and the shadow."""
+        return self._routing()
+
+    def _routing(self) -> dict:
+        # a plain method: API methods must not call each other (BentoML serialises sync APIs on one thread)
+        return {slot: {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})),
+                       **self.rollout.get(slot, {"canary": None, "shadow": None})}
+                for slot, m in self.pool.models.items()}
+
+    @bentoml.api
+    def stage(self, slot: str, ref: str) -> dict:
+        """Resolve, pull/verify, load and warm a version next to the active one (not serving yet). A failure (unknown
+        version, tampered file, broken graph) is returned as {"error": ...}; the active version is untouched."""
+        try:
+            with self._control:
+                model = self.pool.load(slot, SLOTS[slot].name, ref, activate=False)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, logged here
+            log.error("staging %s:%s refused: %s: %s", slot, ref, type(exc).__name__, exc)
+            return {"slot": slot, "error": f"{type(exc).__name__}: {exc}"}
+        return {"slot": slot, "version": model.manifest.version, "load_seconds": round(model.load_seconds, 3)}
+
+    @bentoml.api
+    def activate(self, slot: str, version: str, retire_after_s: float = 10.0) -> dict:
+        """Atomically switch the slot to a loaded version; the previous one is unloaded after `retire_after_s` (in
+        flight batches finish on it; gateways refresh their routing well within that time)."""
+        with self._control:
+            previous = self.pool.activate(slot, version)
+            model = self.pool.get(slot)
+            MODEL_INFO.labels(slot, model.manifest.name, version, model.manifest.file(model.manifest.model_file).sha256,
+                              model.provider).set(1)
+            roles = self.rollout.get(slot, {})
+            if roles.get("canary") and roles["canary"]["version"] == version:
+                roles["canary"] = None
+        if previous and previous != version:
+            threading.Timer(retire_after_s, self._retire, args=(slot, previous)).start()
+        return {"slot": slot, "active": version, "previous": previous}
+
+    @bentoml.api
+    def set_canary(self, slot: str, version: str | None = None, weight: float = 0.0) -> dict:
+        """Send `weight` of the slot's traffic (sticky per request key) to a loaded candidate; None clears it."""
+        with self._control:
+            if version is not None:
+                self.pool.get(slot, version)  # KeyError -> 500 -> the gateway reports it
+            self.rollout.setdefault(slot, {"canary": None, "shadow": None})["canary"] = (
+                {"version": version, "weight": float(weight)} if version else None)
+        return self._routing()[slot]
+
+    @bentoml.api
+    def set_shadow(self, slot: str, version: str | None = None) -> dict:
+        """Mirror the slot's traffic to a loaded candidate whose answers are compared, never returned."""
+        with self._control:
+            if version is not None:
+                self.pool.get(slot, version)
+            self.rollout.setdefault(slot, {"canary": None, "shadow": None})["shadow"] = version
+        return self._routing()[slot]
+
+    def _retire(self, slot: str, version: str) -> None:
+        with self._control:
+            roles = self.rollout.get(slot, {})
+            in_use = {self.pool.models[slot].manifest.version, roles.get("shadow"),
+                      (roles.get("canary") or {}).get("version")}
+            if version not in in_use:
+                self.pool.unload(slot, version)
+                log.info("retired %s:%s", slot, version)

@@ -21,12 +21,13 @@ from services.common.errors import install_error_handlers
 from services.common.inference import Protection
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
+from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
 from services.gateway_deps import admin_guard
+from services.rollout_api import router as rollout_router
 from services.detection.service import DetectionPipeline
 from services.detection.service import router as detection_router
 from services.forecast.service import ForecastPipeline
 from services.forecast.service import router as forecast_router
-from services.text.preprocess import TextTokenizer
 from services.text.service import TextPipeline
 from services.text.service import router as text_router
 from services.protocols.grpc_server import start_grpc
@@ -45,7 +46,7 @@ app.add_middleware(ContentTypeMiddleware, rules={"/v1/detect": "application/json
                                                  "/v1/detect/upload": "multipart/form-data"})
 app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes,
                    request_log=RequestLog(settings.observability))
-for r in (detection_router, text_router, forecast_router):
+for r in (detection_router, text_router, forecast_router, rollout_router):
     app.include_router(r)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
 
@@ -73,6 +74,9 @@ class Gateway:
     def __init__(self) -> None:
         self.settings = settings
         self.protection = Protection(settings)
+        self.routing = RoutingTable(settings.rollout)
+        self.canary = CanaryGuard(settings.rollout)
+        self.shadow = ShadowMirror(settings.rollout)
         self.loaded = False
         self.load_error: str | None = None
         self._pipelines: dict = {}
@@ -86,28 +90,39 @@ class Gateway:
 
     def _load_pipelines(self) -> dict:
         registry = open_serving_registry(settings)
-
-        def manifests(task: str):
-            tm = getattr(settings, task)
-            out = {}
-            for slot, model in ((task, tm.primary), (f"{task}_fallback", tm.fallback)):
-                directory, manifest = registry.load_verified(model.name, model.ref)
-                out[slot] = (directory, manifest)
-            return out
-
-        det = manifests("detection")
-        txt = manifests("text")
-        fc = manifests("forecast")
-        tokenizers = {slot: TextTokenizer(d / m.preprocess.tokenizer_file, m.preprocess.max_length)
-                      for slot, (d, m) in txt.items()}
+        self.registry = registry
+        slots = {f"{task}{suffix}": getattr(getattr(settings, task), role)
+                 for task in ("detection", "text", "forecast")
+                 for suffix, role in (("", "primary"), ("_fallback", "fallback"))}
+        self.catalog = ModelCatalog(registry, {slot: cfg.name for slot, cfg in slots.items()})
+        self.startup = {}
+        for slot, cfg in slots.items():
+            directory, manifest = registry.load_verified(cfg.name, cfg.ref)
+            self.startup[slot] = self.catalog.get(slot, manifest.version)
         obs = settings.observability
-        self.quality = QualityMonitor([m for group in (det, txt, fc) for _, m in group.values()], obs.drift_window,
+        self.quality = QualityMonitor([m.manifest for m in self.startup.values()], obs.drift_window,
                                       obs.drift_every, obs.drift_min_values)
         return {
-            "detection": DetectionPipeline({s: m for s, (_, m) in det.items()}, settings.detection_limits),
-            "text": TextPipeline({s: m for s, (_, m) in txt.items()}, tokenizers, settings.text_limits),
-            "forecast": ForecastPipeline({s: m for s, (_, m) in fc.items()}, settings.forecast_limits),
+            "detection": DetectionPipeline(settings.detection_limits),
+            "text": TextPipeline(settings.text_limits),
+            "forecast": ForecastPipeline(settings.forecast_limits, self.startup["forecast"].manifest),
         }
+
+    def active_manifests(self, task: str) -> dict:
+        """slot -> manifest of the version each slot of `task` serves now (startup versions until routing is known)."""
+        out = {}
+        for slot in (task, f"{task}_fallback"):
+            active = self.routing.table.get(slot, {}).get("active")
+            out[slot] = (self.catalog.get(slot, active) if active else self.startup[slot]).manifest
+        return out
+
+    async def withdraw_canary(self, slot: str) -> None:
+        """Automatic canary rollback: stop routing to the candidate everywhere (the runner is the source of truth)."""
+        try:
+            await self.runner.to_async.set_canary(slot=slot, version=None)
+            await self.routing.refresh(self.runner)
+        except Exception:  # noqa: BLE001 - logged; the next judgement retries
+            log.exception("could not withdraw the canary of %s", slot)
 
     @bentoml.on_startup
     async def _start_grpc(self) -> None:

@@ -30,6 +30,7 @@ class CallContext:
     deadline: Deadline
     client: Client
     state: Any = None  # the request's state: the outcome for the request log goes here
+    route_key: str = ""  # keeps a user on one side of a canary split
 
 
 def inference_guard(task: str):
@@ -40,7 +41,8 @@ def inference_guard(task: str):
         client = prot.access.identify(request)
         prot.access.limit(client, task)
         deadline = Deadline.from_header(request.headers.get(HEADER), gateway.settings.deadlines)
-        return CallContext(request.state.request_id, deadline, client, request.state)
+        key = request.headers.get(gateway.settings.rollout.canary_header) or client.id
+        return CallContext(request.state.request_id, deadline, client, request.state, key)
 
     return guard
 

@@ -8,7 +8,9 @@ when the primary fails or returns garbage. Every answer says whether it is degra
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,10 @@ from services.common.deadlines import Deadline
 from services.common.errors import ApiError, InvalidOutput
 from services.common.metrics import DEGRADED, REJECTED
 from services.common.request_context import StageClock
+from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 from services.common.runner_client import call_runner
+
+log = logging.getLogger("triserve.inference")
 
 TASKS = ("detection", "text", "forecast")
 
@@ -38,6 +43,8 @@ class RunnerResult:
     slot: str
     degraded: bool
     degraded_reason: str | None
+    served: ServedModel  # the exact version whose manifest post-processing must use
+    role: str = "stable"  # or "canary"
 
 
 class Protection:
@@ -64,13 +71,15 @@ class Protection:
         return [(task, None), (fallback, "primary_failed")]
 
 
-async def run_task(gateway: Any, task: str, items_for: Callable[[str], list[np.ndarray]], choice: str,
+async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], list[np.ndarray]], choice: str,
                    clock: StageClock, deadline: Deadline,
-                   validate: Callable[[str, list[np.ndarray]], None], request_id: str = "") -> RunnerResult:
-    """items_for(slot) preprocesses for that slot's model (sizes may differ between primary and fallback);
-    validate(slot, outputs) raises InvalidOutput for outputs that must not reach the client."""
+                   validate: Callable[[ServedModel, list[np.ndarray]], None], request_id: str = "",
+                   route_key: str = "") -> RunnerResult:
+    """items_for(model) preprocesses for that model version (sizes may differ between primary and fallback, or
+    between versions); validate(model, outputs) raises InvalidOutput for outputs that must not reach the client."""
     prot: Protection = gateway.protection
     cfg = gateway.settings.gateway
+    await gateway.routing.ensure_fresh(gateway.runner)
     plan = prot.plan(task, choice)
     last_error: ApiError | None = None
     fallback_reason: str | None = None
@@ -79,64 +88,96 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[str], list[np.n
         is_primary = slot == task
         breaker = prot.breakers[task] if is_primary else None
         has_next = index + 1 < len(plan)
-        deadline.check("preprocess")
-        xs = items_for(slot)
-        clock.stage("preprocess")
-        try:
-            prot.admission.admit(slot, len(xs), deadline)
-        except ApiError as exc:
-            REJECTED.labels(task, exc.code).inc()
-            if breaker:
-                breaker.release()
-            if has_next:
-                last_error, fallback_reason = exc, "overload"
+        for attempt in range(2):  # a second pass only when the pinned version was retired meanwhile
+            version, role = gateway.routing.pick(slot, route_key or request_id)
+            model = gateway.catalog.get(slot, version)
+            deadline.check("preprocess")
+            xs = items_for(model)
+            clock.stage("preprocess")
+            try:
+                prot.admission.admit(slot, len(xs), deadline)
+            except ApiError as exc:
+                REJECTED.labels(task, exc.code).inc()
+                if breaker:
+                    breaker.release()
+                if has_next:
+                    last_error, fallback_reason = exc, "overload"
+                    break
+                raise
+            prot.admission.started(slot, len(xs))
+            items = None
+            payload = [{"x": x, "deadline": deadline.epoch, "rid": request_id, "version": version} for x in xs]
+            started = time.perf_counter()
+            try:
+                items = await asyncio.wait_for(call_runner(gateway.runner, slot, payload, cfg.runner_retries,
+                                                           cfg.runner_retry_backoff_ms),
+                                               timeout=max(deadline.remaining(), 0.001))
+            except asyncio.TimeoutError:
+                if breaker:
+                    breaker.record(False)
+                gateway.canary.record(slot, role, False, time.perf_counter() - started)
+                REJECTED.labels(task, "deadline_exceeded").inc()
+                raise ApiError(504, "deadline_exceeded", f"no answer within the {deadline.budget_ms} ms deadline",
+                               {"budget_ms": deadline.budget_ms, "stage": "inference", "slot": slot}) from None
+            except ApiError as exc:
+                if breaker:
+                    breaker.record(False)
+                _count(gateway, slot, version, role, False, started)
+                last_error, fallback_reason = exc, "primary_failed"
+                break
+            finally:
+                first = items[0] if items else {}
+                prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
+                clock.stage("runner")
+            if any(it.get("error") == "version_unavailable" for it in items) and attempt == 0:
+                await gateway.routing.refresh(gateway.runner)
+                if breaker:
+                    breaker.release()
+                    breaker.allow()
                 continue
-            raise
-        prot.admission.started(slot, len(xs))
-        items = None
-        try:
-            payload = [{"x": x, "deadline": deadline.epoch, "rid": request_id} for x in xs]
-            items = await asyncio.wait_for(call_runner(gateway.runner, slot, payload, cfg.runner_retries,
-                                                       cfg.runner_retry_backoff_ms),
-                                           timeout=max(deadline.remaining(), 0.001))
-        except asyncio.TimeoutError:
+            if any("error" in it for it in items):
+                if breaker:
+                    breaker.record(False)
+                REJECTED.labels(task, "deadline_exceeded").inc()
+                raise ApiError(504, "deadline_exceeded", "the deadline passed while the request was queued",
+                               {"budget_ms": deadline.budget_ms, "stage": "queue", "slot": slot})
+            outputs = [np.asarray(it["y"]) for it in items]
+            try:
+                validate(model, outputs)
+            except InvalidOutput as exc:
+                if breaker:
+                    breaker.record(False)
+                _count(gateway, slot, version, role, False, started)
+                last_error = ApiError(503, "invalid_model_output", "the model produced an invalid output",
+                                      {"slot": slot, "reason": str(exc)}, headers={"Retry-After": "1"})
+                fallback_reason = "invalid_output"
+                break
             if breaker:
-                breaker.record(False)
-            REJECTED.labels(task, "deadline_exceeded").inc()
-            raise ApiError(504, "deadline_exceeded", f"no answer within the {deadline.budget_ms} ms deadline",
-                           {"budget_ms": deadline.budget_ms, "stage": "inference", "slot": slot}) from None
-        except ApiError as exc:
-            if breaker:
-                breaker.record(False)
-            last_error, fallback_reason = exc, "primary_failed"
-            continue
-        finally:
-            first = items[0] if items else {}
-            prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
-            clock.stage("runner")
-        if any("error" in it for it in items):
-            if breaker:
-                breaker.record(False)
-            REJECTED.labels(task, "deadline_exceeded").inc()
-            raise ApiError(504, "deadline_exceeded", "the deadline passed while the request was queued",
-                           {"budget_ms": deadline.budget_ms, "stage": "queue", "slot": slot})
-        outputs = [np.asarray(it["y"]) for it in items]
-        try:
-            validate(slot, outputs)
-        except InvalidOutput as exc:
-            if breaker:
-                breaker.record(False)
-            last_error = ApiError(503, "invalid_model_output", "the model produced an invalid output",
-                                  {"slot": slot, "reason": str(exc)}, headers={"Retry-After": "1"})
-            fallback_reason = "invalid_output"
-            continue
-        if breaker:
-            breaker.record(True)
-        if reason:
-            DEGRADED.labels(task, reason).inc()
-        served = [it for it in items if "y" in it]
-        return RunnerResult(outputs=outputs, model=served[0]["model"], version=served[0]["version"],
-                            infer_ms=max(it["infer_ms"] for it in served), batch=max(it["batch"] for it in served),
-                            slot=slot, degraded=reason is not None, degraded_reason=reason)
+                breaker.record(True)
+            _count(gateway, slot, version, role, True, started)
+            shadow = gateway.routing.shadow(slot)
+            if shadow and shadow != version:
+                gateway.shadow.mirror(gateway.runner, task, slot, shadow, payload, outputs)
+            if reason:
+                DEGRADED.labels(task, reason).inc()
+            return RunnerResult(outputs=outputs, model=items[0]["model"], version=items[0]["version"],
+                                infer_ms=max(it["infer_ms"] for it in items), batch=max(it["batch"] for it in items),
+                                slot=slot, degraded=reason is not None, degraded_reason=reason, served=model,
+                                role=role)
     assert last_error is not None
     raise last_error
+
+
+def _count(gateway: Any, slot: str, version: str, role: str, ok: bool, started: float) -> None:
+    """Per-version metrics, and the canary verdict: a canary worse than allowed is withdrawn on the spot."""
+    seconds = time.perf_counter() - started
+    VERSION_REQUESTS.labels(slot, version, role, "ok" if ok else "error").inc()
+    VERSION_SECONDS.labels(slot, version, role).observe(seconds)
+    gateway.canary.record(slot, role, ok, seconds)
+    if role == "canary":
+        verdict = gateway.canary.verdict(slot)
+        if verdict:
+            CANARY_ROLLBACKS.labels(slot, verdict).inc()
+            log.warning("canary %s:%s withdrawn (%s)", slot, version, verdict)
+            gateway.canary.reset(slot)
+            asyncio.create_task(gateway.withdraw_canary(slot))

@@ -7,11 +7,11 @@ import numpy as np
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 
 from configs.settings import DetectionLimits
-from models.manifest import Manifest
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
 from services.common.metrics import ITEMS
 from services.common.request_context import StageClock
+from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo
 from services.detection.decode import decode_base64, decode_image
 from services.detection.postprocess import NMSParams, check_head, nms
@@ -25,9 +25,8 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 @dataclass
 class DetectionPipeline:
-    """Per-slot preprocessing facts from the manifests, plus limits."""
+    """Request limits and NMS defaults; preprocessing facts come from the manifest of the version that serves."""
 
-    manifests: dict[str, Manifest]  # slot -> manifest
     limits: DetectionLimits
 
     def nms_params(self, opts: DetectOptions) -> NMSParams:
@@ -47,24 +46,24 @@ class DetectionPipeline:
     async def detect(self, gateway, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
                      call: CallContext) -> DetectResponse:
         ITEMS.labels("detection").observe(len(images))
-        prepared: dict[str, tuple[list[np.ndarray], list]] = {}
+        prepared: dict[ServedModel, tuple[list[np.ndarray], list]] = {}
 
-        def items_for(slot: str) -> list[np.ndarray]:
-            pre = self.manifests[slot].preprocess
+        def items_for(model: ServedModel) -> list[np.ndarray]:
+            pre = model.manifest.preprocess
             tensors, metas = zip(*(preprocess_image(im, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
                                    for im in images))
-            prepared[slot] = (list(tensors), list(metas))
-            return prepared[slot][0]
+            prepared[model] = (list(tensors), list(metas))
+            return prepared[model][0]
 
-        def validate(slot: str, outputs: list[np.ndarray]) -> None:
+        def validate(model: ServedModel, outputs: list[np.ndarray]) -> None:
             for raw in outputs:
-                check_head(raw, len(self.manifests[slot].labels))
+                check_head(raw, len(model.manifest.labels))
 
         result = await run_task(gateway, "detection", items_for, opts.model, clock, call.deadline, validate,
-                                request_id=call.request_id)
+                                request_id=call.request_id, route_key=call.route_key)
         params = self.nms_params(opts)
-        labels = self.manifests[result.slot].labels
-        metas = prepared[result.slot][1]
+        labels = result.served.manifest.labels
+        metas = prepared[result.served][1]
         out = []
         observe = opts.conf_threshold is None and gateway.quality is not None  # reference uses default thresholds
         for raw, meta in zip(result.outputs, metas):

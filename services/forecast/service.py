@@ -13,6 +13,7 @@ from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
 from services.common.metrics import ITEMS
 from services.common.request_context import StageClock
+from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
 from services.forecast.preprocess import (FIXED_STEPS, SeriesError, future_timestamps, last_window, regularize,
                                          scale_windows, unscale)
@@ -39,8 +40,8 @@ def _timestamps(body: ForecastRequest) -> np.ndarray:
 
 @dataclass
 class ForecastPipeline:
-    manifests: dict[str, Manifest]
     limits: ForecastLimits
+    contract: Manifest  # the primary's manifest at startup: context and horizon every version of this API honours
 
     async def forecast(self, gateway, body: ForecastRequest, call: CallContext) -> ForecastResponse:
         clock = StageClock()
@@ -57,7 +58,7 @@ class ForecastPipeline:
                                                   lim.max_gap_fraction)
         except SeriesError as exc:
             raise ApiError(422, exc.code, str(exc), exc.details) from exc
-        primary = self.manifests["forecast"].preprocess
+        primary = self.contract.preprocess
         max_h = min(primary.horizon, lim.max_horizon)
         if body.horizon > max_h:
             raise ApiError(422, "horizon_too_long", f"horizon {body.horizon} exceeds {max_h}", {"limit": max_h})
@@ -65,28 +66,27 @@ class ForecastPipeline:
             raise ApiError(422, "series_too_short", f"need at least {primary.context} regular points, got "
                            f"{len(regular)}", {"required": primary.context, "received": len(regular)})
         ITEMS.labels("forecast").observe(1)
-        levels: dict[str, np.ndarray] = {}
+        levels: dict[ServedModel, np.ndarray] = {}
+        spreads: dict[ServedModel, float] = {}
 
-        spreads: dict[str, float] = {}
-
-        def items_for(slot: str) -> list[np.ndarray]:
-            pre = self.manifests[slot].preprocess
+        def items_for(model: ServedModel) -> list[np.ndarray]:
+            pre = model.manifest.preprocess
             window = last_window(regular, pre.context)
-            scaled, levels[slot] = scale_windows(window, pre.scale)
-            spreads[slot] = float(np.std(window))
+            scaled, levels[model] = scale_windows(window, pre.scale)
+            spreads[model] = float(np.std(window))
             return list(scaled)
 
-        def validate(slot: str, outputs: list[np.ndarray]) -> None:
+        def validate(model: ServedModel, outputs: list[np.ndarray]) -> None:
             for out in outputs:
-                check_forecast(out, self.manifests[slot].preprocess.horizon)
+                check_forecast(out, model.manifest.preprocess.horizon)
 
         result = await run_task(gateway, "forecast", items_for, body.model, clock, call.deadline, validate,
-                                request_id=call.request_id)
-        pre = self.manifests[result.slot].preprocess
+                                request_id=call.request_id, route_key=call.route_key)
+        pre = result.served.manifest.preprocess
         if gateway.quality is not None:
-            gateway.quality.observe(result.model, "level", [float(levels[result.slot][0])])
-            gateway.quality.observe(result.model, "spread", [spreads[result.slot]])
-        mean = unscale(result.outputs[0][None, :], levels[result.slot], pre.scale)[0][: body.horizon]
+            gateway.quality.observe(result.model, "level", [float(levels[result.served][0])])
+            gateway.quality.observe(result.model, "spread", [spreads[result.served]])
+        mean = unscale(result.outputs[0][None, :], levels[result.served], pre.scale)[0][: body.horizon]
         bands = with_intervals(mean, pre.interval_quantiles)
         stamps = future_timestamps(last_ts, body.frequency, body.horizon)
         points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=timezone.utc),

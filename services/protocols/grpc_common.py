@@ -115,7 +115,8 @@ class RpcScope:
         prot = gateway.protection
         client = prot.access.identify(MetadataRequest(self.metadata, self.context.peer()))
         prot.access.limit(client, task)
-        return CallContext(self.request_id, deadline, client)
+        key = self.metadata.get(gateway.settings.rollout.canary_header) or client.id
+        return CallContext(self.request_id, deadline, client, route_key=key)
 
 
 async def handle(context, gateway, work: Callable[[RpcScope], Awaitable[T]], where: str) -> T:

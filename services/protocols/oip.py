@@ -300,7 +300,7 @@ def catalog(gateway) -> dict[str, ModelEntry]:
     ready_gateway(gateway)
     entries: dict[str, ModelEntry] = {}
     for task in TASKS:
-        for slot, m in gateway.pipeline(task).manifests.items():
+        for slot, m in gateway.active_manifests(task).items():
             entries[m.name] = ModelEntry(
                 name=m.name, kind="tensor", task=task, versions=(m.version,), platform=TENSOR_PLATFORM,
                 inputs=tuple(_meta(s, m) for s in m.inputs), outputs=tuple(_meta(s, m) for s in m.outputs),
@@ -426,7 +426,7 @@ def _tensor_items(gateway, entry: ModelEntry, tensors: dict[str, Tensor]) -> lis
                            {"limit": max_len, "length": int(ids.shape[1])})
         if not np.isin(mask, (0, 1)).all():
             raise bad_request("invalid_attention_mask", "attention_mask values must be 0 or 1")
-        tokenizer = gateway.pipeline("text").tokenizers.get(entry.slot)
+        tokenizer = gateway.pipeline("text").tokenizer(gateway.catalog.get(entry.slot, m.version))
         vocab = getattr(getattr(tokenizer, "_tok", None), "get_vocab_size", lambda: None)()
         items = []
         for i in range(ids.shape[0]):
@@ -454,7 +454,7 @@ def _output_check(gateway, entry: ModelEntry):
     m = entry.manifest
     assert m is not None
 
-    def validate(slot: str, outputs: list[np.ndarray]) -> None:
+    def validate(_model, outputs: list[np.ndarray]) -> None:
         for out in outputs:
             if entry.task == "detection":
                 check_head(out, len(m.labels))
@@ -471,7 +471,7 @@ async def _infer_tensor_model(gateway, entry: ModelEntry, req: InferRequest, cal
     items = _tensor_items(gateway, entry, tensors)
     clock = StageClock()
     choice = "fallback" if entry.slot.endswith("_fallback") else "primary"
-    result = await run_task(gateway, entry.task, lambda slot: items, choice, clock, call.deadline,
+    result = await run_task(gateway, entry.task, lambda _model: items, choice, clock, call.deadline,
                             _output_check(gateway, entry), request_id=call.request_id)
     out_meta = entry.outputs[0]
     ys = np.stack([np.asarray(y) for y in result.outputs]).astype(DATATYPES[out_meta.datatype])
@@ -532,7 +532,7 @@ async def _forecast(gateway, req: InferRequest, call) -> tuple[list[Tensor], dic
     body = ForecastRequest(**fields)
     resp = await gateway.pipeline("forecast").forecast(gateway, body, call)
     points = resp.forecast
-    outputs = [bytes_tensor("TIMESTAMPS", [p.timestamp.isoformat() for p in points])]
+    outputs = [bytes_tensor("TIMESTAMPS", [p.model_dump(mode="json")["timestamp"] for p in points])]
     for name in ("mean", "lower_50", "upper_50", "lower_90", "upper_90"):
         outputs.append(fp32_tensor(name.upper(), [getattr(p, name) for p in points]))
     params = _envelope(resp)

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from fastapi import APIRouter, Depends
 
 from configs.settings import TextLimits
-from models.manifest import Manifest
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
 from services.common.metrics import ITEMS
 from services.common.request_context import StageClock
+from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
 from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
 from services.text.postprocess import check_probabilities, top_k
@@ -31,9 +31,14 @@ def clean_text(text: str) -> str:
 
 @dataclass
 class TextPipeline:
-    manifests: dict[str, Manifest]
-    tokenizers: dict[str, TextTokenizer]
     limits: TextLimits
+    tokenizers: dict[ServedModel, TextTokenizer] = field(default_factory=dict)  # per served version
+
+    def tokenizer(self, model: ServedModel) -> TextTokenizer:
+        if model not in self.tokenizers:
+            pre = model.manifest.preprocess
+            self.tokenizers[model] = TextTokenizer(model.directory / pre.tokenizer_file, pre.max_length)
+        return self.tokenizers[model]
 
     def validate(self, body: ClassifyRequest) -> list[str]:
         lim = self.limits
@@ -59,21 +64,21 @@ class TextPipeline:
         clock = StageClock()
         texts = self.validate(body)
         ITEMS.labels("text").observe(len(texts))
-        encoded: dict[str, tuple[list[np.ndarray], list[bool]]] = {}
+        encoded: dict[ServedModel, tuple[list[np.ndarray], list[bool]]] = {}
 
-        def items_for(slot: str) -> list[np.ndarray]:
-            encoded[slot] = self.tokenizers[slot].encode_with_truncation(texts)
-            return encoded[slot][0]
+        def items_for(model: ServedModel) -> list[np.ndarray]:
+            encoded[model] = self.tokenizer(model).encode_with_truncation(texts)
+            return encoded[model][0]
 
-        def validate(slot: str, outputs: list[np.ndarray]) -> None:
+        def validate(model: ServedModel, outputs: list[np.ndarray]) -> None:
             for probs in outputs:
-                check_probabilities(probs, len(self.manifests[slot].labels))
+                check_probabilities(probs, len(model.manifest.labels))
 
         result = await run_task(gateway, "text", items_for, body.model, clock, call.deadline, validate,
-                                request_id=call.request_id)
-        labels = self.manifests[result.slot].labels
+                                request_id=call.request_id, route_key=call.route_key)
+        labels = result.served.manifest.labels
         results = []
-        for probs, ids, truncated in zip(result.outputs, *encoded[result.slot]):
+        for probs, ids, truncated in zip(result.outputs, *encoded[result.served]):
             top = top_k(probs, body.top_k)
             if gateway.quality is not None:
                 gateway.quality.observe(result.model, "top1_prob", [float(probs[top[0]])])

@@ -1,0 +1,208 @@
+"""Rollouts seen from the gateway: which version serves a request (stable or sticky canary), mirrored shadow
+traffic, per-version metrics, and automatic canary rollback.
+
+The runner is the single source of truth (every API worker may be a separate process): it holds the loaded versions,
+the active one, the canary (version, weight) and the shadow. Each gateway worker caches that routing table and
+refreshes it every `refresh_s` (and right after its own admin actions); a request pinned to a version the runner has
+meanwhile retired gets 'version_unavailable' and is retried once on a fresh table.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from prometheus_client import Counter, Histogram
+
+from configs.settings import Rollout
+from models.manifest import Manifest
+from models.registry import LocalRegistry
+from services.common.metrics import LATENCY_BUCKETS
+
+log = logging.getLogger("triserve.rollout")
+
+VERSION_REQUESTS = Counter("triserve_version_requests_total", "Runner calls per model version and role "
+                           "(stable/canary), by outcome.", ["slot", "version", "role", "outcome"])
+VERSION_SECONDS = Histogram("triserve_version_seconds", "Runner round trip per model version and role.",
+                            ["slot", "version", "role"], buckets=LATENCY_BUCKETS)
+CANARY_ROLLBACKS = Counter("triserve_canary_rollbacks_total", "Canaries withdrawn automatically.", ["slot", "reason"])
+SHADOW_CALLS = Counter("triserve_shadow_total", "Shadow mirror calls by outcome (ok, dropped, error).",
+                       ["slot", "version", "outcome"])
+SHADOW_AGREEMENT = Histogram("triserve_shadow_agreement", "Per-request agreement of shadow vs served answer "
+                             "(1 = identical; detection: matched-box share, text: top-1 match, forecast: 1 - "
+                             "relative difference).", ["slot", "version"],
+                             buckets=(0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0))
+SHADOW_SECONDS = Histogram("triserve_shadow_seconds", "Shadow runner round trip.", ["slot", "version"],
+                           buckets=LATENCY_BUCKETS)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A concrete version the gateway preprocesses for: its files and manifest. Identity is (slot, version)."""
+
+    slot: str
+    version: str
+    directory: Path = field(compare=False, hash=False)
+    manifest: Manifest = field(compare=False, hash=False)
+
+
+class ModelCatalog:
+    """(slot, version) -> ServedModel, read (and verified) from the registry once and cached."""
+
+    def __init__(self, registry: LocalRegistry, slot_names: dict[str, str]):
+        self.registry = registry
+        self.slot_names = slot_names
+        self._cache: dict[tuple[str, str], ServedModel] = {}
+
+    def get(self, slot: str, version: str) -> ServedModel:
+        key = (slot, version)
+        if key not in self._cache:
+            directory, manifest = self.registry.load_verified(self.slot_names[slot], version)
+            self._cache[key] = ServedModel(slot, manifest.version, directory, manifest)
+        return self._cache[key]
+
+
+def sticky_fraction(key: str) -> float:
+    """A stable number in [0, 1) per request key: the same user always lands on the same side of a canary split."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+
+
+class RoutingTable:
+    def __init__(self, cfg: Rollout):
+        self.cfg = cfg
+        self.table: dict[str, dict] = {}
+        self.fetched_at = 0.0
+        self._refreshing: asyncio.Task | None = None
+
+    async def refresh(self, runner: Any) -> None:
+        self.table = await runner.to_async.routing()
+        self.fetched_at = time.monotonic()
+
+    async def ensure_fresh(self, runner: Any) -> None:
+        """Block only for the very first table; afterwards refresh in the background when stale."""
+        if not self.table:
+            await self.refresh(runner)
+        elif time.monotonic() - self.fetched_at > self.cfg.refresh_s and (
+                self._refreshing is None or self._refreshing.done()):
+            self._refreshing = asyncio.create_task(self._quiet_refresh(runner))
+
+    async def _quiet_refresh(self, runner: Any) -> None:
+        try:
+            await self.refresh(runner)
+        except Exception as exc:  # noqa: BLE001 - a stale table is better than a failed request
+            log.warning("routing refresh failed: %s", exc)
+
+    def pick(self, slot: str, key: str) -> tuple[str, str]:
+        """(version, role) for a request: the canary for its sticky share of keys, else the active version."""
+        entry = self.table[slot]
+        canary = entry.get("canary")
+        if canary and sticky_fraction(f"{slot}:{key}") < canary["weight"]:
+            return canary["version"], "canary"
+        return entry["active"], "stable"
+
+    def shadow(self, slot: str) -> str | None:
+        return self.table.get(slot, {}).get("shadow")
+
+
+class CanaryGuard:
+    """Withdraws a canary whose error rate or latency is worse than allowed, compared with the stable version."""
+
+    def __init__(self, cfg: Rollout):
+        self.cfg = cfg
+        self.calls: dict[tuple[str, str], deque[tuple[bool, float]]] = {}
+
+    def record(self, slot: str, role: str, ok: bool, seconds: float) -> None:
+        window = self.calls.setdefault((slot, role), deque(maxlen=self.cfg.canary_window))
+        window.append((ok, seconds))
+
+    def verdict(self, slot: str) -> str | None:
+        """'error_rate' or 'latency' when the canary must go, else None."""
+        canary = self.calls.get((slot, "canary"))
+        if not canary or len(canary) < self.cfg.canary_min_calls:
+            return None
+        errors = sum(1 for ok, _ in canary if not ok) / len(canary)
+        if errors > self.cfg.canary_max_error_rate:
+            return "error_rate"
+        stable = self.calls.get((slot, "stable"))
+        if stable and len(stable) >= self.cfg.canary_min_calls:
+            p50 = lambda w: float(np.median([s for ok, s in w if ok] or [0.0]))  # noqa: E731
+            if p50(canary) > self.cfg.canary_max_latency_ratio * max(p50(stable), 1e-4):
+                return "latency"
+        return None
+
+    def reset(self, slot: str) -> None:
+        self.calls.pop((slot, "canary"), None)
+
+
+def agreement(task: str, served: np.ndarray, shadow: np.ndarray, iou: float = 0.5) -> float:
+    """How far a shadow answer agrees with the served one, in [0, 1], on the raw model outputs."""
+    if task == "text":
+        return float(int(np.argmax(served)) == int(np.argmax(shadow)))
+    if task == "forecast":
+        denom = np.maximum(np.abs(served), 1e-6)
+        return float(max(0.0, 1.0 - np.mean(np.abs(served - shadow) / denom)))
+    from services.detection.postprocess import NMSParams, nms  # detection: matched boxes by IoU and label
+
+    a, b = nms(served, NMSParams()), nms(shadow, NMSParams())
+    if len(a.scores) == 0 and len(b.scores) == 0:
+        return 1.0
+    matched = 0
+    used: set[int] = set()
+    for box, cls in zip(a.boxes, a.classes):
+        for j, (other, ocls) in enumerate(zip(b.boxes, b.classes)):
+            if j in used or ocls != cls:
+                continue
+            x1, y1 = max(box[0], other[0]), max(box[1], other[1])
+            x2, y2 = min(box[2], other[2]), min(box[3], other[3])
+            inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
+            union = (box[2] - box[0]) * (box[3] - box[1]) + (other[2] - other[0]) * (other[3] - other[1]) - inter
+            if union > 0 and inter / union >= iou:
+                matched += 1
+                used.add(j)
+                break
+    return matched / max(len(a.scores), len(b.scores))
+
+
+class ShadowMirror:
+    """Fire-and-forget mirroring with a hard cap on concurrent shadow calls: when full, the mirror is dropped
+    (counted), so the shadow can never slow the primary path or grow memory."""
+
+    def __init__(self, cfg: Rollout):
+        self.cfg = cfg
+        self.inflight = 0
+        self.tasks: set[asyncio.Task] = set()
+
+    def mirror(self, runner: Any, task: str, slot: str, version: str, payload: list[dict],
+               served: list[np.ndarray]) -> None:
+        if self.inflight >= self.cfg.shadow_max_inflight:
+            SHADOW_CALLS.labels(slot, version, "dropped").inc()
+            return
+        self.inflight += 1
+        t = asyncio.create_task(self._run(runner, task, slot, version, payload, served))
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+    async def _run(self, runner: Any, task: str, slot: str, version: str, payload: list[dict],
+                   served: list[np.ndarray]) -> None:
+        started = time.perf_counter()
+        try:
+            items = await getattr(runner.to_async, slot)([{**it, "version": version, "deadline": None}
+                                                          for it in payload])
+            SHADOW_SECONDS.labels(slot, version).observe(time.perf_counter() - started)
+            if any("error" in it for it in items):
+                SHADOW_CALLS.labels(slot, version, "error").inc()
+                return
+            for out, ref in zip(items, served):
+                SHADOW_AGREEMENT.labels(slot, version).observe(agreement(task, ref, np.asarray(out["y"])))
+            SHADOW_CALLS.labels(slot, version, "ok").inc()
+        except Exception as exc:  # noqa: BLE001 - the shadow must never affect anything else
+            SHADOW_CALLS.labels(slot, version, "error").inc()
+            log.warning("shadow call %s:%s failed: %s", slot, version, exc)
+        finally:
+            self.inflight -= 1

@@ -1,0 +1,142 @@
+"""Admin API for rollouts (admin key required): hot swap (promote), rollback, canary, shadow.
+
+    POST   /admin/models/{slot}/promote   {"ref": "1.0.1-abc" | "canary", "alias": "stable"}
+    POST   /admin/models/{slot}/rollback  {"alias": "stable"}
+    POST   /admin/models/{slot}/canary    {"ref": "...", "weight": 0.1}      DELETE to withdraw
+    POST   /admin/models/{slot}/shadow    {"ref": "..."}                     DELETE to stop
+    GET    /admin/models                  routing per slot (active, loaded, canary, shadow)
+
+Promote stages the version next to the active one (pull, verify sha256, load, warm), swaps atomically, and moves
+the registry alias (recorded in the alias log with who did it); the old version stays loaded for
+`rollout.retire_after_s` so in-flight requests finish on it. Rollback is a promote of the alias's previous target.
+"""
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from models.registry import RegistryError
+from models.stores import open_store
+from services.common.access import Client
+from services.common.errors import ApiError
+from services.gateway_deps import admin_guard, current_gateway
+
+router = APIRouter(prefix="/admin/models", tags=["operations"])
+SLOTS = ("detection", "detection_fallback", "text", "text_fallback", "forecast", "forecast_fallback")
+
+
+class PromoteRequest(BaseModel):
+    ref: str = Field(description="Version or alias to serve.", min_length=1, max_length=128)
+    alias: str | None = Field("stable", description="Registry alias to move to it (null: serve without moving).")
+
+
+class RollbackRequest(BaseModel):
+    alias: str = Field("stable", description="Alias whose previous target is restored.")
+
+
+class CanaryRequest(BaseModel):
+    ref: str = Field(min_length=1, max_length=128)
+    weight: float = Field(gt=0, le=1, description="Share of request keys (sticky) sent to the candidate.")
+
+
+class ShadowRequest(BaseModel):
+    ref: str = Field(min_length=1, max_length=128)
+
+
+def _slot(slot: str) -> str:
+    if slot not in SLOTS:
+        raise ApiError(404, "unknown_slot", f"no model slot {slot!r}", {"slots": list(SLOTS)})
+    return slot
+
+
+def _store(gateway):
+    """Where aliases live: the configured registry (remote store or the local directory)."""
+    settings = gateway.settings
+    return open_store(settings.registry_uri or settings.registry_dir)
+
+
+async def _call(gateway, method: str, **kwargs):
+    try:
+        return await getattr(gateway.runner.to_async, method)(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - runner-side failures (missing version, integrity) become a clear 409
+        raise ApiError(409, "rollout_failed", f"{method} failed: {exc}"[:500], {"slot": kwargs.get("slot")}) from exc
+
+
+async def _stage(gateway, slot: str, ref: str) -> dict:
+    staged = await _call(gateway, "stage", slot=slot, ref=ref)
+    if "error" in staged:
+        raise ApiError(409, "rollout_failed", f"{slot}:{ref} refused: {staged['error']}"[:500],
+                       {"slot": slot, "ref": ref})
+    gateway.catalog.get(slot, staged["version"])  # verified manifest (+ tokenizer) ready before any traffic
+    return staged
+
+
+@router.get("", summary="Routing per slot: active, loaded, canary, shadow")
+async def routing(_: Client = Depends(admin_guard), gateway=Depends(current_gateway)) -> dict:
+    await gateway.routing.refresh(gateway.runner)
+    return gateway.routing.table
+
+
+@router.post("/{slot}/promote", summary="Hot swap a slot to a version (and move its alias)")
+async def promote(slot: str, body: PromoteRequest, client: Client = Depends(admin_guard),
+                  gateway=Depends(current_gateway)) -> dict:
+    started = time.perf_counter()
+    staged = await _stage(gateway, _slot(slot), body.ref)
+    swapped = await _call(gateway, "activate", slot=slot, version=staged["version"],
+                          retire_after_s=gateway.settings.rollout.retire_after_s)
+    if body.alias:
+        try:
+            _store(gateway).set_alias(gateway.catalog.slot_names[slot], body.alias, staged["version"], by=client.id)
+        except RegistryError as exc:
+            raise ApiError(409, "alias_not_moved", f"serving {staged['version']} but the alias was not moved: {exc}",
+                           swapped) from exc
+    await gateway.routing.refresh(gateway.runner)
+    return {**swapped, "load_seconds": staged["load_seconds"], "seconds": round(time.perf_counter() - started, 3)}
+
+
+@router.post("/{slot}/rollback", summary="Return a slot to its alias's previous version")
+async def rollback(slot: str, body: RollbackRequest = RollbackRequest(), client: Client = Depends(admin_guard),
+                   gateway=Depends(current_gateway)) -> dict:
+    name = gateway.catalog.slot_names[_slot(slot)]
+    moves = [e for e in _store(gateway).alias_log(name) if e["alias"] == body.alias]
+    current = gateway.routing.table.get(slot, {}).get("active")
+    previous = next((e["from"] for e in reversed(moves) if e["from"] and e["from"] != current), None)
+    if previous is None:
+        raise ApiError(409, "nothing_to_roll_back", f"the alias log of {name} has no earlier {body.alias!r} target",
+                       {"alias": body.alias, "current": current})
+    return await promote(slot, PromoteRequest(ref=previous, alias=body.alias), client, gateway)
+
+
+@router.post("/{slot}/canary", summary="Send a sticky share of traffic to a candidate version")
+async def canary(slot: str, body: CanaryRequest, _: Client = Depends(admin_guard),
+                 gateway=Depends(current_gateway)) -> dict:
+    staged = await _stage(gateway, _slot(slot), body.ref)
+    gateway.canary.reset(slot)
+    result = await _call(gateway, "set_canary", slot=slot, version=staged["version"], weight=body.weight)
+    await gateway.routing.refresh(gateway.runner)
+    return result
+
+
+@router.delete("/{slot}/canary", summary="Withdraw the canary")
+async def drop_canary(slot: str, _: Client = Depends(admin_guard), gateway=Depends(current_gateway)) -> dict:
+    result = await _call(gateway, "set_canary", slot=_slot(slot), version=None)
+    await gateway.routing.refresh(gateway.runner)
+    return result
+
+
+@router.post("/{slot}/shadow", summary="Mirror traffic to a candidate version (answers compared, never returned)")
+async def shadow(slot: str, body: ShadowRequest, _: Client = Depends(admin_guard),
+                 gateway=Depends(current_gateway)) -> dict:
+    staged = await _stage(gateway, _slot(slot), body.ref)
+    result = await _call(gateway, "set_shadow", slot=slot, version=staged["version"])
+    await gateway.routing.refresh(gateway.runner)
+    return result
+
+
+@router.delete("/{slot}/shadow", summary="Stop mirroring")
+async def drop_shadow(slot: str, _: Client = Depends(admin_guard), gateway=Depends(current_gateway)) -> dict:
+    result = await _call(gateway, "set_shadow", slot=_slot(slot), version=None)
+    await gateway.routing.refresh(gateway.runner)
+    return result

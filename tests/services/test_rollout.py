@@ -1,0 +1,179 @@
+"""Rollouts through real HTTP: hot swap under load with zero errors, rollback, sticky canary share, automatic canary
+withdrawal, shadow agreement, and a tampered candidate refused while the old version keeps serving."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import threading
+import time
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from models.registry import LocalRegistry
+from services.common.rollout import sticky_fraction
+from tests.conftest import Server
+
+ADMIN = "rollout-admin"
+SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00"}
+
+
+def publish_variant(reg: LocalRegistry, name: str, version: str, scale: float | None = None) -> str:
+    """Republish the stable artifact of `name` as a new version (optionally with every weight scaled)."""
+    src, manifest = reg.load_verified(name, "stable")
+    staging = reg.root.parent / f"staging-{version}"
+    shutil.copytree(src, staging)
+    if scale is not None:
+        model = onnx.load(staging / manifest.model_file)
+        for init in model.graph.initializer:
+            arr = numpy_helper.to_array(init)
+            if arr.dtype == np.float32:
+                init.CopyFrom(numpy_helper.from_array(arr * np.float32(scale), init.name))
+        onnx.save(model, staging / manifest.model_file)
+    reg.publish(staging, manifest.model_copy(update={"version": version}))
+    return version
+
+
+@pytest.fixture(scope="module")
+def rollout(tiny_registry, tmp_path_factory):
+    root = tmp_path_factory.mktemp("rollout") / "registry"
+    shutil.copytree(tiny_registry.root, root)
+    reg = LocalRegistry(root)
+    env = {"TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "ops", "admin": True,
+                                                     "sha256": hashlib.sha256(ADMIN.encode()).hexdigest()}]),
+           "TRISERVE_ROLLOUT__REFRESH_S": "0.2", "TRISERVE_ROLLOUT__RETIRE_AFTER_S": "2",
+           "TRISERVE_ROLLOUT__CANARY_MIN_CALLS": "5", "TRISERVE_ROLLOUT__CANARY_WINDOW": "10",
+           "TRISERVE_BREAKER__MIN_CALLS": "1000"}  # keep the breaker out of the canary test
+    srv = Server(root, env=env, log_path=tmp_path_factory.mktemp("logs") / "rollout.log")
+    try:
+        srv.wait_ready()
+        yield srv, reg
+    finally:
+        srv.stop()
+
+
+def admin(srv, method: str, path: str, body: dict | None = None) -> httpx.Response:
+    return httpx.request(method, f"{srv.url}/admin/models{path}", json=body, headers={"X-API-Key": ADMIN}, timeout=60)
+
+
+def forecast(srv, key: str = "anon", model: str = "auto") -> httpx.Response:
+    return httpx.post(f"{srv.url}/v1/forecast", json={**SERIES, "model": model}, headers={"X-Canary-Key": key},
+                      timeout=30)
+
+
+def test_promote_under_load_has_zero_errors_and_moves_the_alias(rollout):
+    srv, reg = rollout
+    old = reg.resolve("co2-forecaster", "stable")
+    new = publish_variant(reg, "co2-forecaster", "2.0.0-swap")
+    codes, versions, stop = [], [], threading.Event()
+
+    def load():
+        with httpx.Client(timeout=30) as client:
+            while not stop.is_set() and len(codes) < 2000:
+                r = client.post(f"{srv.url}/v1/forecast", json=SERIES)
+                codes.append(r.status_code)
+                versions.append(r.json()["model"]["version"] if r.status_code == 200 else None)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    resp = admin(srv, "POST", "/forecast/promote", {"ref": new})
+    time.sleep(1.5)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["active"] == new and resp.json()["previous"] == old
+    assert codes and set(codes) == {200}, {c: codes.count(c) for c in set(codes)}
+    assert versions[0] == old and versions[-1] == new
+    assert reg.resolve("co2-forecaster", "stable") == new
+    assert reg.alias_log("co2-forecaster")[-1] | {"when": None} == {"when": None, "alias": "stable", "from": old,
+                                                                    "to": new, "by": "key:ops"}
+
+
+def test_rollback_returns_to_the_previous_stable(rollout):
+    srv, reg = rollout
+    before = reg.resolve("co2-forecaster", "stable")
+    started = time.perf_counter()
+    resp = admin(srv, "POST", "/forecast/rollback")
+    elapsed = time.perf_counter() - started
+    assert resp.status_code == 200, resp.text
+    back = resp.json()["active"]
+    assert back != before and reg.resolve("co2-forecaster", "stable") == back
+    assert forecast(srv).json()["model"]["version"] == back
+    print(f"rollback took {elapsed:.3f}s")
+
+
+def test_sticky_fraction_is_uniform_enough_for_a_2_percent_split():
+    share = np.mean([sticky_fraction(f"forecast:user-{i}") < 0.2 for i in range(5000)])
+    assert abs(share - 0.2) <= 0.02
+
+
+def test_canary_gets_its_sticky_share(rollout):
+    srv, reg = rollout
+    cand = publish_variant(reg, "co2-forecaster", "2.1.0-canary")
+    resp = admin(srv, "POST", "/forecast/canary", {"ref": cand, "weight": 0.3})
+    assert resp.status_code == 200 and resp.json()["canary"] == {"version": cand, "weight": 0.3}
+    time.sleep(0.5)
+    keys = [f"user-{i}" for i in range(200)]
+    served = {k: forecast(srv, k).json()["model"]["version"] for k in keys}
+    share = sum(v == cand for v in served.values()) / len(keys)
+    expected = np.mean([sticky_fraction(f"forecast:{k}") < 0.3 for k in keys])
+    assert share == pytest.approx(expected, abs=1e-9) and 0.15 < share < 0.45
+    assert all(forecast(srv, k).json()["model"]["version"] == served[k] for k in keys[:20])  # sticky
+    assert admin(srv, "DELETE", "/forecast/canary").json()["canary"] is None
+
+
+def test_bad_canary_is_withdrawn_automatically(rollout):
+    srv, reg = rollout
+    bad = publish_variant(reg, "co2-forecaster", "2.2.0-bad", scale=1e4)
+    assert admin(srv, "POST", "/forecast/canary", {"ref": bad, "weight": 1.0}).status_code == 200
+    time.sleep(0.5)
+    bodies = [forecast(srv, f"k{i}").json() for i in range(12)]
+    assert all(b["model"]["version"] != bad for b in bodies)  # garbage never reaches a client
+    assert any(b["degraded_reason"] == "invalid_output" for b in bodies)
+    routing = admin(srv, "GET", "").json()
+    assert routing["forecast"]["canary"] is None
+    metrics = httpx.get(f"{srv.url}/metrics", timeout=30).text
+    assert 'triserve_canary_rollbacks_total{reason="error_rate",slot="forecast"}' in metrics
+
+
+def test_shadow_is_compared_never_returned(rollout):
+    srv, reg = rollout
+    twin = publish_variant(reg, "co2-forecaster", "2.3.0-shadow")
+    assert admin(srv, "POST", "/forecast/shadow", {"ref": twin}).status_code == 200
+    time.sleep(0.5)
+    for i in range(10):
+        assert forecast(srv, f"s{i}").json()["model"]["version"] != twin
+    time.sleep(1.0)
+    metrics = httpx.get(f"{srv.url}/metrics", timeout=30).text
+    count = [float(line.split()[-1]) for line in metrics.splitlines()
+             if line.startswith("triserve_shadow_agreement_count") and twin in line]
+    total = [float(line.split()[-1]) for line in metrics.splitlines()
+             if line.startswith("triserve_shadow_agreement_sum") and twin in line]
+    assert count and count[0] >= 10 and total[0] / count[0] > 0.999  # an identical twin agrees everywhere
+    assert admin(srv, "DELETE", "/forecast/shadow").json()["shadow"] is None
+
+
+def test_tampered_candidate_is_refused_while_the_old_version_serves(rollout):
+    srv, reg = rollout
+    serving = forecast(srv).json()["model"]["version"]
+    bad = publish_variant(reg, "co2-forecaster", "2.4.0-tampered")
+    path = reg.path("co2-forecaster", bad) / "model.onnx"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    resp = admin(srv, "POST", "/forecast/promote", {"ref": bad})
+    assert resp.status_code == 409 and "sha256" in resp.json()["error"]["message"]
+    assert forecast(srv).json()["model"]["version"] == serving
+    assert reg.resolve("co2-forecaster", "stable") != bad
+
+
+def test_admin_rollout_needs_the_admin_key(rollout):
+    srv, _ = rollout
+    assert httpx.get(f"{srv.url}/admin/models", timeout=10).status_code == 401
