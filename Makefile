@@ -1,6 +1,10 @@
 # triserve: the two commands a newcomer needs.
 #   make serve   install, build the default models if missing, serve on 127.0.0.1:3000
 #   make test    install, run the test suite (tiny models built inside the test session)
+# Packaging (README "Packaging and deployment"):
+#   make bento        bentoml build: a versioned Bento without weights (BENTOFILE=bentofile.gpu.yaml for the GPU one)
+#   make image        bento + buildah image + push to $(REGISTRY) + skopeo inspect (scripts/containerize.py)
+#   make smoke-image  run the pushed image with podman against models in the same registry (scripts/smoke_image.py)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,6 +12,8 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 3000
+BENTOFILE ?= bentofile.yaml
+REGISTRY ?= 127.0.0.1:5000
 export YOLO_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -15,7 +21,7 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models serve test lint clean-models
+.PHONY: install models serve test lint clean-models bento image smoke-image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -38,3 +44,13 @@ test: install
 
 clean-models:
 	rm -rf models/store .cache/pipeline
+
+bento: install
+	$(VENV)/bin/bentoml build -f $(BENTOFILE) --label git_commit=$$(git rev-parse HEAD)
+	$(VENV)/bin/bentoml list triserve
+
+image: install
+	$(PY) -m scripts.containerize --bentofile $(BENTOFILE) --registry $(REGISTRY)
+
+smoke-image: install
+	$(PY) -m scripts.smoke_image --registry $(REGISTRY)

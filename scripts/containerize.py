@@ -152,7 +152,7 @@ def build_local_base(env: dict, mirror: str) -> None:
                "--label", "org.opencontainers.image.description=Debian bookworm minbase (debootstrap, upgraded) + "
                           f"python3.11 + ca-certificates + build-essential + git + uv {UV_VERSION}: local stand-in "
                           "for python:3.11-slim",
-               "--label", f"org.opencontainers.image.source=scripts/containerize.py (mirror {mirror})",
+               "--label", f"ai.triserve.base.built-by=scripts/containerize.py (debootstrap, mirror {mirror})",
                "--cmd", "/bin/bash", ctr]
         run(cfg, env=env, tail=0)
         # Bring the base up to date (bookworm-updates, bookworm-security) and pre-install what BentoML's generated
@@ -320,9 +320,19 @@ def main(argv: list[str] | None = None) -> None:
                "--opt", f"label=org.opencontainers.image.revision={sha}",
                "--opt", f"label=org.opencontainers.image.version={version}",
                "--opt", f"label=ai.triserve.bento={tag}",
-               "--opt", f"label=ai.triserve.base-image={base or wanted}"]
+               "--opt", f"label=ai.triserve.base-image={base or wanted}",
+               # the base image's own title/description would otherwise be inherited
+               "--opt", "label=org.opencontainers.image.title=triserve",
+               "--opt", f"label=org.opencontainers.image.description=triserve Bento {tag} (bentoml containerize)"]
+        info_labels = yaml.safe_load((bento_path / "bento.yaml").read_text()).get("labels") or {}
+        for key, value in sorted(info_labels.items()):  # the Bento's labels (git commit, model aliases, variant)
+            cmd += ["--opt", f"label=ai.triserve.bento.{key}={value}"]
         log = WORK / f"containerize-{version}.log"
-        res = run(cmd, env=env, cwd=PROJECT_ROOT, log=log, tail=4, timeout=3600, stream=args.verbose)
+        res = run(cmd, env=env, cwd=PROJECT_ROOT, log=log, tail=0, timeout=3600, stream=args.verbose)
+        if not args.verbose:  # the Dockerfile steps buildah ran (full output in the log)
+            for line in res.stdout.splitlines():
+                if re.search(r"\bSTEP \d+/\d+:|COMMIT|Successfully (built|tagged)", line):
+                    print("      | " + line.replace("INFO: ", "").strip()[:160], flush=True)
         img = json.loads(run(["buildah", "inspect", "--type", "image", f"localhost/{image}"], env=env, tail=0,
                              quiet=True).stdout)
         say(f"image localhost/{image} id {img['FromImageID'][:12]}; full build log {log.relative_to(PROJECT_ROOT)}")
@@ -345,8 +355,9 @@ def main(argv: list[str] | None = None) -> None:
         res = run(["skopeo", "inspect", f"--tls-verify={'true' if args.tls_verify else 'false'}", f"docker://{dest}"],
                   env=env, tail=0)
         info = json.loads(res.stdout)
-        print(json.dumps({k: info.get(k) for k in ("Name", "Tag", "Digest", "Created", "Architecture", "Os",
-                                                   "Labels")}, indent=2), flush=True)
+        shown = {k: info.get(k) for k in ("Name", "Digest", "RepoTags", "Created", "Architecture", "Os", "Labels")}
+        shown["Env"] = [e for e in info.get("Env") or [] if e.startswith(("TRISERVE_", "BENTO"))]
+        print(json.dumps(shown, indent=2), flush=True)
         raw = json.loads(run(["skopeo", "inspect", "--raw", f"--tls-verify={'true' if args.tls_verify else 'false'}",
                               f"docker://{dest}"], env=env, tail=0, quiet=True).stdout)
         layer_bytes = sum(layer.get("size", 0) for layer in raw.get("layers", []))

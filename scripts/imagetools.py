@@ -72,6 +72,15 @@ def say(msg: str) -> None:
     print(f"    {msg}", flush=True)
 
 
+_NOISE = ("%|", "B/s]", "it/s]", "UserWarning: The parameter --quiet", "self.make_parser(ctx)",
+          "self.parse_args(ctx, args)")
+
+
+def _noise(line: str) -> bool:
+    """Progress bars and BentoML's click warnings: kept in the logs, not printed."""
+    return not line.strip() or any(n in line for n in _NOISE)
+
+
 def run(cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, log: Path | None = None,
         tail: int = 6, timeout: float | None = None, check: bool = True, quiet: bool = False,
         stream: bool = False) -> subprocess.CompletedProcess:
@@ -101,7 +110,7 @@ def run(cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, log
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(out)
     if not stream and tail and not quiet:
-        for line in out.rstrip().splitlines()[-tail:]:
+        for line in [ln for ln in out.rstrip().splitlines() if not _noise(ln)][-tail:]:
             print("      | " + line, flush=True)
     if check and res.returncode != 0:
         if not stream and quiet:

@@ -90,6 +90,13 @@ class Server:
         raise TimeoutError(f"not ready after {timeout}s; log: {self.log_path}")
 
     def stop(self) -> None:
+        # BentoML starts workers in sessions of their own: collect the whole tree first, then stop every process.
+        try:
+            import psutil
+
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+        except Exception:  # noqa: BLE001 - already gone
+            tree = []
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -97,6 +104,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
+        for child in tree:
+            try:
+                child.kill()
+            except Exception:  # noqa: BLE001 - exited with its parent
+                pass
         if self._log is not subprocess.DEVNULL:
             self._log.close()
         shutil.rmtree(self.home, ignore_errors=True)

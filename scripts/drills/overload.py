@@ -179,6 +179,10 @@ async def drill(url: str, args) -> dict:
         "accepted_handler_ms": {"p50": pct([r.server_ms for r in accepted if r.server_ms], 50),
                                 "p99": pct([r.server_ms for r in accepted if r.server_ms], 99)},
         "transport_errors": transport_errors(over_rows),
+        "answered_after_deadline_plus_100ms": ({
+            "all": sum(1 for r in over_rows if r.ms > args.deadline_ms + 100),
+            "accepted_200": sum(1 for r in accepted if r.ms > args.deadline_ms + 100),
+            "of": len(over_rows)} if args.deadline_ms else None),
         "client_cpu_share_of_one_core": round(client_cpu / max(client_wall, 1e-9), 2),
         "rejected_latency_ms": lat(rejected),
         "rejected_latency_ms_by_status": {k: lat([r for r in rejected if f"{r.status}:{r.code}" == k])
@@ -238,6 +242,7 @@ def summary(res: dict) -> str:
         f"max schedule lag {o['max_schedule_lag_ms']} ms)",
         f"    accepted {o['accepted']} ({o['accepted_rps']}/s), rejected {o['rejected']}: {o['status']}",
         f"    accepted latency {o['accepted_latency_ms']} (inside the handler: {o['accepted_handler_ms']})",
+        f"    answered later than deadline + 100 ms (client clock): {o['answered_after_deadline_plus_100ms']}",
         f"    rejected latency {o['rejected_latency_ms_by_status']}",
         f"    server-side (access log) ms by status: {o.get('server_side_ms_by_status')}",
         f"    degraded accepted answers: {o['degraded']}; transport errors: {o['transport_errors']}; "

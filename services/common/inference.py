@@ -101,7 +101,8 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
                 if breaker:
                     breaker.release()
                 if has_next:
-                    last_error, fallback_reason = exc, "overload"
+                    last_error = exc
+                    fallback_reason = "overload" if exc.code == "overloaded" else "deadline"
                     break
                 raise
             prot.admission.started(slot, len(xs))

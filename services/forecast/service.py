@@ -22,6 +22,9 @@ from services.forecast.schemas import ForecastPoint, ForecastRequest, ForecastRe
 from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["forecast"])
+# A window whose points sit this many training scale units from its own mean is input the model cannot answer
+# sensibly: refuse it as the client's problem (422), instead of letting the model's garbage count against it.
+MAX_INPUT_DEVIATION = 200.0
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
@@ -65,6 +68,11 @@ class ForecastPipeline:
         if len(regular) < primary.context:
             raise ApiError(422, "series_too_short", f"need at least {primary.context} regular points, got "
                            f"{len(regular)}", {"required": primary.context, "received": len(regular)})
+        scaled, _ = scale_windows(last_window(regular, primary.context), primary.scale)
+        if np.abs(scaled).max(initial=0.0) > MAX_INPUT_DEVIATION:
+            raise ApiError(422, "input_out_of_range", "the series' last window swings far beyond anything the model "
+                           "was trained on", {"max_deviation_in_scale_units": round(float(np.abs(scaled).max()), 1),
+                                             "limit": MAX_INPUT_DEVIATION})
         ITEMS.labels("forecast").observe(1)
         levels: dict[ServedModel, np.ndarray] = {}
         spreads: dict[ServedModel, float] = {}

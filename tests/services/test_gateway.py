@@ -190,6 +190,8 @@ def test_fallback_on_request_is_flagged(server):
                       "headers": {"content-type": "application/json"}}, 422, "non_finite_value"),
     ("/v1/forecast", {"json": {"values": [1.0] * 20_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
     ("/v1/forecast", {"json": {"values": [1.5] * 1_000_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
+    ("/v1/forecast", {"json": {"values": [0.0] * 47 + [1e6], "start": "1990-01-01T00:00:00", "horizon": 6}}, 422,
+     "input_out_of_range"),
     ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00", "frequency": "Q"}}, 422,
      "validation_error"),
     ("/v1/detect", {"json": {"images": []}}, 422, "validation_error"),

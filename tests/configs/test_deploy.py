@@ -1,0 +1,302 @@
+"""Packaging and deployment configs, validated offline.
+
+* bentofile.yaml / bentofile.gpu.yaml: BentoML's own BentoBuildConfig (unknown keys are errors), the serving package
+  set of pyproject.toml, every TRISERVE_* env a valid Settings override, and a real `bentoml build` into a temp
+  BENTOML_HOME that must give a versioned Bento without weights.
+* configs/deploy/k8s/*.yaml: the Kubernetes OpenAPI schemas shipped by kubernetes-validate (strict: unknown fields are
+  errors) for the oldest and newest Kubernetes version tested, plus the wiring between them (selectors, ports,
+  probes, GPU, cache volume, HPA metric == the metric the service exports == the prometheus-adapter rule).
+* configs/deploy/yatai/bentodeployment.yaml, configs/deploy/bentocloud.yaml and the adapter's rule config: the JSON
+  schemas in configs/deploy/schemas/ (each says which upstream source it was written from); embedded Kubernetes
+  types resolve to kubernetes-validate's definitions. The BentoCloud file is also structured by BentoML's own
+  CreateDeploymentSchema.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "configs" / "deploy"
+K8S_DIR = DEPLOY / "k8s"
+SCHEMAS = DEPLOY / "schemas"
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (dev extra) not installed")
+jsonschema = pytest.importorskip("jsonschema")
+referencing = pytest.importorskip("referencing")
+
+K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
+K8S_FILES = sorted(p for p in K8S_DIR.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _docs() -> dict[str, dict]:
+    out = {}
+    for path in K8S_FILES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            out[doc["kind"]] = doc
+    return out
+
+
+def _k8s_registry(version: str):
+    """referencing registry serving kubernetes-validate's definitions at https://kubernetes.io/api/_definitions.json."""
+    base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{version}-local-strict"
+    defs = json.loads((base / "_definitions.json").read_text())
+    resource = referencing.Resource.from_contents(defs)
+    return referencing.Registry().with_resource("https://kubernetes.io/api/_definitions.json", resource)
+
+
+def _validator(schema_name: str, version: str = K8S_VERSIONS[0]):
+    schema = json.loads((SCHEMAS / schema_name).read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, registry=_k8s_registry(version))
+
+
+def _errors(validator, doc) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def _settings_env_ok(envs: dict[str, str], monkeypatch) -> None:
+    """Every TRISERVE_* variable must be a real Settings field (extra='forbid') with a valid value."""
+    from configs.settings import Settings
+
+    for key in [k for k in os.environ if k.startswith("TRISERVE_")]:
+        monkeypatch.delenv(key)
+    for key, value in envs.items():
+        if key.startswith("TRISERVE_"):
+            monkeypatch.setenv(key, value)
+    s = Settings()
+    if "TRISERVE_REGISTRY_URI" in envs:
+        assert s.registry_uri == envs["TRISERVE_REGISTRY_URI"]
+    if "TRISERVE_MODEL_CACHE_DIR" in envs:
+        assert str(s.model_cache_dir) == envs["TRISERVE_MODEL_CACHE_DIR"]
+
+
+def _service_names() -> set[str]:
+    """@bentoml.service(name=...) of the gateway and the runner, read from the source (no heavy imports)."""
+    names = set()
+    for path in (ROOT / "services" / "gateway.py", ROOT / "runners" / "service.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "service":
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                        names.add(kw.value.value)
+    return names
+
+
+# ----------------------------------------------------------------------------------------------------- bentofiles
+
+def _pyproject_deps() -> list[str]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def _req_name(req: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower()
+
+
+@pytest.mark.parametrize("bentofile", ["bentofile.yaml", "bentofile.gpu.yaml"])
+def test_bentofile_is_valid_for_bentoml(bentofile, monkeypatch):
+    from bentoml._internal.bento.build_config import BentoBuildConfig
+
+    path = ROOT / bentofile
+    with open(path) as fh:
+        cfg = BentoBuildConfig.from_yaml(fh)  # BentoML's own parser: unknown keys and bad values raise
+    assert cfg.service == "services.gateway:Gateway"
+    assert cfg.name == "triserve"
+    raw = _load(path)
+    for pattern in ("services/**/*.py", "runners/**/*.py", "models/*.py", "models/stores/*.py",
+                    "models/manifest.schema.json", "configs/*.py", "configs/*.yaml",
+                    "services/protocols/protos/*.proto"):
+        assert pattern in raw["include"], pattern
+    for pattern in ("models/store/", ".cache/", ".venv/", "tests/", "scripts/", "*.onnx", "*.pt"):
+        assert pattern in raw["exclude"], pattern
+    # the serving set of pyproject.toml, with onnxruntime-gpu in the GPU variant
+    want = {_req_name(r) for r in _pyproject_deps()}
+    got = {_req_name(r) for r in raw["python"]["packages"]}
+    if bentofile == "bentofile.gpu.yaml":
+        want = (want - {"onnxruntime"}) | {"onnxruntime-gpu"}
+        assert raw["docker"]["cuda_version"].startswith("12")
+    assert got == want
+    envs = {e["name"]: str(e["value"]) for e in raw["envs"]}
+    assert {"TRISERVE_REGISTRY_URI", "TRISERVE_MODEL_CACHE_DIR", "TRISERVE_TEXT__PRIMARY__REF"} <= set(envs)
+    _settings_env_ok(envs, monkeypatch)
+
+
+def test_bentoml_build_gives_a_versioned_bento_without_weights(tmp_path):
+    env = {**os.environ, "BENTOML_HOME": str(tmp_path / "bentoml"), "BENTOML_DO_NOT_TRACK": "True"}
+    bentoml = Path(sys.executable).parent / "bentoml"
+    res = subprocess.run([str(bentoml), "build", "--label", "git_commit=test", "-o", "tag", str(ROOT)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    tag = re.search(r"__tag__:(\S+)", res.stdout).group(1)
+    name, version = tag.split(":")
+    assert name == "triserve" and re.fullmatch(r"[a-z0-9]{16}", version)
+    bento = tmp_path / "bentoml" / "bentos" / name / version
+    files = [p for p in bento.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.suffix in (".onnx", ".pt", ".pth", ".npz", ".safetensors", ".bin")]
+    rel = [p.relative_to(bento).as_posix() for p in files]
+    assert not [r for r in rel if r.startswith(("src/models/store/", "src/tests/", "src/scripts/", "src/.cache/",
+                                                "src/.venv/", "src/docs/"))]
+    assert sum(p.stat().st_size for p in files) < 5 * 2**20
+    assert (bento / "src/services/protocols/protos/triserve.proto").is_file()
+    assert (bento / "src/services/protocols/generated/triserve_pb2.py").is_file()
+    assert (bento / "src/models/stores/oci.py").is_file()
+    info = _load(bento / "bento.yaml")
+    assert info["models"] == [] and info["labels"]["git_commit"] == "test"
+    assert {s["name"] for s in info["services"]} == _service_names()
+
+
+# ----------------------------------------------------------------------------------------------------- Kubernetes
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("path", K8S_FILES, ids=lambda p: p.name)
+def test_k8s_manifest_matches_the_api_schema(path, version):
+    for doc in yaml.safe_load_all(path.read_text()):
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_k8s_schema_check_is_not_vacuous():
+    dep = _docs()["Deployment"]
+    dep["spec"]["template"]["spec"]["containers"][0]["startupProbes"] = {}  # typo: unknown field
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(dep, K8S_VERSIONS[0], strict=True)
+    hpa = _docs()["HorizontalPodAutoscaler"]
+    hpa["spec"]["minReplicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(hpa, K8S_VERSIONS[0], strict=True)
+
+
+def test_kustomization_lists_every_manifest():
+    kust = _load(K8S_DIR / "kustomization.yaml")
+    assert sorted(kust["resources"]) == sorted(p.name for p in K8S_FILES)
+    image = _docs()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert [i["name"] for i in kust["images"]] == [image]
+
+
+def test_k8s_wiring(monkeypatch):
+    docs = _docs()
+    dep, svc, pdb, hpa = docs["Deployment"], docs["Service"], docs["PodDisruptionBudget"], docs["HorizontalPodAutoscaler"]
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    for sel in (dep["spec"]["selector"]["matchLabels"], pdb["spec"]["selector"]["matchLabels"], svc["spec"]["selector"]):
+        assert sel.items() <= labels.items()
+    assert {d["metadata"]["namespace"] for d in (dep, svc, pdb, hpa)} == {docs["Namespace"]["metadata"]["name"]}
+    (ctr,) = pod["spec"]["containers"]
+    # GPU
+    assert str(ctr["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+    # probes: startup and readiness on /readyz, liveness on /livez, all on the HTTP port
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert ports == {"http": 3000, "grpc": 3001}
+    assert ctr["startupProbe"]["httpGet"]["path"] == "/readyz"
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert ctr["livenessProbe"]["httpGet"]["path"] == "/livez"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert ctr[probe]["httpGet"]["port"] == "http"
+    assert ctr["startupProbe"]["periodSeconds"] * ctr["startupProbe"]["failureThreshold"] >= 300  # weights pull
+    # env: registry URI + cache dir on an emptyDir volume; all TRISERVE_* are real settings
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    cache = env["TRISERVE_MODEL_CACHE_DIR"]
+    mounts = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts[cache]]
+    assert env["TRISERVE_REGISTRY_URI"].startswith(("oci://", "s3://", "http://", "https://"))
+    assert env["TRISERVE_GRPC__HOST"] == "0.0.0.0" and int(env["TRISERVE_GRPC__PORT"]) == ports["grpc"]
+    _settings_env_ok({k: v for k, v in env.items() if v is not None}, monkeypatch)
+    # service: HTTP 3000 + gRPC 3001 to the named container ports
+    assert {(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
+        ("http", 3000, "http"), ("grpc", 3001, "grpc")}
+    # HPA on the Deployment, queue depth metric as exported by the service
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": dep["metadata"]["name"]}
+    assert hpa["spec"]["minReplicas"] > pdb["spec"]["minAvailable"]
+    from services.common.metrics import RUNNER_INFLIGHT
+
+    pods_metrics = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    assert pods_metrics == [RUNNER_INFLIGHT._name] == ["triserve_runner_queue_depth"]
+
+
+def test_prometheus_adapter_rule_serves_the_hpa_metric():
+    cm = _docs()["ConfigMap"]
+    config = yaml.safe_load(cm["data"]["config.yaml"])
+    validator = _validator("prometheus-adapter-config.schema.json")
+    assert _errors(validator, config) == []
+    hpa_metric = next(m["pods"]["metric"]["name"] for m in _docs()["HorizontalPodAutoscaler"]["spec"]["metrics"]
+                      if m["type"] == "Pods")
+    (rule,) = [r for r in config["rules"] if r["name"]["as"] == hpa_metric]
+    assert re.search(rule["name"]["matches"], hpa_metric)
+    assert rule["seriesQuery"].startswith(hpa_metric + "{")
+    assert rule["resources"]["overrides"]["pod"]["resource"] == "pod"
+    assert "<<.Series>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
+    assert _errors(validator, {"rules": [{"seriesQuery": "x", "nmae": {}}]})  # typo caught
+
+
+# ----------------------------------------------------------------------------------------------------- Yatai
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_yatai_bentodeployment_matches_the_crd_schema(version, monkeypatch):
+    doc = _load(DEPLOY / "yatai" / "bentodeployment.yaml")
+    validator = _validator("yatai-bentodeployment-v2alpha1.schema.json", version)
+    assert _errors(validator, doc) == []
+    spec = doc["spec"]
+    assert spec["autoscaling"]["minReplicas"] <= spec["autoscaling"]["maxReplicas"]
+    assert {r["name"] for r in spec["runners"]} <= _service_names()
+    envs = {e["name"]: e["value"] for e in spec["envs"] + [e for r in spec["runners"] for e in r.get("envs", [])]}
+    assert "TRISERVE_REGISTRY_URI" in envs
+    _settings_env_ok(envs, monkeypatch)
+
+
+def test_yatai_schema_check_is_not_vacuous():
+    doc = _load(DEPLOY / "yatai" / "bentodeployment.yaml")
+    validator = _validator("yatai-bentodeployment-v2alpha1.schema.json")
+    doc["spec"]["autoscaling"]["metrics"][0]["pods"]["target"]["averageValue"] = {"bad": 1}  # k8s type, embedded
+    doc["spec"]["runners"][0]["resource"] = {}  # typo of 'resources'
+    del doc["spec"]["bento"]
+    errors = _errors(validator, doc)
+    assert len(errors) >= 3, errors
+
+
+# ----------------------------------------------------------------------------------------------------- BentoCloud
+
+def test_bentocloud_config_matches_schema_and_bentoml(monkeypatch):
+    from bentoml._internal.cloud.schemas.schemasv2 import CreateDeploymentSchema
+    from bentoml._internal.utils.cattr import bentoml_cattr
+
+    doc = _load(DEPLOY / "bentocloud.yaml")
+    assert _errors(_validator("bentocloud-deployment.schema.json"), doc) == []
+    # BentoML's own structuring of the same file (what `bentoml deploy -f` sends), minus client-side keys
+    structured = bentoml_cattr.structure({k: v for k, v in doc.items() if k != "cluster"}, CreateDeploymentSchema)
+    assert set(structured.services) == set(doc["services"]) == _service_names()
+    assert structured.canary is not None and structured.canary.route_type == "random"
+    assert sum(v["weight"] for v in doc["canary"]["versions"].values()) <= 100
+    for svc in doc["services"].values():
+        assert svc["scaling"]["min_replicas"] <= svc["scaling"]["max_replicas"]
+    assert doc["services"]["triserve-runner"]["instance_type"].startswith("gpu.")
+    envs = {e["name"]: e["value"] for e in doc["envs"]}
+    for svc in doc["services"].values():
+        envs.update({e["name"]: e["value"] for e in svc.get("envs", [])})
+    for version in doc["canary"]["versions"].values():
+        _settings_env_ok({**envs, **{e["name"]: e["value"] for e in version.get("envs", [])}}, monkeypatch)
+    _settings_env_ok(envs, monkeypatch)
+
+
+def test_bentocloud_schema_check_is_not_vacuous():
+    doc = _load(DEPLOY / "bentocloud.yaml")
+    validator = _validator("bentocloud-deployment.schema.json")
+    doc["services"]["triserve"]["scailng"] = doc["services"]["triserve"].pop("scaling")
+    doc["services"]["triserve-runner"]["deployment_strategy"] = "BlueGreen"
+    doc["canary"]["route_type"] = "header"  # needs route_by
+    assert len(_errors(validator, doc)) >= 3
