@@ -120,6 +120,10 @@ class Deadlines(_Section):
 class Admission(_Section):
     """Bounded queues and overload routing, per model slot and API worker."""
 
+    max_inflight_requests: int = Field(
+        128, ge=1, description="Task requests one API worker handles at once; beyond it a request is refused 503 "
+                               "before its body is even read (the cheapest possible rejection under overload).")
+
     max_inflight_items: int = Field(512, ge=1, description="Items queued or computing per slot; beyond: reject "
                                                            "(fallback for 'auto' requests, else 503).")
     overload_queue_items: int = Field(256, ge=1, description="Primary queue depth above which a share of 'auto' "

@@ -15,7 +15,8 @@ Steps (each printed with its time):
      its cache, loads and warms the models;
   6. wait for /readyz (prints the pull lines of the container log);
   7. one request per task: /v1/detect, /v1/classify, /v1/forecast (+ /v1/models);
-  8. stop the container (podman stop of the container id this script started) unless --keep.
+  8. stop and remove the container (podman stop of the container id this script started) and the pulled image,
+     unless --keep.
 
 Why podman: there is no Docker engine here. Rootful podman works on this VM with runc (crun refuses the host's
 hybrid cgroup layout) and a containers.conf without default ulimits (root here lacks CAP_SYS_RESOURCE, so raising
@@ -28,11 +29,10 @@ import base64
 import io
 import json
 import math
+import re
 import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 
@@ -182,9 +182,10 @@ def main(argv: list[str] | None = None) -> None:
                 raise StepFailed(f"/readyz not 200 after {args.ready_timeout}s (last {status})")
             say(f"/readyz 200 after {time.monotonic() - t0:.1f}s")
             logs = run(["podman", "logs", cid], env=env, tail=0, quiet=True, check=False).stdout
-            for line in logs.splitlines():
-                if any(k in line for k in ("model cache", "pulled", "verified", "Starting production", "INTEGRITY")):
-                    say("  log| " + line.strip()[:220])
+            shown = [ln for ln in logs.splitlines() if re.search(
+                r"model cache|pull|verif|INTEGRITY|load|warm|Starting production|gRPC|ready", ln, re.I)]
+            for line in shown[-15:]:
+                say("  log| " + line.strip()[:220])
             run(["podman", "exec", cid, "sh", "-c", "du -sh $TRISERVE_MODEL_CACHE_DIR; "
                  "find $TRISERVE_MODEL_CACHE_DIR -name '*.onnx' | sort"], env=env, tail=10, check=False)
 
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
             with steps.step(f"stop container {cid[:12]}"):
                 run(["podman", "stop", "-t", "20", cid], env=env, tail=1, check=False, timeout=120)
                 run(["podman", "rm", cid], env=env, tail=1, check=False, timeout=120)
+                # the pulled image too (vfs keeps full copies): the next run pulls from the registry again
+                run(["podman", "rmi", image], env=env, tail=1, check=False, timeout=300)
     steps.summary()
 
 

@@ -45,7 +45,8 @@ app.add_middleware(ContentTypeMiddleware, rules={"/v1/detect": "application/json
                                                  "/v1/forecast": "application/json",
                                                  "/v1/detect/upload": "multipart/form-data"})
 app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes,
-                   request_log=RequestLog(settings.observability))
+                   request_log=RequestLog(settings.observability),
+                   max_inflight_requests=settings.admission.max_inflight_requests)
 for r in (detection_router, text_router, forecast_router, rollout_router):
     app.include_router(r)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)

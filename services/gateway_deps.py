@@ -40,7 +40,8 @@ def inference_guard(task: str):
         prot = gateway.protection
         client = prot.access.identify(request)
         prot.access.limit(client, task)
-        deadline = Deadline.from_header(request.headers.get(HEADER), gateway.settings.deadlines)
+        deadline = Deadline.from_header(request.headers.get(HEADER), gateway.settings.deadlines,
+                                        getattr(request.state, "arrived", None))
         key = request.headers.get(gateway.settings.rollout.canary_header) or client.id
         return CallContext(request.state.request_id, deadline, client, request.state, key)
 

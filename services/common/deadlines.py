@@ -21,13 +21,15 @@ class Deadline:
     epoch: float  # time.time() at expiry (for other processes)
 
     @classmethod
-    def from_budget(cls, budget_ms: int) -> "Deadline":
-        return cls(budget_ms, time.monotonic() + budget_ms / 1000, time.time() + budget_ms / 1000)
+    def from_budget(cls, budget_ms: int, since: tuple[float, float] | None = None) -> "Deadline":
+        """`since`: (monotonic, epoch) of the request's arrival; default now."""
+        mono, epoch = since or (time.monotonic(), time.time())
+        return cls(budget_ms, mono + budget_ms / 1000, epoch + budget_ms / 1000)
 
     @classmethod
-    def from_header(cls, value: str | None, cfg: Deadlines) -> "Deadline":
+    def from_header(cls, value: str | None, cfg: Deadlines, since: tuple[float, float] | None = None) -> "Deadline":
         if value is None or value == "":
-            return cls.from_budget(cfg.default_ms)
+            return cls.from_budget(cfg.default_ms, since)
         try:
             budget = int(value)
         except ValueError:
@@ -35,7 +37,7 @@ class Deadline:
                            {"received": value[:64]}) from None
         if budget <= 0:
             raise ApiError(400, "invalid_timeout", "X-Request-Timeout-Ms must be positive", {"received": budget})
-        return cls.from_budget(min(budget, cfg.max_ms))
+        return cls.from_budget(min(budget, cfg.max_ms), since)
 
     def remaining(self) -> float:
         return self.mono - time.monotonic()

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.errors import ErrorBody, ErrorResponse
-from services.common.metrics import INFLIGHT, REQUESTS, observe_rss
+from services.common.metrics import INFLIGHT, REJECTED, REQUESTS, observe_rss
 from services.common.request_log import RequestLog
 
 _tracer = trace.get_tracer("triserve")
@@ -76,10 +76,13 @@ class RequestContextMiddleware:
     """Assigns/echoes X-Request-ID, enforces the body-size cap on the raw ASGI stream, and writes one JSON log line
     (plus, sampled, the payload) per task request."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, request_log: RequestLog | None = None):
+    def __init__(self, app: ASGIApp, max_body_bytes: int, request_log: RequestLog | None = None,
+                 max_inflight_requests: int | None = None):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.log = request_log
+        self.max_inflight = max_inflight_requests
+        self.inflight: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,6 +92,7 @@ class RequestContextMiddleware:
         rid = new_request_id(headers.get("x-request-id"))
         state = scope.setdefault("state", {})
         state["request_id"] = rid
+        state["arrived"] = (time.monotonic(), time.time())  # deadlines count from arrival, not from parsing
         task = TASK_BY_PATH.get(scope.get("path", ""))
         started = time.perf_counter()
         status = [0]
@@ -125,8 +129,15 @@ class RequestContextMiddleware:
                     body_parts.append(message.get("body", b""))
             return message
 
+        if task and self.max_inflight is not None and self.inflight.get(task, 0) >= self.max_inflight:
+            REJECTED.labels(task, "overloaded").inc()
+            REQUESTS.labels(task, "503").inc()
+            await _send_error(send_with_id, 503, "overloaded", f"{task} is at its limit of {self.max_inflight} "
+                              "requests in flight", {"limit": self.max_inflight}, rid, {b"retry-after": b"1"})
+            return
         if task:
             INFLIGHT.labels(task).inc()
+            self.inflight[task] = self.inflight.get(task, 0) + 1
         try:
             await self.app(scope, capped_receive, send_with_id)
         except _BodyTooLarge:
@@ -134,6 +145,7 @@ class RequestContextMiddleware:
         finally:
             if task:
                 INFLIGHT.labels(task).dec()
+                self.inflight[task] -= 1
                 observe_rss("gateway")
                 if self.log:
                     self._log(task, scope, state, rid, status[0], started, body_parts if keep_body else None)
@@ -150,13 +162,19 @@ class RequestContextMiddleware:
             self.log.payload(task, scope.get("path", ""), rid, b"".join(body_parts))
 
     async def _reject(self, send: Send, rid: str, size: int) -> None:
-        body = ErrorResponse(error=ErrorBody(code="payload_too_large",
-                                             message=f"request body exceeds {self.max_body_bytes} bytes",
-                                             details={"limit_bytes": self.max_body_bytes, "received_bytes": size},
-                                             request_id=rid)).model_dump_json().encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _send_error(send, 413, "payload_too_large", f"request body exceeds {self.max_body_bytes} bytes",
+                          {"limit_bytes": self.max_body_bytes, "received_bytes": size}, rid)
+
+
+async def _send_error(send: Send, status: int, code: str, message: str, details: dict, rid: str,
+                      headers: dict[bytes, bytes] | None = None) -> None:
+    """An error-model response written straight to the ASGI channel (no app, no body read)."""
+    body = ErrorResponse(error=ErrorBody(code=code, message=message, details=details,
+                                         request_id=rid)).model_dump_json().encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or {}).items()]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _BodyTooLarge(Exception):
@@ -176,11 +194,7 @@ class ContentTypeMiddleware:
             ctype = dict(scope.get("headers", [])).get(b"content-type", b"").decode("latin-1")
             if ctype.split(";")[0].strip().lower() != required:
                 rid = scope.get("state", {}).get("request_id", "unknown")
-                body = ErrorResponse(error=ErrorBody(
-                    code="unsupported_media_type", message=f"this endpoint consumes {required}",
-                    details={"received": ctype or None, "required": required}, request_id=rid)).model_dump_json()
-                await send({"type": "http.response.start", "status": 415,
-                            "headers": [(b"content-type", b"application/json")]})
-                await send({"type": "http.response.body", "body": body.encode()})
+                await _send_error(send, 415, "unsupported_media_type", f"this endpoint consumes {required}",
+                                  {"received": ctype or None, "required": required}, rid)
                 return
         await self.app(scope, receive, send)

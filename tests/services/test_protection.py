@@ -31,6 +31,7 @@ def faulty(tiny_registry, tmp_path_factory):
         "TRISERVE_BREAKER__WINDOW": "4", "TRISERVE_BREAKER__MIN_CALLS": "4", "TRISERVE_BREAKER__OPEN_SECONDS": "3",
         "TRISERVE_BREAKER__HALF_OPEN_PROBES": "1",
         "TRISERVE_ADMISSION__MAX_INFLIGHT_ITEMS": "3",
+        "TRISERVE_ADMISSION__MAX_INFLIGHT_REQUESTS": "4",
         "TRISERVE_ACCESS__API_KEYS": json.dumps([
             {"name": "ops", "sha256": sha(ADMIN), "admin": True},
             {"name": "app", "sha256": sha(APP)},
@@ -139,6 +140,19 @@ def test_full_queue_rejects_at_once_or_goes_to_fallback(faulty, tiny_png_b64):
     served = [r.json() for r in auto if r.status_code == 200]
     assert all(r.status_code in (200, 503) for r in auto)
     assert "overload" in {b["degraded_reason"] for b in served}  # the primary's full queue spilled to the fallback
+
+
+def test_requests_beyond_the_worker_limit_are_refused_before_the_body_is_read(faulty, tiny_png_b64):
+    time.sleep(SLOW_MS / 1000 + 0.5)
+    body = {"images": [{"data": tiny_png_b64}], "model": "primary"}
+    with ThreadPoolExecutor(7) as pool:
+        started = time.monotonic()
+        results = list(pool.map(lambda _: (post(faulty, "/v1/detect", json=body), time.monotonic() - started),
+                                range(7)))
+    early = [(r, t) for r, t in results if r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+             and r.json()["error"]["details"] == {"limit": 4}]
+    assert len(early) >= 1, [(r.status_code, r.text[:80]) for r, _ in results]
+    assert max(t for _, t in early) < SLOW_MS / 1000 / 2 and all(r.headers["retry-after"] for r, _ in early)
 
 
 def test_provider_fault_moves_models_to_cpu_and_keeps_serving(faulty):
