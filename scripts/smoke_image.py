@@ -14,7 +14,8 @@ Steps (each printed with its time):
      TRISERVE_REGISTRY_URI=oci://127.0.0.1:5000/triserve-models: the container pulls and verifies the weights into
      its cache, loads and warms the models;
   6. wait for /readyz (prints the pull lines of the container log);
-  7. one request per task: /v1/detect, /v1/classify, /v1/forecast (+ /v1/models);
+  7. one request per task: /v1/detect, /v1/classify, /v1/forecast (+ /v1/models), and on the gRPC port
+     grpc.health.v1 Check + one triserve.v1 Classify;
   8. stop and remove the container (podman stop of the container id this script started) and the pulled image,
      unless --keep.
 
@@ -94,8 +95,32 @@ def requests(base: str) -> list[dict]:
             out.append({"path": path, "status": r.status_code, "ms": round(ms, 1), "model": model,
                         "degraded": data.get("degraded"), "summary": summary})
         models = client.get("/v1/models").json()
-        say("GET /v1/models -> " + json.dumps(models)[:600])
+        say("GET /v1/models -> " + ", ".join(
+            f"{slot}={m['name']}:{m['version']} ({m['provider']})" for slot, m in models["models"].items()))
     return out
+
+
+def grpc_checks(port: int) -> dict:
+    """grpc.health.v1 and one typed Classify call on the container's gRPC port."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from services.protocols.generated import triserve_pb2, triserve_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(health.status)
+        t0 = time.perf_counter()
+        reply = triserve_pb2_grpc.TriserveStub(channel).Classify(
+            triserve_pb2.ClassifyRequest(texts=["cancel my reservation"], top_k=2),
+            metadata=[("x-request-id", "smoke-grpc")], timeout=30)
+        ms = (time.perf_counter() - t0) * 1000
+    say(f"gRPC 127.0.0.1:{port}: grpc.health.v1 {status}; triserve.v1.Triserve/Classify -> "
+        f"{reply.results[0].label} ({reply.results[0].score:.3f}) from {reply.model.name}:{reply.model.version} "
+        f"in {ms:.0f} ms")
+    if status != "SERVING":
+        raise StepFailed(f"gRPC health {status}")
+    return {"health": status, "label": reply.results[0].label, "ms": round(ms, 1)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -189,10 +214,11 @@ def main(argv: list[str] | None = None) -> None:
             run(["podman", "exec", cid, "sh", "-c", "du -sh $TRISERVE_MODEL_CACHE_DIR; "
                  "find $TRISERVE_MODEL_CACHE_DIR -name '*.onnx' | sort"], env=env, tail=10, check=False)
 
-        with steps.step("one request per task: /v1/detect, /v1/classify, /v1/forecast"):
+        with steps.step("one request per task: /v1/detect, /v1/classify, /v1/forecast; gRPC health + Classify"):
             results = requests(base)
+            grpc_result = grpc_checks(grpc_port)
             (CACHE / "containerize" / "last-smoke.json").write_text(json.dumps(
-                {"image": image, "models": models_uri, "results": results}, indent=2))
+                {"image": image, "models": models_uri, "results": results, "grpc": grpc_result}, indent=2))
     finally:
         if args.keep:
             say(f"--keep: container {cid[:12]} left running on {base}")

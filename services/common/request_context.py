@@ -132,6 +132,7 @@ class RequestContextMiddleware:
         if task and self.max_inflight is not None and self.inflight.get(task, 0) >= self.max_inflight:
             REJECTED.labels(task, "overloaded").inc()
             REQUESTS.labels(task, "503").inc()
+            await _drain(receive, self.max_body_bytes)  # unread bodies would cost the client its keep-alive connection
             await _send_error(send_with_id, 503, "overloaded", f"{task} is at its limit of {self.max_inflight} "
                               "requests in flight", {"limit": self.max_inflight}, rid, {b"retry-after": b"1"})
             return
@@ -164,6 +165,18 @@ class RequestContextMiddleware:
     async def _reject(self, send: Send, rid: str, size: int) -> None:
         await _send_error(send, 413, "payload_too_large", f"request body exceeds {self.max_body_bytes} bytes",
                           {"limit_bytes": self.max_body_bytes, "received_bytes": size}, rid)
+
+
+async def _drain(receive: Receive, limit: int) -> None:
+    """Discard the request body (no parsing) so the connection can be reused."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def _send_error(send: Send, status: int, code: str, message: str, details: dict, rid: str,

@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--max-batch-size", type=int, default=64)
     ap.add_argument("--max-queue-delay-us", type=int, default=0, help="DynamicBatcher delay (Triton default 0)")
     ap.add_argument("--top-k", type=int, default=3)
+    ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads (0 = ORT default)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -49,7 +50,7 @@ def main() -> None:
     pad_id = int(pad if pad is not None else 0)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = 0
+    opts.intra_op_num_threads = args.intra_op
     opts.inter_op_num_threads = 1
     session = ort.InferenceSession(str(args.model_dir / manifest["model_file"]), opts,
                                    providers=["CPUExecutionProvider"])
