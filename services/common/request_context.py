@@ -5,7 +5,6 @@ it is read into memory (413), not after.
 """
 from __future__ import annotations
 
-import os
 import random
 import re
 import time

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 from scripts.common import ort_session
 from services.detection.postprocess import NMSParams, nms
 from services.detection.preprocess import boxes_to_original, preprocess_image
-from services.forecast.preprocess import last_window, regularize, scale_windows, unscale
+from services.forecast.preprocess import last_window, scale_windows, unscale
 from services.text.preprocess import TextTokenizer
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",
