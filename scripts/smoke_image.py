@@ -208,11 +208,16 @@ def main(argv: list[str] | None = None) -> None:
             say(f"/readyz 200 after {time.monotonic() - t0:.1f}s")
             logs = run(["podman", "logs", cid], env=env, tail=0, quiet=True, check=False).stdout
             shown = [ln for ln in logs.splitlines() if re.search(
-                r"model cache|pull|verif|INTEGRITY|load|warm|Starting production|gRPC|ready", ln, re.I)]
+                r"model cache|pull|verif|INTEGRITY|warm|Starting production|grpc", ln, re.I)]
             for line in shown[-15:]:
                 say("  log| " + line.strip()[:220])
-            run(["podman", "exec", cid, "sh", "-c", "du -sh $TRISERVE_MODEL_CACHE_DIR; "
-                 "find $TRISERVE_MODEL_CACHE_DIR -name '*.onnx' | sort"], env=env, tail=10, check=False)
+            # weights: none in the image, six in the cache the container filled from the registry
+            run(["podman", "exec", cid, "sh", "-c",
+                 "echo \"*.onnx in the image's bento and venv (besides onnxruntime's own 3 tiny examples in "
+                 "onnxruntime/datasets): $(find /home/bentoml/bento /app -name '*.onnx' "
+                 "-not -path '*/site-packages/onnxruntime/datasets/*' | wc -l)\"; "
+                 "du -sh $TRISERVE_MODEL_CACHE_DIR; find $TRISERVE_MODEL_CACHE_DIR -name '*.onnx' | sort; "
+                 "tail -n1 $TRISERVE_MODEL_CACHE_DIR/minilm-intent/alias_log.jsonl"], env=env, tail=12, check=False)
 
         with steps.step("one request per task: /v1/detect, /v1/classify, /v1/forecast; gRPC health + Classify"):
             results = requests(base)

@@ -11,7 +11,9 @@ CPU execution provider, one text per request, top-3 labels back):
   pytriton          scripts/bench/peers/pytriton_text.py: NVIDIA PyTriton (Triton + DynamicBatcher), own venv
                     (--pytriton-python, default .cache/bench/pytriton-venv/bin/python); skipped with the reason if it
                     cannot start
-  triserve_nobatch  `bentoml serve services.gateway:Gateway`, TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1
+  triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the text slot:
+                    TRISERVE_TEXT__PRIMARY__BATCHING__PER_ITEM=true (one ONNX Runtime call per item; BentoML 1.4
+                    refuses max_batch_size=1 at import: "'max_batch_size' must be > 1"); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
 Both triserve instances run with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST), since one
 load generator is one client address, and gRPC off (its fixed port would collide); nothing else is changed.
@@ -55,8 +57,9 @@ HTTP_SYSTEMS = SYSTEMS[1:]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
                  "TRISERVE_GRPC__ENABLED": "false"}
+NOBATCH_ENV = "TRISERVE_TEXT__PRIMARY__BATCHING__PER_ITEM=true"
 GOALS = {  # name: (description, comparison, threshold)
-    "batching_on_vs_off_c32": ("triserve default / triserve max_batch_size=1, throughput at c=32", ">=", 2.5),
+    "batching_on_vs_off_c32": ("triserve default / triserve batching off (per_item), throughput at c=32", ">=", 2.5),
     "triserve_vs_naive_c32": ("triserve / naive FastAPI, throughput at c=32", ">=", 2.0),
     "triserve_vs_pytriton_c32": ("triserve / PyTriton, throughput at c=32", ">=", 1.2),
     "triserve_vs_ceiling_c32": ("triserve c=32 throughput / in-process ceiling", ">=", 0.75),
@@ -368,7 +371,7 @@ def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
                 if args.intra_op:
                     env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = str(args.intra_op)
                 if name == "triserve_nobatch":
-                    env["TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE"] = "1"
+                    env.update(kv.split("=", 1) for kv in args.nobatch_env.split(",") if kv)
                 home = tmp / f"bentoml_home_{name}"
                 home.mkdir(parents=True, exist_ok=True)
                 peer = TriservePeer(name, env, args.server_cpu, log_dir / f"{name}.log", home)
@@ -450,9 +453,7 @@ def ratios_for_round(r: dict) -> dict:
             "triserve_vs_ceiling_c32": div(tp("triserve", 32), ceiling),
             "triserve_vs_padded_ceiling_c32": div(tp("triserve", 32),
                                                   (r.get("inproc") or {}).get("ceiling_padded_same_threads_texts_per_s")),
-            "triserve_vs_padded_ceiling_c32": ("(no goal) triserve c=32 / in-process ceiling with the runner's strategy "
-                                       "(pad each batch to its longest item, same thread setting)", ">=", 0.75),
-    "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None}
+            "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None}
 
 
 def summarise(rounds: list[dict], args) -> dict:
@@ -689,6 +690,10 @@ def main() -> None:
     ap.add_argument("--n-texts", type=int, default=512)
     ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads for every system "
                     "(0 = ORT's default, as configs/serving.yaml); the in-process sweep also tries the other of 0/1")
+    ap.add_argument("--nobatch-env", default=NOBATCH_ENV,
+                    help="comma list of VAR=VALUE that turns batching off for triserve_nobatch. Default per_item: "
+                         "BentoML 1.4 refuses max_batch_size=1 ('max_batch_size' must be > 1), so the runner keeps "
+                         "forming batches but makes one ONNX Runtime call per item (no padding, no shared call)")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))
@@ -724,8 +729,11 @@ def main() -> None:
         servers, skipped = start_servers(args, tmp, log_dir)
         requests = {name: [request_for(name, url, t) for t in texts] for name, (_, url) in servers.items()}
         agreement = check_agreement(servers, texts)
-        for name in servers:  # a short unmeasured warm-up of every server at the highest concurrency
-            asyncio.run(closed_loop(requests[name], max(args.concurrency), 1.0, 0.0, 5000))
+        for name in servers:  # a short unmeasured warm-up of every server at c=1 (each cell has its own warm-up)
+            asyncio.run(closed_loop(requests[name], 1, 1.5, 0.0, 5000))
+        for name in ("triserve_nobatch", "triserve"):  # c=1 stage timings before any concurrent load...
+            if name in servers:
+                breakdown[f"{name}/fresh"] = timings_probe(name, servers[name][1], texts, 100)
         for r in range(args.rounds):
             rec: dict = {}
             for name in args.systems:
@@ -749,7 +757,7 @@ def main() -> None:
             rounds.append(rec)
         for name in ("triserve_nobatch", "triserve"):
             if name in servers:
-                breakdown[name] = timings_probe(name, servers[name][1], texts)
+                breakdown[f"{name}/after_rounds"] = timings_probe(name, servers[name][1], texts, 100)  # ...and after
         if args.profile:
             profile = run_profile(args, servers, requests, args.out)
     finally:
@@ -769,7 +777,7 @@ def main() -> None:
            "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": "closed loop, aiohttp"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "systems": args.systems, "skipped": skipped, "agreement": agreement,
-           "triserve_env": RAISED_LIMITS, "summary": summarise(rounds, args), "raw_rounds": rounds,
+           "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "summary": summarise(rounds, args), "raw_rounds": rounds,
            "c1_breakdown": breakdown, "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
