@@ -1,6 +1,7 @@
-"""A `bentoml serve services.gateway:Gateway` subprocess on a free loopback port, for drills.
+"""A `bentoml serve services.gateway:Gateway` subprocess on free loopback ports, for tests and drills.
 
-Same pattern as the `Server` helper in tests/conftest.py (which keeps its own copy), plus what drills need: the PIDs
+Each server gets its own BENTOML_HOME (BentoML keeps its Prometheus multiprocess files there and wipes them at start,
+so servers sharing one home erase each other's metrics) and its own gRPC port. Drills also need the PIDs
 of the worker processes (found with psutil among the serve process's children) and a stop that also ends workers
 left behind. BentoML's process manager puts each worker in a session of its own, so signalling the serve process's
 group reaches only the arbiter; a SIGTERM to it stops the workers gracefully, and anything still alive after that is
@@ -9,10 +10,12 @@ killed here by PID.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,7 +51,11 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.env = dict(env or {})
-        full_env = {**os.environ, **QUIET_ENV, "TRISERVE_REGISTRY_DIR": str(registry_dir), **self.env}
+        self.grpc_port = int(self.env.get("TRISERVE_GRPC__PORT") or free_port())
+        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
+        self.home = tempfile.mkdtemp(prefix="bentoml-home-")
+        full_env = {**os.environ, **QUIET_ENV, "TRISERVE_REGISTRY_DIR": str(registry_dir), "BENTOML_HOME": self.home,
+                    "TRISERVE_GRPC__PORT": str(self.grpc_port), **self.env}
         if log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
@@ -111,6 +118,7 @@ class Server:
         if self._log is not subprocess.DEVNULL:
             self._log.close()
             self._log = subprocess.DEVNULL
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> "Server":
         return self
