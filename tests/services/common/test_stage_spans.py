@@ -1,0 +1,21 @@
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import services.common.request_context as rc
+
+
+def test_each_stage_becomes_a_span_in_order(monkeypatch):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(rc, "_tracer", provider.get_tracer("test"))
+    clock = rc.StageClock()
+    for stage in ("preprocess", "runner", "postprocess"):
+        clock.stage(stage)
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["triserve.preprocess", "triserve.runner", "triserve.postprocess"]
+    assert all(a.end_time <= b.start_time for a, b in zip(spans, spans[1:]))
+    t = clock.timings(infer_ms=0.0)
+    assert t.total_ms >= t.preprocess_ms + t.postprocess_ms
