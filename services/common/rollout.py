@@ -23,6 +23,7 @@ from prometheus_client import Counter, Histogram
 from configs.settings import Rollout
 from models.manifest import Manifest
 from models.registry import LocalRegistry
+from services.common.errors import ApiError
 from services.common.metrics import LATENCY_BUCKETS
 
 log = logging.getLogger("triserve.rollout")
@@ -87,7 +88,11 @@ class RoutingTable:
     async def ensure_fresh(self, runner: Any) -> None:
         """Block only for the very first table; afterwards refresh in the background when stale."""
         if not self.table:
-            await self.refresh(runner)
+            try:
+                await self.refresh(runner)
+            except Exception as exc:  # noqa: BLE001 - no table yet means no answer: a clean 503, never a 500
+                raise ApiError(503, "runner_unavailable", "the model runner is not reachable",
+                               {"reason": type(exc).__name__}, headers={"Retry-After": "1"}) from exc
         elif time.monotonic() - self.fetched_at > self.cfg.refresh_s and (
                 self._refreshing is None or self._refreshing.done()):
             self._refreshing = asyncio.create_task(self._quiet_refresh(runner))
@@ -100,7 +105,10 @@ class RoutingTable:
 
     def pick(self, slot: str, key: str) -> tuple[str, str]:
         """(version, role) for a request: the canary for its sticky share of keys, else the active version."""
-        entry = self.table[slot]
+        entry = self.table.get(slot)
+        if entry is None:
+            raise ApiError(503, "not_ready", f"model slot {slot} is not loaded", {"slot": slot},
+                           headers={"Retry-After": "2"})
         canary = entry.get("canary")
         if canary and sticky_fraction(f"{slot}:{key}") < canary["weight"]:
             return canary["version"], "canary"
