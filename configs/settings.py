@@ -129,8 +129,6 @@ class Admission(_Section):
     overload_queue_items: int = Field(256, ge=1, description="Primary queue depth above which a share of 'auto' "
                                                               "traffic is routed to the fallback.")
     overload_fallback_share: float = Field(0.5, ge=0, le=1, description="That share (0 disables routing).")
-    latency_ewma_alpha: float = Field(0.2, gt=0, le=1, description="Smoothing of the per-batch latency estimate "
-                                                                   "used to predict queue wait.")
 
 
 class Breaker(_Section):

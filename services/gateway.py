@@ -62,7 +62,8 @@ async def list_models() -> dict:
 async def protection_state(client=Depends(admin_guard)) -> dict:
     prot = bentoml.get_current_service().protection
     return {"breakers": {task: b.describe() for task, b in prot.breakers.items()},
-            "queues": {slot: {"inflight_items": load.inflight_items, "ms_per_item": round(load.seconds_per_item * 1000, 3)}
+            "queues": {slot: {"inflight_items": load.inflight_items, "ms_per_batch": round(load.per_batch * 1000, 3),
+                              "ms_per_item": round(load.per_item * 1000, 3)}
                        for slot, load in prot.admission.slots.items()},
             "caller": client.id}
 

@@ -52,7 +52,9 @@ class Protection:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.admission = AdmissionControl(settings.admission)
+        self.admission = AdmissionControl(settings.admission, {
+            f"{task}{suffix}": getattr(getattr(settings, task), role).batching.max_batch_size
+            for task in TASKS for suffix, role in (("", "primary"), ("_fallback", "fallback"))})
         self.breakers = {task: CircuitBreaker(task, settings.breaker) for task in TASKS}
         self.access = AccessControl(settings.access)
 

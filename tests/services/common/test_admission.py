@@ -18,9 +18,9 @@ def test_full_queue_is_rejected_with_retry_after():
 
 
 def test_wait_estimate_against_the_deadline():
-    ac = AdmissionControl(Admission(latency_ewma_alpha=1.0))
+    ac = AdmissionControl(Admission(), {"text": 1})
     ac.started("text", 10)
-    ac.finished("text", 0, infer_ms=100.0, batch=1)  # 0.1 s per item
+    ac.finished("text", 0, infer_ms=100.0, batch=1)  # 0.1 s per call of one item
     assert ac.estimated_wait("text", 1) == pytest.approx(1.1)
     ac.admit("text", 1, Deadline.from_budget(2000))
     with pytest.raises(ApiError) as e:
@@ -45,3 +45,16 @@ def test_bad_deadline_header_is_400(header):
     with pytest.raises(ApiError) as e:
         Deadline.from_header(header, Deadlines())
     assert e.value.status == 400 and e.value.code == "invalid_timeout"
+
+
+def test_wait_model_separates_per_batch_and_per_item_cost():
+    fixed = AdmissionControl(Admission(), {"slow": 16})
+    for size in (1, 4, 8, 2):
+        fixed.finished("slow", 0, infer_ms=800.0, batch=size)  # a sleep per call, whatever the batch size
+    fixed.started("slow", 7)
+    assert fixed.estimated_wait("slow", 1) == pytest.approx(0.8, abs=1e-6)  # one batch, not 8 x 0.8 s
+    linear = AdmissionControl(Admission(), {"cpu": 8})
+    for size in (1, 2, 4, 8):
+        linear.finished("cpu", 0, infer_ms=2.0 + 10.0 * size, batch=size)
+    linear.started("cpu", 15)
+    assert linear.estimated_wait("cpu", 1) == pytest.approx(2 * 0.002 + 16 * 0.010, rel=1e-6)
