@@ -128,6 +128,10 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
                 _count(gateway, slot, version, role, False, started)
                 last_error, fallback_reason = exc, "primary_failed"
                 break
+            except asyncio.CancelledError:  # the client went away: no verdict on the model, free a half-open probe
+                if breaker:
+                    breaker.release()
+                raise
             finally:
                 first = items[0] if items else {}
                 prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
