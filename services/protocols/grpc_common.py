@@ -45,7 +45,9 @@ _STATUS_BY_HTTP = {
 T = TypeVar("T")
 
 
-def grpc_status(http_status: int) -> grpc.StatusCode:
+def grpc_status(http_status: int, code: str = "") -> grpc.StatusCode:
+    if code == "deadline_unattainable":  # the client's own deadline cannot be met: that is its gRPC meaning
+        return grpc.StatusCode.DEADLINE_EXCEEDED
     if http_status in _STATUS_BY_HTTP:
         return _STATUS_BY_HTTP[http_status]
     return grpc.StatusCode.INVALID_ARGUMENT if 400 <= http_status < 500 else grpc.StatusCode.INTERNAL
@@ -131,7 +133,7 @@ async def handle(context, gateway, work: Callable[[RpcScope], Awaitable[T]], whe
         result = await work(RpcScope(gateway, context, metadata, request_id))
     except Exception as exc:  # noqa: BLE001 - mapped to a status below; CancelledError is not an Exception
         info = describe_error(exc, where)
-        await context.abort(grpc_status(info.status), f"{info.code}: {info.message}",
+        await context.abort(grpc_status(info.status, info.code), f"{info.code}: {info.message}",
                             trailing_metadata=error_metadata(info, request_id))
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
