@@ -5,6 +5,7 @@ Buckets are dense between 1 ms and 10 s so P50, P99 and P999 can be read with hi
 from __future__ import annotations
 
 import os
+import time
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -32,8 +33,16 @@ RSS = Gauge("triserve_process_rss_bytes", "Resident memory per process.", ["serv
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+_last_rss = 0.0
+
+
 def observe_rss(service: str) -> None:
-    """Resident set size from /proc (cheap enough to sample per request or batch)."""
+    """Resident set size from /proc, sampled at most once a second (called from request and batch paths)."""
+    global _last_rss
+    now = time.monotonic()
+    if now - _last_rss < 1.0:
+        return
+    _last_rss = now
     try:
         with open("/proc/self/statm") as fh:
             RSS.labels(service).set(int(fh.read().split()[1]) * _PAGE)

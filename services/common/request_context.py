@@ -58,8 +58,9 @@ class StageClock:
     def stage(self, name: str) -> None:
         now, now_ns = time.perf_counter(), time.time_ns()
         self.values[name] = self.values.get(name, 0.0) + (now - self._mark) * 1000
-        span = _tracer.start_span(f"triserve.{name}", start_time=self._mark_ns)
-        span.end(end_time=now_ns)
+        if trace.get_current_span().is_recording():  # tracing off (or not sampled): no span objects on the hot path
+            span = _tracer.start_span(f"triserve.{name}", start_time=self._mark_ns)
+            span.end(end_time=now_ns)
         self._mark, self._mark_ns = now, now_ns
 
     def timings(self, infer_ms: float = 0.0) -> Timings:

@@ -8,7 +8,6 @@ registers the same standard `inference.*` protobuf names.
 from __future__ import annotations
 
 import base64
-import io
 import json
 from types import SimpleNamespace
 
@@ -20,27 +19,16 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from PIL import Image, ImageDraw
 from tritonclient.utils import InferenceServerException
 
 from scripts.common import ort_session
 from services.protocols.generated import triserve_pb2 as tpb
 from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from services.text.preprocess import TextTokenizer
+from tests.services.test_gateway import png_bytes
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi"]
 SERIES = [float(v) for v in (340 + np.sin(np.arange(48) / 12 * 2 * np.pi) * 3 + np.arange(48) * 0.1).round(3)]
-
-
-def png_bytes(seed=0) -> bytes:
-    rng = np.random.default_rng(seed)
-    img = Image.fromarray(rng.integers(0, 60, (240, 320, 3), dtype=np.uint8))
-    draw = ImageDraw.Draw(img)
-    draw.rectangle([40, 30, 140, 120], fill=(220, 40, 40))
-    draw.ellipse([180, 100, 280, 200], fill=(40, 200, 60))
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")
