@@ -95,6 +95,13 @@ class RunnerSettings(_Section):
     inter_op_threads: int = Field(1, ge=0, description="Threads across independent ops.")
     warmup_runs: int = Field(2, ge=0, le=100, description="Runs per representative shape before ready.")
     workers: int = Field(1, ge=1, le=16, description="Runner worker processes.")
+    batching: Literal["gateway", "runner"] = Field(
+        "gateway",
+        description="Where concurrent requests are merged. 'gateway': each API worker coalesces the requests that "
+                    "arrive while its previous call for a slot is in flight into one runner call (no batching window, "
+                    "one HTTP hop per batch; services/common/batcher.py). 'runner': one call per request, merged by "
+                    "BentoML's adaptive dispatcher in the runner (learns a wait from recent batches). Measured in "
+                    "docs/bench/tuning.md.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
@@ -104,6 +111,10 @@ class RunnerSettings(_Section):
 class GatewaySettings(_Section):
     workers: int = Field(1, ge=1, le=64, description="API worker processes.")
     max_body_bytes: int = Field(64 * 2**20, ge=1024, description="Request bodies above this get 413.")
+    batch_inflight: int = Field(
+        2, ge=1, le=64, description="runner.batching=gateway: runner calls per slot this API worker keeps in flight; "
+                                    "new requests queue (and batch) behind them. 2 overlaps one batch's transfer with "
+                                    "the previous one's compute.")
     runner_retries: int = Field(3, ge=0, le=10, description="Retries of an idempotent runner call on a transport "
                                                             "error (connection reset, closed connector).")
     runner_retry_backoff_ms: int = Field(20, ge=0, le=5000, description="Base backoff, doubled per retry.")

@@ -50,7 +50,10 @@ BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time pe
 
 
 def _batching(slot: str) -> dict:
+    """BentoML's dispatcher merges calls only when batching happens here; gateway-batched calls arrive whole."""
     b = SLOTS[slot].batching
+    if settings.runner.batching == "gateway":
+        return {}
     return {"batchable": True, "max_batch_size": b.max_batch_size, "max_latency_ms": b.max_latency_ms}
 
 

@@ -21,6 +21,7 @@ from services.common.errors import install_error_handlers
 from services.common.inference import Protection
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
+from services.common.runner_client import RunnerClient
 from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
 from services.gateway_deps import admin_guard
 from services.rollout_api import router as rollout_router
@@ -93,9 +94,7 @@ class Gateway:
     def _load_pipelines(self) -> dict:
         registry = open_serving_registry(settings)
         self.registry = registry
-        slots = {f"{task}{suffix}": getattr(getattr(settings, task), role)
-                 for task in ("detection", "text", "forecast")
-                 for suffix, role in (("", "primary"), ("_fallback", "fallback"))}
+        slots = self._slot_settings()
         self.catalog = ModelCatalog(registry, {slot: cfg.name for slot, cfg in slots.items()})
         self.startup = {}
         for slot, cfg in slots.items():
@@ -109,6 +108,21 @@ class Gateway:
             "text": TextPipeline(settings.text_limits),
             "forecast": ForecastPipeline(settings.forecast_limits, self.startup["forecast"].manifest),
         }
+
+    @property
+    def runner_client(self) -> RunnerClient:
+        """Created on first use, inside the worker's event loop (batchers hold per-loop state)."""
+        client = self.__dict__.get("_runner_client")
+        if client is None:
+            sizes = {slot: m.batching.max_batch_size for slot, m in self._slot_settings().items()}
+            client = self.__dict__["_runner_client"] = RunnerClient(self.runner, settings, sizes)
+        return client
+
+    @staticmethod
+    def _slot_settings() -> dict:
+        return {f"{task}{suffix}": getattr(getattr(settings, task), role)
+                for task in ("detection", "text", "forecast")
+                for suffix, role in (("", "primary"), ("_fallback", "fallback"))}
 
     def active_manifests(self, task: str) -> dict:
         """slot -> manifest of the version each slot of `task` serves now (startup versions until routing is known)."""

@@ -12,8 +12,8 @@ CPU execution provider, one text per request, top-3 labels back):
                     (--pytriton-python, default .cache/bench/pytriton-venv/bin/python); skipped with the reason if it
                     cannot start
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the text slot:
-                    TRISERVE_TEXT__PRIMARY__BATCHING__PER_ITEM=true (one ONNX Runtime call per item; BentoML 1.4
-                    refuses max_batch_size=1 at import: "'max_batch_size' must be > 1"); --nobatch-env changes it
+                    TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call and ONNX
+                    Runtime call); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
 Both triserve instances run with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST), since one
 load generator is one client address, and gRPC off (its fixed port would collide); nothing else is changed.
@@ -61,9 +61,9 @@ HTTP_SYSTEMS = SYSTEMS[1:]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
                  "TRISERVE_GRPC__ENABLED": "false"}
-NOBATCH_ENV = "TRISERVE_TEXT__PRIMARY__BATCHING__PER_ITEM=true"
+NOBATCH_ENV = "TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
 GOALS = {  # name: (description, comparison, threshold)
-    "batching_on_vs_off_c32": ("triserve default / triserve batching off (per_item), throughput at c=32", ">=", 2.5),
+    "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=", 2.5),
     "triserve_vs_naive_c32": ("triserve / naive FastAPI, throughput at c=32", ">=", 2.0),
     "triserve_vs_pytriton_c32": ("triserve / PyTriton, throughput at c=32", ">=", 1.2),
     "triserve_vs_ceiling_c32": ("triserve c=32 throughput / in-process ceiling", ">=", 0.75),
@@ -525,7 +525,9 @@ def summarise(rounds: list[dict], args) -> dict:
 
 def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
     """py-spy on the triserve gateway and runner workers during a c=32 load on triserve (default config)."""
-    if "triserve" not in servers or not shutil.which("py-spy"):
+    venv_spy = Path(sys.executable).parent / "py-spy"  # the venv's bin is not on PATH when run as .venv/bin/python
+    spy = shutil.which("py-spy") or (str(venv_spy) if venv_spy.exists() else None)
+    if "triserve" not in servers or not spy:
         return {"skipped": "triserve not running or py-spy not installed (pip install py-spy)"}
     peer, _ = servers["triserve"]
     workers = peer.pids()
@@ -538,7 +540,7 @@ def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
         raw = Path(tempfile.mkstemp(suffix=f"_{role}.txt")[1])
         files[role] = (svg, raw)
         # two samplers per process: the flame graph (svg) and collapsed stacks (raw) for the text summary
-        procs[role] = [subprocess.Popen(["py-spy", "record", "--nonblocking", "-d", str(int(args.profile_seconds)),
+        procs[role] = [subprocess.Popen([spy, "record", "--nonblocking", "-d", str(int(args.profile_seconds)),
                                          "-r", "50", "-p", str(pid), "-o", str(path), "-f", fmt],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pinned(args.load_cpu))
                        for path, fmt in ((svg, "flamegraph"), (raw, "raw"))]
@@ -734,9 +736,9 @@ def main() -> None:
     ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads for every system "
                     "(0 = ORT's default, as configs/serving.yaml); the in-process sweep also tries the other of 0/1")
     ap.add_argument("--nobatch-env", default=NOBATCH_ENV,
-                    help="comma list of VAR=VALUE that turns batching off for triserve_nobatch. Default per_item: "
-                         "BentoML 1.4 refuses max_batch_size=1 ('max_batch_size' must be > 1), so the runner keeps "
-                         "forming batches but makes one ONNX Runtime call per item (no padding, no shared call)")
+                    help="comma list of VAR=VALUE that turns batching off for triserve_nobatch (default: text "
+                         "max_batch_size 1, so every request is its own runner call). With runner.batching=runner "
+                         "use TRISERVE_TEXT__PRIMARY__BATCHING__PER_ITEM=true: BentoML 1.4 refuses max_batch_size=1")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))

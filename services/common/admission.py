@@ -24,16 +24,30 @@ class SlotLoad:
     batches: deque = field(default_factory=lambda: deque(maxlen=64))  # recent (batch size, seconds)
     per_batch: float = 0.0  # fitted fixed cost of one runner call
     per_item: float = 0.0  # fitted cost of each item in it
+    _sums: list = field(default_factory=lambda: [0.0] * 5)  # n, sum x, sum y, sum xx, sum xy over `batches`
 
     def observe(self, size: int, seconds: float) -> None:
+        """O(1) per call (it runs once per request): running sums over the window, closed-form least squares."""
+        if len(self.batches) == self.batches.maxlen:
+            self._add(*self.batches[0], sign=-1.0)
         self.batches.append((size, seconds))
-        sizes = np.array([b for b, _ in self.batches], dtype=np.float64)
-        times = np.array([t for _, t in self.batches], dtype=np.float64)
-        if len(set(sizes.tolist())) < 2:  # one batch size seen so far: it is all per-batch cost as far as we know
-            self.per_batch, self.per_item = float(times.mean()), 0.0
+        self._add(size, seconds, sign=1.0)
+        n, sx, sy, sxx, sxy = self._sums
+        var = n * sxx - sx * sx
+        if var <= 1e-9 * max(n * sxx, 1.0):  # one batch size seen so far: all per-batch cost as far as we know
+            self.per_batch, self.per_item = sy / n, 0.0
             return
-        c, a = np.polyfit(sizes, times, 1)
-        self.per_item, self.per_batch = max(float(c), 0.0), max(float(a), 0.0)
+        c = (n * sxy - sx * sy) / var
+        a = (sy - c * sx) / n
+        self.per_item, self.per_batch = max(c, 0.0), max(a, 0.0)
+
+    def _add(self, x: float, y: float, sign: float) -> None:
+        s = self._sums
+        s[0] += sign
+        s[1] += sign * x
+        s[2] += sign * y
+        s[3] += sign * x * x
+        s[4] += sign * x * y
 
     @property
     def seconds_per_item(self) -> float:

@@ -26,7 +26,6 @@ from services.common.errors import ApiError, InvalidOutput
 from services.common.metrics import DEGRADED, REJECTED
 from services.common.request_context import StageClock
 from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
-from services.common.runner_client import call_runner
 
 log = logging.getLogger("triserve.inference")
 
@@ -80,7 +79,6 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
     """items_for(model) preprocesses for that model version (sizes may differ between primary and fallback, or
     between versions); validate(model, outputs) raises InvalidOutput for outputs that must not reach the client."""
     prot: Protection = gateway.protection
-    cfg = gateway.settings.gateway
     await gateway.routing.ensure_fresh(gateway.runner)
     plan = prot.plan(task, choice)
     last_error: ApiError | None = None
@@ -112,8 +110,7 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
             payload = [{"x": x, "deadline": deadline.epoch, "rid": request_id, "version": version} for x in xs]
             started = time.perf_counter()
             try:
-                items = await asyncio.wait_for(call_runner(gateway.runner, slot, payload, cfg.runner_retries,
-                                                           cfg.runner_retry_backoff_ms),
+                items = await asyncio.wait_for(gateway.runner_client.call(slot, payload),
                                                timeout=max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
                 if breaker:

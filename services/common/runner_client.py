@@ -1,4 +1,4 @@
-"""Calls into the runner tier with idempotent retry.
+"""Calls into the runner tier: gateway-side batching (services/common/batcher.py) and idempotent retry.
 
 Why: inference calls are pure functions of their inputs, so a call lost in transport (a recycled connection, a runner
 worker restarting) can be sent again safely; without this, such blips surface as client-visible 5xx under load.
@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from services.common.batcher import SlotBatcher
 from services.common.errors import ApiError
 from services.common.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES
 
@@ -50,3 +51,29 @@ async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backof
                                {"slot": slot, "reason": type(exc).__name__}, headers={"Retry-After": "1"}) from exc
     finally:
         RUNNER_INFLIGHT.labels(slot).dec()
+
+
+class RunnerClient:
+    """The gateway's way to call a model slot. With runner.batching == "gateway" concurrent requests of this API
+    worker are coalesced per slot (one runner call per batch); with "runner" each request is its own call and BentoML's
+    dispatcher in the runner merges them."""
+
+    def __init__(self, runner: Any, settings: Any, slots: dict[str, int]):
+        self.runner = runner
+        cfg = settings.gateway
+        self._retries, self._backoff = cfg.runner_retries, cfg.runner_retry_backoff_ms
+        self.batchers: dict[str, SlotBatcher] = {}
+        if settings.runner.batching == "gateway":
+            self.batchers = {slot: SlotBatcher(slot, self._sender(slot), size, cfg.batch_inflight)
+                             for slot, size in slots.items()}
+
+    def _sender(self, slot: str):
+        async def send(items: list[dict]) -> list[dict]:
+            return await call_runner(self.runner, slot, items, self._retries, self._backoff)
+        return send
+
+    async def call(self, slot: str, payload: list[dict]) -> list[dict]:
+        batcher = self.batchers.get(slot)
+        if batcher is None:
+            return await call_runner(self.runner, slot, payload, self._retries, self._backoff)
+        return await batcher.submit(payload)

@@ -33,45 +33,68 @@ class Detections:
     candidates: int  # how many passed the confidence filter (before the cap)
 
 
-def _iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    x1 = np.maximum(box[0], boxes[:, 0])
-    y1 = np.maximum(box[1], boxes[:, 1])
-    x2 = np.minimum(box[2], boxes[:, 2])
-    y2 = np.minimum(box[3], boxes[:, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    return inter / np.maximum(area + areas - inter, 1e-9)
+_BLOCK = 64
+
+
+def _iou(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of boxes a (rows) against boxes b (columns); c is [4, n] x1, y1, x2, y2."""
+    w = np.minimum(c[2, a][:, None], c[2, b]) - np.maximum(c[0, a][:, None], c[0, b])
+    h = np.minimum(c[3, a][:, None], c[3, b]) - np.maximum(c[1, a][:, None], c[1, b])
+    inter = np.clip(w, 0, None) * np.clip(h, 0, None)
+    area = (c[2] - c[0]) * (c[3] - c[1])
+    return inter / np.maximum(area[a][:, None] + area[b] - inter, 1e-9)
+
+
+def _greedy(coords: np.ndarray, iou_threshold: float, max_keep: int) -> list[int]:
+    """Exact greedy NMS over score-sorted boxes, a block at a time: the next _BLOCK survivors are resolved against
+    each other with one small IoU matrix, then the block's keeps suppress everything after it in one matrix op.
+    A few numpy calls per block instead of per kept box, so the worst case (every box kept) stays cheap."""
+    kept: list[int] = []
+    alive = np.arange(coords.shape[1])
+    while alive.size and len(kept) < max_keep:
+        head, rest = alive[:_BLOCK], alive[_BLOCK:]
+        overlaps = _iou(coords, head, head) > iou_threshold
+        suppressed = np.zeros(head.size, dtype=bool)
+        block: list[int] = []
+        for j in range(head.size):
+            if suppressed[j]:
+                continue
+            block.append(j)
+            if len(kept) + len(block) == max_keep:
+                break
+            suppressed |= overlaps[j]
+        keep = head[block]
+        kept.extend(int(i) for i in keep)
+        if rest.size and len(kept) < max_keep:
+            rest = rest[~(_iou(coords, keep, rest) > iou_threshold).any(axis=0)]
+        alive = rest
+    return kept
 
 
 def nms(raw: np.ndarray, params: NMSParams) -> Detections:
-    """One image's head output [4 + nc, anchors] (cx, cy, w, h, class scores) -> kept detections."""
+    """One image's head output [4 + nc, anchors] (cx, cy, w, h, class scores) -> kept detections.
+
+    Cost is bounded by the caps, not by the anchors: one max pass over the scores, then every later step works on at
+    most `pre_nms_topk` columns, and greedy suppression works in blocks (see _greedy)."""
     if raw.ndim != 2 or raw.shape[0] < 5:
         raise ValueError(f"expected [4+nc, anchors], got {raw.shape}")
-    scores_all = raw[4:]
-    classes = scores_all.argmax(axis=0)
-    scores = scores_all[classes, np.arange(raw.shape[1])]
-    keep = np.flatnonzero(scores > params.conf_threshold)
+    best = raw[4:].max(axis=0)
+    keep = np.flatnonzero(best > params.conf_threshold)
     candidates = int(keep.size)
     if candidates > params.pre_nms_topk:
-        top = np.argpartition(-scores[keep], params.pre_nms_topk - 1)[: params.pre_nms_topk]
-        keep = keep[top]
-    order = keep[np.argsort(-scores[keep], kind="stable")]
-    cx, cy, w, h = raw[0, order], raw[1, order], raw[2, order], raw[3, order]
-    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float32)
-    sc, cl = scores[order].astype(np.float32), classes[order].astype(np.int64)
-    # Class-aware NMS: shift each class into its own region so boxes of different classes never overlap.
-    offset = (cl.astype(np.float32) * (float(np.abs(boxes).max(initial=0.0)) + 1.0))[:, None] if params.class_aware else 0.0
-    shifted = boxes + offset
-    kept: list[int] = []
-    alive = np.arange(len(order))
-    while alive.size and len(kept) < params.max_detections:
-        i = alive[0]
-        kept.append(int(i))
-        rest = alive[1:]
-        if rest.size == 0:
-            break
-        alive = rest[_iou_one_to_many(shifted[i], shifted[rest]) <= params.iou_threshold]
+        keep = keep[np.argpartition(-best[keep], params.pre_nms_topk - 1)[: params.pre_nms_topk]]
+    order = keep[np.argsort(-best[keep], kind="stable")]
+    cols = raw[:, order]  # [4 + nc, k]: the only copy, at most pre_nms_topk wide
+    cl = cols[4:].argmax(axis=0).astype(np.int64)
+    sc = best[order].astype(np.float32)
+    cx, cy, w, h = (cols[i].astype(np.float32) for i in range(4))
+    x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+    boxes = np.stack([x1, y1, x2, y2], axis=1)
+    if params.class_aware and cl.size:
+        # Class-aware NMS: shift each class into its own region so boxes of different classes never overlap.
+        shift = cl.astype(np.float32) * (float(np.abs(boxes).max()) + 1.0)
+        x1, y1, x2, y2 = x1 + shift, y1 + shift, x2 + shift, y2 + shift
+    kept = _greedy(np.stack([x1, y1, x2, y2]), params.iou_threshold, params.max_detections)
     idx = np.asarray(kept, dtype=np.int64)
     return Detections(boxes[idx], sc[idx], cl[idx], candidates)
 

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from services.detection.postprocess import NMSParams, nms
 
@@ -50,3 +51,39 @@ def test_no_candidates():
     raw = head([[5, 5, 2, 2]], [[0.1]])
     det = nms(raw, NMSParams(conf_threshold=0.5))
     assert det.boxes.shape == (0, 4) and det.candidates == 0
+
+
+def _reference_greedy(raw: np.ndarray, params: NMSParams) -> list[tuple]:
+    """Textbook one-box-at-a-time greedy NMS (class-aware by comparing classes), as the oracle for the blocked one."""
+    scores_all = raw[4:]
+    cls = scores_all.argmax(axis=0)
+    sc = scores_all.max(axis=0)
+    idx = [i for i in np.argsort(-sc, kind="stable") if sc[i] > params.conf_threshold][: params.pre_nms_topk]
+    boxes = {i: (raw[0, i] - raw[2, i] / 2, raw[1, i] - raw[3, i] / 2, raw[0, i] + raw[2, i] / 2,
+                 raw[1, i] + raw[3, i] / 2) for i in idx}
+
+    def iou(a, b):
+        w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+        h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+        inter = w * h
+        return inter / max((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter, 1e-9)
+
+    kept: list[int] = []
+    for i in idx:
+        if len(kept) == params.max_detections:
+            break
+        if all(cls[k] != cls[i] or iou(boxes[k], boxes[i]) <= params.iou_threshold for k in kept):
+            kept.append(i)
+    return [(int(cls[i]), round(float(sc[i]), 5)) for i in kept]
+
+
+@pytest.mark.parametrize("seed,anchors,classes,max_det", [(0, 300, 2, 100), (1, 500, 1, 7), (2, 2000, 3, 100),
+                                                          (3, 1000, 5, 64), (4, 200, 1, 200)])
+def test_blocked_greedy_matches_one_box_at_a_time_greedy(seed, anchors, classes, max_det):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 200, (2, anchors))
+    wh = rng.uniform(5, 60, (2, anchors))
+    raw = np.concatenate([xy, wh, rng.uniform(0, 1, (classes, anchors))]).astype(np.float32)
+    params = NMSParams(conf_threshold=0.2, iou_threshold=0.5, pre_nms_topk=1500, max_detections=max_det)
+    got = nms(raw, params)
+    assert [(int(c), round(float(s), 5)) for c, s in zip(got.classes, got.scores)] == _reference_greedy(raw, params)

@@ -58,3 +58,18 @@ def test_wait_model_separates_per_batch_and_per_item_cost():
         linear.finished("cpu", 0, infer_ms=2.0 + 10.0 * size, batch=size)
     linear.started("cpu", 15)
     assert linear.estimated_wait("cpu", 1) == pytest.approx(2 * 0.002 + 16 * 0.010, rel=1e-6)
+
+
+def test_running_fit_matches_least_squares_after_the_window_slides():
+    import numpy as np
+
+    from services.common.admission import SlotLoad
+
+    rng = np.random.default_rng(0)
+    load = SlotLoad()
+    obs = [(int(b), 0.002 + 0.0005 * b + rng.normal(0, 1e-4)) for b in rng.integers(1, 33, 300)]
+    for b, t in obs:
+        load.observe(b, t)
+    window = obs[-64:]
+    c, a = np.polyfit([b for b, _ in window], [t for _, t in window], 1)
+    assert abs(load.per_item - c) < 1e-9 and abs(load.per_batch - a) < 1e-9

@@ -1,0 +1,143 @@
+"""Gateway-side batching: lone requests go at once, concurrent ones coalesce, results return to their owners."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.common.batcher import SlotBatcher
+
+
+class FakeRunner:
+    """Answers each item with its own value after `delay`; records the calls it saw."""
+
+    def __init__(self, delay: float = 0.02, fail: bool = False):
+        self.delay, self.fail = delay, fail
+        self.calls: list[list[int]] = []
+
+    async def send(self, items: list[dict]) -> list[dict]:
+        self.calls.append([it["x"] for it in items])
+        await asyncio.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("runner down")
+        return [{"y": it["x"] * 10} for it in items]
+
+
+def _items(*xs: int) -> list[dict]:
+    return [{"x": x} for x in xs]
+
+
+def test_lone_request_is_sent_immediately():
+    async def main():
+        runner = FakeRunner(delay=0.0)
+        b = SlotBatcher("text", runner.send, max_batch_size=8, max_inflight=1)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        out = await b.submit(_items(1, 2))
+        return out, runner.calls, loop.time() - t0
+
+    out, calls, elapsed = asyncio.run(main())
+    assert out == [{"y": 10}, {"y": 20}]
+    assert calls == [[1, 2]]
+    assert elapsed < 0.5  # no batching window: nothing waits for company
+
+
+def test_requests_arriving_while_busy_share_the_next_call_and_get_their_own_rows():
+    async def main():
+        runner = FakeRunner(delay=0.05)
+        b = SlotBatcher("text", runner.send, max_batch_size=64, max_inflight=1)
+        first = asyncio.create_task(b.submit(_items(0)))
+        await asyncio.sleep(0.01)  # the first call is in flight now
+        rest = [asyncio.create_task(b.submit(_items(i, i + 100))) for i in range(1, 6)]
+        return await first, await asyncio.gather(*rest), runner.calls
+
+    first, rest, calls = asyncio.run(main())
+    assert first == [{"y": 0}]
+    assert rest == [[{"y": i * 10}, {"y": (i + 100) * 10}] for i in range(1, 6)]
+    assert calls == [[0], [1, 101, 2, 102, 3, 103, 4, 104, 5, 105]]
+
+
+def test_batches_respect_max_batch_size_without_splitting_a_request():
+    async def main():
+        runner = FakeRunner(delay=0.03)
+        b = SlotBatcher("text", runner.send, max_batch_size=4, max_inflight=1)
+        blocker = asyncio.create_task(b.submit(_items(0)))
+        await asyncio.sleep(0.005)
+        tasks = [asyncio.create_task(b.submit(_items(*range(10 * i, 10 * i + 3)))) for i in range(1, 4)]
+        big = asyncio.create_task(b.submit(_items(*range(100, 106))))  # larger than the cap: goes alone
+        await asyncio.gather(blocker, big, *tasks)
+        return runner.calls
+
+    calls = asyncio.run(main())
+    assert calls[0] == [0]
+    assert all(len(c) <= 4 or len(c) == 6 for c in calls)
+    assert [100, 101, 102, 103, 104, 105] in calls
+    assert sorted(x for c in calls for x in c) == sorted([0, *range(10, 13), *range(20, 23), *range(30, 33),
+                                                          *range(100, 106)])
+
+
+def test_inflight_limit_bounds_concurrent_calls():
+    async def main():
+        runner = FakeRunner(delay=0.02)
+        b = SlotBatcher("text", runner.send, max_batch_size=1, max_inflight=2)
+        peak = 0
+
+        async def watch():
+            nonlocal peak
+            while True:
+                peak = max(peak, b.inflight)
+                await asyncio.sleep(0.001)
+
+        w = asyncio.create_task(watch())
+        await asyncio.gather(*(b.submit(_items(i)) for i in range(8)))
+        w.cancel()
+        return peak, len(runner.calls)
+
+    peak, n_calls = asyncio.run(main())
+    assert peak == 2
+    assert n_calls == 8
+
+
+def test_a_request_cancelled_before_its_batch_left_is_never_sent():
+    async def main():
+        runner = FakeRunner(delay=0.05)
+        b = SlotBatcher("text", runner.send, max_batch_size=8, max_inflight=1)
+        first = asyncio.create_task(b.submit(_items(1)))
+        await asyncio.sleep(0.01)
+        doomed = asyncio.create_task(b.submit(_items(2)))
+        kept = asyncio.create_task(b.submit(_items(3)))
+        await asyncio.sleep(0.005)
+        doomed.cancel()
+        await first
+        return await kept, runner.calls
+
+    kept, calls = asyncio.run(main())
+    assert kept == [{"y": 30}]
+    assert calls == [[1], [3]]
+
+
+def test_a_failed_call_fails_every_request_of_its_batch_and_the_batcher_recovers():
+    async def main():
+        runner = FakeRunner(delay=0.01, fail=True)
+        b = SlotBatcher("text", runner.send, max_batch_size=8, max_inflight=1)
+        results = await asyncio.gather(*(b.submit(_items(i)) for i in range(3)), return_exceptions=True)
+        runner.fail = False
+        after = await b.submit(_items(7))
+        return results, after, b.inflight, b.queued_items
+
+    results, after, inflight, queued = asyncio.run(main())
+    assert all(isinstance(r, RuntimeError) for r in results)
+    assert after == [{"y": 70}]
+    assert (inflight, queued) == (0, 0)
+
+
+@pytest.mark.parametrize("mode,batchers", [("gateway", True), ("runner", False)])
+def test_runner_client_uses_batchers_only_in_gateway_mode(mode, batchers, monkeypatch):
+    from configs.settings import Settings
+    from services.common.runner_client import RunnerClient
+
+    monkeypatch.setenv("TRISERVE_RUNNER__BATCHING", mode)
+    client = RunnerClient(runner=None, settings=Settings(), slots={"text": 64, "detection": 16})
+    assert bool(client.batchers) is batchers
+    if batchers:
+        assert client.batchers["text"].max_batch_size == 64
