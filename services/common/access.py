@@ -42,9 +42,14 @@ class TokenBucket:
 
 
 class AccessControl:
-    def __init__(self, cfg: AccessSettings, clock=time.monotonic):
+    def __init__(self, cfg: AccessSettings, clock=time.monotonic, workers: int = 1):
         self.cfg, self.clock = cfg, clock
         self.buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        now = clock()
+        # the instance-wide capacity of each task, this worker's share of it (requests spread over workers evenly)
+        self.task_buckets = {task: TokenBucket(rate / workers, max(1, math.ceil(rate / workers * cfg.task_burst_s)),
+                                               now)
+                             for task, rate in cfg.task_rate_per_s.items()}
 
     def _key(self, request: Request) -> str | None:
         key = request.headers.get("x-api-key")
@@ -88,5 +93,14 @@ class AccessControl:
         if wait > 0:
             REJECTED.labels(task, "rate_limited").inc()
             raise ApiError(429, "rate_limited", f"rate limit of {client.rate_per_s:g} requests/s exceeded",
-                           {"client": client.id, "retry_after_s": round(wait, 3)},
+                           {"client": client.id, "scope": "client", "retry_after_s": round(wait, 3)},
                            headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        capacity = self.task_buckets.get(task)
+        if capacity is not None:
+            wait = capacity.take(now)
+            if wait > 0:
+                REJECTED.labels(task, "over_capacity").inc()
+                raise ApiError(429, "over_capacity", f"{task} is at its configured capacity "
+                               f"({self.cfg.task_rate_per_s[task]:g} requests/s)",
+                               {"task": task, "scope": "task", "retry_after_s": round(wait, 3)},
+                               headers={"Retry-After": str(max(1, math.ceil(wait)))})

@@ -55,7 +55,7 @@ class Protection:
             f"{task}{suffix}": getattr(getattr(settings, task), role).batching.max_batch_size
             for task in TASKS for suffix, role in (("", "primary"), ("_fallback", "fallback"))})
         self.breakers = {task: CircuitBreaker(task, settings.breaker) for task in TASKS}
-        self.access = AccessControl(settings.access)
+        self.access = AccessControl(settings.access, workers=settings.gateway.workers)
 
     def plan(self, task: str, choice: str) -> list[tuple[str, str | None]]:
         fallback = f"{task}_fallback"

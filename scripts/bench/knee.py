@@ -1,0 +1,201 @@
+"""The latency knee per task: ramp an open-loop arrival rate until p99 breaks the SLO, then limit at 80% of it.
+
+    python -m scripts.bench.knee                       # text, detection, forecast; ~12 min; docs/bench/knee.*
+    python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
+    python -m scripts.bench.knee --write-config        # also writes access.task_rate_per_s in configs/serving.yaml
+
+Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate (k6
+constant-arrival-rate, --no-usage-report) keeps sending, so the rate where p99 leaves the SLO is the real capacity.
+One triserve instance (default config, capacity limits off, per-client limit raised since k6 is one client) is pinned
+to --server-cpu and k6 to --load-cpu. Per task and round the rate starts at --start-rate and grows by --factor per
+step of --step-seconds until a step breaks the SLO: p99 above the task's SLO, more than 1% failed requests, or more
+than 1% of the arrivals dropped by k6 for lack of VUs. The knee is the last rate that held; the knee of a task is the
+median over --rounds ramps, and the limit written is floor(0.8 x knee) requests/s for the instance.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, open_loop
+from scripts.bench.load_mix import payloads
+from scripts.bench.textmix import ROOT
+from scripts.bench.textmix import texts as mix_texts
+
+SLO_MS = {"text": 100.0, "detection": 300.0, "forecast": 100.0}  # p99 per request, what a client would be promised
+PATHS = {"text": "/v1/classify", "detection": "/v1/detect", "forecast": "/v1/forecast"}
+LIMIT_SHARE = 0.8
+CONFIG = ROOT / "configs" / "serving.yaml"
+
+
+def task_requests(task: str, base: str) -> list[tuple[str, bytes]]:
+    """The request mix per task: the text mix of the text benchmark (one text each), load_mix's images and series."""
+    if task == "text":
+        texts, _ = mix_texts(256)
+        return [(base + PATHS[task], json.dumps({"texts": [t], "top_k": 3}).encode()) for t in texts]
+    return [(base + path, json.dumps(body).encode()) for path, body in payloads() if path == PATHS[task]]
+
+
+def held(cell: dict, slo_ms: float) -> bool:
+    """A step holds when p99 is within the SLO and (almost) nothing failed or was dropped."""
+    if "latency_ms" not in cell or not cell.get("requests"):
+        return False
+    expected = cell["rate"] * cell["seconds"]
+    return (cell["latency_ms"]["p99"] <= slo_ms and (cell.get("failed_share") or 0.0) <= 0.01
+            and cell.get("dropped_iterations", 0) <= 0.01 * expected)
+
+
+def ramp(task: str, requests: list, args, tmp: Path) -> dict:
+    """One ramp: rates start, start*f, ... until a step breaks the SLO (or --max-rate); the knee is the last held."""
+    steps, rate, knee = [], float(args.start_rate[task]), None
+    while rate <= args.max_rate:
+        cell = open_loop(f"{task}_{int(rate)}", requests, int(rate), args.step_seconds, tmp, args.load_cpu)
+        cell["held"] = held(cell, SLO_MS[task])
+        steps.append(cell)
+        lat = cell.get("latency_ms", {})
+        print(f"[knee] {task} {int(rate):>5}/s  p50 {lat.get('p50', float('nan')):8.1f}  p99 "
+              f"{lat.get('p99', float('nan')):8.1f} ms  failed {cell.get('failed_share')}  dropped "
+              f"{cell.get('dropped_iterations')}  {'held' if cell['held'] else 'BROKE'}", file=sys.stderr)
+        if not cell["held"]:
+            break
+        knee = int(rate)
+        rate = math.ceil(rate * args.factor)
+        time.sleep(1.0)  # let the queue drain between steps
+    return {"steps": steps, "knee_rps": knee}
+
+
+def write_limits(limits: dict[str, int], config: Path = CONFIG) -> None:
+    """Replace (or add) the `task_rate_per_s` line of the access section, keeping the rest of the file as is; tasks
+    not measured this time keep their limits."""
+    import yaml
+
+    text = config.read_text()
+    current = ((yaml.safe_load(text) or {}).get("access") or {}).get("task_rate_per_s") or {}
+    limits = {**current, **limits}
+    line = f"  task_rate_per_s: {{{', '.join(f'{t}: {v}' for t, v in sorted(limits.items()))}}}"
+    line += f"  # 80% of the knee, scripts/bench/knee.py {time.strftime('%Y-%m-%d')}"
+    if re.search(r"^  task_rate_per_s:.*$", text, flags=re.M):
+        text = re.sub(r"^  task_rate_per_s:.*$", line, text, count=1, flags=re.M)
+    elif re.search(r"^access:\s*$", text, flags=re.M):
+        text = re.sub(r"^access:\s*$", "access:\n" + line, text, count=1, flags=re.M)
+    else:
+        text = text.rstrip("\n") + "\naccess:\n" + line + "\n"
+    config.write_text(text)
+
+
+def to_markdown(res: dict) -> str:
+    L = [f"# Latency knee per task ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
+         f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate (k6), rate x{res['factor']} per "
+         f"step; a step breaks on p99 > SLO, > 1% failed or > 1% dropped arrivals. Knee = median over "
+         f"{res['rounds']} ramps; limit = floor({LIMIT_SHARE} x knee).", "",
+         "| task | SLO p99 ms | knee per round (req/s) | knee (median) | limit written |", "|---|---|---|---|---|"]
+    for task, r in res["tasks"].items():
+        L.append(f"| {task} | {SLO_MS[task]:g} | {', '.join(str(k) for k in r['knees'])} | {r['knee_rps']} | "
+                 f"{r['limit_rps']} |")
+    L += ["", "Steps (every round):", "", "| task | round | offered req/s | achieved req/s | p50 ms | p90 ms | p99 ms | "
+          "failed | dropped | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for task, r in res["tasks"].items():
+        for i, rnd in enumerate(r["rounds"]):
+            for c in rnd["steps"]:
+                lat = c.get("latency_ms", {})
+                got = (c.get("requests") or 0) / c["seconds"] if c.get("seconds") else 0
+                L.append(f"| {task} | {i + 1} | {c.get('rate')} | {got:.0f} | {lat.get('p50', 0):.1f} | "
+                         f"{lat.get('p90', 0):.1f} | {lat.get('p99', 0):.1f} | {c.get('failed_share', 0) or 0:.3f} | "
+                         f"{c.get('dropped_iterations', 0)} | {'held' if c['held'] else 'broke'} |")
+    if res.get("plot"):
+        L += ["", f"![p99 vs offered rate]({Path(res['plot']).name})"]
+    return "\n".join(L) + "\n"
+
+
+def plot(res: dict, out: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    tasks = list(res["tasks"])
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        r = res["tasks"][task]
+        for i, rnd in enumerate(r["rounds"]):
+            xs = [c["rate"] for c in rnd["steps"] if "latency_ms" in c]
+            ax.plot(xs, [c["latency_ms"]["p99"] for c in rnd["steps"] if "latency_ms" in c], "o-",
+                    label=f"p99 round {i + 1}")
+            ax.plot(xs, [c["latency_ms"]["p50"] for c in rnd["steps"] if "latency_ms" in c], "x--", alpha=0.6,
+                    label=f"p50 round {i + 1}")
+        ax.axhline(SLO_MS[task], color="red", lw=1, label="SLO (p99)")
+        if r["knee_rps"]:
+            ax.axvline(r["knee_rps"], color="grey", ls=":", label=f"knee {r['knee_rps']}/s")
+            ax.axvline(r["limit_rps"], color="green", ls="--", label=f"limit {r['limit_rps']}/s")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered requests/s (open loop)")
+        ax.set_ylabel("latency ms")
+        ax.set_title(task)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out.with_name(out.name + ".png")
+    fig.savefig(path, dpi=110)
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench.knee", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="text,detection,forecast")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--step-seconds", type=float, default=8.0)
+    ap.add_argument("--factor", type=float, default=1.25)
+    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=40",
+                    help="task=rate list: the first step of each ramp")
+    ap.add_argument("--max-rate", type=float, default=2000)
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--load-cpu", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "knee")
+    ap.add_argument("--write-config", action="store_true", help="write the limits into configs/serving.yaml")
+    args = ap.parse_args(argv)
+    args.start_rate = {k: float(v) for k, v in (kv.split("=") for kv in args.start_rate.split(","))}
+    tasks = [t for t in args.tasks.split(",") if t]
+    res = {"command": "python -m scripts.bench.knee " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
+           "step_seconds": args.step_seconds, "factor": args.factor, "slo_ms": SLO_MS,
+           "placement": f"server pinned to CPU {args.server_cpu}, k6 to CPU {args.load_cpu}", "tasks": {}}
+    with tempfile.TemporaryDirectory(prefix="triserve-knee-") as d:
+        tmp = Path(d)
+        env = {**RAISED_LIMITS, "TRISERVE_ACCESS__TASK_RATE_PER_S": "{}"}
+        peer = TriservePeer("triserve", env, args.server_cpu, tmp / "triserve.log", tmp / "bentoml_home")
+        try:
+            print(f"[knee] triserve ready after {peer.wait_ready():.1f}s", file=sys.stderr)
+            for task in tasks:
+                reqs = task_requests(task, peer.url)
+                open_loop(f"{task}_warm", reqs, int(args.start_rate[task]), 3, tmp, args.load_cpu)
+                rounds = [ramp(task, reqs, args, tmp) for _ in range(args.rounds)]
+                knees = [r["knee_rps"] or 0 for r in rounds]
+                knee = int(statistics.median(knees))
+                res["tasks"][task] = {"slo_ms": SLO_MS[task], "knees": knees, "knee_rps": knee,
+                                      "limit_rps": int(LIMIT_SHARE * knee), "rounds": rounds}
+        finally:
+            peer.stop()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    res["plot"] = plot(res, args.out)
+    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
+    md = to_markdown(res)
+    args.out.with_suffix(".md").write_text(md)
+    print(md)
+    limits = {t: r["limit_rps"] for t, r in res["tasks"].items() if r["limit_rps"] > 0}
+    if args.write_config and limits:
+        write_limits(limits)
+        print(f"wrote access.task_rate_per_s = {limits} into {CONFIG}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

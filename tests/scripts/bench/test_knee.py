@@ -1,0 +1,33 @@
+"""The knee rules: what counts as a held step, and how limits are written into the serving config."""
+from __future__ import annotations
+
+import yaml
+
+from configs.settings import Settings
+from scripts.bench.knee import held, write_limits
+from scripts.bench.textmix import ROOT
+
+
+def cell(p99: float, failed: float = 0.0, dropped: int = 0, rate: int = 100, seconds: float = 10.0) -> dict:
+    return {"rate": rate, "seconds": seconds, "requests": rate * seconds, "failed_share": failed,
+            "dropped_iterations": dropped, "latency_ms": {"p50": p99 / 3, "p99": p99}}
+
+
+def test_a_step_holds_only_within_the_slo_without_failures_or_drops():
+    assert held(cell(90), slo_ms=100)
+    assert not held(cell(101), slo_ms=100)
+    assert not held(cell(50, failed=0.02), slo_ms=100)
+    assert not held(cell(50, dropped=11), slo_ms=100)  # > 1% of 1000 arrivals
+    assert not held({"rate": 100, "seconds": 10, "error": "k6 exited 1"}, slo_ms=100)
+
+
+def test_limits_are_merged_into_the_access_section_and_load_as_typed_settings(tmp_path, monkeypatch):
+    config = tmp_path / "serving.yaml"
+    config.write_text((ROOT / "configs" / "serving.yaml").read_text())
+    write_limits({"text": 120, "detection": 30}, config)
+    write_limits({"text": 150}, config)  # a later run of one task keeps the others
+    data = yaml.safe_load(config.read_text())
+    assert data["access"]["task_rate_per_s"] == {"detection": 30, "text": 150}
+    assert config.read_text().count("task_rate_per_s") == 1
+    monkeypatch.setenv("TRISERVE_CONFIG", str(config))
+    assert Settings().access.task_rate_per_s == {"detection": 30.0, "text": 150.0}
