@@ -93,6 +93,10 @@ class RunnerSettings(_Section):
         description="ONNX Runtime providers in preference order; unavailable ones are skipped (and logged).")
     intra_op_threads: int = Field(0, ge=0, description="Threads inside one op (0 = ONNX Runtime default).")
     inter_op_threads: int = Field(1, ge=0, description="Threads across independent ops.")
+    spin_wait: bool = Field(
+        True, description="ONNX Runtime intra-op threads spin briefly after each op instead of sleeping: lower "
+                          "latency on dedicated cores, but the spinning takes CPU from the API workers when they "
+                          "share cores (docs/bench/tuning.md measures both).")
     warmup_runs: int = Field(2, ge=0, le=100, description="Runs per representative shape before ready.")
     workers: int = Field(1, ge=1, le=16, description="Runner worker processes.")
     batching: Literal["gateway", "runner"] = Field(

@@ -65,6 +65,7 @@ def _session(model_path: Path, settings: RunnerSettings, providers: list[str]) -
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = settings.intra_op_threads
     opts.inter_op_num_threads = settings.inter_op_threads
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spin_wait else "0")
     return ort.InferenceSession(str(model_path), opts, providers=providers)
 
 

@@ -1,0 +1,213 @@
+"""Tuning knobs, measured: ONNX Runtime threads per model in process, and the serving knobs end to end.
+
+    python -m scripts.bench.tuning                 # ~8 min; docs/bench/tuning.{json,md}
+    python -m scripts.bench.tuning --rounds 1 --duration 3 --configs default,inflight1 --out /tmp/tuning  # quick
+
+Part 1 (in process, per model: yolo-shapes, minilm-intent, co2-forecaster): items/s at batch 1 and 8 for each
+(intra-op, inter-op) thread setting, once pinned to one core (how the other benchmarks run) and once on every core.
+Part 2 (end to end, text classification, one text per request): each named config of CONFIGS is a `bentoml serve`
+with those environment overrides (server pinned to --server-cpu, load on --load-cpu, closed loop c=1 and c=32),
+rounds interleaved, medians [min-max]. IO binding is a GPU knob (device-resident inputs/outputs); no GPU was lent to
+this project's runs, so it is listed as not measured rather than guessed.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, closed_loop, pinned, request_for
+from scripts.bench.textmix import ROOT
+from scripts.bench.textmix import texts as mix_texts
+
+TEXT = "TRISERVE_TEXT__PRIMARY__BATCHING__"
+CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what it varies)
+    "default": ({}, "runner.batching=gateway, gateway.batch_inflight=2, text max_batch_size 64, intra-op 0, 1 API worker"),
+    "inflight1": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "1"}, "gateway.batch_inflight=1"),
+    "inflight4": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "4"}, "gateway.batch_inflight=4"),
+    "maxbatch8": ({TEXT + "MAX_BATCH_SIZE": "8"}, "text max_batch_size 8"),
+    "maxbatch32": ({TEXT + "MAX_BATCH_SIZE": "32"}, "text max_batch_size 32"),
+    "nobatch": ({TEXT + "MAX_BATCH_SIZE": "1"}, "text max_batch_size 1 (batching off)"),
+    "runner_dispatcher": ({"TRISERVE_RUNNER__BATCHING": "runner"},
+                          "runner.batching=runner: BentoML's CorkDispatcher, max_latency_ms 20000"),
+    "runner_dispatcher_100ms": ({"TRISERVE_RUNNER__BATCHING": "runner", TEXT + "MAX_LATENCY_MS": "100"},
+                                "runner.batching=runner, text max_latency_ms 100"),
+    "intra1": ({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1"}, "runner.intra_op_threads=1"),
+    "nospin": ({"TRISERVE_RUNNER__SPIN_WAIT": "false"}, "runner.spin_wait=false (ORT threads sleep between ops)"),
+    "workers2": ({"TRISERVE_GATEWAY__WORKERS": "2"}, "gateway.workers=2 (API worker processes)"),
+}
+MODELS = {"detection": "yolo-shapes", "text": "minilm-intent", "forecast": "co2-forecaster"}
+THREADS = [(0, 1, True), (0, 1, False), (1, 1, True), (2, 1, True), (2, 1, False), (1, 2, True)]
+# (intra-op, inter-op, spin wait); intra-op 0 = ONNX Runtime's default (one thread per physical core)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# part 1: threads, in process
+# --------------------------------------------------------------------------------------------------------------------
+def _key(intra: int, inter: int, spin: bool) -> str:
+    return f"intra{intra}/inter{inter}/{'spin' if spin else 'nospin'}"
+
+
+def model_inputs(task: str, batch: int) -> tuple[str, dict[str, np.ndarray]]:
+    """The stable model's file and a representative batch of inputs."""
+    from models.registry import LocalRegistry
+
+    reg = LocalRegistry(ROOT / "models" / "store")
+    name = MODELS[task]
+    d, m = reg.load_verified(name, "stable")
+    rng = np.random.default_rng(0)
+    if task == "detection":
+        size = int(m.preprocess.imgsz)
+        return str(d / m.model_file), {m.inputs[0].name: rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)}
+    if task == "text":
+        ids = rng.integers(1000, 2000, (batch, 20)).astype(np.int64)
+        return str(d / m.model_file), {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    ctx = int(m.inputs[0].shape[-1])
+    return str(d / m.model_file), {m.inputs[0].name: rng.normal(0, 1, (batch, ctx)).astype(np.float32)}
+
+
+def thread_sweep(seconds: float) -> dict:
+    """items/s per (task, threads, batch): runs in a child process (pinned or not by the caller)."""
+    import onnxruntime as ort
+
+    out = {}
+    for task in MODELS:
+        for intra, inter, spin in THREADS:
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.intra_op_num_threads, opts.inter_op_num_threads = intra, inter
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+            if inter > 1:
+                opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+            for batch in (1, 8):
+                path, feeds = model_inputs(task, batch)
+                sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+                for _ in range(3):
+                    sess.run(None, feeds)
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    sess.run(None, feeds)
+                    n += 1
+                out[f"{task}/{_key(intra, inter, spin)}/b{batch}"] = round(n * batch / (time.perf_counter() - t0), 1)
+    return out
+
+
+def run_thread_sweep(seconds: float, cpus: set[int] | None) -> dict:
+    cmd = [sys.executable, "-m", "scripts.bench.tuning", "_threads", "--seconds", str(seconds)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+                       preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    if p.returncode:
+        raise RuntimeError(p.stderr[-2000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# part 2: serving knobs, end to end
+# --------------------------------------------------------------------------------------------------------------------
+def measure_config(name: str, env: dict, args, tmp: Path, texts: list[str]) -> dict:
+    peer = TriservePeer(name, {**RAISED_LIMITS, **env}, args.server_cpu, tmp / f"{name}.log",
+                        Path(tempfile.mkdtemp(prefix=f"home-{name}-", dir=tmp)))
+    try:
+        peer.wait_ready()
+        reqs = [request_for("triserve", peer.url, t) for t in texts]
+        os.sched_setaffinity(0, {args.load_cpu})
+        cells = {c: asyncio.run(closed_loop(reqs, c, args.warmup, args.duration, 200_000)) for c in (32, 1)}
+    finally:
+        peer.stop()
+    return {c: {"texts_per_s": r["texts_per_s"], "p50": r["latency_ms"]["p50"], "p99": r["latency_ms"]["p99"],
+                "non_200": r["non_200"]} for c, r in cells.items()}
+
+
+def med(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    return f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"
+
+
+def to_markdown(res: dict) -> str:
+    L = [f"# Tuning knobs, measured ({res['started_utc']})", "", f"Command: `{res['command']}`", ""]
+    L += ["## ONNX Runtime threads, in process (items/s)", "",
+          "| model | intra, inter, spin | b1 one core | b8 one core | b1 all cores | b8 all cores |",
+          "|---|---|---|---|---|---|"]
+    one, allc = res["threads"]["one_core"], res["threads"]["all_cores"]
+    for task in MODELS:
+        for intra, inter, spin in THREADS:
+            k = f"{task}/{_key(intra, inter, spin)}"
+            L.append(f"| {MODELS[task]} | {intra}, {inter}, {'on' if spin else 'off'} | {one[k + '/b1']} | {one[k + '/b8']} | "
+                     f"{allc[k + '/b1']} | {allc[k + '/b8']} |")
+    L += ["", f"## Serving knobs, end to end (text, one text per request; {res['placement']}; medians [min-max] over "
+          f"{res['rounds']} interleaved rounds)", "",
+          "| config | what it changes | texts/s c=32 | p50 ms c=32 | p99 ms c=32 | p50 ms c=1 | non-200 |",
+          "|---|---|---|---|---|---|---|"]
+    for name, rows in res["serving"].items():
+        def col(c, k):
+            return med([r[c][k] for r in rows])
+        L.append(f"| {name} | {CONFIGS[name][1]} | {col('32', 'texts_per_s')} | {col('32', 'p50')} | "
+                 f"{col('32', 'p99')} | {col('1', 'p50')} | {sum(r['32']['non_200'] + r['1']['non_200'] for r in rows)} |")
+    L += ["", "IO binding (device-resident inputs and outputs): a GPU knob; no GPU was lent to this run, not measured."]
+    return "\n".join(L) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_threads"]:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--seconds", type=float, default=1.0)
+        a = ap.parse_args(argv[1:])
+        print(json.dumps(thread_sweep(a.seconds)))
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench.tuning", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=6.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--thread-seconds", type=float, default=1.0)
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--load-cpu", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "tuning")
+    args = ap.parse_args(argv)
+    names = [c for c in args.configs.split(",") if c]
+    unknown = set(names) - set(CONFIGS)
+    if unknown:
+        ap.error(f"unknown configs {sorted(unknown)}; known: {sorted(CONFIGS)}")
+    res = {"command": "python -m scripts.bench.tuning " + " ".join(argv),
+           "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
+           "placement": f"server pinned to CPU {args.server_cpu}, load on CPU {args.load_cpu}, closed loop "
+                        f"{args.duration:g} s per cell after {args.warmup:g} s warm-up"}
+    res["threads"] = {"one_core": run_thread_sweep(args.thread_seconds, {args.server_cpu}),
+                      "all_cores": run_thread_sweep(args.thread_seconds, None)}
+    print("[tuning] thread sweep done", file=sys.stderr)
+    texts, _ = mix_texts(512)
+    mine = os.sched_getaffinity(0)
+    serving: dict[str, list] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory(prefix="triserve-tuning-") as d:
+        try:
+            for r in range(args.rounds):
+                for name in names:
+                    row = measure_config(name, CONFIGS[name][0], args, Path(d), texts)
+                    serving[name].append({str(c): v for c, v in row.items()})
+                    print(f"[tuning] round {r + 1} {name}: {row}", file=sys.stderr)
+        finally:
+            os.sched_setaffinity(0, mine)
+    res["serving"] = serving
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
+    md = to_markdown(res)
+    args.out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
