@@ -1,0 +1,82 @@
+"""Peer for scripts/bench/compare_detect.py: the naive way to serve the detector - FastAPI, one ONNX Runtime call per
+request, no batching, no runner hop. Same model file, same session options and the same pipeline functions as
+triserve (services/detection: safe decode, letterbox, capped NMS, boxes mapped back to original pixels), the same
+request body (DetectRequest: base64 images) and the same response shape as triserve's POST /v1/detect.
+
+    uvicorn scripts.bench.peers.naive_fastapi_detect:app --host 127.0.0.1 --port 8100
+
+Model: TRISERVE_BENCH_MODEL_DIR (an artifact directory with manifest.json and model.onnx), default
+models/store/yolo-shapes at alias stable. ONNX Runtime intra-op threads: TRISERVE_BENCH_INTRA_OP (default 0).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from configs.settings import DetectionLimits
+from scripts.bench.textmix import model_dir
+from services.common.errors import ApiError
+from services.detection.decode import decode_base64, decode_image
+from services.detection.postprocess import NMSParams, nms
+from services.detection.preprocess import boxes_to_original, preprocess_image
+from services.detection.schemas import DetectRequest
+
+_dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
+MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir(name="yolo-shapes")
+if MANIFEST is None:
+    MANIFEST = json.loads((MODEL_DIR / "manifest.json").read_text())
+PRE = MANIFEST["preprocess"]
+LABELS = MANIFEST["labels"]
+LIMITS = DetectionLimits()  # triserve's defaults (configs/serving.yaml does not override them)
+
+opts = ort.SessionOptions()  # as runners/pool.py with configs/serving.yaml: all graph optimisations, intra 0, inter 1
+opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+opts.intra_op_num_threads = int(os.environ.get("TRISERVE_BENCH_INTRA_OP", "0"))
+opts.inter_op_num_threads = 1
+SESSION = ort.InferenceSession(str(MODEL_DIR / MANIFEST["model_file"]), opts, providers=["CPUExecutionProvider"])
+INPUT = SESSION.get_inputs()[0].name
+
+app = FastAPI(title="naive detector")
+
+
+@app.exception_handler(ApiError)
+def _api_error(_request, exc: ApiError) -> JSONResponse:
+    return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, status_code=exc.status)
+
+
+def nms_params(body: DetectRequest) -> NMSParams:
+    cap = LIMITS.max_detections
+    return NMSParams(conf_threshold=LIMITS.conf_threshold if body.conf_threshold is None else body.conf_threshold,
+                     iou_threshold=LIMITS.iou_threshold if body.iou_threshold is None else body.iou_threshold,
+                     pre_nms_topk=LIMITS.pre_nms_topk, max_detections=min(body.max_detections or cap, cap),
+                     class_aware=body.class_aware)
+
+
+@app.post("/v1/detect")
+def detect(body: DetectRequest) -> dict:  # a plain def: FastAPI runs it on its thread pool, as most apps do
+    images = [decode_image(decode_base64(im.data, i, LIMITS.max_image_bytes), i, LIMITS.max_image_bytes,
+                           LIMITS.max_pixels) for i, im in enumerate(body.images)]
+    tensors, metas = zip(*(preprocess_image(im, PRE["imgsz"], PRE["pad_value"], PRE["scale"], PRE["color_order"])
+                           for im in images))
+    heads = SESSION.run(None, {INPUT: np.stack(tensors)})[0]
+    params = nms_params(body)
+    results = []
+    for raw, meta in zip(heads, metas):
+        det = nms(raw, params)
+        boxes = boxes_to_original(det.boxes, meta)
+        results.append({"width": meta.orig_w, "height": meta.orig_h, "candidates": det.candidates, "detections": [
+            {"box": [round(float(v), 2) for v in b], "score": round(float(s), 5), "class_id": int(c),
+             "label": LABELS[int(c)] if int(c) < len(LABELS) else str(int(c))}
+            for b, s, c in zip(boxes, det.scores, det.classes)]})
+    return {"results": results}
+
+
+@app.get("/readyz")
+def readyz() -> dict:
+    return {"ready": True}

@@ -1,0 +1,108 @@
+"""Peer for scripts/bench/compare_detect.py: the detector behind NVIDIA PyTriton (Triton Inference Server + its
+DynamicBatcher). The batched infer function does what triserve does for each image: base64 decode, safe image
+decode, letterbox, one ONNX Runtime call for the whole batch, capped NMS, boxes mapped back to original pixels -
+with the project's own functions (services/detection), the same session options and NMS defaults.
+
+Runs in its own venv (nvidia-pytriton pins numpy<2; the project venv keeps numpy 2). On top of the text peer's recipe
+(scripts/bench/peers/pytriton_text.py) it needs the image and project imports:
+
+    .cache/bench/pytriton-venv/bin/pip install "opencv-python-headless<4.12" "numpy==1.26.4" pillow fastapi
+    LD_LIBRARY_PATH=$(.cache/bench/pytriton-venv/bin/python -c "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))") \
+        .cache/bench/pytriton-venv/bin/python scripts/bench/peers/pytriton_detect.py --http-port 8200 --model-dir DIR
+
+(opencv-python-headless 4.12+ requires numpy>=2.)
+
+HTTP (KServe v2): POST /v2/models/detector/infer {"inputs": [{"name": "image", "shape": [1, 1], "datatype": "BYTES",
+"data": ["<base64 JPEG>"]}]} -> outputs "count" [1, 1] int32, "boxes" [1, k, 4] float32 (x1, y1, x2, y2, original
+pixels), "scores" [1, k] float32, "classes" [1, k] int32; k is the largest count in the batch, rows past "count" are
+padding.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))  # the project's detection functions (numpy, OpenCV, Pillow; errors.py needs fastapi)
+
+import numpy as np
+import onnxruntime as ort
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+
+from services.detection.decode import decode_base64, decode_image
+from services.detection.postprocess import NMSParams, nms
+from services.detection.preprocess import boxes_to_original, preprocess_image
+
+# triserve's DetectionLimits defaults (configs/settings.py), spelt out: configs.settings needs pydantic-settings
+MAX_IMAGE_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000
+NMS = NMSParams(conf_threshold=0.25, iou_threshold=0.45, pre_nms_topk=1000, max_detections=100, class_aware=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--http-port", type=int, default=8200)
+    ap.add_argument("--grpc-port", type=int, default=8201)
+    ap.add_argument("--metrics-port", type=int, default=8202)
+    ap.add_argument("--max-batch-size", type=int, default=16, help="as triserve's detection slot")
+    ap.add_argument("--max-queue-delay-us", type=int, default=0, help="DynamicBatcher delay (Triton default 0)")
+    ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads (0 = ORT default)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    manifest = json.loads((args.model_dir / "manifest.json").read_text())
+    pre = manifest["preprocess"]
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = args.intra_op
+    opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(args.model_dir / manifest["model_file"]), opts,
+                                   providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+
+    @batch
+    def infer(image: np.ndarray) -> dict[str, np.ndarray]:
+        items = [v.decode("ascii") if isinstance(v, bytes) else str(v) for v in image.reshape(-1)]
+        decoded = [decode_image(decode_base64(s, i, MAX_IMAGE_BYTES), i, MAX_IMAGE_BYTES, MAX_PIXELS)
+                   for i, s in enumerate(items)]
+        tensors, metas = zip(*(preprocess_image(im, pre["imgsz"], pre["pad_value"], pre["scale"], pre["color_order"])
+                               for im in decoded))
+        heads = session.run(None, {input_name: np.stack(tensors)})[0]
+        dets = [nms(raw, NMS) for raw in heads]
+        k = max(1, max(len(d.scores) for d in dets))
+        n = len(dets)
+        boxes = np.zeros((n, k, 4), np.float32)
+        scores = np.zeros((n, k), np.float32)
+        classes = np.full((n, k), -1, np.int32)
+        count = np.zeros((n, 1), np.int32)
+        for i, (d, meta) in enumerate(zip(dets, metas)):
+            m = len(d.scores)
+            count[i, 0] = m
+            if m:
+                boxes[i, :m] = boxes_to_original(d.boxes, meta)
+                scores[i, :m] = d.scores
+                classes[i, :m] = d.classes
+        return {"count": count, "boxes": boxes, "scores": scores, "classes": classes}
+
+    config = TritonConfig(http_address="127.0.0.1", http_port=args.http_port, grpc_address="127.0.0.1",
+                          grpc_port=args.grpc_port, metrics_port=args.metrics_port)
+    with Triton(config=config) as triton:
+        triton.bind(model_name="detector", infer_func=infer,
+                    inputs=[Tensor(name="image", dtype=bytes, shape=(1,))],
+                    outputs=[Tensor(name="count", dtype=np.int32, shape=(1,)),
+                             Tensor(name="boxes", dtype=np.float32, shape=(-1, 4)),
+                             Tensor(name="scores", dtype=np.float32, shape=(-1,)),
+                             Tensor(name="classes", dtype=np.int32, shape=(-1,))],
+                    config=ModelConfig(max_batch_size=args.max_batch_size,
+                                       batcher=DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)),
+                    strict=False)
+        triton.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""scripts/bench/compare_detect.py: the pure parts (request mix, agreement, /metrics histograms, goals); no servers."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+
+import pytest
+from PIL import Image
+
+from scripts.bench import compare_detect as cd
+
+
+def test_image_sizes_have_exact_shares_and_are_seeded():
+    sizes = cd.image_sizes(100, seed=3)
+    assert sizes.count((320, 240)) == 30 and sizes.count((640, 480)) == 40 and sizes.count((1280, 720)) == 30
+    assert sizes == cd.image_sizes(100, seed=3)
+    assert sizes != cd.image_sizes(100, seed=4)
+    small = cd.image_sizes(7)
+    assert len(small) == 7 and {s for s in small} == {(320, 240), (640, 480), (1280, 720)}
+
+
+def test_image_mix_is_deterministic_jpeg_of_the_declared_size():
+    a, b = cd.image_mix(4, seed=1), cd.image_mix(4, seed=1)
+    assert [x["b64"] for x in a] == [x["b64"] for x in b]
+    assert a[0]["b64"] != cd.image_mix(4, seed=2)[0]["b64"]
+    for im in a:
+        raw = base64.b64decode(im["b64"])
+        with Image.open(io.BytesIO(raw)) as img:
+            assert img.format == "JPEG" and img.size == (im["width"], im["height"])
+        assert 1 <= len(im["objects"]) <= 6
+        for _, (x1, y1, x2, y2) in im["objects"]:
+            assert 0 <= x1 < x2 <= im["width"] and 0 <= y1 < y2 <= im["height"]
+
+
+def test_request_bodies_and_parsers():
+    url, body = cd.request_for("triserve", "http://127.0.0.1:1", "QUJD")
+    assert url.endswith("/v1/detect") and json.loads(body) == {"images": [{"data": "QUJD"}]}
+    url, body = cd.request_for("pytriton", "http://127.0.0.1:1", "QUJD")
+    assert url.endswith("/v2/models/detector/infer") and json.loads(body)["inputs"][0]["data"] == ["QUJD"]
+    triserve = {"results": [{"detections": [{"box": [1, 2, 3, 4], "score": 0.9, "class_id": 2, "label": "x"}]}]}
+    assert cd.parse_detections("triserve", triserve) == [(2, [1.0, 2.0, 3.0, 4.0], 0.9)]
+    triton = {"outputs": [{"name": "count", "data": [1]}, {"name": "boxes", "data": [1, 2, 3, 4, 0, 0, 0, 0]},
+                          {"name": "scores", "data": [0.9, 0]}, {"name": "classes", "data": [2, -1]}]}
+    assert cd.parse_detections("pytriton", triton) == [(2, [1.0, 2.0, 3.0, 4.0], 0.9)]
+
+
+REF = [(0, [10.0, 10.0, 50.0, 50.0], 0.9), (1, [60.0, 60.0, 90.0, 95.0], 0.8)]
+
+
+def test_match_detections():
+    shuffled = [(1, [60.4, 60.0, 90.0, 95.9], 0.7), (0, [10.0, 9.5, 50.0, 50.0], 0.91)]
+    m = cd.match_detections(REF, shuffled, tol_px=1.0)
+    assert m["agree"] and m["max_box_diff_px"] == pytest.approx(0.9)
+    assert not cd.match_detections(REF, [(1, b, s) for _, b, s in REF])["agree"]  # a class differs
+    assert not cd.match_detections(REF, REF[:1])["agree"]  # a box missing
+    far = cd.match_detections(REF, [REF[0], (1, [60.0, 60.0, 92.5, 95.0], 0.8)])
+    assert not far["agree"] and far["max_box_diff_px"] == pytest.approx(2.5)
+    assert cd.match_detections([], [])["agree"]
+
+
+def test_agreement_summary_counts_errors_as_disagreement():
+    s = cd.agreement_summary([REF, []], {"a": [REF, []], "b": [REF, "HTTP 500: boom"]})
+    assert s["systems"]["a"]["images_agree"] == 2 and s["systems"]["b"]["images_agree"] == 1
+    assert "HTTP 500" in s["systems"]["b"]["mismatches"][0] and not s["all_agree"] and s["boxes"] == 2
+
+
+METRICS_BEFORE = """# HELP triserve_runner_batch_size Items per ONNX Runtime call, per model slot.
+triserve_runner_batch_size_bucket{le="1.0",model="yolo-shapes",slot="detection"} 2.0
+triserve_runner_batch_size_bucket{le="2.0",model="yolo-shapes",slot="detection"} 2.0
+triserve_runner_batch_size_bucket{le="4.0",model="yolo-shapes",slot="detection"} 2.0
+triserve_runner_batch_size_bucket{le="+Inf",model="yolo-shapes",slot="detection"} 2.0
+triserve_runner_batch_size_count{model="yolo-shapes",slot="detection"} 2.0
+triserve_runner_batch_size_sum{model="yolo-shapes",slot="detection"} 2.0
+triserve_runner_batch_size_bucket{le="1.0",model="minilm",slot="text"} 9.0
+triserve_runner_batch_size_count{model="minilm",slot="text"} 9.0
+"""
+METRICS_AFTER = METRICS_BEFORE.replace(
+    '{le="1.0",model="yolo-shapes",slot="detection"} 2.0', '{le="1.0",model="yolo-shapes",slot="detection"} 3.0'
+).replace('{le="2.0",model="yolo-shapes",slot="detection"} 2.0', '{le="2.0",model="yolo-shapes",slot="detection"} 4.0'
+          ).replace('{le="4.0",model="yolo-shapes",slot="detection"} 2.0',
+                    '{le="4.0",model="yolo-shapes",slot="detection"} 7.0'
+                    ).replace('{le="+Inf",model="yolo-shapes",slot="detection"} 2.0',
+                              '{le="+Inf",model="yolo-shapes",slot="detection"} 8.0'
+                              ).replace('_count{model="yolo-shapes",slot="detection"} 2.0',
+                                        '_count{model="yolo-shapes",slot="detection"} 8.0'
+                                        ).replace('_sum{model="yolo-shapes",slot="detection"} 2.0',
+                                                  '_sum{model="yolo-shapes",slot="detection"} 26.0')
+
+
+def test_histogram_parse_and_delta():
+    before = cd.parse_histogram(METRICS_BEFORE, "triserve_runner_batch_size")
+    after = cd.parse_histogram(METRICS_AFTER, "triserve_runner_batch_size")
+    assert after["buckets"][1.0] == 3 and after["buckets"][math.inf] == 8 and after["count"] == 8
+    d = cd.histogram_delta(after, before)
+    assert d["buckets"] == {"1": 1, "2": 1, "3-4": 3, ">4": 1}
+    assert d["count"] == 6 and d["sum"] == 24 and d["mean"] == 4.0
+    assert cd.parse_histogram(METRICS_BEFORE, "triserve_gateway_batch_requests")["count"] == 0
+    both = cd.add_histograms(d, d)
+    assert both["buckets"]["3-4"] == 6 and both["count"] == 12 and both["mean"] == 4.0
+
+
+def _round(tri32, off32, naive32, pyt32, tri_p99, naive_p99, tri_c1_p50, ceiling, b1):
+    def cell(tp, p50=None, p99=None):
+        return {"images_per_s": tp, "latency_ms": {"p50": p50, "p90": None, "p99": p99}, "non_200": 0}
+
+    return {"inproc": {"ceiling_images_per_s": ceiling, "single_call_ms_p50": b1},
+            "triserve": {"1": cell(50, p50=tri_c1_p50), "32": cell(tri32, p99=tri_p99)},
+            "triserve_nobatch": {"32": cell(off32)}, "naive": {"32": cell(naive32, p99=naive_p99)},
+            "pytriton": {"32": cell(pyt32)}}
+
+
+def test_goal_ratios_and_evaluation():
+    r = cd.ratios_for_round(_round(100, 40, 50, 80, 300, 400, 14.0, 120, 12.0))
+    assert r == pytest.approx({"batching_on_vs_off": 2.5, "triserve_vs_naive": 2.0, "triserve_p99_vs_naive": 0.75,
+                               "triserve_vs_pytriton": 1.25, "triserve_vs_ceiling": 100 / 120,
+                               "c1_p50_overhead_ms": 2.0})
+    rounds = [r, cd.ratios_for_round(_round(90, 45, 50, 80, 500, 400, 20.0, 120, 12.0)),
+              cd.ratios_for_round(_round(95, 40, 50, 80, 350, 400, 16.0, 120, 12.0))]
+    goals = cd.evaluate_goals(rounds)
+    assert goals["triserve_vs_naive"]["median"] == pytest.approx(1.9) and goals["triserve_vs_naive"]["met"] is False
+    assert goals["triserve_p99_vs_naive"]["met"] is True and goals["c1_p50_overhead_ms"]["met"] is False
+    assert goals["triserve_vs_pytriton"]["min"] == pytest.approx(1.125)
+    assert "c=32" in goals["batching_on_vs_off"]["description"]
+    missing = cd.ratios_for_round({"triserve": {}})
+    assert all(v is None for v in missing.values())
+    assert all(g["met"] is None for g in cd.evaluate_goals([missing]).values())
+
+
+def test_summarise_table_and_histograms():
+    rec = _round(100, 40, 50, 80, 300, 400, 14.0, 120, 12.0)
+    rec["inproc"].update(best="intra0/b8", by_config={"intra0/b8": {"images_per_s": 120, "call_ms_p50": 60}},
+                         single_call_stage_ms_p50={"run": 8.0})
+    d = {"buckets": {"1": 1, "2-4": 3}, "count": 4, "sum": 10, "mean": 2.5}
+    rec["batch_histograms"] = {"triserve": {"32": {"triserve_runner_batch_size": d}}}
+    s = cd.summarise([rec, rec], list(cd.SYSTEMS), [1, 32], 32)
+    assert s["table"]["triserve"]["32"]["images_per_s"]["median"] == 100
+    assert s["table"]["inproc"]["ceiling_images_per_s"]["median"] == 120
+    assert s["batch_histograms"]["triserve"]["32"]["triserve_runner_batch_size"]["count"] == 8
+    assert s["goals"]["batching_on_vs_off"]["met"] is True
+
+
+def test_bucket_labels_sort_by_their_lower_bound():
+    assert sorted([">128", "3-4", "1", "129-256", "2"], key=cd.bucket_low) == ["1", "2", "3-4", ">128", "129-256"]
