@@ -114,17 +114,40 @@ def run_thread_sweep(seconds: float, cpus: set[int] | None) -> dict:
 # part 2: serving knobs, end to end
 # --------------------------------------------------------------------------------------------------------------------
 def measure_config(name: str, env: dict, args, tmp: Path, texts: list[str]) -> dict:
-    peer = TriservePeer(name, {**RAISED_LIMITS, **env}, args.server_cpu, tmp / f"{name}.log",
+    cpus = set(range(os.cpu_count() or 1)) if args.server_cpu < 0 else args.server_cpu
+    peer = TriservePeer(name, {**RAISED_LIMITS, **env}, cpus, tmp / f"{name}.log",
                         Path(tempfile.mkdtemp(prefix=f"home-{name}-", dir=tmp)))
     try:
         peer.wait_ready()
         reqs = [request_for("triserve", peer.url, t) for t in texts]
-        os.sched_setaffinity(0, {args.load_cpu})
-        cells = {c: asyncio.run(closed_loop(reqs, c, args.warmup, args.duration, 200_000)) for c in (32, 1)}
+        os.sched_setaffinity(0, cpus if args.server_cpu < 0 else {args.load_cpu})
+        before = cpu_seconds(peer)
+        cells = {32: asyncio.run(closed_loop(reqs, 32, args.warmup, args.duration, 200_000))}
+        after = cpu_seconds(peer)
+        cells[1] = asyncio.run(closed_loop(reqs, 1, args.warmup, args.duration, 200_000))
     finally:
         peer.stop()
-    return {c: {"texts_per_s": r["texts_per_s"], "p50": r["latency_ms"]["p50"], "p99": r["latency_ms"]["p99"],
-                "non_200": r["non_200"]} for c, r in cells.items()}
+    out = {c: {"texts_per_s": r["texts_per_s"], "p50": r["latency_ms"]["p50"], "p99": r["latency_ms"]["p99"],
+               "non_200": r["non_200"]} for c, r in cells.items()}
+    sent = cells[32]["sent_total"]  # every request of the cell, warm-up included, as the CPU window covers all of it
+    out[32]["cpu_ms_per_request"] = {svc: round((after[svc] - before.get(svc, 0.0)) * 1000 / max(sent, 1), 3)
+                                     for svc in after}
+    return out
+
+
+def cpu_seconds(peer) -> dict[str, float]:
+    """Service -> user+system CPU seconds of all its worker processes so far (where the server's core goes)."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for svc, pids in peer.pids().items():
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+                out[svc] = out.get(svc, 0.0) + t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+    return out
 
 
 def med(xs: list[float]) -> str:
@@ -136,7 +159,15 @@ def med(xs: list[float]) -> str:
 
 def to_markdown(res: dict) -> str:
     L = [f"# Tuning knobs, measured ({res['started_utc']})", "", f"Command: `{res['command']}`", ""]
-    L += ["## ONNX Runtime threads, in process (items/s)", "",
+    if "threads" in res:
+        L += _threads_table(res)
+    L += _serving_table(res)
+    L += ["", "IO binding (device-resident inputs and outputs): a GPU knob; no GPU was lent to this run, not measured."]
+    return "\n".join(L) + "\n"
+
+
+def _threads_table(res: dict) -> list[str]:
+    L = ["## ONNX Runtime threads, in process (items/s)", "",
           "| model | intra, inter, spin | b1 one core | b8 one core | b1 all cores | b8 all cores |",
           "|---|---|---|---|---|---|"]
     one, allc = res["threads"]["one_core"], res["threads"]["all_cores"]
@@ -145,17 +176,23 @@ def to_markdown(res: dict) -> str:
             k = f"{task}/{_key(intra, inter, spin)}"
             L.append(f"| {MODELS[task]} | {intra}, {inter}, {'on' if spin else 'off'} | {one[k + '/b1']} | {one[k + '/b8']} | "
                      f"{allc[k + '/b1']} | {allc[k + '/b8']} |")
-    L += ["", f"## Serving knobs, end to end (text, one text per request; {res['placement']}; medians [min-max] over "
+    return L
+
+
+def _serving_table(res: dict) -> list[str]:
+    L = ["", f"## Serving knobs, end to end (text, one text per request; {res['placement']}; medians [min-max] over "
           f"{res['rounds']} interleaved rounds)", "",
-          "| config | what it changes | texts/s c=32 | p50 ms c=32 | p99 ms c=32 | p50 ms c=1 | non-200 |",
-          "|---|---|---|---|---|---|---|"]
+          "| config | what it changes | texts/s c=32 | p50 ms c=32 | p99 ms c=32 | p50 ms c=1 | CPU ms/request "
+          "gateway, runner (c=32) | non-200 |", "|---|---|---|---|---|---|---|---|"]
     for name, rows in res["serving"].items():
         def col(c, k):
             return med([r[c][k] for r in rows])
+        cpu = {svc: statistics.median(r["32"]["cpu_ms_per_request"].get(svc, 0.0) for r in rows)
+               for svc in ("triserve", "triserve-runner")}
         L.append(f"| {name} | {CONFIGS[name][1]} | {col('32', 'texts_per_s')} | {col('32', 'p50')} | "
-                 f"{col('32', 'p99')} | {col('1', 'p50')} | {sum(r['32']['non_200'] + r['1']['non_200'] for r in rows)} |")
-    L += ["", "IO binding (device-resident inputs and outputs): a GPU knob; no GPU was lent to this run, not measured."]
-    return "\n".join(L) + "\n"
+                 f"{col('32', 'p99')} | {col('1', 'p50')} | {cpu['triserve']:.2f}, {cpu['triserve-runner']:.2f} | "
+                 f"{sum(r['32']['non_200'] + r['1']['non_200'] for r in rows)} |")
+    return L
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--duration", type=float, default=6.0)
     ap.add_argument("--warmup", type=float, default=2.0)
-    ap.add_argument("--thread-seconds", type=float, default=1.0)
-    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--thread-seconds", type=float, default=1.0, help="per setting; 0 skips the thread sweep")
+    ap.add_argument("--server-cpu", type=int, default=0, help="-1: not pinned (every core, shared with the load)")
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "tuning")
     args = ap.parse_args(argv)
@@ -183,10 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown configs {sorted(unknown)}; known: {sorted(CONFIGS)}")
     res = {"command": "python -m scripts.bench.tuning " + " ".join(argv),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
-           "placement": f"server pinned to CPU {args.server_cpu}, load on CPU {args.load_cpu}, closed loop "
+           "placement": (f"server pinned to CPU {args.server_cpu}, load on CPU {args.load_cpu}" if args.server_cpu >= 0
+                         else "server and load on every core (not pinned)") + ", closed loop "
                         f"{args.duration:g} s per cell after {args.warmup:g} s warm-up"}
-    res["threads"] = {"one_core": run_thread_sweep(args.thread_seconds, {args.server_cpu}),
-                      "all_cores": run_thread_sweep(args.thread_seconds, None)}
+    if args.thread_seconds > 0:
+        res["threads"] = {"one_core": run_thread_sweep(args.thread_seconds, {max(args.server_cpu, 0)}),
+                          "all_cores": run_thread_sweep(args.thread_seconds, None)}
     print("[tuning] thread sweep done", file=sys.stderr)
     texts, _ = mix_texts(512)
     mine = os.sched_getaffinity(0)
