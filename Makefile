@@ -4,6 +4,7 @@
 # Packaging (README "Packaging and deployment"):
 #   make bento        bentoml build: a versioned Bento without weights (BENTOFILE=bentofile.gpu.yaml for the GPU one)
 #   make image        bento + buildah image + push to $(REGISTRY) + skopeo inspect (scripts/containerize.py)
+#   make variants     INT8 (static QDQ / per-channel) and FP16 variants, gated and published (scripts/variants.py)
 #   make smoke-image  run the pushed image with podman against models in the same registry (scripts/smoke_image.py)
 SHELL := /bin/bash
 VENV ?= .venv
@@ -21,7 +22,7 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models serve test lint clean-models bento image smoke-image
+.PHONY: install models variants serve test lint clean-models bento image smoke-image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,6 +36,10 @@ install: $(STAMP)
 
 models: install
 	$(PY) -m scripts.pipeline build
+
+# INT8/FP16 variants of the stable primaries, gated; docs/bench/quantization.{json,md}
+variants: models
+	$(PY) -m scripts.variants build --out docs/bench/quantization
 
 serve: models
 	$(VENV)/bin/bentoml serve services.gateway:Gateway --host $(HOST) --port $(PORT)

@@ -116,9 +116,10 @@ class GatewaySettings(_Section):
     workers: int = Field(1, ge=1, le=64, description="API worker processes.")
     max_body_bytes: int = Field(64 * 2**20, ge=1024, description="Request bodies above this get 413.")
     batch_inflight: int = Field(
-        2, ge=1, le=64, description="runner.batching=gateway: runner calls per slot this API worker keeps in flight; "
-                                    "new requests queue (and batch) behind them. 2 overlaps one batch's transfer with "
-                                    "the previous one's compute.")
+        1, ge=1, le=64, description="runner.batching=gateway: runner calls per slot this API worker keeps in flight; "
+                                    "new requests queue (and batch) behind them. 1 measured best on CPU (bigger "
+                                    "batches; docs/bench/tuning.md); more overlaps transfers with compute, for "
+                                    "accelerators with idle time between calls.")
     runner_retries: int = Field(3, ge=0, le=10, description="Retries of an idempotent runner call on a transport "
                                                             "error (connection reset, closed connector).")
     runner_retry_backoff_ms: int = Field(20, ge=0, le=5000, description="Base backoff, doubled per retry.")

@@ -31,8 +31,8 @@ from scripts.bench.textmix import texts as mix_texts
 
 TEXT = "TRISERVE_TEXT__PRIMARY__BATCHING__"
 CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what it varies)
-    "default": ({}, "runner.batching=gateway, gateway.batch_inflight=2, text max_batch_size 64, intra-op 0, 1 API worker"),
-    "inflight1": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "1"}, "gateway.batch_inflight=1"),
+    "default": ({}, "runner.batching=gateway, gateway.batch_inflight=1, text max_batch_size 64, intra-op 0, 1 API worker"),
+    "inflight2": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "2"}, "gateway.batch_inflight=2"),
     "inflight4": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "4"}, "gateway.batch_inflight=4"),
     "maxbatch8": ({TEXT + "MAX_BATCH_SIZE": "8"}, "text max_batch_size 8"),
     "maxbatch32": ({TEXT + "MAX_BATCH_SIZE": "32"}, "text max_batch_size 32"),
