@@ -20,7 +20,7 @@ from models.cache import open_serving_registry
 from runners.faults import inject_faults
 from runners.pool import ModelPool
 from runners.ragged import length_buckets, pad_sequences
-from services.common.metrics import observe_rss
+from services.common.metrics import observe_rss, settle_heap
 from services.common.request_log import json_logger
 
 log = logging.getLogger("triserve.runner")
@@ -78,6 +78,7 @@ class ModelRunner:
             MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
                               m.provider).set(1)
             LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
+        settle_heap("runner")
 
     def __is_ready__(self) -> bool:
         return self.pool.ready

@@ -19,6 +19,7 @@ from runners.service import ModelRunner
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
+from services.common.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
 from services.common.runner_client import RunnerClient
@@ -90,6 +91,7 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - stay up and not-ready with the reason instead of crash-looping
             log.exception("gateway failed to load model metadata")
             self.load_error = f"{type(exc).__name__}: {exc}"
+        settle_heap("gateway")
 
     def _load_pipelines(self) -> dict:
         registry = open_serving_registry(settings)

@@ -48,3 +48,29 @@ def observe_rss(service: str) -> None:
             RSS.labels(service).set(int(fh.read().split()[1]) * _PAGE)
     except OSError:
         pass
+
+
+GC_PAUSE = Histogram("triserve_gc_pause_seconds", "Python garbage-collector pauses per generation (every request "
+                     "of the process waits for them).", ["service", "generation"],
+                     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
+
+
+def settle_heap(service: str) -> None:
+    """Call once startup is done. Moves everything allocated so far (frameworks, models, schemas: hundreds of
+    thousands of long-lived objects) out of the collector's reach with gc.freeze(), so a full collection under traffic
+    scans only what requests created: it was a source of ~100 ms stalls at the open-loop p99. Then times every
+    collection into triserve_gc_pause_seconds."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    started: dict[int, float] = {}
+
+    def timer(phase: str, info: dict) -> None:
+        gen = info.get("generation", 0)
+        if phase == "start":
+            started[gen] = time.perf_counter()
+        elif gen in started:
+            GC_PAUSE.labels(service, str(gen)).observe(time.perf_counter() - started.pop(gen))
+
+    gc.callbacks.append(timer)
