@@ -180,6 +180,9 @@ class AccessSettings(_Section):
                     "workers): requests/s beyond it get 429 before any work. Set to 80% of the measured latency "
                     "knee by `python -m scripts.bench.knee --write-config`; a task not listed is not limited.")
     task_burst_s: float = Field(0.5, gt=0, le=60, description="Capacity bucket size, in seconds of the task rate.")
+    capacity_limits: bool = Field(True, description="Apply task_rate_per_s (false: measuring the knee, tests on "
+                                                    "other models). A switch, because environment dicts are merged "
+                                                    "into the YAML's rather than replacing them.")
 
 
 class Rollout(_Section):

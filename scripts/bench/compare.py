@@ -15,7 +15,8 @@ CPU execution provider, one text per request, top-3 labels back):
                     TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call and ONNX
                     Runtime call); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
-Both triserve instances run with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST), since one
+Both triserve instances run with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST) and the
+capacity limits off (they are set from the knee, which this does not measure), since one
 load generator is one client address, and gRPC off (its fixed port would collide); nothing else is changed.
 
 Placement: every server (and the in-process measurement) is pinned to --server-cpu (default 0), this process, which
@@ -60,6 +61,7 @@ SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve")
 HTTP_SYSTEMS = SYSTEMS[1:]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
+                 "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
                  "TRISERVE_GRPC__ENABLED": "false"}
 NOBATCH_ENV = "TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
 GOALS = {  # name: (description, comparison, threshold)

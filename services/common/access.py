@@ -49,7 +49,7 @@ class AccessControl:
         # the instance-wide capacity of each task, this worker's share of it (requests spread over workers evenly)
         self.task_buckets = {task: TokenBucket(rate / workers, max(1, math.ceil(rate / workers * cfg.task_burst_s)),
                                                now)
-                             for task, rate in cfg.task_rate_per_s.items()}
+                             for task, rate in cfg.task_rate_per_s.items()} if cfg.capacity_limits else {}
 
     def _key(self, request: Request) -> str | None:
         key = request.headers.get("x-api-key")

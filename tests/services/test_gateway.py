@@ -245,9 +245,10 @@ def test_models_endpoint_reports_provider(server):
 
 # --- readiness ------------------------------------------------------------------------------------------------
 def test_readiness_turns_green_only_after_models_are_warm(tiny_registry, tmp_path):
-    from tests.conftest import Server
+    from tests.conftest import NO_CAPACITY_LIMITS, Server
 
-    srv = Server(tiny_registry.root, env={"TRISERVE_RUNNER__STARTUP_DELAY_S": "8"}, log_path=tmp_path / "slow.log")
+    srv = Server(tiny_registry.root, env={**NO_CAPACITY_LIMITS, "TRISERVE_RUNNER__STARTUP_DELAY_S": "8"},
+                 log_path=tmp_path / "slow.log")
     try:
         saw_not_ready = False
         for _ in range(200):

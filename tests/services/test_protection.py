@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.conftest import Server
+from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ADMIN, APP, LIMITED = "admin-secret", "app-key", "slow-client-key"
 SERIES = [340.0 + 0.1 * i for i in range(48)]
@@ -39,6 +39,7 @@ def faulty(tiny_registry, tmp_path_factory):
         "TRISERVE_ACCESS__BURST": "3",
         "TRISERVE_OBSERVABILITY__DRIFT_MIN_VALUES": "5", "TRISERVE_OBSERVABILITY__DRIFT_EVERY": "5",
     }
+    env.update(NO_CAPACITY_LIMITS)
     srv = Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "faulty.log")
     try:
         srv.wait_ready()
@@ -81,6 +82,25 @@ def test_rate_limit_per_key_answers_429_with_retry_after(faulty):
     # other clients are unaffected
     assert post(faulty, "/v1/forecast", {"X-API-Key": APP},
                 json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "fallback"}).status_code == 200
+
+
+def test_task_capacity_limit_answers_429_over_capacity_for_that_task_only(tiny_registry, tmp_path):
+    """access.task_rate_per_s (written by scripts/bench/knee.py) through a real server: all clients share it."""
+    env = {"TRISERVE_ACCESS__TASK_RATE_PER_S": json.dumps({"forecast": 0.5}), "TRISERVE_ACCESS__TASK_BURST_S": "2"}
+    srv = Server(tiny_registry.root, env=env, log_path=tmp_path / "capacity.log")
+    body = {"values": [float(i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "horizon": 3}
+    try:
+        srv.wait_ready()
+        first = post(srv, "/v1/forecast", json=body)
+        second = post(srv, "/v1/forecast", json=body)
+        assert first.status_code == 200, first.text
+        assert second.status_code == 429, second.text
+        err = second.json()["error"]
+        assert err["code"] == "over_capacity" and err["details"]["scope"] == "task"
+        assert int(second.headers["Retry-After"]) >= 1
+        assert post(srv, "/v1/classify", json={"texts": ["hello"]}).status_code == 200  # other tasks unaffected
+    finally:
+        srv.stop()
 
 
 def test_breaker_opens_routes_to_fallback_then_probes(faulty):

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from models.registry import LocalRegistry
 from services.common.rollout import sticky_fraction
-from tests.conftest import Server
+from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ADMIN = "rollout-admin"
 SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00"}
@@ -48,6 +48,8 @@ def rollout(tiny_registry, tmp_path_factory):
            "TRISERVE_ROLLOUT__REFRESH_S": "0.2", "TRISERVE_ROLLOUT__RETIRE_AFTER_S": "2",
            "TRISERVE_ROLLOUT__CANARY_MIN_CALLS": "5", "TRISERVE_ROLLOUT__CANARY_WINDOW": "10",
            "TRISERVE_BREAKER__MIN_CALLS": "1000"}  # keep the breaker out of the canary test
+    env.update(NO_CAPACITY_LIMITS)
+    env["TRISERVE_ACCESS__RATE_PER_S"] = "100000"  # the load threads share one client address: >500 req/s here
     srv = Server(root, env=env, log_path=tmp_path_factory.mktemp("logs") / "rollout.log")
     try:
         srv.wait_ready()

@@ -24,10 +24,12 @@ def test_a_step_holds_only_within_the_slo_without_failures_or_drops():
 def test_limits_are_merged_into_the_access_section_and_load_as_typed_settings(tmp_path, monkeypatch):
     config = tmp_path / "serving.yaml"
     config.write_text((ROOT / "configs" / "serving.yaml").read_text())
+    before = (yaml.safe_load(config.read_text()).get("access") or {}).get("task_rate_per_s") or {}
     write_limits({"text": 120, "detection": 30}, config)
     write_limits({"text": 150}, config)  # a later run of one task keeps the others
+    expected = {**before, "detection": 30, "text": 150}
     data = yaml.safe_load(config.read_text())
-    assert data["access"]["task_rate_per_s"] == {"detection": 30, "text": 150}
+    assert data["access"]["task_rate_per_s"] == expected
     assert config.read_text().count("task_rate_per_s") == 1
     monkeypatch.setenv("TRISERVE_CONFIG", str(config))
-    assert Settings().access.task_rate_per_s == {"detection": 30.0, "text": 150.0}
+    assert Settings().access.task_rate_per_s == {k: float(v) for k, v in expected.items()}

@@ -79,3 +79,11 @@ def test_task_capacity_limits_all_clients_together_and_is_split_over_workers():
     ac.limit(ac.identify(request(host="10.1.0.99")), "forecast")  # other tasks are not limited
     t[0] = 0.1  # one more token at 10/s
     ac.limit(ac.identify(request(host="10.1.0.98")), "text")
+
+
+def test_capacity_limits_switch_off_keeps_client_limits():
+    cfg = CFG.model_copy(update={"task_rate_per_s": {"text": 0.001}, "capacity_limits": False})
+    ac = AccessControl(cfg)
+    for i in range(5):
+        ac.limit(ac.identify(request(host=f"10.2.0.{i}")), "text")
+    assert ac.task_buckets == {}
