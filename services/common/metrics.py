@@ -39,6 +39,7 @@ _last_rss = 0.0
 def observe_rss(service: str) -> None:
     """Resident set size from /proc, sampled at most once a second (called from request and batch paths)."""
     global _last_rss
+    _drain_gc_pauses()
     now = time.monotonic()
     if now - _last_rss < 1.0:
         return
@@ -55,11 +56,16 @@ GC_PAUSE = Histogram("triserve_gc_pause_seconds", "Python garbage-collector paus
                      buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
 
 
+_gc_pauses: list[tuple[str, str, float]] = []  # filled by the GC callback, drained by observe_rss
+
+
 def settle_heap(service: str) -> None:
     """Call once startup is done. Moves everything allocated so far (frameworks, models, schemas: hundreds of
     thousands of long-lived objects) out of the collector's reach with gc.freeze(), so a full collection under traffic
     scans only what requests created: it was a source of ~100 ms stalls at the open-loop p99. Then times every
-    collection into triserve_gc_pause_seconds."""
+    collection. The callback only appends to a list: a collection can start inside prometheus_client while it holds
+    its (non-reentrant) lock, so observing the histogram from the callback deadlocks the worker; observe_rss moves
+    the pauses into triserve_gc_pause_seconds from ordinary code."""
     import gc
 
     gc.collect()
@@ -70,7 +76,13 @@ def settle_heap(service: str) -> None:
         gen = info.get("generation", 0)
         if phase == "start":
             started[gen] = time.perf_counter()
-        elif gen in started:
-            GC_PAUSE.labels(service, str(gen)).observe(time.perf_counter() - started.pop(gen))
+        elif gen in started and len(_gc_pauses) < 10_000:
+            _gc_pauses.append((service, str(gen), time.perf_counter() - started.pop(gen)))
 
     gc.callbacks.append(timer)
+
+
+def _drain_gc_pauses() -> None:
+    while _gc_pauses:
+        service, gen, seconds = _gc_pauses.pop()
+        GC_PAUSE.labels(service, gen).observe(seconds)
