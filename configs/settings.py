@@ -29,7 +29,8 @@ class Batching(_Section):
     max_batch_size: int = Field(32, ge=1, le=1024, description="Most items merged into one ONNX Runtime call.")
     max_latency_ms: int = Field(
         20_000, ge=10, le=60_000,
-        description="BentoML's dispatcher sheds a queued call (503 'process is overloaded') once its estimated "
+        description="runner.batching=runner only: BentoML's dispatcher sheds a queued call (503 'process is "
+                    "overloaded') once its estimated "
                     "latency passes this; it is a last-resort shedding threshold, not a batching window (the "
                     "window adapts to traffic). Keep it far above normal queueing so a closed-loop burst is never "
                     "shed; deadline-aware admission belongs in the gateway.")

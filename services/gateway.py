@@ -96,7 +96,9 @@ class Gateway:
     def _load_pipelines(self) -> dict:
         registry = open_serving_registry(settings)
         self.registry = registry
-        slots = self._slot_settings()
+        slots = {f"{task}{suffix}": getattr(getattr(settings, task), role)
+                 for task in ("detection", "text", "forecast")
+                 for suffix, role in (("", "primary"), ("_fallback", "fallback"))}
         self.catalog = ModelCatalog(registry, {slot: cfg.name for slot, cfg in slots.items()})
         self.startup = {}
         for slot, cfg in slots.items():
@@ -116,15 +118,10 @@ class Gateway:
         """Created on first use, inside the worker's event loop (batchers hold per-loop state)."""
         client = self.__dict__.get("_runner_client")
         if client is None:
-            sizes = {slot: m.batching.max_batch_size for slot, m in self._slot_settings().items()}
-            client = self.__dict__["_runner_client"] = RunnerClient(self.runner, settings, sizes)
+            # the per-slot batch limits admission already holds
+            client = self.__dict__["_runner_client"] = RunnerClient(self.runner, settings,
+                                                                     self.protection.admission.max_batch)
         return client
-
-    @staticmethod
-    def _slot_settings() -> dict:
-        return {f"{task}{suffix}": getattr(getattr(settings, task), role)
-                for task in ("detection", "text", "forecast")
-                for suffix, role in (("", "primary"), ("_fallback", "fallback"))}
 
     def active_manifests(self, task: str) -> dict:
         """slot -> manifest of the version each slot of `task` serves now (startup versions until routing is known)."""

@@ -672,7 +672,9 @@ def _fmt(mr: dict | None, nd: int = 0) -> str:
     return f"{f.format(mr['median'])} [{f.format(mr['min'])}-{f.format(mr['max'])}]"
 
 
-def plots(res: dict, out: Path) -> list[str]:
+def plot_rounds(res: dict, out: Path, unit: str, title: str) -> list[str]:
+    """The two plots of a peer comparison (shared with compare_detect): throughput vs concurrency with min-max bars and
+    the in-process ceiling, and latency percentiles per concurrency. `unit` names the summary keys: '<unit>_per_s'."""
     try:
         import matplotlib
 
@@ -681,21 +683,24 @@ def plots(res: dict, out: Path) -> list[str]:
     except ImportError:
         return []
     table = res["summary"]["table"]
+    names = [n for n in table if n != "inproc"]
+    key = f"{unit}_per_s"
     made = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, per_c in table.items():
-        if name == "inproc":
-            ax.axhline(per_c["ceiling_texts_per_s"]["median"], ls="--", c="k", label="in-process ceiling")
-            continue
+    if "inproc" in table:
+        ax.axhline(table["inproc"][f"ceiling_{key}"]["median"], ls="--", c="k", label="in-process ceiling")
+    for name in names:
+        per_c = table[name]
         cs = sorted(int(c) for c in per_c)
-        med = [per_c[str(c)]["texts_per_s"]["median"] for c in cs]
-        lo = [m - per_c[str(c)]["texts_per_s"]["min"] for m, c in zip(med, cs)]
-        hi = [per_c[str(c)]["texts_per_s"]["max"] - m for m, c in zip(med, cs)]
+        med = [per_c[str(c)][key]["median"] for c in cs]
+        lo = [m - per_c[str(c)][key]["min"] for m, c in zip(med, cs)]
+        hi = [per_c[str(c)][key]["max"] - m for m, c in zip(med, cs)]
         ax.errorbar(cs, med, yerr=[lo, hi], marker="o", capsize=3, label=name)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(res["concurrency"], [str(c) for c in res["concurrency"]])
     ax.set_xlabel("concurrency (closed loop)")
-    ax.set_ylabel("texts/s (median, min-max bars)")
-    ax.set_title("minilm-intent, 1 server CPU")
+    ax.set_ylabel(f"{unit}/s (median, min-max bars)")
+    ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.text(0.01, 0.01, res["command"], fontsize=6)
@@ -706,15 +711,13 @@ def plots(res: dict, out: Path) -> list[str]:
     made.append(str(p))
     fig, axes = plt.subplots(1, len(res["concurrency"]), figsize=(5 * len(res["concurrency"]), 4.2))
     axes = np.atleast_1d(axes)
-    names = [n for n in table if n != "inproc"]
     for ax, c in zip(axes, res["concurrency"]):
         x = np.arange(3)
         w = 0.8 / max(1, len(names))
         for i, n in enumerate(names):
             row = table[n].get(str(c))
-            if not row:
-                continue
-            ax.bar(x + i * w, [row[q]["median"] or 0 for q in ("p50", "p90", "p99")], w, label=n)
+            if row:
+                ax.bar(x + i * w, [row[q]["median"] or 0 for q in ("p50", "p90", "p99")], w, label=n)
         ax.set_xticks(x + w * (len(names) - 1) / 2, ["p50", "p90", "p99"])
         ax.set_yscale("log")
         ax.set_ylabel("ms (median over rounds)")
@@ -847,7 +850,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))  # first: a plotting failure loses nothing
     try:
-        res["plots"] = [_shown(Path(p)) for p in plots(res, out)]
+        res["plots"] = [_shown(Path(p)) for p in plot_rounds(res, out, "texts", "minilm-intent, 1 server CPU")]
     except Exception as exc:  # noqa: BLE001 - the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))

@@ -71,6 +71,7 @@ from scripts.bench.compare import (
     free_port,
     med_range,
     pinned,
+    plot_rounds,
 )
 from scripts.bench.textmix import ROOT, model_dir
 
@@ -628,64 +629,6 @@ def to_markdown(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def plots(res: dict, out: Path) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    table = res["summary"]["table"]
-    names = [n for n in table if n != "inproc"]
-    made = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    if "inproc" in table:
-        ax.axhline(table["inproc"]["ceiling_images_per_s"]["median"], ls="--", c="k", label="in-process ceiling")
-    for name in names:
-        per_c = table[name]
-        cs = sorted(int(c) for c in per_c)
-        med = [per_c[str(c)]["images_per_s"]["median"] for c in cs]
-        lo = [m - per_c[str(c)]["images_per_s"]["min"] for m, c in zip(med, cs)]
-        hi = [per_c[str(c)]["images_per_s"]["max"] - m for m, c in zip(med, cs)]
-        ax.errorbar(cs, med, yerr=[lo, hi], marker="o", capsize=3, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(res["concurrency"], [str(c) for c in res["concurrency"]])
-    ax.set_xlabel("concurrency (closed loop)")
-    ax.set_ylabel("images/s (median, min-max bars)")
-    ax.set_title(f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.text(0.01, 0.01, res["command"], fontsize=6)
-    p = out.with_name(out.name + "_throughput.png")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    made.append(str(p))
-    fig, axes = plt.subplots(1, len(res["concurrency"]), figsize=(5 * len(res["concurrency"]), 4.2))
-    axes = np.atleast_1d(axes)
-    for ax, c in zip(axes, res["concurrency"]):
-        x = np.arange(3)
-        w = 0.8 / max(1, len(names))
-        for i, n in enumerate(names):
-            row = table[n].get(str(c))
-            if row:
-                ax.bar(x + i * w, [row[q]["median"] or 0 for q in ("p50", "p90", "p99")], w, label=n)
-        ax.set_xticks(x + w * (len(names) - 1) / 2, ["p50", "p90", "p99"])
-        ax.set_yscale("log")
-        ax.set_ylabel("ms (median over rounds)")
-        ax.set_title(f"latency, c={c}")
-        ax.grid(alpha=0.3, axis="y")
-    axes[0].legend(fontsize=8)
-    fig.text(0.01, 0.01, res["command"], fontsize=6)
-    p = out.with_name(out.name + "_latency.png")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    made.append(str(p))
-    return made
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------------------------------
@@ -819,7 +762,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))  # first: a plotting failure loses nothing
     try:
-        res["plots"] = [_shown(Path(p)) for p in plots(res, out)]
+        res["plots"] = [_shown(Path(p)) for p in plot_rounds(
+            res, out, "images", f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")]
     except Exception as exc:  # noqa: BLE001 - the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
