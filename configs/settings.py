@@ -107,10 +107,23 @@ class RunnerSettings(_Section):
                     "one HTTP hop per batch; services/common/batcher.py). 'runner': one call per request, merged by "
                     "BentoML's adaptive dispatcher in the runner (learns a wait from recent batches). Measured in "
                     "docs/bench/tuning.md.")
+    placement: Literal["remote", "local"] = Field(
+        "remote",
+        description="'remote': the runner tier is its own BentoML service (own processes, GPU, scaling; the "
+                    "gateway calls it over HTTP). 'local': each API worker runs the runner's code in process "
+                    "(runners/local.py): no hop, for single-node CPU serving; every API worker loads every model. "
+                    "Needs batching='gateway'. Measured in docs/performance.md.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
     faults: FaultInjection = Field(default_factory=FaultInjection)
+
+    @model_validator(mode="after")
+    def _local_needs_gateway_batching(self) -> "RunnerSettings":
+        if self.placement == "local" and self.batching != "gateway":
+            raise ValueError("runner.placement='local' has no BentoML dispatcher to batch in: use "
+                             "runner.batching='gateway'")
+        return self
 
 
 class GatewaySettings(_Section):
@@ -217,6 +230,9 @@ class Observability(_Section):
     payload_max_bytes: int = Field(256 * 1024, ge=256, description="Larger bodies are skipped (counted).")
     payload_file_bytes: int = Field(64 * 2**20, ge=4096, description="Rotate the JSONL file at this size.")
     payload_files: int = Field(5, ge=1, le=100, description="Rotated files kept.")
+    heap_snapshot_dir: Path | None = Field(None, description="Leak hunts only: trace allocations after startup and "
+                                                             "write a tracemalloc snapshot here on SIGUSR2 "
+                                                             "(scripts/bench/heap_diff). Slows every process.")
 
 
 class GrpcSettings(_Section):

@@ -1,7 +1,8 @@
 """The shared runner tier: one BentoML service with one adaptive-batching API per model slot.
 
-Inputs are plain tensors: image batches [n, 3, S, S], ragged token-id sequences (padded here, per batch, to the
-longest item), and forecast windows [n, context]. Batch limits per slot come from the typed config.
+Inputs are plain tensors: letterboxed images (S x S x 3 uint8 from the gateway, [3, S, S] float32 from OIP clients),
+ragged token-id sequences (padded here, per batch, to the longest item), and forecast windows [n, context]. Batch
+limits per slot come from the typed config.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from models.cache import open_serving_registry
 from runners.faults import inject_faults
 from runners.pool import ModelPool
 from runners.ragged import length_buckets, pad_sequences
+from services.detection.preprocess import network_input
+from services.common import heapdump
 from services.common.metrics import observe_rss, settle_heap
 from services.common.request_log import json_logger
 
@@ -79,6 +82,7 @@ class ModelRunner:
                               m.provider).set(1)
             LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
         settle_heap("runner")
+        heapdump.install("runner", settings.observability.heap_snapshot_dir)
 
     def __is_ready__(self) -> bool:
         return self.pool.ready
@@ -138,10 +142,14 @@ class ModelRunner:
 
     @staticmethod
     def _feeds(model, xs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """Ragged token sequences are padded to the longest in the batch (+ mask); fixed-shape tensors stacked."""
+        """Ragged token sequences are padded to the longest in the batch (+ mask); fixed-shape tensors stacked; uint8
+        letterboxed images tensorised with the manifest's preprocessing first."""
         if "attention_mask" in model.input_names:
             ids, mask = pad_sequences(xs, model.manifest.preprocess.pad_token_id)
             return {"input_ids": ids, "attention_mask": mask}
+        if any(x.dtype == np.uint8 for x in xs):  # letterboxed images from the gateway (OIP items are float)
+            pre = model.manifest.preprocess
+            xs = [network_input(x, pre.scale, pre.color_order) for x in xs]
         return {model.input_names[0]: np.ascontiguousarray(np.stack(xs), dtype=np.float32)}
 
     @bentoml.api(**_batching("detection"))

@@ -15,10 +15,12 @@ from fastapi import Depends, FastAPI
 
 from configs.settings import get_settings
 from models.cache import open_serving_registry
-from runners.service import ModelRunner
+from runners.local import LocalRunner
+from runners.service import SLOTS, ModelRunner
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
+from services.common import heapdump
 from services.common.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
@@ -73,10 +75,13 @@ async def protection_state(client=Depends(admin_guard)) -> dict:
 @bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s})
 @bentoml.asgi_app(app, path="/")
 class Gateway:
-    runner = bentoml.depends(ModelRunner)
+    if settings.runner.placement == "remote":  # "local": no runner service at all, see runners/local.py
+        runner = bentoml.depends(ModelRunner)
 
     def __init__(self) -> None:
         self.settings = settings
+        if settings.runner.placement == "local":
+            self.runner = LocalRunner(ModelRunner.inner, SLOTS)
         self.protection = Protection(settings)
         self.routing = RoutingTable(settings.rollout)
         self.canary = CanaryGuard(settings.rollout)
@@ -92,6 +97,7 @@ class Gateway:
             log.exception("gateway failed to load model metadata")
             self.load_error = f"{type(exc).__name__}: {exc}"
         settle_heap("gateway")
+        heapdump.install("gateway", settings.observability.heap_snapshot_dir)
 
     def _load_pipelines(self) -> dict:
         registry = open_serving_registry(settings)

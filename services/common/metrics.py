@@ -57,6 +57,7 @@ GC_PAUSE = Histogram("triserve_gc_pause_seconds", "Python garbage-collector paus
 
 
 _gc_pauses: list[tuple[str, str, float]] = []  # filled by the GC callback, drained by observe_rss
+_pause_service = ""
 
 
 def settle_heap(service: str) -> None:
@@ -70,6 +71,10 @@ def settle_heap(service: str) -> None:
 
     gc.collect()
     gc.freeze()
+    global _pause_service
+    _pause_service = service  # the process's last settled role names its pauses
+    if any(getattr(cb, "triserve_pause_timer", False) for cb in gc.callbacks):
+        return  # one timer per process (runner.placement=local settles the runner inside the API worker)
     started: dict[int, float] = {}
 
     def timer(phase: str, info: dict) -> None:
@@ -77,8 +82,9 @@ def settle_heap(service: str) -> None:
         if phase == "start":
             started[gen] = time.perf_counter()
         elif gen in started and len(_gc_pauses) < 10_000:
-            _gc_pauses.append((service, str(gen), time.perf_counter() - started.pop(gen)))
+            _gc_pauses.append((_pause_service, str(gen), time.perf_counter() - started.pop(gen)))
 
+    timer.triserve_pause_timer = True
     gc.callbacks.append(timer)
 
 

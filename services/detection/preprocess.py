@@ -47,6 +47,15 @@ def to_tensor(letterboxed: np.ndarray, scale: float = 1 / 255.0, color_order: st
     return np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32) * np.float32(scale)
 
 
+def network_input(item: np.ndarray, scale: float = 1 / 255.0, color_order: str = "RGB") -> np.ndarray:
+    """One detection item as the runner feeds it. The gateway sends the letterboxed SxSx3 uint8 image (a quarter of
+    the bytes of its float32 tensor across the gateway->runner hop); it is tensorised here with the serving version's
+    scale and colour order. A 3xSxS float tensor (Open Inference Protocol clients send those) passes unchanged."""
+    if item.dtype == np.uint8 and item.ndim == 3 and item.shape[2] == 3:
+        return to_tensor(item, scale, color_order)
+    return np.asarray(item, dtype=np.float32)
+
+
 def preprocess_image(image: np.ndarray, imgsz: int, pad_value: int = 114, scale: float = 1 / 255.0,
                      color_order: str = "RGB") -> tuple[np.ndarray, LetterboxMeta]:
     """Letterbox then tensorise: what the runner receives for one image."""

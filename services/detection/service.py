@@ -15,7 +15,7 @@ from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo
 from services.detection.decode import decode_base64, decode_image
 from services.detection.postprocess import NMSParams, check_head, nms
-from services.detection.preprocess import boxes_to_original, preprocess_image
+from services.detection.preprocess import boxes_to_original, letterbox
 from services.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
 from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
 
@@ -50,8 +50,8 @@ class DetectionPipeline:
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = model.manifest.preprocess
-            tensors, metas = zip(*(preprocess_image(im, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
-                                   for im in images))
+            # uint8 across the hop; the runner applies this version's scale and colour order (network_input)
+            tensors, metas = zip(*(letterbox(im, pre.imgsz, pre.pad_value) for im in images))
             prepared[model] = (list(tensors), list(metas))
             return prepared[model][0]
 

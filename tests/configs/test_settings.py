@@ -21,3 +21,11 @@ def test_invalid_values_fail_at_startup(monkeypatch):
     monkeypatch.setenv("TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE", "0")
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_local_runner_placement_requires_gateway_batching(monkeypatch):
+    monkeypatch.setenv("TRISERVE_RUNNER__PLACEMENT", "local")
+    assert Settings().runner.placement == "local"
+    monkeypatch.setenv("TRISERVE_RUNNER__BATCHING", "runner")
+    with pytest.raises(ValidationError, match="placement='local'"):
+        Settings()

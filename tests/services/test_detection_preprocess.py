@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from services.detection.preprocess import boxes_to_network, boxes_to_original, letterbox, preprocess_image
+from services.detection.preprocess import boxes_to_network, boxes_to_original, letterbox, network_input, preprocess_image
 
 
 @pytest.mark.parametrize("h,w", [(480, 640), (640, 480), (333, 1000), (17, 23), (256, 256), (1, 999)])
@@ -32,6 +32,19 @@ def test_tensor_layout_and_scale():
     assert np.allclose(t[0], 1.0) and np.allclose(t[1:], 0.0)
     t_bgr, _ = preprocess_image(img, 10, color_order="BGR")
     assert np.allclose(t_bgr[2], 1.0)
+
+
+@pytest.mark.parametrize("color_order", ["RGB", "BGR"])
+def test_runner_input_from_uint8_letterbox_equals_the_gateway_side_tensor(color_order):
+    """The gateway ships uint8 letterboxes; the runner's tensor must be the one preprocess_image would have made."""
+    img = np.random.default_rng(0).integers(0, 256, (90, 160, 3), dtype=np.uint8)
+    expected, _ = preprocess_image(img, 64, scale=1 / 255.0, color_order=color_order)
+    boxed, _ = letterbox(img, 64)
+    got = network_input(boxed, 1 / 255.0, color_order)
+    assert got.dtype == np.float32 and got.shape == (3, 64, 64)
+    assert np.array_equal(got, expected)
+    assert boxed.nbytes * 4 == expected.nbytes  # what the hop saves
+    assert np.array_equal(network_input(expected), expected)  # float tensors (OIP clients) pass unchanged
 
 
 def test_boxes_are_clipped_to_the_image():
