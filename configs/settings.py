@@ -220,6 +220,9 @@ class Observability(_Section):
     """Request logs, payload sampling, drift windows."""
 
     request_log: bool = Field(True, description="One JSON line per request on the 'triserve.requests' logger.")
+    bentoml_access_log: bool = Field(False, description="BentoML's own access line per request (and per runner "
+                                                        "call): it repeats the request log in another format and "
+                                                        "costs CPU on every request (docs/performance.md).")
     drift_window: int = Field(2000, ge=10, description="Recent values per (model, signal) compared with the "
                                                        "manifest reference.")
     drift_every: int = Field(50, ge=1, description="Recompute PSI after this many new values.")

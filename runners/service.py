@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 import time
 
@@ -24,10 +23,10 @@ from runners.ragged import length_buckets, pad_sequences
 from services.detection.preprocess import network_input
 from services.common import heapdump
 from services.common.metrics import observe_rss, settle_heap
-from services.common.request_log import json_logger
+from services.common.request_log import stdout_json_logger
 
 log = logging.getLogger("triserve.runner")
-batch_log = json_logger("triserve.runner.batches", logging.StreamHandler(sys.stdout))  # a JSON line per batch
+batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch
 settings = get_settings()
 
 SLOTS = {
@@ -65,6 +64,7 @@ def _batching(slot: str) -> dict:
     workers=settings.runner.workers,
     resources={"gpu": 1},
     traffic={"timeout": settings.runner.timeout_s},
+    logging={"access": {"enabled": settings.observability.bentoml_access_log}},  # batch_log has every call
     # The stock client recycles its HTTP session every 100 requests while calls are in flight and drops them
     # ("Connector is closed"); a session per process lifetime removes that source of 5xx.
     runner_connection={"max_requests": 1_000_000_000, "max_age": 1e9},

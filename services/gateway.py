@@ -72,7 +72,8 @@ async def protection_state(client=Depends(admin_guard)) -> dict:
             "caller": client.id}
 
 
-@bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s})
+@bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s},
+                 logging={"access": {"enabled": settings.observability.bentoml_access_log}})
 @bentoml.asgi_app(app, path="/")
 class Gateway:
     if settings.runner.placement == "remote":  # "local": no runner service at all, see runners/local.py

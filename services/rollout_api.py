@@ -21,7 +21,7 @@ from models.registry import RegistryError
 from models.stores import open_store
 from services.common.access import Client
 from services.common.errors import ApiError
-from services.gateway_deps import admin_guard, current_gateway
+from services.gateway_deps import admin_guard, loaded_gateway
 
 router = APIRouter(prefix="/admin/models", tags=["operations"])
 SLOTS = ("detection", "detection_fallback", "text", "text_fallback", "forecast", "forecast_fallback")
@@ -74,14 +74,14 @@ async def _stage(gateway, slot: str, ref: str) -> dict:
 
 
 @router.get("", summary="Routing per slot: active, loaded, canary, shadow")
-async def routing(_: Client = Depends(admin_guard), gateway=Depends(current_gateway)) -> dict:
+async def routing(_: Client = Depends(admin_guard), gateway=Depends(loaded_gateway)) -> dict:
     await gateway.routing.refresh(gateway.runner)
     return gateway.routing.table
 
 
 @router.post("/{slot}/promote", summary="Hot swap a slot to a version (and move its alias)")
 async def promote(slot: str, body: PromoteRequest, client: Client = Depends(admin_guard),
-                  gateway=Depends(current_gateway)) -> dict:
+                  gateway=Depends(loaded_gateway)) -> dict:
     started = time.perf_counter()
     staged = await _stage(gateway, _slot(slot), body.ref)
     swapped = await _call(gateway, "activate", slot=slot, version=staged["version"],
@@ -98,7 +98,7 @@ async def promote(slot: str, body: PromoteRequest, client: Client = Depends(admi
 
 @router.post("/{slot}/rollback", summary="Return a slot to its alias's previous version")
 async def rollback(slot: str, body: RollbackRequest = RollbackRequest(), client: Client = Depends(admin_guard),
-                   gateway=Depends(current_gateway)) -> dict:
+                   gateway=Depends(loaded_gateway)) -> dict:
     name = gateway.catalog.slot_names[_slot(slot)]
     moves = [e for e in _store(gateway).alias_log(name) if e["alias"] == body.alias]
     current = gateway.routing.table.get(slot, {}).get("active")
@@ -111,7 +111,7 @@ async def rollback(slot: str, body: RollbackRequest = RollbackRequest(), client:
 
 @router.post("/{slot}/canary", summary="Send a sticky share of traffic to a candidate version")
 async def canary(slot: str, body: CanaryRequest, _: Client = Depends(admin_guard),
-                 gateway=Depends(current_gateway)) -> dict:
+                 gateway=Depends(loaded_gateway)) -> dict:
     staged = await _stage(gateway, _slot(slot), body.ref)
     gateway.canary.reset(slot)
     result = await _call(gateway, "set_canary", slot=slot, version=staged["version"], weight=body.weight)
@@ -120,7 +120,7 @@ async def canary(slot: str, body: CanaryRequest, _: Client = Depends(admin_guard
 
 
 @router.delete("/{slot}/canary", summary="Withdraw the canary")
-async def drop_canary(slot: str, _: Client = Depends(admin_guard), gateway=Depends(current_gateway)) -> dict:
+async def drop_canary(slot: str, _: Client = Depends(admin_guard), gateway=Depends(loaded_gateway)) -> dict:
     result = await _call(gateway, "set_canary", slot=_slot(slot), version=None)
     await gateway.routing.refresh(gateway.runner)
     return result
@@ -128,7 +128,7 @@ async def drop_canary(slot: str, _: Client = Depends(admin_guard), gateway=Depen
 
 @router.post("/{slot}/shadow", summary="Mirror traffic to a candidate version (answers compared, never returned)")
 async def shadow(slot: str, body: ShadowRequest, _: Client = Depends(admin_guard),
-                 gateway=Depends(current_gateway)) -> dict:
+                 gateway=Depends(loaded_gateway)) -> dict:
     staged = await _stage(gateway, _slot(slot), body.ref)
     result = await _call(gateway, "set_shadow", slot=slot, version=staged["version"])
     await gateway.routing.refresh(gateway.runner)
@@ -136,7 +136,7 @@ async def shadow(slot: str, body: ShadowRequest, _: Client = Depends(admin_guard
 
 
 @router.delete("/{slot}/shadow", summary="Stop mirroring")
-async def drop_shadow(slot: str, _: Client = Depends(admin_guard), gateway=Depends(current_gateway)) -> dict:
+async def drop_shadow(slot: str, _: Client = Depends(admin_guard), gateway=Depends(loaded_gateway)) -> dict:
     result = await _call(gateway, "set_shadow", slot=_slot(slot), version=None)
     await gateway.routing.refresh(gateway.runner)
     return result

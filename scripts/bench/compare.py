@@ -15,6 +15,8 @@ CPU execution provider, one text per request, top-3 labels back):
                     TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call and ONNX
                     Runtime call); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
+  triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local: the runner's code inside the API worker, no
+                    gateway->runner hop (runners/local.py; single-node CPU serving)
 Both triserve instances run with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST) and the
 capacity limits off (they are set from the knee, which this does not measure), since one
 load generator is one client address, and gRPC off (its fixed port would collide); nothing else is changed.
@@ -57,7 +59,9 @@ import numpy as np
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.textmix import texts as mix_texts
 
-SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve")
+SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
+TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
+LOCAL_ENV = {"TRISERVE_RUNNER__PLACEMENT": "local"}
 HTTP_SYSTEMS = SYSTEMS[1:]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
@@ -72,6 +76,10 @@ GOALS = {  # name: (description, comparison, threshold)
     "triserve_vs_padded_ceiling_c32": ("(no goal) triserve c=32 / in-process ceiling with the runner's strategy "
                                        "(pad each batch to its longest item, same thread setting)", ">=", 0.75),
     "c1_p50_overhead_ms": ("triserve p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 3.0),
+    "local_vs_naive_c32": ("triserve_local / naive FastAPI, throughput at c=32", ">=", 2.0),
+    "local_vs_pytriton_c32": ("triserve_local / PyTriton, throughput at c=32", ">=", 1.2),
+    "local_vs_ceiling_c32": ("triserve_local c=32 throughput / in-process ceiling", ">=", 0.75),
+    "local_c1_p50_overhead_ms": ("triserve_local p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 3.0),
 }
 
 
@@ -386,6 +394,8 @@ def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
                     env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = str(args.intra_op)
                 if name == "triserve_nobatch":
                     env.update(kv.split("=", 1) for kv in args.nobatch_env.split(",") if kv)
+                if name == "triserve_local":
+                    env.update(LOCAL_ENV)
                 home = tmp / f"bentoml_home_{name}"
                 home.mkdir(parents=True, exist_ok=True)
                 peer = TriservePeer(name, env, args.server_cpu, log_dir / f"{name}.log", home)
@@ -483,14 +493,18 @@ def ratios_for_round(r: dict) -> dict:
 
     ceiling = (r.get("inproc") or {}).get("ceiling_texts_per_s")
     single = (r.get("inproc") or {}).get("single_call_ms_p50")
-    tri_p50 = p50("triserve", 1)
+    tri_p50, local_p50 = p50("triserve", 1), p50("triserve_local", 1)
     return {"batching_on_vs_off_c32": div(tp("triserve", 32), tp("triserve_nobatch", 32)),
             "triserve_vs_naive_c32": div(tp("triserve", 32), tp("naive", 32)),
             "triserve_vs_pytriton_c32": div(tp("triserve", 32), tp("pytriton", 32)),
             "triserve_vs_ceiling_c32": div(tp("triserve", 32), ceiling),
             "triserve_vs_padded_ceiling_c32": div(tp("triserve", 32),
                                                   (r.get("inproc") or {}).get("ceiling_padded_same_threads_texts_per_s")),
-            "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None}
+            "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None,
+            "local_vs_naive_c32": div(tp("triserve_local", 32), tp("naive", 32)),
+            "local_vs_pytriton_c32": div(tp("triserve_local", 32), tp("pytriton", 32)),
+            "local_vs_ceiling_c32": div(tp("triserve_local", 32), ceiling),
+            "local_c1_p50_overhead_ms": (local_p50 - single) if local_p50 is not None and single is not None else None}
 
 
 def summarise(rounds: list[dict], args) -> dict:
@@ -793,7 +807,7 @@ def main() -> None:
         agreement = check_agreement(servers, texts)
         for name in servers:  # a short unmeasured warm-up of every server at c=1 (each cell has its own warm-up)
             asyncio.run(closed_loop(requests[name], 1, 1.5, 0.0, 5000))
-        for name in ("triserve_nobatch", "triserve"):  # c=1 stage timings before any concurrent load...
+        for name in TRISERVE_SYSTEMS:  # c=1 stage timings before any concurrent load...
             if name in servers:
                 breakdown[f"{name}/fresh"] = timings_probe(name, servers[name][1], texts, 100)
         for r in range(args.rounds):
@@ -822,7 +836,7 @@ def main() -> None:
                 open_cells[name] = open_loop(name, requests[name], args.open_loop_rate, args.duration, tmp,
                                              args.load_cpu)
                 print(f"[compare] open loop {args.open_loop_rate}/s {name}: {open_cells[name]}", file=sys.stderr)
-        for name in ("triserve_nobatch", "triserve"):
+        for name in TRISERVE_SYSTEMS:
             if name in servers:
                 breakdown[f"{name}/after_rounds"] = timings_probe(name, servers[name][1], texts, 100)  # ...and after
         if args.profile:
@@ -844,7 +858,7 @@ def main() -> None:
            "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": "closed loop, aiohttp"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "systems": args.systems, "skipped": skipped, "agreement": agreement,
-           "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "summary": summarise(rounds, args), "raw_rounds": rounds,
+           "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "triserve_local_env": LOCAL_ENV, "summary": summarise(rounds, args), "raw_rounds": rounds,
            "open_loop": open_cells, "c1_breakdown": breakdown, "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ the same services/detection functions for decode, letterbox, capped NMS and the 
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the detection slot:
                     TRISERVE_DETECTION__PRIMARY__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
   triserve          the same, default config (gateway batching while busy, max_batch_size 16)
+  triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local (runner code in the API worker, no hop)
 Both triserve instances run with compare.RAISED_LIMITS (per-client rate limit raised: one load generator is one
 client address; gRPC off: its fixed port would collide) and a BENTOML_HOME of their own; nothing else is changed.
 
@@ -62,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench.compare import (
+    LOCAL_ENV,
     RAISED_LIMITS,
     Peer,
     TriservePeer,
@@ -77,9 +79,9 @@ from scripts.bench.textmix import ROOT, model_dir
 
 MODEL = "yolo-shapes"
 SLOT = "detection"
-SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve")
+SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
 HTTP_SYSTEMS = SYSTEMS[1:]
-TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve")
+TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
 NOBATCH_ENV = "TRISERVE_DETECTION__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
 SIZE_MIX = ((320, 240, 0.3), (640, 480, 0.4), (1280, 720, 0.3))  # (width, height, share)
 BATCH_METRICS = ("triserve_runner_batch_size", "triserve_gateway_batch_requests")
@@ -91,6 +93,10 @@ GOALS = {  # name: (description with {c} for the goal concurrency, comparison, t
     "triserve_vs_pytriton": ("triserve / PyTriton, throughput at c={c}", ">=", 1.2),
     "triserve_vs_ceiling": ("triserve throughput at c={c} / in-process ceiling", ">=", 0.75),
     "c1_p50_overhead_ms": ("triserve p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 3.0),
+    "local_vs_naive": ("triserve_local / naive FastAPI, throughput at c={c}", ">=", 2.0),
+    "local_vs_pytriton": ("triserve_local / PyTriton, throughput at c={c}", ">=", 1.2),
+    "local_vs_ceiling": ("triserve_local throughput at c={c} / in-process ceiling", ">=", 0.75),
+    "local_c1_p50_overhead_ms": ("triserve_local p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 3.0),
 }
 
 
@@ -454,6 +460,8 @@ def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
                     env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = str(args.intra_op)
                 if name == "triserve_nobatch":
                     env.update(kv.split("=", 1) for kv in args.nobatch_env.split(",") if kv)
+                if name == "triserve_local":
+                    env.update(LOCAL_ENV)
                 home = tmp / f"bentoml_home_{name}"
                 home.mkdir(parents=True, exist_ok=True)
                 peer = TriservePeer(name, env, args.server_cpu, log, home)
@@ -509,12 +517,17 @@ def ratios_for_round(r: dict, c: int = 32) -> dict:
 
     ip = r.get("inproc") or {}
     tri_p50, single = q("triserve", 1, "p50"), ip.get("single_call_ms_p50")
+    local_p50 = q("triserve_local", 1, "p50")
     return {"batching_on_vs_off": div(tp("triserve"), tp("triserve_nobatch")),
             "triserve_vs_naive": div(tp("triserve"), tp("naive")),
             "triserve_p99_vs_naive": div(q("triserve", c, "p99"), q("naive", c, "p99")),
             "triserve_vs_pytriton": div(tp("triserve"), tp("pytriton")),
             "triserve_vs_ceiling": div(tp("triserve"), ip.get("ceiling_images_per_s")),
-            "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None}
+            "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None,
+            "local_vs_naive": div(tp("triserve_local"), tp("naive")),
+            "local_vs_pytriton": div(tp("triserve_local"), tp("pytriton")),
+            "local_vs_ceiling": div(tp("triserve_local"), ip.get("ceiling_images_per_s")),
+            "local_c1_p50_overhead_ms": (local_p50 - single) if local_p50 is not None and single is not None else None}
 
 
 def evaluate_goals(per_round: list[dict], c: int = 32) -> dict:

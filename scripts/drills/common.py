@@ -131,24 +131,24 @@ def transport_errors(rows: list[Row]) -> dict[str, int]:
     return dict(Counter(f"{r.status}: {r.code}" for r in rows if not isinstance(r.status, int)).most_common(10))
 
 
-_ACCESS = None
-
-
-def access_log(path, service: str = "triserve") -> list[tuple[float, str, int, float]]:
-    """(epoch seconds, path, status, server-side ms) of each request line the entry service logged: the time BentoML
-    measured from the app receiving the request to the response, i.e. without the wait before the event loop got to it."""
-    import datetime as _dt
-    import re
-
-    global _ACCESS
-    if _ACCESS is None:
-        _ACCESS = re.compile(r"^(\S+) \[INFO\] \[entry_service:" + re.escape(service) + r":\d+\] \S+ "
-                             r"\(scheme=\w+,method=\w+,path=([^,]+),.*?\) \(status=(\d+),.*?\) ([\d.]+)ms")
+def access_log(path) -> list[tuple[float, str, int, float]]:
+    """(epoch seconds, path, status, server-side ms) of each task request the gateway logged: its triserve.requests
+    JSON lines (observability.request_log), timed from the app receiving the request to the response, i.e. without
+    the wait before the event loop got to it."""
     out = []
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
         return out
+    for line in lines:
+        if not line.startswith('{"ts"'):
+            continue
+        try:
+            r = json.loads(line)
+            out.append((float(r["ts"]), r["path"], int(r["status"]), float(r["duration_ms"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
     for line in lines:
         m = _ACCESS.match(line)
         if m:

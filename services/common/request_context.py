@@ -5,10 +5,10 @@ it is read into memory (413), not after.
 """
 from __future__ import annotations
 
+import os
 import random
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -28,11 +28,17 @@ TASK_BY_PATH = {"/v1/detect": "detection", "/v1/detect/upload": "detection", "/v
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+# Fresh ids: 128 random bits from a generator seeded by the OS (re-seeded in forked children) - the uniqueness of
+# uuid4 without its os.urandom syscall per request (3.6% of the API worker's main thread at c=32).
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def new_request_id(candidate: str | None) -> str:
     """Keep a well-formed client id; replace anything else (log injection, huge headers) with a fresh one."""
     if candidate and _VALID_ID.match(candidate):
         return candidate
-    return uuid.uuid4().hex
+    return f"{_ids.getrandbits(128):032x}"
 
 
 class Timings(BaseModel):

@@ -108,14 +108,16 @@ def _round(tri32, off32, naive32, pyt32, tri_p99, naive_p99, tri_c1_p50, ceiling
     return {"inproc": {"ceiling_images_per_s": ceiling, "single_call_ms_p50": b1},
             "triserve": {"1": cell(50, p50=tri_c1_p50), "32": cell(tri32, p99=tri_p99)},
             "triserve_nobatch": {"32": cell(off32)}, "naive": {"32": cell(naive32, p99=naive_p99)},
-            "pytriton": {"32": cell(pyt32)}}
+            "pytriton": {"32": cell(pyt32)},
+            "triserve_local": {"1": cell(60, p50=b1 + 1.0), "32": cell(tri32 * 1.1)}}
 
 
 def test_goal_ratios_and_evaluation():
     r = cd.ratios_for_round(_round(100, 40, 50, 80, 300, 400, 14.0, 120, 12.0))
     assert r == pytest.approx({"batching_on_vs_off": 2.5, "triserve_vs_naive": 2.0, "triserve_p99_vs_naive": 0.75,
                                "triserve_vs_pytriton": 1.25, "triserve_vs_ceiling": 100 / 120,
-                               "c1_p50_overhead_ms": 2.0})
+                               "c1_p50_overhead_ms": 2.0, "local_vs_naive": 2.2, "local_vs_pytriton": 1.375,
+                               "local_vs_ceiling": 110 / 120, "local_c1_p50_overhead_ms": 1.0})
     rounds = [r, cd.ratios_for_round(_round(90, 45, 50, 80, 500, 400, 20.0, 120, 12.0)),
               cd.ratios_for_round(_round(95, 40, 50, 80, 350, 400, 16.0, 120, 12.0))]
     goals = cd.evaluate_goals(rounds)

@@ -26,3 +26,55 @@ def test_sampling_rate_zero_writes_nothing(tmp_path):
     assert log.payloads is None
     log.payload("text", "/v1/classify", "rid", b"{}")
     assert list(tmp_path.iterdir()) == []
+
+
+class _CountingStream:
+    def __init__(self):
+        self.writes: list[str] = []
+        self.flushes = 0
+
+    def write(self, text: str) -> None:
+        self.writes.append(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_background_writer_keeps_every_line_in_order_with_few_writes():
+    import logging
+
+    from services.common.request_log import BackgroundLineWriter, json_logger
+
+    stream = _CountingStream()
+    writer = BackgroundLineWriter(stream, "unit.writer", interval_s=3600)  # only explicit flushes write
+    logger = json_logger("unit.writer", writer)
+    for i in range(500):
+        logger.info('{"n": %d}', i)
+    assert stream.writes == []  # nothing written on the caller's thread
+    writer.flush()
+    lines = "".join(stream.writes).splitlines()
+    assert lines == [f'{{"n": {i}}}' for i in range(500)] and len(stream.writes) == 1
+    logging.getLogger("unit.writer").handlers.clear()
+
+
+def test_background_writer_drops_and_counts_beyond_its_bound():
+    from services.common.request_log import LOG_LINES_DROPPED, BackgroundLineWriter, json_logger
+
+    stream = _CountingStream()
+    writer = BackgroundLineWriter(stream, "unit.bounded", interval_s=3600, max_pending=10)
+    logger = json_logger("unit.bounded", writer)
+    for i in range(15):
+        logger.info("line %d", i)
+    writer.flush()
+    assert "".join(stream.writes).splitlines() == [f"line {i}" for i in range(10)]
+    assert LOG_LINES_DROPPED.labels("unit.bounded")._value.get() == 5
+
+
+def test_fresh_request_ids_are_unique_hex_and_client_ids_are_kept():
+    from services.common.request_context import new_request_id
+
+    ids = {new_request_id(None) for _ in range(10_000)}
+    assert len(ids) == 10_000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert new_request_id("client-id.1") == "client-id.1"
+    replaced = new_request_id("bad id\n")  # log injection: replaced by a fresh id
+    assert len(replaced) == 32 and int(replaced, 16) >= 0
