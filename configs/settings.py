@@ -238,6 +238,17 @@ class Observability(_Section):
                                                              "(scripts/bench/heap_diff). Slows every process.")
 
 
+class MemorySettings(_Section):
+    """Resident memory of long-running workers (services/common/memory.py)."""
+
+    malloc_arena_max: int = Field(2, ge=0, le=64, description="glibc malloc arenas per process (0 = glibc's default "
+                                                              "of 8 per core): every thread that allocates can "
+                                                              "otherwise get an arena of its own that keeps what it "
+                                                              "freed.")
+    trim_interval_s: float = Field(60.0, ge=0, description="Hand freed heap pages back to the OS (malloc_trim) this "
+                                                           "often, from a background thread; 0 = never.")
+
+
 class GrpcSettings(_Section):
     """gRPC endpoint started with every API worker: typed task APIs, Open Inference Protocol v2, health, reflection."""
 
@@ -284,6 +295,7 @@ class Settings(BaseSettings):
     breaker: Breaker = Field(default_factory=Breaker)
     access: AccessSettings = Field(default_factory=AccessSettings)
     observability: Observability = Field(default_factory=Observability)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     rollout: Rollout = Field(default_factory=Rollout)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

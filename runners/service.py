@@ -21,13 +21,14 @@ from runners.faults import inject_faults
 from runners.pool import ModelPool
 from runners.ragged import length_buckets, pad_sequences
 from services.detection.preprocess import network_input
-from services.common import heapdump
+from services.common import heapdump, memory
 from services.common.metrics import observe_rss, settle_heap
 from services.common.request_log import stdout_json_logger
 
 log = logging.getLogger("triserve.runner")
 batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch
 settings = get_settings()
+memory.install(settings.memory)  # before any request thread allocates
 
 SLOTS = {
     "detection": settings.detection.primary,

@@ -20,7 +20,7 @@ from runners.service import SLOTS, ModelRunner
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
-from services.common import heapdump
+from services.common import heapdump, memory
 from services.common.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
@@ -39,6 +39,7 @@ from services.protocols.oip_rest import router as oip_router
 
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()
+memory.install(settings.memory)  # before any request thread allocates
 
 app = FastAPI(title="triserve", version="0.1.0",
               description="Detection, text classification and forecasting over one adaptive-batching runner tier. "
