@@ -50,11 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-seconds", type=float, default=1800, help="hard bound on the whole measured phase")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "soak_rss")
+    ap.add_argument("--env", default="", help="comma list of VAR=VALUE for the server (A/B of a setting, e.g. "
+                                              "TRISERVE_MEMORY__TRIM_INTERVAL_S=0,TRISERVE_MEMORY__MALLOC_ARENA_MAX=0)")
     args = ap.parse_args(argv)
     started = time.monotonic()
     samples, codes = [], Counter()
     with tempfile.TemporaryDirectory(prefix="triserve-soak-") as d:
-        srv = Server(ROOT / "models" / "store", env=dict(RAISED_LIMITS), log_path=Path(d) / "serve.log")
+        env = {**RAISED_LIMITS, **dict(kv.split("=", 1) for kv in args.env.split(",") if kv)}
+        srv = Server(ROOT / "models" / "store", env=env, log_path=Path(d) / "serve.log")
         try:
             srv.wait_ready(timeout=240)
             asyncio.run(run_mix(srv.url, args.warmup, args.concurrency, 600))
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
            "met": bool(growth) and all(g <= GOAL for g in growth.values()), "samples": samples}
     L = [f"# RSS over {res['requests']:,} requests ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
          f"Mixed load (scripts/bench/load_mix), concurrency {args.concurrency}, after {args.warmup:,} warm-up "
-         f"requests. Status codes: {res['status']}.", "", "| process | RSS MB after warm-up | RSS MB at end | growth | "
+         f"requests. Server env beyond compare.RAISED_LIMITS: {args.env or 'none'}. Status codes: {res['status']}.", "", "| process | RSS MB after warm-up | RSS MB at end | growth | "
          "goal | met |", "|---|---|---|---|---|---|"]
     for p, g in growth.items():
         L.append(f"| {p} | {first[p]} | {last[p]} | {g * 100:+.2f}% | <= {GOAL * 100:g}% | "
