@@ -239,7 +239,7 @@ class Observability(_Section):
 
 
 class MemorySettings(_Section):
-    """Resident memory of long-running workers (services/common/memory.py)."""
+    """Resident memory of long-running workers (services/common/memory.py; measured in docs/performance.md)."""
 
     malloc_arena_max: int = Field(2, ge=0, le=64, description="glibc malloc arenas per process (0 = glibc's default "
                                                               "of 8 per core): every thread that allocates can "

@@ -1,9 +1,10 @@
-"""Keeps the resident memory of long-running workers flat (memory.* settings).
+"""Smaller, steadier resident memory for long-running workers (memory.* settings).
 
-Why: a tracemalloc diff over 30,000 requests (docs/bench/heap_diff.md) found Python-level allocations flat (+0.3 MB
-in the gateway, +0.1 MB in the runner) while RSS grew 7-9 MB: the growth is below Python, in glibc's malloc arenas
-(one per allocating thread, up to 8 per core, each holding on to what it freed). Fewer arenas and a periodic
-malloc_trim hand that memory back. Both are no-ops where the C library is not glibc.
+Why: glibc gives every thread that allocates an arena of its own (up to 8 per core), and each keeps what it freed;
+an inference worker has several such threads (event loop, thread pools, ONNX Runtime callers). Capping the arenas and
+trimming periodically measured 24 MB (5%) less RSS in the runner and 4-5 MB less in the gateway at the end of a
+50,000-request soak, at the same throughput (docs/bench/soak_rss*.md). A tracemalloc diff over 30,000 requests
+(docs/bench/heap_diff.md) shows no Python-level growth to fix. No-ops where the C library is not glibc.
 """
 from __future__ import annotations
 
