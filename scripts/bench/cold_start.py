@@ -13,7 +13,6 @@ runner exposes (triserve_model_load_seconds). Writes <out>.json and <out>.md.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from scripts.drills.server import Server, free_port
+from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 
 GOAL_S = 20.0
@@ -100,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode, runs in results.items():
         pulled = f" (pulled into an empty cache: {runs[0]['pulled_mb']} MB)" if "pulled_mb" in runs[0] else ""
         L.append(f"- {mode}{pulled}: " + ", ".join(f"{k} {v}" for k, v in sorted(runs[0]["model_load_s"].items())))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    args.out.with_suffix(".md").write_text("\n".join(L) + "\n")
-    print("\n".join(L))
+    write_report(args.out, res, "\n".join(L))
     return 0
 
 

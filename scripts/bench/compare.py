@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.textmix import texts as mix_texts
 
@@ -867,9 +868,7 @@ def main() -> None:
         res["plots"] = [_shown(Path(p)) for p in plot_rounds(res, out, "texts", "minilm-intent, 1 server CPU")]
     except Exception as exc:  # noqa: BLE001 - the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
-    out.with_suffix(".md").write_text(to_markdown(res))
-    print(to_markdown(res))
+    write_report(out, res, to_markdown(res))
 
 
 if __name__ == "__main__":

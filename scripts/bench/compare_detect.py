@@ -75,6 +75,7 @@ from scripts.bench.compare import (
     pinned,
     plot_rounds,
 )
+from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 
 MODEL = "yolo-shapes"
@@ -779,9 +780,7 @@ def main() -> None:
             res, out, "images", f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")]
     except Exception as exc:  # noqa: BLE001 - the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
-    out.with_suffix(".md").write_text(to_markdown(res))
-    print(to_markdown(res))
+    write_report(out, res, to_markdown(res))
 
 
 if __name__ == "__main__":

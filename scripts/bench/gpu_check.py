@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from scripts.bench.tuning import MODELS, model_inputs
 from scripts.bench.textmix import ROOT
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from scripts.bench.compare import RAISED_LIMITS
 from scripts.bench.load_mix import run as run_mix
+from scripts.bench.report import write_report
 from scripts.bench.soak_rss import rss_mb
 from scripts.bench.textmix import ROOT
 from scripts.drills.server import Server
@@ -98,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         L += [f"| {t['grew_kb']:+} | {t['count_diff']:+} | {t['size_kb']} | {' ← '.join(t['stack'][:4])} |"
               for t in p["top"]]
         L.append("")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    args.out.with_suffix(".md").write_text("\n".join(L) + "\n")
-    print("\n".join(L))
+    write_report(args.out, res, "\n".join(L))
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from scripts.bench.compare import RAISED_LIMITS, TriservePeer, open_loop
 from scripts.bench.load_mix import payloads
+from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
 
@@ -186,10 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             peer.stop()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     res["plot"] = plot(res, args.out)
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    md = to_markdown(res)
-    args.out.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(args.out, res, to_markdown(res))
     limits = {t: r["limit_rps"] for t, r in res["tasks"].items() if r["limit_rps"] > 0}
     if args.write_config and limits:
         write_limits(limits)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ import psutil
 
 from scripts.bench.compare import RAISED_LIMITS
 from scripts.bench.load_mix import run as run_mix
+from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.drills.server import Server
 
@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         L += ["", f"![RSS vs requests]({args.out.name}.png)"]
     except ImportError:
         pass
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    args.out.with_suffix(".md").write_text("\n".join(L) + "\n")
-    print("\n".join(L))
+    write_report(args.out, res, "\n".join(L))
     return 0 if res["met"] else 1
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, closed_loop, pinned, request_for
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, closed_loop, request_for
+from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
 
@@ -241,10 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, mine)
     res["serving"] = serving
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    md = to_markdown(res)
-    args.out.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(args.out, res, to_markdown(res))
     return 0
 
 
