@@ -26,12 +26,14 @@ class _AsyncApis:
         self._runner = runner
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
+        """Resolved once per API and kept: BentoML builds a new local caller on every attribute access."""
         method = getattr(self._runner.instance, name)  # unknown APIs fail here, as on the proxy
         executor = self._runner.compute if name in self._runner.model_apis else self._runner.control
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(executor,
                                                                     functools.partial(method, *args, **kwargs))
+        setattr(self, name, call)  # later lookups find it without __getattr__
         return call
 
 

@@ -104,12 +104,9 @@ class Gateway:
     def _load_pipelines(self) -> dict:
         registry = open_serving_registry(settings)
         self.registry = registry
-        slots = {f"{task}{suffix}": getattr(getattr(settings, task), role)
-                 for task in ("detection", "text", "forecast")
-                 for suffix, role in (("", "primary"), ("_fallback", "fallback"))}
-        self.catalog = ModelCatalog(registry, {slot: cfg.name for slot, cfg in slots.items()})
+        self.catalog = ModelCatalog(registry, {slot: cfg.name for slot, cfg in SLOTS.items()})
         self.startup = {}
-        for slot, cfg in slots.items():
+        for slot, cfg in SLOTS.items():
             directory, manifest = registry.load_verified(cfg.name, cfg.ref)
             self.startup[slot] = self.catalog.get(slot, manifest.version)
         obs = settings.observability

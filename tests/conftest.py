@@ -50,9 +50,6 @@ def tiny_png_b64() -> str:
 
 @pytest.fixture(scope="session")
 def server(tiny_registry, tmp_path_factory):
-    srv = Server(tiny_registry.root, env=NO_CAPACITY_LIMITS, log_path=tmp_path_factory.mktemp("logs") / "serve.log")
-    try:
+    with Server(tiny_registry.root, env=NO_CAPACITY_LIMITS, log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
         srv.wait_ready()
         yield srv
-    finally:
-        srv.stop()

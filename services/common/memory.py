@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import threading
 
@@ -20,7 +21,9 @@ _installed = False
 _stop = threading.Event()  # set to end the trimming thread (tests)
 
 
+@functools.cache
 def _glibc():
+    """glibc, loaded once (find_library runs ldconfig); None elsewhere."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:

@@ -25,12 +25,9 @@ from tests.services import test_gateway as golden
 @pytest.fixture(scope="module")
 def local_server(tiny_registry, tmp_path_factory):
     env = {**NO_CAPACITY_LIMITS, "TRISERVE_RUNNER__PLACEMENT": "local"}
-    srv = Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "serve-local.log")
-    try:
+    with Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "serve-local.log") as srv:
         srv.wait_ready()
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_no_runner_process_and_the_models_answer_in_process(local_server):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -156,6 +158,23 @@ def test_request_id_is_echoed_and_timings_present(server):
     assert body["timings"]["total_ms"] >= body["timings"]["infer_ms"] > 0
     generated = post(server, "/v1/classify", json={"texts": ["hello"]}, headers={"X-Request-ID": "bad id with spaces!"})
     assert generated.headers["x-request-id"] != "bad id with spaces!" and len(generated.headers["x-request-id"]) == 32
+
+
+def test_request_and_batch_lines_reach_the_log_and_bentoml_access_lines_do_not(server):
+    """The background writers flush within their interval; BentoML's duplicate access log is off by default."""
+    rid = "log-check-7"
+    assert post(server, "/v1/classify", json={"texts": ["hello"]}, headers={"X-Request-ID": rid}).status_code == 200
+    deadline, lines = time.monotonic() + 5, []
+    while time.monotonic() < deadline:
+        lines = server.log_path.read_text(errors="replace").splitlines()
+        if any(f'"request_id": "{rid}"' in x for x in lines) and any(rid in x and '"event": "batch"' in x
+                                                                     for x in lines):
+            break
+        time.sleep(0.1)
+    request_lines = [json.loads(x) for x in lines if x.startswith('{"ts"') and f'"request_id": "{rid}"' in x]
+    assert request_lines and request_lines[0]["path"] == "/v1/classify" and request_lines[0]["status"] == 200
+    assert any(rid in x and '"event": "batch"' in x for x in lines)
+    assert not any("(scheme=" in x and "/v1/classify" in x for x in lines)
 
 
 def test_fallback_on_request_is_flagged(server):

@@ -40,12 +40,9 @@ def faulty(tiny_registry, tmp_path_factory):
         "TRISERVE_OBSERVABILITY__DRIFT_MIN_VALUES": "5", "TRISERVE_OBSERVABILITY__DRIFT_EVERY": "5",
     }
     env.update(NO_CAPACITY_LIMITS)
-    srv = Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "faulty.log")
-    try:
+    with Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "faulty.log") as srv:
         srv.wait_ready()
         yield srv
-    finally:
-        srv.stop()
 
 
 def scrape(srv) -> str:

@@ -50,12 +50,9 @@ def rollout(tiny_registry, tmp_path_factory):
            "TRISERVE_BREAKER__MIN_CALLS": "1000"}  # keep the breaker out of the canary test
     env.update(NO_CAPACITY_LIMITS)
     env["TRISERVE_ACCESS__RATE_PER_S"] = "100000"  # the load threads share one client address: >500 req/s here
-    srv = Server(root, env=env, log_path=tmp_path_factory.mktemp("logs") / "rollout.log")
-    try:
+    with Server(root, env=env, log_path=tmp_path_factory.mktemp("logs") / "rollout.log") as srv:
         srv.wait_ready()
         yield srv, reg
-    finally:
-        srv.stop()
 
 
 def admin(srv, method: str, path: str, body: dict | None = None) -> httpx.Response:
