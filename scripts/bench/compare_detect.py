@@ -28,8 +28,9 @@ Both triserve instances run with compare.RAISED_LIMITS (per-client rate limit ra
 client address; gRPC off: its fixed port would collide) and a BENTOML_HOME of their own; nothing else is changed.
 
 Placement: every server (and the in-process measurement) pinned to --server-cpu (default 0), this process (the load
-generator) to --load-cpu (default 1). Closed loop (compare.closed_loop: aiohttp, a fixed number of workers each
-sending its next request when the previous answer arrived) at each --concurrency; each cell is --warmup seconds
+generator) to --load-cpu (default 1). Closed loop (compare.load_cell: wrk when installed, else --load-generator
+aiohttp; a fixed number of connections each sending its next request when the previous answer arrived) at each
+--concurrency; each cell is --warmup seconds
 unmeasured then --duration seconds measured. Rounds interleave the systems; tables report medians over rounds with
 [min-max]; goal ratios are computed within each round, then summarised the same way.
 
@@ -38,12 +39,11 @@ cell: triserve_runner_batch_size and triserve_gateway_batch_requests, slot detec
 agreement check (every system's boxes and classes on --agree-images images against in-process batch 1: same count,
 same classes, boxes within --agree-tol-px pixels), and c=1 stage timings of triserve fresh and after the rounds.
 
-Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png and <out>_latency.png.
+Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png, <out>_latency.png and <out>_batch_sizes.png.
 """
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import io
 import json
@@ -51,7 +51,6 @@ import math
 import os
 import platform
 import random
-import re
 import shlex
 import shutil
 import subprocess
@@ -69,12 +68,14 @@ from scripts.bench.compare import (
     TriservePeer,
     _fmt,
     _shown,
-    closed_loop,
+    default_generator,
+    load_cell,
     free_port,
     med_range,
     pinned,
     plot_rounds,
 )
+from scripts.bench import batch_hist
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 
@@ -85,7 +86,6 @@ HTTP_SYSTEMS = SYSTEMS[1:]
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
 NOBATCH_ENV = "TRISERVE_DETECTION__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
 SIZE_MIX = ((320, 240, 0.3), (640, 480, 0.4), (1280, 720, 0.3))  # (width, height, share)
-BATCH_METRICS = ("triserve_runner_batch_size", "triserve_gateway_batch_requests")
 GOALS = {  # name: (description with {c} for the goal concurrency, comparison, threshold)
     "batching_on_vs_off": ("triserve default / triserve batching off (detection max_batch_size 1), throughput at c={c}",
                            ">=", 2.5),
@@ -345,83 +345,6 @@ def check_agreement(servers: dict, images: list[dict], n: int, tol_px: float, in
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# batch-size histograms from /metrics
-# --------------------------------------------------------------------------------------------------------------------
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_histogram(text: str, metric: str, slot: str = SLOT) -> dict:
-    """Cumulative buckets {upper bound: count}, count and sum of a Prometheus histogram for label slot=<slot>,
-    summed over its other labels (e.g. model)."""
-    buckets: dict[float, float] = {}
-    count = total = 0.0
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m or not m.group(1).startswith(metric):
-            continue
-        name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
-        if labels.get("slot") != slot:
-            continue
-        if name == metric + "_bucket":
-            le = math.inf if labels["le"] in ("+Inf", "inf") else float(labels["le"])
-            buckets[le] = buckets.get(le, 0.0) + value
-        elif name == metric + "_count":
-            count += value
-        elif name == metric + "_sum":
-            total += value
-    return {"buckets": buckets, "count": count, "sum": total}
-
-
-def histogram_delta(after: dict, before: dict | None) -> dict:
-    """Observations between two parse_histogram snapshots, as non-cumulative counts per bucket label
-    ("1", "2", "3-4", "5-8", ..., ">128"), plus count, sum and mean."""
-    before = before or {"buckets": {}, "count": 0.0, "sum": 0.0}
-    cum = {le: after["buckets"][le] - before["buckets"].get(le, 0.0) for le in sorted(after["buckets"])}
-    per, prev_le, prev_cum = {}, 0.0, 0.0
-    for le, c in cum.items():
-        lo = int(prev_le) + 1
-        label = f">{int(prev_le)}" if le == math.inf else (str(int(le)) if lo >= le else f"{lo}-{int(le)}")
-        per[label] = round(c - prev_cum)
-        prev_le, prev_cum = le, c
-    count = after["count"] - before["count"]
-    total = after["sum"] - before["sum"]
-    return {"buckets": per, "count": round(count), "sum": round(total, 3),
-            "mean": round(total / count, 3) if count else None}
-
-
-def bucket_low(label: str) -> int:
-    """Smallest batch size a histogram_delta bucket label covers: "1" -> 1, "3-4" -> 3, ">128" -> 129."""
-    return int(label[1:]) + 1 if label.startswith(">") else int(label.split("-")[0])
-
-
-def add_histograms(a: dict | None, b: dict) -> dict:
-    if not a:
-        return json.loads(json.dumps(b))
-    buckets = dict(a["buckets"])
-    for k, v in b["buckets"].items():
-        buckets[k] = buckets.get(k, 0) + v
-    count, total = a["count"] + b["count"], round(a["sum"] + b["sum"], 3)
-    return {"buckets": buckets, "count": count, "sum": total, "mean": round(total / count, 3) if count else None}
-
-
-def metrics_snapshot(url: str) -> dict:
-    import httpx
-
-    try:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-    except Exception as exc:  # noqa: BLE001 - a missing snapshot is reported, never fatal
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {m: parse_histogram(text, m) for m in BATCH_METRICS}
-
-
-def snapshot_delta(after: dict, before: dict) -> dict:
-    if "error" in after or "error" in before:
-        return {"error": after.get("error") or before.get("error")}
-    return {m: histogram_delta(after[m], before[m]) for m in BATCH_METRICS}
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # servers
 # --------------------------------------------------------------------------------------------------------------------
 def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
@@ -569,17 +492,8 @@ def summarise(rounds: list[dict], systems: list[str], concurrency: list[int], go
         if per_c:
             table[s] = per_c
     per_round = [ratios_for_round(r, goal_c) for r in rounds]
-    batch_hist: dict = {}
-    for r in rounds:
-        for s, per_c in (r.get("batch_histograms") or {}).items():
-            for c, delta in per_c.items():
-                if "error" in delta:
-                    continue
-                slot = batch_hist.setdefault(s, {}).setdefault(c, {})
-                for m, h in delta.items():
-                    slot[m] = add_histograms(slot.get(m), h)
     return {"table": table, "goals": evaluate_goals(per_round, goal_c), "per_round_ratios": per_round,
-            "batch_histograms": batch_hist}
+            "batch_histograms": batch_hist.over_rounds(rounds)}
 
 
 def to_markdown(res: dict) -> str:
@@ -587,7 +501,7 @@ def to_markdown(res: dict) -> str:
     L = [f"# Object detection: triserve vs peers ({res['started_utc']})", "",
          f"Reproduce: `{res['command']}`", "",
          (f"Model `{res['model']}`; requests: one image each, base64 JSON, {res['images_source']}. Servers pinned to "
-          f"CPU {res['placement']['server_cpu']}, closed-loop load generator (aiohttp) to CPU "
+          f"CPU {res['placement']['server_cpu']}, {res['placement']['load']} load generator to CPU "
           f"{res['placement']['load_cpu']}; {res['rounds']} interleaved rounds, {res['warmup_s']} s warm-up + "
           f"{res['duration_s']} s measured per cell. Medians over rounds, [min-max] in brackets. Wall time "
           f"{res['wall_seconds']} s. Host: {res['host']}"), ""]
@@ -612,20 +526,7 @@ def to_markdown(res: dict) -> str:
     for g in s["goals"].values():
         met = "n/a" if g["met"] is None else ("yes" if g["met"] else "**no**")
         L.append(f"| {g['description']} | {_fmt(g, 2)} | {g['goal']} | {met} |")
-    hist = s.get("batch_histograms") or {}
-    if hist:
-        L += ["", (f"Detection batch sizes per cell (deltas of /metrics around each cell, its warm-up included, "
-                   f"summed over rounds; slot `{SLOT}`):"), ""]
-        labels = sorted({k for per_c in hist.values() for per_m in per_c.values() for h in per_m.values()
-                         for k, v in h["buckets"].items() if v}, key=bucket_low)  # only buckets ever used
-        L += ["| system | c | metric | calls | mean | " + " | ".join(labels) + " |",
-              "|---|---|---|---|---|" + "---|" * len(labels)]
-        for name, per_c in hist.items():
-            for c, per_m in per_c.items():
-                for m, h in per_m.items():
-                    n = h["count"] or 1
-                    cells = [f"{h['buckets'].get(k, 0) / n:.0%}" if h["buckets"].get(k) else "" for k in labels]
-                    L.append(f"| {name} | {c} | {m} | {h['count']} | {h['mean']} | " + " | ".join(cells) + " |")
+    L += batch_hist.markdown(s.get("batch_histograms") or {}, SLOT)
     ag = res.get("agreement")
     if ag:
         L += ["", f"Agreement with {ag['reference']} on {ag['images']} images ({ag['boxes']} boxes; same count, same "
@@ -655,6 +556,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=8.0, help="measured seconds per cell")
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each cell")
     ap.add_argument("--max-requests", type=int, default=200_000, help="hard cap per cell")
+    ap.add_argument("--load-generator", choices=("wrk", "aiohttp"), default=default_generator(),
+                    help="closed-loop client (default wrk when installed: apt-get install -y wrk)")
     ap.add_argument("--images", type=int, default=60, help="distinct images in the request mix")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jpeg-quality", type=int, default=90)
@@ -710,7 +613,7 @@ def main() -> None:
         print("[compare_detect] agreement: " + ", ".join(f"{k} {v['images_agree']}/{v['images']}"
                                                          for k, v in agreement["systems"].items()), file=sys.stderr)
         for name in servers:  # a short unmeasured warm-up of every server at c=1 (each cell has its own warm-up)
-            asyncio.run(closed_loop(requests[name], 1, 1.5, 0.0, 5000))
+            load_cell(args.load_generator, requests[name], 1, 1.5, 0.0, 5000, args.load_cpu)
         for name in TRISERVE_SYSTEMS:  # c=1 stage timings before any concurrent load...
             if name in servers:
                 breakdown[f"{name}/fresh"] = timings_probe(servers[name][1], b64s, args.probe_requests)
@@ -731,13 +634,14 @@ def main() -> None:
                 rec[name] = {}
                 url = servers[name][1]
                 for c in args.concurrency:
-                    before = metrics_snapshot(url) if name in TRISERVE_SYSTEMS else None
-                    cell = asyncio.run(closed_loop(requests[name], c, args.warmup, args.duration, args.max_requests))
-                    cell["images_per_s"] = cell.pop("texts_per_s")  # compare.closed_loop counts requests: 1 image each
+                    before = batch_hist.metrics_snapshot(url, SLOT) if name in TRISERVE_SYSTEMS else None
+                    cell = load_cell(args.load_generator, requests[name], c, args.warmup, args.duration,
+                                     args.max_requests, args.load_cpu)
+                    cell["images_per_s"] = cell.pop("texts_per_s")  # load_cell counts requests: 1 image each
                     rec[name][str(c)] = cell
                     hist = ""
                     if before is not None:
-                        delta = snapshot_delta(metrics_snapshot(url), before)
+                        delta = batch_hist.snapshot_delta(batch_hist.metrics_snapshot(url, SLOT), before)
                         rec["batch_histograms"].setdefault(name, {})[str(c)] = delta
                         rb = delta.get("triserve_runner_batch_size") or {}
                         hist = f", runner batch mean {rb.get('mean')} over {rb.get('count')} calls"
@@ -765,7 +669,7 @@ def main() -> None:
                        "objects": len(im["objects"])} for im in images],
            "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"onnxruntime {onnxruntime.__version__}",
-           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": "closed loop, aiohttp"},
+           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": f"closed loop, {args.load_generator}"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "goal_concurrency": args.goal_concurrency, "systems": args.systems,
            "skipped": skipped, "agreement": agreement, "triserve_env": RAISED_LIMITS,
@@ -778,6 +682,10 @@ def main() -> None:
     try:
         res["plots"] = [_shown(Path(p)) for p in plot_rounds(
             res, out, "images", f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")]
+        hist_png = batch_hist.plot(res["summary"]["batch_histograms"], out.with_name(out.name + "_batch_sizes.png"),
+                                   "detection batch sizes", command)
+        if hist_png:
+            res["plots"].append(_shown(Path(hist_png)))
     except Exception as exc:  # noqa: BLE001 - the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     write_report(out, res, to_markdown(res))

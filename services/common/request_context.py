@@ -20,7 +20,18 @@ from services.common.errors import ErrorBody, ErrorResponse
 from services.common.metrics import INFLIGHT, REJECTED, REQUESTS, observe_rss
 from services.common.request_log import RequestLog
 
-_tracer = trace.get_tracer("triserve")
+_tracer: trace.Tracer | None = None  # BentoML's, on first use (its provider is not OpenTelemetry's global one)
+
+
+def stage_tracer() -> trace.Tracer:
+    """A tracer of the provider BentoML exports request spans with: a tracer from OpenTelemetry's global provider
+    (never set in a BentoML worker) would make every stage span a no-op."""
+    global _tracer
+    if _tracer is None:
+        from bentoml._internal.configuration.containers import BentoMLContainer
+
+        _tracer = BentoMLContainer.tracer_provider.get().get_tracer("triserve")
+    return _tracer
 
 TASK_BY_PATH = {"/v1/detect": "detection", "/v1/detect/upload": "detection", "/v1/classify": "text",
                 "/v1/forecast": "forecast"}
@@ -65,7 +76,7 @@ class StageClock:
         now, now_ns = time.perf_counter(), time.time_ns()
         self.values[name] = self.values.get(name, 0.0) + (now - self._mark) * 1000
         if trace.get_current_span().is_recording():  # tracing off (or not sampled): no span objects on the hot path
-            span = _tracer.start_span(f"triserve.{name}", start_time=self._mark_ns)
+            span = stage_tracer().start_span(f"triserve.{name}", start_time=self._mark_ns)
             span.end(end_time=now_ns)
         self._mark, self._mark_ns = now, now_ns
 

@@ -1,10 +1,9 @@
-"""scripts/bench/compare_detect.py: the pure parts (request mix, agreement, /metrics histograms, goals); no servers."""
+"""scripts/bench/compare_detect.py: the pure parts (request mix, agreement, goals); no servers."""
 from __future__ import annotations
 
 import base64
 import io
 import json
-import math
 
 import pytest
 from PIL import Image
@@ -66,41 +65,6 @@ def test_agreement_summary_counts_errors_as_disagreement():
     assert "HTTP 500" in s["systems"]["b"]["mismatches"][0] and not s["all_agree"] and s["boxes"] == 2
 
 
-METRICS_BEFORE = """# HELP triserve_runner_batch_size Items per ONNX Runtime call, per model slot.
-triserve_runner_batch_size_bucket{le="1.0",model="yolo-shapes",slot="detection"} 2.0
-triserve_runner_batch_size_bucket{le="2.0",model="yolo-shapes",slot="detection"} 2.0
-triserve_runner_batch_size_bucket{le="4.0",model="yolo-shapes",slot="detection"} 2.0
-triserve_runner_batch_size_bucket{le="+Inf",model="yolo-shapes",slot="detection"} 2.0
-triserve_runner_batch_size_count{model="yolo-shapes",slot="detection"} 2.0
-triserve_runner_batch_size_sum{model="yolo-shapes",slot="detection"} 2.0
-triserve_runner_batch_size_bucket{le="1.0",model="minilm",slot="text"} 9.0
-triserve_runner_batch_size_count{model="minilm",slot="text"} 9.0
-"""
-METRICS_AFTER = METRICS_BEFORE.replace(
-    '{le="1.0",model="yolo-shapes",slot="detection"} 2.0', '{le="1.0",model="yolo-shapes",slot="detection"} 3.0'
-).replace('{le="2.0",model="yolo-shapes",slot="detection"} 2.0', '{le="2.0",model="yolo-shapes",slot="detection"} 4.0'
-          ).replace('{le="4.0",model="yolo-shapes",slot="detection"} 2.0',
-                    '{le="4.0",model="yolo-shapes",slot="detection"} 7.0'
-                    ).replace('{le="+Inf",model="yolo-shapes",slot="detection"} 2.0',
-                              '{le="+Inf",model="yolo-shapes",slot="detection"} 8.0'
-                              ).replace('_count{model="yolo-shapes",slot="detection"} 2.0',
-                                        '_count{model="yolo-shapes",slot="detection"} 8.0'
-                                        ).replace('_sum{model="yolo-shapes",slot="detection"} 2.0',
-                                                  '_sum{model="yolo-shapes",slot="detection"} 26.0')
-
-
-def test_histogram_parse_and_delta():
-    before = cd.parse_histogram(METRICS_BEFORE, "triserve_runner_batch_size")
-    after = cd.parse_histogram(METRICS_AFTER, "triserve_runner_batch_size")
-    assert after["buckets"][1.0] == 3 and after["buckets"][math.inf] == 8 and after["count"] == 8
-    d = cd.histogram_delta(after, before)
-    assert d["buckets"] == {"1": 1, "2": 1, "3-4": 3, ">4": 1}
-    assert d["count"] == 6 and d["sum"] == 24 and d["mean"] == 4.0
-    assert cd.parse_histogram(METRICS_BEFORE, "triserve_gateway_batch_requests")["count"] == 0
-    both = cd.add_histograms(d, d)
-    assert both["buckets"]["3-4"] == 6 and both["count"] == 12 and both["mean"] == 4.0
-
-
 def _round(tri32, off32, naive32, pyt32, tri_p99, naive_p99, tri_c1_p50, ceiling, b1):
     def cell(tp, p50=None, p99=None):
         return {"images_per_s": tp, "latency_ms": {"p50": p50, "p90": None, "p99": p99}, "non_200": 0}
@@ -141,7 +105,3 @@ def test_summarise_table_and_histograms():
     assert s["table"]["inproc"]["ceiling_images_per_s"]["median"] == 120
     assert s["batch_histograms"]["triserve"]["32"]["triserve_runner_batch_size"]["count"] == 8
     assert s["goals"]["batching_on_vs_off"]["met"] is True
-
-
-def test_bucket_labels_sort_by_their_lower_bound():
-    assert sorted([">128", "3-4", "1", "129-256", "2"], key=cd.bucket_low) == ["1", "2", "3-4", ">128", "129-256"]
