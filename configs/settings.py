@@ -94,6 +94,10 @@ class RunnerSettings(_Section):
         description="ONNX Runtime providers in preference order; unavailable ones are skipped (and logged).")
     intra_op_threads: int = Field(0, ge=0, description="Threads inside one op (0 = ONNX Runtime default).")
     inter_op_threads: int = Field(1, ge=0, description="Threads across independent ops.")
+    bucket_call_cost_tokens: float = Field(
+        12.0, ge=0, description="Ragged (text) batches run as one call per length group; a call's fixed cost in "
+                                "padded tokens decides the split (runners/ragged.length_buckets; 0 = one call per "
+                                "distinct length; large = one padded call).")
     spin_wait: bool = Field(
         True, description="ONNX Runtime intra-op threads spin briefly after each op instead of sleeping: lower "
                           "latency on dedicated cores, but the spinning takes CPU from the API workers when they "

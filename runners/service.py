@@ -130,7 +130,7 @@ class ModelRunner:
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
             out = [None] * n
-            for group in length_buckets(xs):
+            for group in length_buckets(xs, settings.runner.bucket_call_cost_tokens):
                 rows = self.pool.run_model(model, self._feeds(model, [xs[i] for i in group]))[0]
                 for i, row in zip(group, rows):
                     out[i] = row

@@ -13,7 +13,6 @@ this project's runs, so it is listed as not measured rather than guessed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, closed_loop, request_for
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, request_for
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
@@ -45,6 +44,11 @@ CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what
     "intra1": ({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1"}, "runner.intra_op_threads=1"),
     "nospin": ({"TRISERVE_RUNNER__SPIN_WAIT": "false"}, "runner.spin_wait=false (ORT threads sleep between ops)"),
     "workers2": ({"TRISERVE_GATEWAY__WORKERS": "2"}, "gateway.workers=2 (API worker processes)"),
+    "local": ({"TRISERVE_RUNNER__PLACEMENT": "local"}, "runner.placement=local (runner code in the API worker)"),
+    "otel_middleware": ({"TRISERVE_OBSERVABILITY__TRACE_SAMPLE_RATE": "0.0001",
+                         "TRISERVE_OBSERVABILITY__OTLP_ENDPOINT": "http://127.0.0.1:9/v1/traces"},
+                        "BentoML's OpenTelemetry middleware on, sampling 1 in 10,000 (the cost of the middleware "
+                        "itself; sample rate 0, the default, bypasses it)"),
 }
 MODELS = {"detection": "yolo-shapes", "text": "minilm-intent", "forecast": "co2-forecaster"}
 THREADS = [(0, 1, True), (0, 1, False), (1, 1, True), (2, 1, True), (2, 1, False), (1, 2, True)]
@@ -122,15 +126,21 @@ def measure_config(name: str, env: dict, args, tmp: Path, texts: list[str]) -> d
         peer.wait_ready()
         reqs = [request_for("triserve", peer.url, t) for t in texts]
         os.sched_setaffinity(0, cpus if args.server_cpu < 0 else {args.load_cpu})
+        load_cpu = None if args.server_cpu < 0 else args.load_cpu
+
+        def cell(c: int, warmup: float, duration: float) -> dict:
+            return load_cell(args.load_generator, reqs, c, warmup, duration, 200_000, load_cpu)
+
+        cell(32, args.warmup, 0)  # unmeasured, outside the CPU window
         before = cpu_seconds(peer)
-        cells = {32: asyncio.run(closed_loop(reqs, 32, args.warmup, args.duration, 200_000))}
+        cells = {32: cell(32, 0, args.duration)}
         after = cpu_seconds(peer)
-        cells[1] = asyncio.run(closed_loop(reqs, 1, args.warmup, args.duration, 200_000))
+        cells[1] = cell(1, args.warmup, args.duration)
     finally:
         peer.stop()
     out = {c: {"texts_per_s": r["texts_per_s"], "p50": r["latency_ms"]["p50"], "p99": r["latency_ms"]["p99"],
                "non_200": r["non_200"]} for c, r in cells.items()}
-    sent = cells[32]["sent_total"]  # every request of the cell, warm-up included, as the CPU window covers all of it
+    sent = cells[32]["sent_total"]  # every request the CPU window covers
     out[32]["cpu_ms_per_request"] = {svc: round((after[svc] - before.get(svc, 0.0)) * 1000 / max(sent, 1), 3)
                                      for svc in after}
     return out
@@ -213,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thread-seconds", type=float, default=1.0, help="per setting; 0 skips the thread sweep")
     ap.add_argument("--server-cpu", type=int, default=0, help="-1: not pinned (every core, shared with the load)")
     ap.add_argument("--load-cpu", type=int, default=1)
+    ap.add_argument("--load-generator", choices=("wrk", "aiohttp"), default=default_generator(),
+                    help="closed-loop client (default wrk when installed)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "tuning")
     args = ap.parse_args(argv)
     names = [c for c in args.configs.split(",") if c]
@@ -222,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"command": "python -m scripts.bench.tuning " + " ".join(argv),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
            "placement": (f"server pinned to CPU {args.server_cpu}, load on CPU {args.load_cpu}" if args.server_cpu >= 0
-                         else "server and load on every core (not pinned)") + ", closed loop "
+                         else "server and load on every core (not pinned)") + f", closed loop ({args.load_generator}) "
                         f"{args.duration:g} s per cell after {args.warmup:g} s warm-up"}
     if args.thread_seconds > 0:
         res["threads"] = {"one_core": run_thread_sweep(args.thread_seconds, {max(args.server_cpu, 0)}),

@@ -18,11 +18,45 @@ def test_rejects_empty():
         pad_sequences([np.array([], dtype=np.int64)])
 
 
-def test_length_buckets_bound_padding_and_cover_every_index():
+def _cost(groups, seqs, call_cost):
+    return sum(call_cost + len(g) * max(len(seqs[i]) for i in g) for g in groups)
+
+
+def _all_splits(lengths):
+    """Every split of the sorted lengths into contiguous groups (brute force oracle)."""
+    n = len(lengths)
+    for mask in range(2 ** (n - 1)):
+        groups, cur = [], [0]
+        for k in range(1, n):
+            if mask >> (k - 1) & 1:
+                groups.append(cur)
+                cur = []
+            cur.append(k)
+        groups.append(cur)
+        yield groups
+
+
+def test_length_buckets_cover_every_index_shortest_first():
     seqs = [np.zeros(n) for n in (40, 4, 5, 38, 12, 6, 30)]
-    groups = length_buckets(seqs, max_ratio=1.5)
+    groups = length_buckets(seqs, call_cost_tokens=12)
     assert sorted(i for g in groups for i in g) == list(range(len(seqs)))
-    for g in groups:
-        lengths = [len(seqs[i]) for i in g]
-        assert max(lengths) <= 1.5 * min(lengths)
+    firsts = [len(seqs[g[0]]) for g in groups]
+    assert firsts == sorted(firsts)
     assert groups[0] == [1, 2, 5]  # 4, 5, 6 tokens together
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("call_cost", [0, 5, 12, 40])
+def test_length_buckets_is_the_cheapest_split(seed, call_cost):
+    rng = np.random.default_rng(seed)
+    seqs = [np.zeros(int(n)) for n in rng.integers(1, 60, size=int(rng.integers(1, 10)))]
+    sorted_seqs = sorted(seqs, key=len)
+    best = min(_cost(g, sorted_seqs, call_cost) for g in _all_splits([len(s) for s in sorted_seqs]))
+    assert _cost(length_buckets(seqs, call_cost), seqs, call_cost) == best
+
+
+def test_call_cost_trades_calls_for_padding():
+    seqs = [np.zeros(n) for n in (3, 4, 10, 11, 30, 31)]
+    assert len(length_buckets(seqs, call_cost_tokens=0)) == 6  # calls are free: no padding at all
+    assert len(length_buckets(seqs, call_cost_tokens=10_000)) == 1  # calls are dear: one padded call
+    assert [sorted(len(seqs[i]) for i in g) for g in length_buckets(seqs, 12)] == [[3, 4], [10, 11], [30, 31]]
