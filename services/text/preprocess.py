@@ -30,8 +30,11 @@ class TextTokenizer:
         return self.encode_with_truncation(texts)[0]
 
     def encode_with_truncation(self, texts: Sequence[str]) -> tuple[list[np.ndarray], list[bool]]:
-        """Ragged id arrays plus, per text, whether tokens were cut at max_length."""
-        encodings = self._tok.encode_batch(list(texts))
+        """Ragged id arrays plus, per text, whether tokens were cut at max_length. One text (the common request) is
+        encoded on this thread: encode_batch hands work to the Rust thread pool and releases the GIL, which another
+        Python thread (the local runner's) may then hold while this request waits to get it back."""
+        texts = list(texts)
+        encodings = [self._tok.encode(texts[0])] if len(texts) == 1 else self._tok.encode_batch(texts)
         return ([np.asarray(e.ids, dtype=np.int64) for e in encodings], [bool(e.overflowing) for e in encodings])
 
     def encode_padded(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -27,3 +27,12 @@ def test_truncation_keeps_special_tokens_and_reports_it():
     sep = seqs[1][-1]
     assert seqs[0][-1] == sep  # [SEP] survives truncation
     assert all(s.dtype == np.int64 for s in seqs)
+
+
+def test_one_text_and_batch_paths_agree():
+    tok = TextTokenizer(TOKENIZER, max_length=8)
+    texts = ["word " * 50, "short", "what is the weather like"]
+    batch_ids, batch_cut = tok.encode_with_truncation(texts)
+    for text, ids, cut in zip(texts, batch_ids, batch_cut):
+        one_ids, one_cut = tok.encode_with_truncation([text])  # the single-text path (no thread pool)
+        assert np.array_equal(one_ids[0], ids) and one_cut == [cut]
