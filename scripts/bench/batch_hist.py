@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 BATCH_METRICS = ("triserve_runner_batch_size", "triserve_gateway_batch_requests")
@@ -86,6 +87,23 @@ def snapshot_delta(after: dict, before: dict) -> dict:
     if "error" in after or "error" in before:
         return {"error": after.get("error") or before.get("error")}
     return {m: histogram_delta(after[m], before[m]) for m in BATCH_METRICS}
+
+
+def around(url: str | None, slot: str, run: Callable[[], dict]) -> tuple[dict, dict | None]:
+    """Runs one benchmark cell; with a server url, also the batch histograms' delta over it (else None)."""
+    before = metrics_snapshot(url, slot) if url else None
+    cell = run()
+    if before is None:
+        return cell, None
+    return cell, snapshot_delta(metrics_snapshot(url, slot), before)
+
+
+def describe(delta: dict | None) -> str:
+    """A progress-line suffix: the runner's mean batch over the cell."""
+    if not delta:
+        return ""
+    rb = delta.get("triserve_runner_batch_size") or {}
+    return f", runner batch mean {rb.get('mean')} over {rb.get('count')} calls"
 
 
 def over_rounds(rounds: list[dict]) -> dict:

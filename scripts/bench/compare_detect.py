@@ -634,20 +634,17 @@ def main() -> None:
                 rec[name] = {}
                 url = servers[name][1]
                 for c in args.concurrency:
-                    before = batch_hist.metrics_snapshot(url, SLOT) if name in TRISERVE_SYSTEMS else None
-                    cell = load_cell(args.load_generator, requests[name], c, args.warmup, args.duration,
-                                     args.max_requests, args.load_cpu)
+                    cell, delta = batch_hist.around(
+                        url if name in TRISERVE_SYSTEMS else None, SLOT,
+                        lambda: load_cell(args.load_generator, requests[name], c, args.warmup, args.duration,
+                                          args.max_requests, args.load_cpu))
                     cell["images_per_s"] = cell.pop("texts_per_s")  # load_cell counts requests: 1 image each
                     rec[name][str(c)] = cell
-                    hist = ""
-                    if before is not None:
-                        delta = batch_hist.snapshot_delta(batch_hist.metrics_snapshot(url, SLOT), before)
+                    if delta is not None:
                         rec["batch_histograms"].setdefault(name, {})[str(c)] = delta
-                        rb = delta.get("triserve_runner_batch_size") or {}
-                        hist = f", runner batch mean {rb.get('mean')} over {rb.get('count')} calls"
                     print(f"[compare_detect] round {r + 1} {name} c={c}: {cell['images_per_s']} images/s p50 "
                           f"{cell['latency_ms']['p50']} p99 {cell['latency_ms']['p99']} ms non-200 {cell['non_200']}"
-                          f"{hist}", file=sys.stderr)
+                          f"{batch_hist.describe(delta)}", file=sys.stderr)
             rounds.append(rec)
         for name in TRISERVE_SYSTEMS:
             if name in servers:

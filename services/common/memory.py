@@ -13,8 +13,14 @@ import ctypes.util
 import functools
 import logging
 import threading
+import time
+
+from prometheus_client import Histogram
 
 log = logging.getLogger("triserve.memory")
+TRIM_SECONDS = Histogram("triserve_malloc_trim_seconds", "Duration of each periodic malloc_trim: allocations in "
+                         "this process wait on the allocator's locks meanwhile.",
+                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0))
 
 _M_ARENA_MAX = -8  # mallopt parameter number in glibc's malloc.h
 _installed = False
@@ -52,7 +58,12 @@ def install(cfg) -> bool:
     if cfg.trim_interval_s > 0:
         def loop() -> None:
             while not _stop.wait(cfg.trim_interval_s):
+                started = time.perf_counter()
                 trim()
+                took = time.perf_counter() - started
+                TRIM_SECONDS.observe(took)
+                if took > 0.05:
+                    log.warning("malloc_trim took %.0f ms", took * 1000)
         threading.Thread(target=loop, name="malloc-trim", daemon=True).start()
     log.info("malloc arenas capped at %s, trimmed every %s s", cfg.malloc_arena_max or "default",
              cfg.trim_interval_s or "never")

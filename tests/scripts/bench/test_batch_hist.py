@@ -61,3 +61,16 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_bucket_labels_sort_by_their_lower_bound():
     assert sorted([">128", "3-4", "1", "129-256", "2"], key=batch_hist.bucket_low) == ["1", "2", "3-4", ">128", "129-256"]
+
+
+def test_around_a_cell_takes_the_delta_only_for_a_server(monkeypatch):
+    snapshots = iter([batch_hist.parse_histogram(METRICS_BEFORE, m, "detection") for m in batch_hist.BATCH_METRICS] +
+                     [batch_hist.parse_histogram(METRICS_AFTER, m, "detection") for m in batch_hist.BATCH_METRICS])
+    monkeypatch.setattr(batch_hist, "metrics_snapshot",
+                        lambda url, slot: {m: next(snapshots) for m in batch_hist.BATCH_METRICS})
+    cell, delta = batch_hist.around("http://127.0.0.1:1", "detection", lambda: {"ok": 7})
+    assert cell == {"ok": 7}
+    assert delta["triserve_runner_batch_size"]["count"] == 6
+    assert batch_hist.describe(delta) == ", runner batch mean 4.0 over 6 calls"
+    assert batch_hist.around(None, "detection", lambda: {"ok": 1}) == ({"ok": 1}, None)
+    assert batch_hist.describe(None) == ""

@@ -10,10 +10,17 @@ from configs.settings import MemorySettings
 from services.common import memory
 
 
+def _trims_observed() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("triserve_malloc_trim_seconds_count") or 0.0
+
+
 def test_installs_once_and_trims_in_the_background(monkeypatch):
     if memory._glibc() is None:
         pytest.skip("not glibc")
     calls = []
+    observed_before = _trims_observed()
     monkeypatch.setattr(memory, "_installed", False)
     monkeypatch.setattr(memory, "trim", lambda: calls.append(time.monotonic()) or True)
     assert memory.install(MemorySettings(malloc_arena_max=2, trim_interval_s=0.05)) is True
@@ -22,6 +29,7 @@ def test_installs_once_and_trims_in_the_background(monkeypatch):
     while len(calls) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(calls) >= 2
+    assert _trims_observed() >= observed_before + 2  # each trim is timed into triserve_malloc_trim_seconds
     assert any(t.name == "malloc-trim" and t.daemon for t in threading.enumerate())
     memory._stop.set()  # end this test's trimming thread
     for t in [t for t in threading.enumerate() if t.name == "malloc-trim"]:
