@@ -110,6 +110,13 @@ def to_markdown(res: dict) -> str:
                 L.append(f"| {task} | {i + 1} | {c.get('rate')} | {got:.0f} | {lat.get('p50', 0):.1f} | "
                          f"{lat.get('p90', 0):.1f} | {lat.get('p99', 0):.1f} | {c.get('failed_share', 0) or 0:.3f} | "
                          f"{c.get('dropped_iterations', 0)} | {'held' if c['held'] else 'broke'} |")
+    # count - (le="0.05" bucket) = pauses longer than 50 ms
+    signals = [ln for ln in res.get("stall_signals") or [] if "_count" in ln or 'le="0.05"' in ln]
+    if signals:
+        L += ["", "Pause histograms of the server after the ramps (`/metrics`; _count minus the le=\"0.05\" bucket = "
+              "pauses over 50 ms; a tail spike with a low p50 points here first):", "", "```"] + signals + ["```"]
+    if res.get("server_log"):
+        L += ["", f"Server log kept at `{res['server_log']}` (not committed)."]
     if res.get("plot"):
         L += ["", f"![p99 vs offered rate]({Path(res['plot']).name})"]
     return "\n".join(L) + "\n"
@@ -148,6 +155,28 @@ def plot(res: dict, out: Path) -> str | None:
     return str(path)
 
 
+def stall_signals(url: str) -> list[str]:
+    """The server's own pause histograms after the ramps (GC pauses, malloc_trim), to explain a tail spike."""
+    import httpx
+
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError as exc:
+        return [f"metrics unreachable: {exc}"]
+    return [ln for ln in text.splitlines()
+            if ln.startswith(("triserve_gc_pause_seconds", "triserve_malloc_trim_seconds")) and not ln.startswith("#")]
+
+
+def keep_log(log: Path, out: Path) -> str | None:
+    """The server log survives the run (next to the results, git-ignored under .cache) for post-mortems."""
+    if not log.exists():
+        return None
+    kept = ROOT / ".cache" / "bench" / "logs" / f"{out.name}_server.log"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(log.read_bytes())
+    return str(kept.relative_to(ROOT))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.bench.knee", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -183,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
                 knee = int(statistics.median(knees))
                 res["tasks"][task] = {"slo_ms": SLO_MS[task], "knees": knees, "knee_rps": knee,
                                       "limit_rps": int(LIMIT_SHARE * knee), "rounds": rounds}
+            res["stall_signals"] = stall_signals(peer.url)
         finally:
             peer.stop()
+            res["server_log"] = keep_log(tmp / "triserve.log", args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     res["plot"] = plot(res, args.out)
     write_report(args.out, res, to_markdown(res))

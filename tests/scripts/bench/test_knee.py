@@ -33,3 +33,18 @@ def test_limits_are_merged_into_the_access_section_and_load_as_typed_settings(tm
     assert config.read_text().count("task_rate_per_s") == 1
     monkeypatch.setenv("TRISERVE_CONFIG", str(config))
     assert Settings().access.task_rate_per_s == {k: float(v) for k, v in expected.items()}
+
+
+def test_report_shows_pause_counts_and_where_the_server_log_is():
+    from scripts.bench import knee
+
+    res = {"started_utc": "t", "command": "c", "placement": "p", "step_seconds": 8, "factor": 1.25, "rounds": 1,
+           "tasks": {}, "server_log": ".cache/bench/logs/knee_server.log",
+           "stall_signals": ['triserve_gc_pause_seconds_bucket{generation="2",le="0.05"} 3.0',
+                             'triserve_gc_pause_seconds_bucket{generation="2",le="0.1"} 4.0',
+                             'triserve_gc_pause_seconds_count{generation="2"} 4.0',
+                             'triserve_malloc_trim_seconds_sum 0.02']}
+    md = knee.to_markdown(res)
+    assert 'triserve_gc_pause_seconds_count{generation="2"} 4.0' in md and 'le="0.05"} 3.0' in md
+    assert 'le="0.1"' not in md and "_sum" not in md  # only what the over-50-ms count needs
+    assert ".cache/bench/logs/knee_server.log" in md
