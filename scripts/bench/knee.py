@@ -168,7 +168,7 @@ def stall_signals(url: str) -> list[str]:
 
 
 def keep_log(log: Path, out: Path) -> str | None:
-    """The server log survives the run (next to the results, git-ignored under .cache) for post-mortems."""
+    """The server log survives the run (under .cache/bench/logs, git-ignored) for post-mortems."""
     if not log.exists():
         return None
     kept = ROOT / ".cache" / "bench" / "logs" / f"{out.name}_server.log"

@@ -2,8 +2,9 @@
 
 Why: BentoML wraps every request of every service in OpenTelemetry's ASGI middleware, which gathers request attributes
 and opens a span even when nothing is sampled (BentoML's default sample rate is 0): 0.32 ms of the 1.17 ms of CPU the
-gateway spends per text request, 10% of its throughput on one core (docs/bench/tuning.md, otel_middleware). With `observability.trace_sample_rate` 0 (the default)
-every URL is excluded from that middleware, which then hands requests straight through. With a rate > 0 the services
+gateway spends per text request, 10% of its throughput on one core (docs/bench/tuning.md, otel_middleware). With
+`observability.trace_sample_rate` 0 (the default) every URL is excluded from that middleware, which then hands
+requests straight through. With a rate > 0 the services
 get BentoML's tracing configured here (OTLP over HTTP to `observability.otlp_endpoint`): the request span, the stage
 spans of services/common/request_context.StageClock and the runner's spans are exported.
 
