@@ -138,6 +138,11 @@ class GatewaySettings(_Section):
                                     "new requests queue (and batch) behind them. 1 measured best on CPU (bigger "
                                     "batches; docs/bench/tuning.md); more overlaps transfers with compute, for "
                                     "accelerators with idle time between calls.")
+    coalesce_wait_ms: float = Field(
+        2.0, ge=0, le=100, description="runner.batching=gateway: how long a batch for an idle slot may wait for "
+                                       "requests of its task that this API worker has already admitted and is still "
+                                       "parsing or preprocessing (0: never wait). Nobody is on the way at "
+                                       "concurrency 1, so a lone request still leaves at once.")
     runner_retries: int = Field(3, ge=0, le=10, description="Retries of an idempotent runner call on a transport "
                                                             "error (connection reset, closed connector).")
     runner_retry_backoff_ms: int = Field(20, ge=0, le=5000, description="Base backoff, doubled per retry.")

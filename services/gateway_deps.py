@@ -38,6 +38,12 @@ class CallContext:
     state: Any = None  # the request's state: the outcome for the request log goes here
     route_key: str = ""  # keeps a user on one side of a canary split
 
+    @property
+    def arrived(self):
+        """Called when this request reaches its slot's batcher (services/common/batcher.Approaching); None when the
+        request did not come through RequestContextMiddleware."""
+        return getattr(self.state, "batch_arrival", None)
+
 
 def inference_guard(task: str):
     """Dependency for inference routes: authenticate (if configured), rate-limit, fix the deadline."""

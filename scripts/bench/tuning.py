@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scripts.bench.batch_hist import around
 from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, request_for
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
@@ -31,7 +32,8 @@ from scripts.bench.textmix import texts as mix_texts
 
 TEXT = "TRISERVE_TEXT__PRIMARY__BATCHING__"
 CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what it varies)
-    "default": ({}, "runner.batching=gateway, gateway.batch_inflight=1, text max_batch_size 64, intra-op 0, 1 API worker"),
+    "default": ({}, "runner.batching=gateway, gateway.batch_inflight=1, gateway.coalesce_wait_ms=2, text "
+                    "max_batch_size 64, intra-op 0, 1 API worker"),
     "inflight2": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "2"}, "gateway.batch_inflight=2"),
     "inflight4": ({"TRISERVE_GATEWAY__BATCH_INFLIGHT": "4"}, "gateway.batch_inflight=4"),
     "maxbatch8": ({TEXT + "MAX_BATCH_SIZE": "8"}, "text max_batch_size 8"),
@@ -42,6 +44,11 @@ CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what
     "runner_dispatcher_100ms": ({"TRISERVE_RUNNER__BATCHING": "runner", TEXT + "MAX_LATENCY_MS": "100"},
                                 "runner.batching=runner, text max_latency_ms 100"),
     "intra1": ({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1"}, "runner.intra_op_threads=1"),
+    "intra1_coalesce0": ({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1", "TRISERVE_GATEWAY__COALESCE_WAIT_MS": "0"},
+                         "runner.intra_op_threads=1, gateway.coalesce_wait_ms=0 (an idle slot never waits for "
+                         "requests already being preprocessed)"),
+    "intra1_coalesce5": ({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1", "TRISERVE_GATEWAY__COALESCE_WAIT_MS": "5"},
+                         "runner.intra_op_threads=1, gateway.coalesce_wait_ms=5"),
     "nospin": ({"TRISERVE_RUNNER__SPIN_WAIT": "false"}, "runner.spin_wait=false (ORT threads sleep between ops)"),
     "workers2": ({"TRISERVE_GATEWAY__WORKERS": "2"}, "gateway.workers=2 (API worker processes)"),
     "local": ({"TRISERVE_RUNNER__PLACEMENT": "local"}, "runner.placement=local (runner code in the API worker)"),
@@ -133,13 +140,18 @@ def measure_config(name: str, env: dict, args, tmp: Path, texts: list[str]) -> d
 
         cell(32, args.warmup, 0)  # unmeasured, outside the CPU window
         before = cpu_seconds(peer)
-        cells = {32: cell(32, 0, args.duration)}
+        measured, batches = around(peer.url, "text", lambda: cell(32, 0, args.duration))
+        cells = {32: measured}
         after = cpu_seconds(peer)
         cells[1] = cell(1, args.warmup, args.duration)
     finally:
         peer.stop()
     out = {c: {"texts_per_s": r["texts_per_s"], "p50": r["latency_ms"]["p50"], "p99": r["latency_ms"]["p99"],
                "non_200": r["non_200"]} for c, r in cells.items()}
+    runner = (batches or {}).get("triserve_runner_batch_size") or {}
+    out[32]["runner_batch"] = {"mean": runner.get("mean"), "calls": runner.get("count"),
+                               "lone_share": round(runner["buckets"]["1"] / runner["count"], 3)
+                               if runner.get("count") else None}
     sent = cells[32]["sent_total"]  # every request the CPU window covers
     out[32]["cpu_ms_per_request"] = {svc: round((after[svc] - before.get(svc, 0.0)) * 1000 / max(sent, 1), 3)
                                      for svc in after}
@@ -194,14 +206,18 @@ def _serving_table(res: dict) -> list[str]:
     L = ["", f"## Serving knobs, end to end (text, one text per request; {res['placement']}; medians [min-max] over "
           f"{res['rounds']} interleaved rounds)", "",
           "| config | what it changes | texts/s c=32 | p50 ms c=32 | p99 ms c=32 | p50 ms c=1 | CPU ms/request "
-          "gateway, runner (c=32) | non-200 |", "|---|---|---|---|---|---|---|---|"]
+          "gateway, runner (c=32) | runner batch mean, share of calls with 1 text (c=32) | non-200 |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for name, rows in res["serving"].items():
         def col(c, k):
             return med([r[c][k] for r in rows])
         cpu = {svc: statistics.median(r["32"]["cpu_ms_per_request"].get(svc, 0.0) for r in rows)
                for svc in ("triserve", "triserve-runner")}
+        batch = [r["32"].get("runner_batch") or {} for r in rows]
         L.append(f"| {name} | {CONFIGS[name][1]} | {col('32', 'texts_per_s')} | {col('32', 'p50')} | "
                  f"{col('32', 'p99')} | {col('1', 'p50')} | {cpu['triserve']:.2f}, {cpu['triserve-runner']:.2f} | "
+                 f"{med([b.get('mean') for b in batch])}, "
+                 f"{med([100 * b['lone_share'] for b in batch if b.get('lone_share') is not None])}% | "
                  f"{sum(r['32']['non_200'] + r['1']['non_200'] for r in rows)} |")
     return L
 

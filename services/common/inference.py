@@ -75,9 +75,10 @@ class Protection:
 async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], list[np.ndarray]], choice: str,
                    clock: StageClock, deadline: Deadline,
                    validate: Callable[[ServedModel, list[np.ndarray]], None], request_id: str = "",
-                   route_key: str = "") -> RunnerResult:
+                   route_key: str = "", arrived: Callable[[], None] | None = None) -> RunnerResult:
     """items_for(model) preprocesses for that model version (sizes may differ between primary and fallback, or
-    between versions); validate(model, outputs) raises InvalidOutput for outputs that must not reach the client."""
+    between versions); validate(model, outputs) raises InvalidOutput for outputs that must not reach the client;
+    arrived: the request's batcher-arrival callback (CallContext.arrived)."""
     prot: Protection = gateway.protection
     await gateway.routing.ensure_fresh(gateway.runner)
     plan = prot.plan(task, choice)
@@ -110,7 +111,7 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
             payload = [{"x": x, "deadline": deadline.epoch, "rid": request_id, "version": version} for x in xs]
             started = time.perf_counter()
             try:
-                items = await asyncio.wait_for(gateway.runner_client.call(slot, payload),
+                items = await asyncio.wait_for(gateway.runner_client.call(slot, payload, arrived),
                                                timeout=max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
                 if breaker:

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.common.batcher import approaching
 from services.common.errors import ErrorBody, ErrorResponse
 from services.common.metrics import INFLIGHT, REJECTED, REQUESTS, observe_rss
 from services.common.request_log import RequestLog
@@ -156,12 +157,14 @@ class RequestContextMiddleware:
         if task:
             INFLIGHT.labels(task).inc()
             self.inflight[task] = self.inflight.get(task, 0) + 1
+            state["batch_arrival"] = approaching(task).enter()  # on its way to a batcher until it submits
         try:
             await self.app(scope, capped_receive, send_with_id)
         except _BodyTooLarge:
             await self._reject(send_with_id, rid, received)
         finally:
             if task:
+                state["batch_arrival"]()  # no-op once the request reached its batcher
                 INFLIGHT.labels(task).dec()
                 self.inflight[task] -= 1
                 observe_rss("gateway")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
-from services.common.batcher import SlotBatcher
+from services.common.batcher import SlotBatcher, approaching
 from services.common.errors import ApiError
 from services.common.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES
 
@@ -64,7 +65,9 @@ class RunnerClient:
         self._retries, self._backoff = cfg.runner_retries, cfg.runner_retry_backoff_ms
         self.batchers: dict[str, SlotBatcher] = {}
         if settings.runner.batching == "gateway":
-            self.batchers = {slot: SlotBatcher(slot, self._sender(slot), size, cfg.batch_inflight)
+            wait_s = cfg.coalesce_wait_ms / 1000.0
+            self.batchers = {slot: SlotBatcher(slot, self._sender(slot), size, cfg.batch_inflight,
+                                               approaching(slot.removesuffix("_fallback")), wait_s)
                              for slot, size in slots.items()}
 
     def _sender(self, slot: str):
@@ -72,8 +75,11 @@ class RunnerClient:
             return await call_runner(self.runner, slot, items, self._retries, self._backoff)
         return send
 
-    async def call(self, slot: str, payload: list[dict]) -> list[dict]:
+    async def call(self, slot: str, payload: list[dict], arrived: Callable[[], None] | None = None) -> list[dict]:
+        """`arrived`: see SlotBatcher.submit."""
         batcher = self.batchers.get(slot)
         if batcher is None:
+            if arrived is not None:
+                arrived()
             return await call_runner(self.runner, slot, payload, self._retries, self._backoff)
-        return await batcher.submit(payload)
+        return await batcher.submit(payload, arrived)

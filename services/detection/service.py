@@ -60,7 +60,7 @@ class DetectionPipeline:
                 check_head(raw, len(model.manifest.labels))
 
         result = await run_task(gateway, "detection", items_for, opts.model, clock, call.deadline, validate,
-                                request_id=call.request_id, route_key=call.route_key)
+                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
         params = self.nms_params(opts)
         labels = result.served.manifest.labels
         metas = prepared[result.served][1]

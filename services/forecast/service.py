@@ -89,7 +89,7 @@ class ForecastPipeline:
                 check_forecast(out, model.manifest.preprocess.horizon)
 
         result = await run_task(gateway, "forecast", items_for, body.model, clock, call.deadline, validate,
-                                request_id=call.request_id, route_key=call.route_key)
+                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
         pre = result.served.manifest.preprocess
         if gateway.quality is not None:
             gateway.quality.observe(result.model, "level", [float(levels[result.served][0])])

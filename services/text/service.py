@@ -75,7 +75,7 @@ class TextPipeline:
                 check_probabilities(probs, len(model.manifest.labels))
 
         result = await run_task(gateway, "text", items_for, body.model, clock, call.deadline, validate,
-                                request_id=call.request_id, route_key=call.route_key)
+                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
         labels = result.served.manifest.labels
         results = []
         for probs, ids, truncated in zip(result.outputs, *encoded[result.served]):

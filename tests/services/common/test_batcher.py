@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from services.common.batcher import SlotBatcher
+from services.common.batcher import Approaching, SlotBatcher
 
 
 class FakeRunner:
@@ -55,6 +55,91 @@ def test_requests_arriving_while_busy_share_the_next_call_and_get_their_own_rows
     assert first == [{"y": 0}]
     assert rest == [[{"y": i * 10}, {"y": (i + 100) * 10}] for i in range(1, 6)]
     assert calls == [[0], [1, 101, 2, 102, 3, 103, 4, 104, 5, 105]]
+
+
+def _waiting_batcher(runner: FakeRunner, wait_s: float, max_batch_size: int = 64) -> tuple[SlotBatcher, Approaching]:
+    coming = Approaching()
+    return SlotBatcher("text", runner.send, max_batch_size, 1, coming, wait_s), coming
+
+
+def test_lone_request_with_nobody_on_the_way_leaves_at_once_even_with_a_wait_configured():
+    async def main():
+        runner = FakeRunner(delay=0.0)
+        b, coming = _waiting_batcher(runner, wait_s=5.0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        out = await b.submit(_items(1), coming.enter())  # the request itself was the only one approaching
+        return out, runner.calls, loop.time() - t0, coming.count
+
+    out, calls, elapsed, left = asyncio.run(main())
+    assert out == [{"y": 10}] and calls == [[1]]
+    assert elapsed < 1.0  # far below the 5 s cap: concurrency 1 never waits
+    assert left == 0
+
+
+def test_an_idle_slot_waits_for_a_request_already_on_its_way_and_sends_both_in_one_call():
+    async def main():
+        runner = FakeRunner(delay=0.0)
+        b, coming = _waiting_batcher(runner, wait_s=5.0)
+        first_token, second_token = coming.enter(), coming.enter()
+        first = asyncio.create_task(b.submit(_items(1), first_token))
+        await asyncio.sleep(0.05)
+        sent_before_second = list(runner.calls)
+        second = asyncio.create_task(b.submit(_items(2), second_token))
+        return await first, await second, sent_before_second, runner.calls
+
+    first, second, before, calls = asyncio.run(main())
+    assert before == []  # held: another request was still being preprocessed
+    assert calls == [[1, 2]]
+    assert first == [{"y": 10}] and second == [{"y": 20}]
+
+
+def test_the_wait_is_bounded_when_the_request_on_its_way_never_submits():
+    async def main():
+        runner = FakeRunner(delay=0.0)
+        b, coming = _waiting_batcher(runner, wait_s=0.05)
+        coming.enter()  # admitted, then stuck (never arrives, never leaves)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        out = await b.submit(_items(1), coming.enter())
+        return out, loop.time() - t0
+
+    out, elapsed = asyncio.run(main())
+    assert out == [{"y": 10}]
+    assert 0.04 <= elapsed < 1.0
+
+
+def test_a_request_that_ends_without_submitting_releases_the_waiting_batch_at_once():
+    async def main():
+        runner = FakeRunner(delay=0.0)
+        b, coming = _waiting_batcher(runner, wait_s=5.0)
+        rejected = coming.enter()  # e.g. a 422 after validation: its middleware calls the token on the way out
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        task = asyncio.create_task(b.submit(_items(1), coming.enter()))
+        await asyncio.sleep(0.05)
+        held = runner.calls == []
+        rejected()
+        rejected()  # idempotent: the count never goes below the requests really on their way
+        out = await task
+        return held, out, loop.time() - t0, coming.count
+
+    held, out, elapsed, left = asyncio.run(main())
+    assert held and out == [{"y": 10}]
+    assert elapsed < 1.0
+    assert left == 0
+
+
+def test_a_full_batch_does_not_wait_for_more():
+    async def main():
+        runner = FakeRunner(delay=0.0)
+        b, coming = _waiting_batcher(runner, wait_s=5.0, max_batch_size=2)
+        coming.enter()  # someone else on the way, but the batch is already full
+        out = await asyncio.wait_for(b.submit(_items(1, 2), coming.enter()), timeout=1.0)
+        return out, runner.calls
+
+    out, calls = asyncio.run(main())
+    assert out == [{"y": 10}, {"y": 20}] and calls == [[1, 2]]
 
 
 def test_batches_respect_max_batch_size_without_splitting_a_request():

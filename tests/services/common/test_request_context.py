@@ -1,0 +1,51 @@
+"""RequestContextMiddleware: every task request counts as on its way to a batcher until it submits or ends."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from services.common.batcher import approaching
+from services.common.request_context import RequestContextMiddleware
+
+
+def _app(seen: list[int], submit: bool, status: int = 200):
+    """An ASGI app standing in for a route: notes the text count, optionally 'submits', answers `status`."""
+
+    async def app(scope, receive, send):
+        await receive()
+        seen.append(approaching("text").count)
+        if submit:
+            scope["state"]["batch_arrival"]()
+            seen.append(approaching("text").count)
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+    return app
+
+
+def _post(app, path: str) -> int:
+    async def main():
+        transport = httpx.ASGITransport(app=RequestContextMiddleware(app, max_body_bytes=1024))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return (await client.post(path, json={"texts": ["hi"]})).status_code
+    return asyncio.run(main())
+
+
+def test_a_request_counts_until_it_reaches_its_batcher():
+    seen: list[int] = []
+    assert _post(_app(seen, submit=True), "/v1/classify") == 200
+    assert seen == [1, 0]
+    assert approaching("text").count == 0
+
+
+def test_a_request_that_never_submits_stops_counting_when_it_ends():
+    seen: list[int] = []
+    assert _post(_app(seen, submit=False, status=422), "/v1/classify") == 422
+    assert seen == [1]
+    assert approaching("text").count == 0  # otherwise every later batch would wait its full cap
+
+
+def test_requests_outside_the_task_routes_do_not_count():
+    seen: list[int] = []
+    assert _post(_app(seen, submit=False), "/v1/models") == 200
+    assert seen == [0]
