@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,10 +43,12 @@ class Approaching:
 
     def __init__(self) -> None:
         self.count = 0
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[weakref.WeakMethod] = []
 
     def listen(self, callback: Callable[[], None]) -> None:
-        self._listeners.append(callback)
+        """`callback` is a bound method, held weakly: a batcher that is gone stops listening."""
+        self._listeners = [ref for ref in self._listeners if ref() is not None]
+        self._listeners.append(weakref.WeakMethod(callback))
 
     def enter(self) -> Callable[[], None]:
         self.count += 1
@@ -56,8 +59,10 @@ class Approaching:
                 pending.clear()
                 self.count -= 1
                 if self.count == 0:
-                    for callback in self._listeners:
-                        callback()
+                    for ref in self._listeners:
+                        callback = ref()
+                        if callback is not None:
+                            callback()
         return arrived
 
 

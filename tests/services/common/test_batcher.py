@@ -226,3 +226,16 @@ def test_runner_client_uses_batchers_only_in_gateway_mode(mode, batchers, monkey
     assert bool(client.batchers) is batchers
     if batchers:
         assert client.batchers["text"].max_batch_size == 64
+
+
+def test_a_batcher_that_is_gone_stops_listening():
+    import gc
+
+    coming = Approaching()
+    b = SlotBatcher("text", FakeRunner().send, 8, 1, coming, 0.01)
+    assert len(coming._listeners) == 1
+    del b
+    gc.collect()
+    coming.enter()()  # the count falls to zero: nobody is called, nothing raises
+    alive = SlotBatcher("text", FakeRunner().send, 8, 1, coming, 0.01)  # registering prunes the dead reference
+    assert [ref() for ref in coming._listeners] == [alive._pump]
