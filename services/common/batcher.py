@@ -13,7 +13,7 @@ A request is never split across calls; one larger than `max_batch_size` goes alo
 One exception to "a lone request leaves at once": when other requests of the same task are already inside this API
 worker (admitted, still being parsed or preprocessed; `Approaching`), a batch for an idle slot waits for them, up to
 `coalesce_wait_s` from its oldest request. Under a closed-loop load at c=32 the first request back after a batch
-otherwise left alone each time, and 65% of the runner calls carried one text (docs/performance.md). At concurrency 1
+otherwise left alone each time, and half of the runner calls carried one text (docs/performance.md). At concurrency 1
 nobody is on the way, so nothing waits.
 """
 from __future__ import annotations
