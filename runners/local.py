@@ -27,8 +27,11 @@ class _AsyncApis:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         """Resolved once per API and kept: BentoML builds a new local caller on every attribute access."""
-        method = getattr(self._runner.instance, name)  # unknown APIs fail here, as on the proxy
-        executor = self._runner.compute if name in self._runner.model_apis else self._runner.control
+        instance = self._runner.instance
+        method = getattr(instance, name)  # unknown APIs fail here, as on the proxy
+        executor = self._runner.control
+        if name in self._runner.model_apis:  # the model slot itself: no request context, no wire format
+            method, executor = functools.partial(instance._serve, name), self._runner.compute
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(executor,

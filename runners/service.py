@@ -20,6 +20,7 @@ from models.cache import open_serving_registry
 from runners.faults import inject_faults
 from runners.pool import ModelPool
 from runners.ragged import length_buckets, pad_sequences
+from runners.wire import pickled_response, sent_pickle
 from services.detection.preprocess import network_input
 from services.common import heapdump, memory
 from services.common.metrics import observe_rss, settle_heap
@@ -51,6 +52,14 @@ LOAD_SECONDS = Gauge("triserve_model_load_seconds", "Load + verify + warm-up tim
 BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
                           ["slot", "model"],
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+
+def _answer(results: list[dict], ctx: bentoml.Context):
+    """Gateway-batched pickle calls get one pickled body (runners/wire.py); BentoML's dispatcher (runner batching)
+    needs the list to split it between the requests it merged, and other callers get BentoML's normal answer."""
+    if settings.runner.batching == "gateway" and sent_pickle(ctx):
+        return pickled_response(results)
+    return results
 
 
 def _batching(slot: str) -> dict:
@@ -157,28 +166,28 @@ class ModelRunner:
         return {model.input_names[0]: np.ascontiguousarray(np.stack(xs), dtype=np.float32)}
 
     @bentoml.api(**_batching("detection"))
-    def detection(self, items: list[dict]) -> list[dict]:
-        return self._serve("detection", items)
+    def detection(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        return _answer(self._serve("detection", items), ctx)
 
     @bentoml.api(**_batching("detection_fallback"))
-    def detection_fallback(self, items: list[dict]) -> list[dict]:
-        return self._serve("detection_fallback", items)
+    def detection_fallback(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        return _answer(self._serve("detection_fallback", items), ctx)
 
     @bentoml.api(**_batching("text"))
-    def text(self, items: list[dict]) -> list[dict]:
-        return self._serve("text", items)
+    def text(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        return _answer(self._serve("text", items), ctx)
 
     @bentoml.api(**_batching("text_fallback"))
-    def text_fallback(self, items: list[dict]) -> list[dict]:
-        return self._serve("text_fallback", items)
+    def text_fallback(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        return _answer(self._serve("text_fallback", items), ctx)
 
     @bentoml.api(**_batching("forecast"))
-    def forecast(self, items: list[dict]) -> list[dict]:
-        return self._serve("forecast", items)
+    def forecast(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        return _answer(self._serve("forecast", items), ctx)
 
     @bentoml.api(**_batching("forecast_fallback"))
-    def forecast_fallback(self, items: list[dict]) -> list[dict]:
-        return self._serve("forecast_fallback", items)
+    def forecast_fallback(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        return _answer(self._serve("forecast_fallback", items), ctx)
 
     @bentoml.api
     def status(self) -> dict:
