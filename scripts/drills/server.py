@@ -46,7 +46,9 @@ class Server:
     """`with Server(registry) as srv: srv.wait_ready(); ...` - always on 127.0.0.1."""
 
     def __init__(self, registry_dir: Path, env: dict[str, str] | None = None, log_path: Path | None = None,
-                 port: int | None = None):
+                 port: int | None = None, root: Path = ROOT):
+        """`root`: the source tree whose code is served (another checkout of the project, e.g. for an A/B of two
+        commits: scripts/bench/ab.py); this tree by default."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -62,7 +64,7 @@ class Server:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway", "--host", "127.0.0.1",
-             "--port", str(self.port)], cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+             "--port", str(self.port)], cwd=root, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)
         self._seen: set[int] = set()
 

@@ -1,0 +1,210 @@
+"""Paired A/B of two versions of the code: is a change faster, or did the host drift?
+
+    python -m scripts.bench.ab --base 66c22f8 --out docs/bench/ab_wire          # ~10 min: this tree vs 66c22f8
+    python -m scripts.bench.ab --base HEAD~1 --cells text:1 --rounds 2 --out /tmp/ab   # quick look
+
+Why: this shared 2-core host drifts 5-15% within an hour (the in-process text ceiling read 300-349 texts/s over one
+night), more than most single changes are worth, so numbers taken from two separate benchmark runs cannot tell a
+0.3 ms improvement from the weather. Here both versions run in the same session, alternating (A B, B A, ...), and
+every metric is reported as the per-round difference head - base: drift that hits both sides of a round cancels.
+
+The base is a git ref checked out (detached) into .cache/bench/ab/<sha>; the head is this working tree (or --head,
+another ref). Both serve the same registry (models/store here) with the same environment (compare.RAISED_LIMITS,
+ONNX Runtime intra-op --intra-op, plus --env). Per cell (task:concurrency): a warm-up cell, then a measured wrk
+closed-loop cell (server pinned to --server-cpu, load to --load-cpu): requests/s, p50, p99, and the CPU time per
+request of every server process (utime + stime from /proc over the measured cell); c=1 cells also take a sequential
+probe of the server's own stage timings (preprocess, queue = the gateway->runner hop, infer, postprocess).
+Writes <out>.json and <out>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, med_range
+from scripts.bench.knee import task_requests
+from scripts.bench.report import write_report
+from scripts.bench.textmix import ROOT
+
+WORKTREES = ROOT / ".cache" / "bench" / "ab"
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def checkout(ref: str) -> tuple[Path, str]:
+    """(source tree, commit) for a ref: a detached worktree under .cache/bench/ab, made once per commit."""
+    sha = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    tree = WORKTREES / sha[:12]
+    if not (tree / "services" / "gateway.py").exists():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        git("worktree", "add", "--force", "--detach", str(tree), sha)
+    return tree, sha
+
+
+def parse_cells(spec: str) -> list[tuple[str, int]]:
+    """"text:1,detection:1,text:32" -> [("text", 1), ("detection", 1), ("text", 32)]."""
+    cells = []
+    for part in spec.split(","):
+        task, _, conc = part.strip().partition(":")
+        if task not in ("text", "detection", "forecast") or not conc.isdigit() or int(conc) < 1:
+            raise ValueError(f"bad cell {part!r}: expected task:concurrency, task in text/detection/forecast")
+        cells.append((task, int(conc)))
+    return cells
+
+
+def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """utime + stime per service, summed over its worker processes."""
+    out = {}
+    for name, plist in pids.items():
+        total = 0.0
+        for pid in plist:
+            try:
+                total += sum(psutil.Process(pid).cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        out[name] = total
+    return out
+
+
+def stage_probe(requests: list[tuple[str, bytes]], n: int) -> dict[str, float]:
+    """Sequential requests; the median of each stage timing the server reports (and the client's latency)."""
+    client_ms, stages = [], {}
+    with httpx.Client(timeout=30) as client:
+        for i in range(n):
+            url, body = requests[i % len(requests)]
+            t0 = time.perf_counter()
+            r = client.post(url, content=body, headers={"content-type": "application/json"})
+            client_ms.append((time.perf_counter() - t0) * 1000)
+            for k, v in (r.json().get("timings") or {}).items() if r.status_code == 200 else ():
+                stages.setdefault(k, []).append(v)
+    return {"client_ms": statistics.median(client_ms), **{k: statistics.median(v) for k, v in stages.items()}}
+
+
+def measure_side(tree: Path, cells: list[tuple[str, int]], args, tmp: Path, tag: str) -> dict[str, dict]:
+    """Start the tree's server, run every cell, stop it: {"task:c": {metric: value}}."""
+    env = {**RAISED_LIMITS, "TRISERVE_RUNNER__INTRA_OP_THREADS": str(args.intra_op), **args.env}
+    peer = TriservePeer(tag, env, args.server_cpu, tmp / f"{tag}.log", Path(tempfile.mkdtemp(dir=tmp)), root=tree)
+    out: dict[str, dict] = {}
+    try:
+        peer.wait_ready()
+        pids = peer.pids()
+        served_from = {psutil.Process(pid).cwd() for plist in pids.values() for pid in plist}
+        if served_from != {str(tree)}:  # the workers import the code of their working directory
+            raise RuntimeError(f"{tag}: workers run in {served_from}, expected {tree}")
+        for task, conc in cells:
+            requests = task_requests(task, peer.url)
+            load_cell(args.generator, requests, conc, 0, args.warmup, args.max_requests, args.load_cpu)
+            before = cpu_seconds(pids)
+            cell = load_cell(args.generator, requests, conc, 0, args.duration, args.max_requests, args.load_cpu)
+            after = cpu_seconds(pids)
+            ok = max(cell.get("ok", 0), 1)
+            row = {"per_s": cell["texts_per_s"], "p50_ms": cell["latency_ms"]["p50"],
+                   "p99_ms": cell["latency_ms"]["p99"], "non_200": cell.get("non_200", 0),
+                   **{f"cpu_ms_per_request[{name}]": (after[name] - before[name]) / ok * 1000 for name in after}}
+            if conc == 1:
+                row.update({f"stage_{k}": v for k, v in stage_probe(requests, args.probe_requests).items()})
+            out[f"{task}:{conc}"] = {k: round(v, 4) for k, v in row.items()}
+            print(f"[ab] {tag} {task}:{conc} " + ", ".join(f"{k} {v:g}" for k, v in out[f"{task}:{conc}"].items()),
+                  flush=True)
+    finally:
+        peer.stop()
+    return out
+
+
+def paired(rounds: list[dict]) -> dict:
+    """Per cell and metric: base and head medians [ranges] and the per-round difference head - base."""
+    summary: dict[str, dict] = {}
+    for cell in rounds[0]["base"]:
+        metrics = sorted(set(rounds[0]["base"][cell]) & set(rounds[0]["head"][cell]))
+        summary[cell] = {}
+        for m in metrics:
+            base = [r["base"][cell][m] for r in rounds]
+            head = [r["head"][cell][m] for r in rounds]
+            summary[cell][m] = {"base": med_range(base), "head": med_range(head),
+                                "diff": med_range([h - b for h, b in zip(head, base)]),
+                                "head_wins": sum((h > b) if m == "per_s" else (h < b) for h, b in zip(head, base))}
+    return summary
+
+
+def to_markdown(res: dict) -> str:
+    def fmt(mr: dict) -> str:
+        return f"{mr['median']:g} [{mr['min']:g} - {mr['max']:g}]"
+
+    lines = [f"# Paired A/B: {res['head']['label']} vs {res['base']['label']} ({res['when']})", "",
+             f"Reproduce: `{res['command']}`", "",
+             f"Base {res['base']['commit'][:12]}, head {res['head']['label']}. {res['rounds']} rounds, order "
+             f"alternating (base first in odd rounds); per cell a {res['warmup_s']:g} s warm-up cell then "
+             f"{res['duration_s']:g} s measured ({res['generator']}, concurrency per cell); server on CPU "
+             f"{res['server_cpu']}, load on CPU {res['load_cpu']}; environment {res['env']}. Medians [min - max] over "
+             "rounds; **diff** is head - base within each round (drift shared by a round cancels); wins = rounds "
+             "where head was better (higher req/s, lower everything else).", "",
+             "| cell | metric | base | head | diff (head - base) | head better in |", "|---|---|---|---|---|---|"]
+    for cell, metrics in res["summary"].items():
+        for m, s in metrics.items():
+            if m == "non_200":
+                continue
+            lines.append(f"| {cell} | {m} | {fmt(s['base'])} | {fmt(s['head'])} | **{fmt(s['diff'])}** | "
+                         f"{s['head_wins']}/{res['rounds']} |")
+    errors = {cell: s["non_200"]["head"]["max"] + s["non_200"]["base"]["max"] for cell, s in res["summary"].items()
+              if "non_200" in s}
+    lines += ["", f"Non-200 answers (max per side, summed): {errors}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True, help="git ref of the baseline (checked out under .cache/bench/ab)")
+    ap.add_argument("--head", default=None, help="git ref of the candidate; default: this working tree as it is")
+    ap.add_argument("--cells", default="detection:1,text:1,text:32", help="task:concurrency, comma separated")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--probe-requests", type=int, default=100, help="sequential stage-timing requests per c=1 cell")
+    ap.add_argument("--max-requests", type=int, default=200_000, help="bound per cell")
+    ap.add_argument("--intra-op", type=int, default=1)
+    ap.add_argument("--env", default="", help="extra server environment for both sides, K=V,K=V")
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--load-cpu", type=int, default=1)
+    ap.add_argument("--generator", default=default_generator(), choices=("wrk", "aiohttp"))
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "ab")
+    args = ap.parse_args(argv)
+    args.env = dict(kv.split("=", 1) for kv in args.env.split(",") if kv)
+    cells = parse_cells(args.cells)
+    base_tree, base_sha = checkout(args.base)
+    if args.head:
+        head_tree, head_sha = checkout(args.head)
+        head_label = f"{args.head} ({head_sha[:12]})"
+    else:
+        head_tree, head_sha = ROOT, git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        head_label = f"working tree at {head_sha[:12]}" + (" with uncommitted changes" if dirty else "")
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="triserve-ab-") as tmp_name:
+        tmp = Path(tmp_name)
+        for i in range(args.rounds):
+            order = [("base", base_tree), ("head", head_tree)]
+            if i % 2:
+                order.reverse()
+            rounds.append({side: measure_side(tree, cells, args, tmp, f"r{i + 1}-{side}") for side, tree in order})
+    res = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+           "command": "python -m scripts.bench.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "base": {"label": args.base, "commit": base_sha}, "head": {"label": head_label, "commit": head_sha},
+           "rounds": args.rounds, "warmup_s": args.warmup, "duration_s": args.duration, "generator": args.generator,
+           "server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "env": args.env, "intra_op": args.intra_op,
+           "cells": [f"{t}:{c}" for t, c in cells], "per_round": rounds, "summary": paired(rounds)}
+    write_report(args.out, res, to_markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
