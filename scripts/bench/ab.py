@@ -1,6 +1,6 @@
 """Paired A/B of two versions of the code: is a change faster, or did the host drift?
 
-    python -m scripts.bench.ab --base 66c22f8 --out docs/bench/ab_wire          # ~10 min: this tree vs 66c22f8
+    python -m scripts.bench.ab --base 66c22f8 --out docs/bench/ab_wire          # ~12 min: this tree vs 66c22f8
     python -m scripts.bench.ab --base HEAD~1 --cells text:1 --rounds 2 --out /tmp/ab   # quick look
 
 Why: this shared 2-core host drifts 5-15% within an hour (the in-process text ceiling read 300-349 texts/s over one
@@ -10,10 +10,13 @@ every metric is reported as the per-round difference head - base: drift that hit
 
 The base is a git ref checked out (detached) into .cache/bench/ab/<sha>; the head is this working tree (or --head,
 another ref). Both serve the same registry (models/store here) with the same environment (compare.RAISED_LIMITS,
-ONNX Runtime intra-op --intra-op, plus --env). Per cell (task:concurrency): a warm-up cell, then a measured wrk
-closed-loop cell (server pinned to --server-cpu, load to --load-cpu): requests/s, p50, p99, and the CPU time per
-request of every server process (utime + stime from /proc over the measured cell); c=1 cells also take a sequential
-probe of the server's own stage timings (preprocess, queue = the gateway->runner hop, infer, postprocess).
+ONNX Runtime intra-op --intra-op, plus --env), and both are up at once in each round (fresh servers per round, both
+pinned to --server-cpu; the idle one costs next to nothing). Per cell (task:concurrency): a warm-up cell for each,
+then four measured wrk closed-loop cells in the order A B B A (B A A B in odd rounds; load pinned to --load-cpu), each
+side's two averaged: a drift during the cell cancels instead of landing on whichever side ran second. Metrics:
+requests/s, p50, p99, the CPU time per request of every server process (utime + stime from /proc over the measured
+cell); c=1 cells also take a sequential probe of the server's own stage timings (preprocess, queue = the
+gateway->runner hop, infer, postprocess).
 Writes <out>.json and <out>.md.
 """
 from __future__ import annotations
@@ -90,34 +93,61 @@ def stage_probe(requests: list[tuple[str, bytes]], n: int) -> dict[str, float]:
     return {"client_ms": statistics.median(client_ms), **{k: statistics.median(v) for k, v in stages.items()}}
 
 
-def measure_side(tree: Path, cells: list[tuple[str, int]], args, tmp: Path, tag: str) -> dict[str, dict]:
-    """Start the tree's server, run every cell, stop it: {"task:c": {metric: value}}."""
+def start(tree: Path, args, tmp: Path, tag: str) -> TriservePeer:
+    """A server of the tree's code (own BENTOML_HOME), pinned to the server CPU."""
     env = {**RAISED_LIMITS, "TRISERVE_RUNNER__INTRA_OP_THREADS": str(args.intra_op), **args.env}
-    peer = TriservePeer(tag, env, args.server_cpu, tmp / f"{tag}.log", Path(tempfile.mkdtemp(dir=tmp)), root=tree)
-    out: dict[str, dict] = {}
+    return TriservePeer(tag, env, args.server_cpu, tmp / f"{tag}.log", Path(tempfile.mkdtemp(dir=tmp)), root=tree)
+
+
+def cell_order(index: int) -> list[str]:
+    """The measured cells of one round: A B B A, mirrored every other round so neither side always goes first."""
+    first, second = ("base", "head") if index % 2 == 0 else ("head", "base")
+    return [first, second, second, first]
+
+
+def measure_cell(peer: TriservePeer, task: str, conc: int, args) -> dict[str, float]:
+    """One measured closed-loop cell (+ the stage probe at c=1): {metric: value}."""
+    requests = task_requests(task, peer.url)
+    pids = peer.pids()
+    before = cpu_seconds(pids)
+    cell = load_cell(args.generator, requests, conc, 0, args.duration, args.max_requests, args.load_cpu)
+    after = cpu_seconds(pids)
+    ok = max(cell.get("ok", 0), 1)
+    row = {"per_s": cell["texts_per_s"], "p50_ms": cell["latency_ms"]["p50"], "p99_ms": cell["latency_ms"]["p99"],
+           "non_200": cell.get("non_200", 0),
+           **{f"cpu_ms_per_request[{name}]": (after[name] - before[name]) / ok * 1000 for name in after}}
+    if conc == 1:
+        row.update({f"stage_{k}": v for k, v in stage_probe(requests, args.probe_requests).items()})
+    return row
+
+
+def measure_round(trees: dict[str, Path], cells: list[tuple[str, int]], args, tmp: Path, index: int) -> dict:
+    """Both versions resident at once; per cell A B B A (B A A B in odd rounds), so the two measurements of each side
+    sit symmetrically in time and a linear drift during the cell cancels. {side: {"task:c": {metric: mean}}}."""
+    peers = {side: start(tree, args, tmp, f"r{index + 1}-{side}") for side, tree in trees.items()}
+    out: dict[str, dict] = {side: {} for side in trees}
     try:
-        peer.wait_ready()
-        pids = peer.pids()
-        served_from = {psutil.Process(pid).cwd() for plist in pids.values() for pid in plist}
-        if served_from != {str(tree)}:  # the workers import the code of their working directory
-            raise RuntimeError(f"{tag}: workers run in {served_from}, expected {tree}")
+        for side, peer in peers.items():
+            peer.wait_ready()
+            served_from = {psutil.Process(pid).cwd() for plist in peer.pids().values() for pid in plist}
+            if served_from != {str(trees[side])}:  # the workers import the code of their working directory
+                raise RuntimeError(f"{side}: workers run in {served_from}, expected {trees[side]}")
+        order = cell_order(index)
         for task, conc in cells:
-            requests = task_requests(task, peer.url)
-            load_cell(args.generator, requests, conc, 0, args.warmup, args.max_requests, args.load_cpu)
-            before = cpu_seconds(pids)
-            cell = load_cell(args.generator, requests, conc, 0, args.duration, args.max_requests, args.load_cpu)
-            after = cpu_seconds(pids)
-            ok = max(cell.get("ok", 0), 1)
-            row = {"per_s": cell["texts_per_s"], "p50_ms": cell["latency_ms"]["p50"],
-                   "p99_ms": cell["latency_ms"]["p99"], "non_200": cell.get("non_200", 0),
-                   **{f"cpu_ms_per_request[{name}]": (after[name] - before[name]) / ok * 1000 for name in after}}
-            if conc == 1:
-                row.update({f"stage_{k}": v for k, v in stage_probe(requests, args.probe_requests).items()})
-            out[f"{task}:{conc}"] = {k: round(v, 4) for k, v in row.items()}
-            print(f"[ab] {tag} {task}:{conc} " + ", ".join(f"{k} {v:g}" for k, v in out[f"{task}:{conc}"].items()),
-                  flush=True)
+            key = f"{task}:{conc}"
+            for side in order[:2]:  # warm both before the first measured cell
+                load_cell(args.generator, task_requests(task, peers[side].url), conc, 0, args.warmup,
+                          args.max_requests, args.load_cpu)
+            samples: dict[str, list[dict]] = {side: [] for side in order[:2]}
+            for side in order:
+                samples[side].append(measure_cell(peers[side], task, conc, args))
+            for side, rows in samples.items():
+                out[side][key] = {m: round(statistics.fmean(r[m] for r in rows), 4) for m in rows[0]}
+                print(f"[ab] round {index + 1} {side} {key} " + ", ".join(f"{m} {v:g}" for m, v in out[side][key].items()),
+                      flush=True)
     finally:
-        peer.stop()
+        for peer in peers.values():
+            peer.stop()
     return out
 
 
@@ -142,9 +172,10 @@ def to_markdown(res: dict) -> str:
 
     lines = [f"# Paired A/B: {res['head']['label']} vs {res['base']['label']} ({res['when']})", "",
              f"Reproduce: `{res['command']}`", "",
-             f"Base {res['base']['commit'][:12]}, head {res['head']['label']}. {res['rounds']} rounds, order "
-             f"alternating (base first in odd rounds); per cell a {res['warmup_s']:g} s warm-up cell then "
-             f"{res['duration_s']:g} s measured ({res['generator']}, concurrency per cell); server on CPU "
+             f"Base {res['base']['commit'][:12]}, head {res['head']['label']}. {res['rounds']} rounds, both servers "
+             f"up in each round; per cell a {res['warmup_s']:g} s warm-up cell each, then four {res['duration_s']:g} s "
+             f"measured cells A B B A (base first in odd rounds), each side's two averaged ({res['generator']}, "
+             f"concurrency per cell); server on CPU "
              f"{res['server_cpu']}, load on CPU {res['load_cpu']}; environment {res['env']}. Medians [min - max] over "
              "rounds; **diff** is head - base within each round (drift shared by a round cancels); wins = rounds "
              "where head was better (higher req/s, lower everything else).", "",
@@ -192,10 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="triserve-ab-") as tmp_name:
         tmp = Path(tmp_name)
         for i in range(args.rounds):
-            order = [("base", base_tree), ("head", head_tree)]
-            if i % 2:
-                order.reverse()
-            rounds.append({side: measure_side(tree, cells, args, tmp, f"r{i + 1}-{side}") for side, tree in order})
+            rounds.append(measure_round({"base": base_tree, "head": head_tree}, cells, args, tmp, i))
     res = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "command": "python -m scripts.bench.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
            "base": {"label": args.base, "commit": base_sha}, "head": {"label": head_label, "commit": head_sha},

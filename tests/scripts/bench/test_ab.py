@@ -16,6 +16,14 @@ def test_cells_parse_and_bad_ones_are_refused():
             ab.parse_cells(bad)
 
 
+def test_each_side_is_measured_twice_symmetrically_and_goes_first_every_other_round():
+    assert ab.cell_order(0) == ["base", "head", "head", "base"]
+    assert ab.cell_order(1) == ["head", "base", "base", "head"]
+    # a drift linear in time lands equally on both sides: mean positions 0+3 and 1+2
+    order = ab.cell_order(0)
+    assert sum(i for i, s in enumerate(order) if s == "base") == sum(i for i, s in enumerate(order) if s == "head")
+
+
 def _round(base: dict, head: dict) -> dict:
     return {"base": {"text:1": base}, "head": {"text:1": head}}
 
