@@ -23,7 +23,7 @@ from services.common.admission import AdmissionControl
 from services.common.breaker import CircuitBreaker
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError, InvalidOutput
-from services.common.metrics import DEGRADED, REJECTED
+from services.common.metrics import DEGRADED, REJECTED, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 
@@ -176,8 +176,8 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
 def _count(gateway: Any, slot: str, version: str, role: str, ok: bool, started: float) -> None:
     """Per-version metrics, and the canary verdict: a canary worse than allowed is withdrawn on the spot."""
     seconds = time.perf_counter() - started
-    VERSION_REQUESTS.labels(slot, version, role, "ok" if ok else "error").inc()
-    VERSION_SECONDS.labels(slot, version, role).observe(seconds)
+    labelled(VERSION_REQUESTS, slot, version, role, "ok" if ok else "error").inc()
+    labelled(VERSION_SECONDS, slot, version, role).observe(seconds)
     gateway.canary.record(slot, role, ok, seconds)
     if role == "canary":
         verdict = gateway.canary.verdict(slot)

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.batcher import approaching
 from services.common.errors import ErrorBody, ErrorResponse
-from services.common.metrics import INFLIGHT, REJECTED, REQUESTS, observe_rss
+from services.common.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
 from services.common.request_log import RequestLog
 
 _tracer: trace.Tracer | None = None  # BentoML's, on first use (its provider is not OpenTelemetry's global one)
@@ -122,7 +122,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 if task:
-                    REQUESTS.labels(task, str(message["status"])).inc()
+                    labelled(REQUESTS, task, str(message["status"])).inc()
                 hdrs = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 hdrs.append((b"x-request-id", rid.encode()))
                 message = {**message, "headers": hdrs}
@@ -155,7 +155,7 @@ class RequestContextMiddleware:
                               "requests in flight", {"limit": self.max_inflight}, rid, {b"retry-after": b"1"})
             return
         if task:
-            INFLIGHT.labels(task).inc()
+            labelled(INFLIGHT, task).inc()
             self.inflight[task] = self.inflight.get(task, 0) + 1
             state["batch_arrival"] = approaching(task).enter()  # on its way to a batcher until it submits
         try:
@@ -165,7 +165,7 @@ class RequestContextMiddleware:
         finally:
             if task:
                 state["batch_arrival"]()  # no-op once the request reached its batcher
-                INFLIGHT.labels(task).dec()
+                labelled(INFLIGHT, task).dec()
                 self.inflight[task] -= 1
                 observe_rss("gateway")
                 if self.log:

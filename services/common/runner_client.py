@@ -15,7 +15,7 @@ import aiohttp
 
 from services.common.batcher import SlotBatcher, approaching
 from services.common.errors import ApiError
-from services.common.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES
+from services.common.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
 
 log = logging.getLogger("triserve.runner_client")
 
@@ -35,7 +35,7 @@ async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backof
     """runner.<slot>(payload) with bounded retries on transport errors; failures become a 503 ApiError."""
     method = getattr(runner.to_async, slot)
     attempt = 0
-    RUNNER_INFLIGHT.labels(slot).inc()
+    labelled(RUNNER_INFLIGHT, slot).inc()
     try:
         while True:
             try:
@@ -51,7 +51,7 @@ async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backof
                 raise ApiError(503, "runner_unavailable", f"model runner for {slot} failed",
                                {"slot": slot, "reason": type(exc).__name__}, headers={"Retry-After": "1"}) from exc
     finally:
-        RUNNER_INFLIGHT.labels(slot).dec()
+        labelled(RUNNER_INFLIGHT, slot).dec()
 
 
 class RunnerClient:

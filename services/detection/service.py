@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from configs.settings import DetectionLimits
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from services.common.metrics import ITEMS
+from services.common.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo
@@ -45,7 +45,7 @@ class DetectionPipeline:
 
     async def detect(self, gateway, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
                      call: CallContext) -> DetectResponse:
-        ITEMS.labels("detection").observe(len(images))
+        labelled(ITEMS, "detection").observe(len(images))
         prepared: dict[ServedModel, tuple[list[np.ndarray], list]] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:

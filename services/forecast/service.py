@@ -11,7 +11,7 @@ from configs.settings import ForecastLimits
 from models.manifest import Manifest
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from services.common.metrics import ITEMS
+from services.common.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
@@ -73,7 +73,7 @@ class ForecastPipeline:
             raise ApiError(422, "input_out_of_range", "the series' last window swings far beyond anything the model "
                            "was trained on", {"max_deviation_in_scale_units": round(float(np.abs(scaled).max()), 1),
                                              "limit": MAX_INPUT_DEVIATION})
-        ITEMS.labels("forecast").observe(1)
+        labelled(ITEMS, "forecast").observe(1)
         levels: dict[ServedModel, np.ndarray] = {}
         spreads: dict[ServedModel, float] = {}
 

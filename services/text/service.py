@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 from configs.settings import TextLimits
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from services.common.metrics import ITEMS
+from services.common.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
@@ -63,7 +63,7 @@ class TextPipeline:
     async def classify(self, gateway, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
         clock = StageClock()
         texts = self.validate(body)
-        ITEMS.labels("text").observe(len(texts))
+        labelled(ITEMS, "text").observe(len(texts))
         encoded: dict[ServedModel, tuple[list[np.ndarray], list[bool]]] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:

@@ -1,4 +1,5 @@
-"""GC pause accounting: the collector callback must only record (no prometheus call inside a collection)."""
+"""Service metrics helpers: GC pause accounting (the collector callback must only record, no prometheus call inside a
+collection) and remembered labelled children."""
 from __future__ import annotations
 
 import gc
@@ -27,3 +28,17 @@ def test_gc_pauses_are_recorded_by_the_callback_and_observed_only_when_drained()
     finally:
         gc.callbacks[:] = callbacks
         gc.unfreeze()
+
+
+def test_labelled_children_are_the_metrics_own_and_looked_up_once():
+    from prometheus_client import CollectorRegistry, Counter
+
+    from services.common.metrics import labelled
+
+    counter = Counter("triserve_test_labelled_total", "test", ["task", "status"], registry=CollectorRegistry())
+    child = labelled(counter, "text", "200")
+    assert child is labelled(counter, "text", "200") is counter.labels("text", "200")  # same child, cached
+    assert labelled(counter, "text", "503") is not child
+    child.inc()
+    labelled(counter, "text", "200").inc(2)
+    assert counter.labels("text", "200")._value.get() == 3.0
