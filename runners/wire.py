@@ -3,8 +3,8 @@
 Why: BentoML's own response path, for an API typed `list[dict]`, derives the output's JSON schema on every call (to
 choose a media type), dumps the model, and pickles with out-of-band buffers, sending every numpy row as its own chunk
 through five ASGI send wrappers (18 sends for a batch of 16). Measured paired against the previous code on one core
-(docs/bench/ab_wire.md): the gateway->runner hop at concurrency 1 0.51 ms shorter for detection, 0.26 ms for text,
-runner CPU 0.85 ms less per detection call; no measurable change of text throughput at concurrency 32. BentoML passes
+(docs/bench/ab_wire.md): the gateway->runner hop at concurrency 1 0.43 ms shorter for detection, 0.39 ms for text,
+runner CPU 0.5-0.6 ms less per call; no measurable change of text throughput at concurrency 32. BentoML passes
 a returned starlette Response through untouched, and its pickle client reads a single in-band body when the
 `buffer-lengths` header names only it, so the gateway side is unchanged.
 
