@@ -5,8 +5,8 @@
 
 Why: this shared 2-core host drifts 5-15% within an hour (the in-process text ceiling read 300-349 texts/s over one
 night), more than most single changes are worth, so numbers taken from two separate benchmark runs cannot tell a
-0.3 ms improvement from the weather. Here both versions run in the same session, alternating (A B, B A, ...), and
-every metric is reported as the per-round difference head - base: drift that hits both sides of a round cancels.
+0.3 ms improvement from the weather. Here both versions run in the same session, interleaved cell by cell (below),
+and every metric is reported as the per-round difference head - base: drift shared by both sides cancels.
 
 The base is a git ref checked out (detached) into .cache/bench/ab/<sha>; the head is this working tree (or --head,
 another ref). Both serve the same registry (models/store here) with the same environment (compare.RAISED_LIMITS,
@@ -29,13 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, med_range
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, med_range, timings_probe
 from scripts.bench.knee import task_requests
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
+from scripts.bench.tuning import cpu_seconds
 
 WORKTREES = ROOT / ".cache" / "bench" / "ab"
 
@@ -65,34 +65,6 @@ def parse_cells(spec: str) -> list[tuple[str, int]]:
     return cells
 
 
-def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
-    """utime + stime per service, summed over its worker processes."""
-    out = {}
-    for name, plist in pids.items():
-        total = 0.0
-        for pid in plist:
-            try:
-                total += sum(psutil.Process(pid).cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        out[name] = total
-    return out
-
-
-def stage_probe(requests: list[tuple[str, bytes]], n: int) -> dict[str, float]:
-    """Sequential requests; the median of each stage timing the server reports (and the client's latency)."""
-    client_ms, stages = [], {}
-    with httpx.Client(timeout=30) as client:
-        for i in range(n):
-            url, body = requests[i % len(requests)]
-            t0 = time.perf_counter()
-            r = client.post(url, content=body, headers={"content-type": "application/json"})
-            client_ms.append((time.perf_counter() - t0) * 1000)
-            for k, v in (r.json().get("timings") or {}).items() if r.status_code == 200 else ():
-                stages.setdefault(k, []).append(v)
-    return {"client_ms": statistics.median(client_ms), **{k: statistics.median(v) for k, v in stages.items()}}
-
-
 def start(tree: Path, args, tmp: Path, tag: str) -> TriservePeer:
     """A server of the tree's code (own BENTOML_HOME), pinned to the server CPU."""
     env = {**RAISED_LIMITS, "TRISERVE_RUNNER__INTRA_OP_THREADS": str(args.intra_op), **args.env}
@@ -108,16 +80,17 @@ def cell_order(index: int) -> list[str]:
 def measure_cell(peer: TriservePeer, task: str, conc: int, args) -> dict[str, float]:
     """One measured closed-loop cell (+ the stage probe at c=1): {metric: value}."""
     requests = task_requests(task, peer.url)
-    pids = peer.pids()
-    before = cpu_seconds(pids)
+    before = cpu_seconds(peer)
     cell = load_cell(args.generator, requests, conc, 0, args.duration, args.max_requests, args.load_cpu)
-    after = cpu_seconds(pids)
+    after = cpu_seconds(peer)
     ok = max(cell.get("ok", 0), 1)
     row = {"per_s": cell["texts_per_s"], "p50_ms": cell["latency_ms"]["p50"], "p99_ms": cell["latency_ms"]["p99"],
            "non_200": cell.get("non_200", 0),
            **{f"cpu_ms_per_request[{name}]": (after[name] - before[name]) / ok * 1000 for name in after}}
     if conc == 1:
-        row.update({f"stage_{k}": v for k, v in stage_probe(requests, args.probe_requests).items()})
+        probe = timings_probe(requests, args.probe_requests)
+        row.update({"stage_client_ms": probe["client_ms_p50"],
+                    **{f"stage_{k}": v for k, v in probe["server_timings_ms_p50"].items()}})
     return row
 
 

@@ -438,20 +438,22 @@ def check_agreement(servers: dict, texts: list[str], n: int = 48) -> dict:
                                          for k, v in labels.items()}}
 
 
-def timings_probe(system: str, url: str, texts: list[str], n: int = 200) -> dict:
-    """Sequential (c=1) requests to a triserve instance: client latency next to the server's own stage timings."""
+def timings_probe(requests: list[tuple[str, bytes]], n: int = 200) -> dict:
+    """Sequential (c=1) requests to a triserve instance, cycling through `requests` ((url, JSON body) pairs): client
+    latency next to the server's own stage timings (medians over the answers with status 200)."""
     import httpx
 
     client_ms, stages = [], {}
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=60) as client:
         for i in range(n):
-            u, body = request_for(system, url, texts[i % len(texts)])
+            url, body = requests[i % len(requests)]
             t0 = time.perf_counter()
-            r = client.post(u, content=body, headers={"content-type": "application/json"})
+            r = client.post(url, content=body, headers={"content-type": "application/json"})
             client_ms.append((time.perf_counter() - t0) * 1000)
-            for k, v in (r.json().get("timings") or {}).items():
-                if isinstance(v, (int, float)):
-                    stages.setdefault(k, []).append(v)
+            if r.status_code == 200:
+                for k, v in (r.json().get("timings") or {}).items():
+                    if isinstance(v, (int, float)):
+                        stages.setdefault(k, []).append(v)
     return {"requests": n, "client_ms_p50": round(float(np.median(client_ms)), 3),
             "server_timings_ms_p50": {k: round(float(np.median(v)), 3) for k, v in stages.items()}}
 
@@ -821,7 +823,7 @@ def main() -> None:
             load_cell(args.load_generator, requests[name], 1, 1.5, 0.0, 5000, args.load_cpu)
         for name in TRISERVE_SYSTEMS:  # c=1 stage timings before any concurrent load...
             if name in servers:
-                breakdown[f"{name}/fresh"] = timings_probe(name, servers[name][1], texts, 100)
+                breakdown[f"{name}/fresh"] = timings_probe(requests[name], 100)
         for r in range(args.rounds):
             rec: dict = {"batch_histograms": {}}
             for name in args.systems:
@@ -856,7 +858,7 @@ def main() -> None:
                 print(f"[compare] open loop {args.open_loop_rate}/s {name}: {open_cells[name]}", file=sys.stderr)
         for name in TRISERVE_SYSTEMS:
             if name in servers:
-                breakdown[f"{name}/after_rounds"] = timings_probe(name, servers[name][1], texts, 100)  # ...and after
+                breakdown[f"{name}/after_rounds"] = timings_probe(requests[name], 100)  # ...and after
         if args.profile:
             profile = run_profile(args, servers, requests, args.out)
     finally:

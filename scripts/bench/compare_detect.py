@@ -74,6 +74,7 @@ from scripts.bench.compare import (
     med_range,
     pinned,
     plot_rounds,
+    timings_probe,
 )
 from scripts.bench import batch_hist
 from scripts.bench.report import write_report
@@ -403,25 +404,6 @@ def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
     return servers, skipped
 
 
-def timings_probe(url: str, b64s: list[str], n: int = 50) -> dict:
-    """Sequential (c=1) requests to a triserve instance: client latency next to the server's own stage timings."""
-    import httpx
-
-    client_ms, stages = [], {}
-    with httpx.Client(timeout=60) as client:
-        for i in range(n):
-            u, body = request_for("triserve", url, b64s[i % len(b64s)])
-            t0 = time.perf_counter()
-            r = client.post(u, content=body, headers={"content-type": "application/json"})
-            client_ms.append((time.perf_counter() - t0) * 1000)
-            if r.status_code == 200:
-                for k, v in (r.json().get("timings") or {}).items():
-                    if isinstance(v, (int, float)):
-                        stages.setdefault(k, []).append(v)
-    return {"requests": n, "client_ms_p50": round(float(np.median(client_ms)), 3),
-            "server_timings_ms_p50": {k: round(float(np.median(v)), 3) for k, v in stages.items()}}
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # summary
 # --------------------------------------------------------------------------------------------------------------------
@@ -616,7 +598,7 @@ def main() -> None:
             load_cell(args.load_generator, requests[name], 1, 1.5, 0.0, 5000, args.load_cpu)
         for name in TRISERVE_SYSTEMS:  # c=1 stage timings before any concurrent load...
             if name in servers:
-                breakdown[f"{name}/fresh"] = timings_probe(servers[name][1], b64s, args.probe_requests)
+                breakdown[f"{name}/fresh"] = timings_probe(requests[name], args.probe_requests)
         for r in range(args.rounds):
             rec: dict = {"batch_histograms": {}}
             for name in args.systems:
@@ -648,7 +630,7 @@ def main() -> None:
             rounds.append(rec)
         for name in TRISERVE_SYSTEMS:
             if name in servers:
-                breakdown[f"{name}/after_rounds"] = timings_probe(servers[name][1], b64s, args.probe_requests)
+                breakdown[f"{name}/after_rounds"] = timings_probe(requests[name], args.probe_requests)
     finally:
         for name, (peer, _) in servers.items():
             try:
