@@ -1,7 +1,7 @@
 """Typed serving configuration.
 
 Loaded from configs/serving.yaml (or the file named by TRISERVE_CONFIG), then overridden by environment variables with
-the TRISERVE_ prefix and '__' between levels, e.g. TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=64 or
+the TRISERVE_ prefix and '__' between levels, e.g. TRISERVE_LIMITS__TEXT__MAX_TEXTS=32 or
 TRISERVE_REGISTRY_DIR=/models. Every field says what it does; invalid combinations fail at startup, not at request time.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -42,39 +42,24 @@ class Batching(_Section):
 
 
 class ModelSlot(_Section):
-    """Which registry model serves a slot, and how its runner API batches."""
+    """Which registry model serves a slot (a deployment's primary or fallback), and how it batches."""
 
     name: str = Field(description="Model name in the registry.")
     ref: str = Field("stable", description="Alias or version to load.")
     batching: Batching = Field(default_factory=Batching)
 
 
-class TaskModels(_Section):
-    primary: ModelSlot
-    fallback: ModelSlot = Field(description="Degraded, cheaper model with the same input/output contract.")
 
 
-class DetectionLimits(_Section):
-    max_images: int = Field(8, ge=1, le=64, description="Images per request.")
-    max_image_bytes: int = Field(10 * 2**20, ge=1024, description="Encoded bytes per image.")
-    max_pixels: int = Field(40_000_000, ge=1, description="width*height cap, checked from the header before decoding.")
-    conf_threshold: float = Field(0.25, ge=0, le=1, description="Default confidence threshold.")
-    iou_threshold: float = Field(0.45, ge=0, le=1, description="Default NMS IoU threshold.")
-    pre_nms_topk: int = Field(1000, ge=1, le=100_000, description="Candidates kept before NMS (bounds NMS cost).")
-    max_detections: int = Field(100, ge=1, le=1000, description="Default and cap of detections per image.")
 
 
-class TextLimits(_Section):
-    max_texts: int = Field(64, ge=1, le=1024, description="Texts per request.")
-    max_chars: int = Field(2000, ge=1, le=100_000, description="Characters per text (longer: 422, not truncated).")
-    max_top_k: int = Field(10, ge=1, description="Cap on top_k labels returned.")
 
 
-class ForecastLimits(_Section):
-    max_points: int = Field(10_000, ge=10, description="History points per series.")
-    max_horizon: int = Field(36, ge=1, description="Steps ahead (beyond the model's horizon: 422).")
-    max_gap_fraction: float = Field(0.2, ge=0, le=1, description="Share of imputed points above which a series is "
-                                                               "refused (422) rather than silently invented.")
+class SlotOverride(_Section):
+    """Environment-level changes to one configured slot (Settings.slots)."""
+
+    ref: str | None = Field(None, description="Alias or version to serve instead of the configured one.")
+    batching: dict[str, Any] = Field(default_factory=dict, description="Batching fields to replace.")
 
 
 class FaultInjection(_Section):
@@ -140,7 +125,7 @@ class GatewaySettings(_Section):
                                     "accelerators with idle time between calls.")
     coalesce_wait_ms: float = Field(
         2.0, ge=0, le=100, description="runner.batching=gateway: how long a batch for an idle slot may wait for "
-                                       "requests of its task that this API worker has already admitted and is still "
+                                       "requests of its deployment that this API worker has already admitted and is still "
                                        "parsing or preprocessing (0: never wait). Nobody is on the way at "
                                        "concurrency 1, so a lone request still leaves at once.")
     runner_retries: int = Field(3, ge=0, le=10, description="Retries of an idempotent runner call on a transport "
@@ -160,7 +145,7 @@ class Admission(_Section):
     """Bounded queues and overload routing, per model slot and API worker."""
 
     max_inflight_requests: int = Field(
-        128, ge=1, description="Task requests one API worker handles at once; beyond it a request is refused 503 "
+        128, ge=1, description="Inference requests one API worker handles at once; beyond it a request is refused 503 "
                                "before its body is even read (the cheapest possible rejection under overload).")
 
     max_inflight_items: int = Field(512, ge=1, description="Items queued or computing per slot; beyond: reject "
@@ -197,13 +182,14 @@ class AccessSettings(_Section):
                                                        "when anonymous), per API worker.")
     burst: int = Field(400, ge=1, description="Bucket size: the largest burst accepted at once.")
     max_clients: int = Field(10_000, ge=1, description="Buckets kept (least recently used evicted): bounded memory.")
-    task_rate_per_s: dict[Literal["detection", "text", "forecast"], float] = Field(
+    deployment_rate_per_s: dict[str, float] = Field(
         default_factory=dict,
-        description="Capacity limit per task for the whole instance (all clients, split evenly over the API "
+        description="Capacity limit per deployment for the whole instance (all clients, split evenly over the API "
                     "workers): requests/s beyond it get 429 before any work. Set to 80% of the measured latency "
-                    "knee by `python -m scripts.bench.knee --write-config`; a task not listed is not limited.")
-    task_burst_s: float = Field(0.5, gt=0, le=60, description="Capacity bucket size, in seconds of the task rate.")
-    capacity_limits: bool = Field(True, description="Apply task_rate_per_s (false: measuring the knee, tests on "
+                    "knee by `python -m scripts.bench.knee --write-config`; a deployment not listed is not limited.")
+    deployment_burst_s: float = Field(0.5, gt=0, le=60, description="Capacity bucket size, in seconds of the "
+                                                                    "deployment's rate.")
+    capacity_limits: bool = Field(True, description="Apply deployment_rate_per_s (false: measuring the knee, tests on "
                                                     "other models). A switch, because environment dicts are merged "
                                                     "into the YAML's rather than replacing them.")
 
@@ -305,12 +291,19 @@ class Settings(BaseSettings):
     port: int = Field(3000, ge=1, le=65535)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
-    detection: TaskModels
-    text: TaskModels
-    forecast: TaskModels
-    detection_limits: DetectionLimits = Field(default_factory=DetectionLimits)
-    text_limits: TextLimits = Field(default_factory=TextLimits)
-    forecast_limits: ForecastLimits = Field(default_factory=ForecastLimits)
+    deployments_state_file: Path = Field(
+        PROJECT_ROOT / ".cache" / "deployments.json",
+        description="Where deployments added, changed or removed at run time are persisted (the whole repository); "
+                    "when it exists it is served instead of configs/models.yaml (TRISERVE_MODELS_FILE). Delete it "
+                    "to go back to the file.")
+    slots: dict[str, SlotOverride] = Field(
+        default_factory=dict,
+        description="Overrides per slot ('<deployment>' or '<deployment>_fallback') on top of configs/models.yaml, "
+                    "e.g. TRISERVE_SLOTS__INTENT__REF=canary or TRISERVE_SLOTS__INTENT__BATCHING__MAX_BATCH_SIZE=8: "
+                    "how a deploy config, a canary or a benchmark changes a model without its own models file.")
+    limits: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Request limits per model family (families/<family>/limits.py documents "
+                                          "them), e.g. {text: {max_texts: 32}}; deployments may override them.")
     grpc: GrpcSettings = Field(default_factory=GrpcSettings)
     deadlines: Deadlines = Field(default_factory=Deadlines)
     admission: Admission = Field(default_factory=Admission)
@@ -322,12 +315,18 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
-    def _distinct_models(self) -> "Settings":
-        for task in ("detection", "text", "forecast"):
-            tm: TaskModels = getattr(self, task)
-            if tm.primary.name == tm.fallback.name and tm.primary.ref == tm.fallback.ref:
-                raise ValueError(f"{task}: primary and fallback must differ")
+    def _known_family_limits(self) -> "Settings":
+        import families  # the registry only; family modules load lazily
+
+        for name, values in self.limits.items():
+            families.limits_model(name).model_validate(values)  # unknown family or field: fails at startup
         return self
+
+    def family_limits(self, family: str, overrides: dict[str, Any] | None = None):
+        """The typed limits of a family, with a deployment's overrides applied."""
+        import families
+
+        return families.limits_model(family).model_validate({**self.limits.get(family, {}), **(overrides or {})})
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

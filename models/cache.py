@@ -184,19 +184,10 @@ class ServingRegistry(LocalRegistry):
         return super().load_verified(name, ref)
 
 
-def serving_slots(settings) -> list[tuple[str, str]]:
-    slots = []
-    for task in ("detection", "text", "forecast"):
-        tm = getattr(settings, task)
-        for slot in (tm.primary, tm.fallback):
-            if (slot.name, slot.ref) not in slots:
-                slots.append((slot.name, slot.ref))
-    return slots
-
-
-def open_serving_registry(settings) -> LocalRegistry:
+def open_serving_registry(settings, repository) -> LocalRegistry:
     """The registry the runner and the gateway load from: registry_dir as today when registry_uri is unset (or names
-    a local directory), else the verified cache filled from registry_uri with every configured slot."""
+    a local directory), else the verified cache filled from registry_uri with every model of the repository's
+    deployments (configs/deployments.ModelRepository); models of deployments added later are pulled on demand."""
     uri = getattr(settings, "registry_uri", None)
     if not uri:
         return LocalRegistry(settings.registry_dir)
@@ -209,7 +200,7 @@ def open_serving_registry(settings) -> LocalRegistry:
     registry = ServingRegistry(Path(settings.model_cache_dir), uri, settings.registry_retries,
                                settings.registry_backoff_s)
     started = time.monotonic()
-    for name, ref in serving_slots(settings):
+    for name, ref in dict.fromkeys((m.name, m.ref) for m in repository.slots.values()):
         registry.fetch(name, ref)
     log.info("model cache %s ready for %d slots in %.2fs (%d not ready)", registry.root,
              len(registry._fetched), time.monotonic() - started, len(registry.errors))

@@ -40,7 +40,7 @@ class TensorSpec(_Strict):
 
 
 class DetectionPreprocess(_Strict):
-    """Letterbox parameters (services/detection/preprocess.py is the implementation)."""
+    """Letterbox parameters (families/detection/preprocess.py is the implementation)."""
 
     kind: Literal["detection"] = "detection"
     imgsz: int = Field(gt=0, description="Square network input side in pixels.")
@@ -52,7 +52,7 @@ class DetectionPreprocess(_Strict):
 
 
 class TextPreprocess(_Strict):
-    """Tokenisation parameters (services/text/preprocess.py is the implementation)."""
+    """Tokenisation parameters (families/text/preprocess.py is the implementation)."""
 
     kind: Literal["text"] = "text"
     tokenizer_file: str = Field(description="tokenizer.json inside the artifact.")
@@ -62,7 +62,7 @@ class TextPreprocess(_Strict):
 
 
 class ForecastPreprocess(_Strict):
-    """Windowing and scaling parameters (services/forecast/preprocess.py is the implementation)."""
+    """Windowing and scaling parameters (families/forecast/preprocess.py is the implementation)."""
 
     kind: Literal["forecast"] = "forecast"
     context: int = Field(gt=0, description="Points in the model's input window, ending at the last observation.")

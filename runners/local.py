@@ -30,8 +30,8 @@ class _AsyncApis:
         instance = self._runner.instance
         method = getattr(instance, name)  # unknown APIs fail here, as on the proxy
         executor = self._runner.control
-        if name in self._runner.model_apis:  # the model slot itself: no request context, no wire format
-            method, executor = functools.partial(instance._serve, name), self._runner.compute
+        if name in self._runner.model_apis:  # model calls: no request context, no wire format
+            method, executor = instance._serve, self._runner.compute
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(executor,

@@ -6,6 +6,7 @@ the manifest's input specs and a few representative sizes.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -14,14 +15,16 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+import families
 from configs.settings import RunnerSettings
 from models.manifest import Manifest, TensorSpec
 from models.registry import LocalRegistry
 
 log = logging.getLogger("triserve.runner")
 
-# Representative sizes for dynamic axes during warm-up, per axis name; unnamed/unknown axes get 1.
-WARMUP_AXIS_SIZES = {"batch": (1, 8), "sequence": (8, 64), "height": (None,), "width": (None,)}
+# Representative sizes for dynamic axes during warm-up; the model's family adds its own (image side, sequence
+# lengths); other dynamic axes get 1.
+WARMUP_BATCHES = (1, 8)
 
 
 @dataclass
@@ -92,33 +95,28 @@ def _dtype(spec: TensorSpec) -> np.dtype:
 
 
 def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
-    """Inputs of representative shapes: small and larger batches, short and long sequences, the served image size."""
-    pre = manifest.preprocess
+    """Inputs of representative shapes: small and larger batches (1 only for a fixed-batch graph) times the sizes
+    the model's family serves on its other dynamic axes (families/<family>/runtime.warmup_sizes)."""
+    axes = families.runtime(manifest.task).warmup_sizes(manifest)
+    batches = (1,) if fixed_batch(manifest) else WARMUP_BATCHES
+    variants = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] or [{}]
     feeds = []
-    batches = WARMUP_AXIS_SIZES["batch"]
-    seqs = WARMUP_AXIS_SIZES["sequence"]
-    if pre.kind == "text":
-        seqs = tuple(sorted({min(s, pre.max_length) for s in seqs} | {pre.max_length}))
     for b in batches:
-        for s in (seqs if pre.kind == "text" else (None,)):
+        for sizes in variants:
             feed = {}
             for spec in manifest.inputs:
-                shape = []
-                for dim in spec.shape:
-                    if isinstance(dim, int):
-                        shape.append(dim)
-                    elif dim == "batch":
-                        shape.append(b)
-                    elif dim == "sequence":
-                        shape.append(s)
-                    elif dim in ("height", "width") and pre.kind == "detection":
-                        shape.append(pre.imgsz)
-                    else:
-                        shape.append(1)
+                shape = [dim if isinstance(dim, int) else b if i == 0 else sizes.get(dim, 1)
+                         for i, dim in enumerate(spec.shape)]
                 dt = _dtype(spec)
                 feed[spec.name] = np.ones(shape, dtype=dt) if dt.kind in "iu" else np.zeros(shape, dtype=dt)
             feeds.append(feed)
     return feeds
+
+
+def fixed_batch(manifest: Manifest) -> bool:
+    """A graph whose batch dimension is pinned to 1 (many users' ONNX exports): the runner feeds it item by item."""
+    first = manifest.inputs[0].shape if manifest.inputs else []
+    return bool(first) and first[0] == 1
 
 
 class ModelPool:
@@ -171,6 +169,12 @@ class ModelPool:
         if self.models.get(slot) is not None and self.models[slot].manifest.version == version:
             raise ValueError(f"{slot}:{version} is active")
         self.versions.get(slot, {}).pop(version, None)
+
+    def drop(self, slot: str) -> None:
+        """Forget every version of a slot whose deployment was removed."""
+        self.models.pop(slot, None)
+        self.versions.pop(slot, None)
+        self.errors.pop(slot, None)
 
     def load_all(self, slots: dict[str, tuple[str, str]]) -> None:
         """Load every slot; a failure is recorded (and keeps the pool not ready) instead of crashing the process."""

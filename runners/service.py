@@ -1,8 +1,13 @@
-"""The shared runner tier: one BentoML service with one adaptive-batching API per model slot.
+"""The shared runner tier: one BentoML service that holds every deployment's models and runs their batches.
 
 Inputs are plain tensors: letterboxed images (S x S x 3 uint8 from the gateway, [3, S, S] float32 from OIP clients),
-ragged token-id sequences (padded here, per batch, to the longest item), and forecast windows [n, context]. Batch
-limits per slot come from the typed config.
+ragged token-id sequences (padded here, per batch, to the longest item), forecast windows. How items become ONNX feeds
+is the model family's runner hook (families/<family>/runtime.py); this module knows slots and tensors, never tasks.
+
+A slot is one model of a deployment: '<deployment>' (primary) or '<deployment>_fallback' (configs/deployments.py).
+The runner is the source of truth for the model repository: deployments added, changed or removed at run time
+(add_deployment / remove_deployment, called by the gateway's admin API) are staged, verified, loaded and warmed here
+before they are routed to, and persisted so a restart serves the same set.
 """
 from __future__ import annotations
 
@@ -15,13 +20,14 @@ import bentoml
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
+import families
+from configs.deployments import Deployment, ModelRepository, load_repository, save_state
 from configs.settings import get_settings
 from models.cache import open_serving_registry
 from runners.faults import inject_faults
-from runners.pool import ModelPool
-from runners.ragged import length_buckets, pad_sequences
+from runners.pool import LoadedModel, ModelPool, fixed_batch
+from runners.ragged import length_buckets
 from runners.wire import pickled_response, sent_pickle
-from services.detection.preprocess import network_input
 from services.common import heapdump, memory
 from services.common.metrics import observe_rss, settle_heap
 from services.common.request_log import stdout_json_logger
@@ -31,15 +37,29 @@ log = logging.getLogger("triserve.runner")
 batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch
 settings = get_settings()
 memory.install(settings.memory)  # before any request thread allocates
+# The repository at startup: the runner API's batching limits (runner.batching="runner") are fixed per process.
+STARTUP_REPOSITORY = load_repository(state_file=settings.deployments_state_file, overrides=settings.slots)
 
-SLOTS = {
-    "detection": settings.detection.primary,
-    "detection_fallback": settings.detection.fallback,
-    "text": settings.text.primary,
-    "text_fallback": settings.text.fallback,
-    "forecast": settings.forecast.primary,
-    "forecast_fallback": settings.forecast.fallback,
-}
+
+class IncompatibleFallback(ValueError):
+    """A deployment's fallback cannot stand in for its primary (other family or label set)."""
+
+
+def check_pair(dep: Deployment, primary: LoadedModel, fallback: LoadedModel | None) -> None:
+    """Both models belong to the deployment's family, and the fallback answers with the primary's labels in the same
+    order (a user's detector must never answer 'triangle' because its fallback is another model)."""
+    for role, model in (("model", primary), ("fallback", fallback)):
+        if model is not None and model.manifest.task != dep.family:
+            raise IncompatibleFallback(f"deployment {dep.name!r}: {role} {model.manifest.name}:"
+                                       f"{model.manifest.version} is a {model.manifest.task} model, not {dep.family}")
+    if fallback is not None and fallback.manifest.labels != primary.manifest.labels:
+        a, b = primary.manifest.labels, fallback.manifest.labels
+        diff = sorted(set(a) ^ set(b))[:10]
+        raise IncompatibleFallback(
+            f"deployment {dep.name!r}: fallback {fallback.manifest.name} has {len(b)} labels, primary "
+            f"{primary.manifest.name} has {len(a)}; they must be the same labels in the same order"
+            + (f" (differing: {diff})" if diff else " (same labels, other order)"))
+
 
 BATCH_SIZE = Histogram("triserve_runner_batch_size", "Items per ONNX Runtime call, per model slot.",
                        ["slot", "model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
@@ -62,12 +82,14 @@ def _answer(results: list[dict], ctx: bentoml.Context):
     return results
 
 
-def _batching(slot: str) -> dict:
-    """BentoML's dispatcher merges calls only when batching happens here; gateway-batched calls arrive whole."""
-    b = SLOTS[slot].batching
+def _batching() -> dict:
+    """BentoML's dispatcher merges calls only when batching happens here (one limit for every slot: the largest
+    configured at startup); gateway-batched calls arrive whole."""
     if settings.runner.batching == "gateway":
         return {}
-    return {"batchable": True, "max_batch_size": b.max_batch_size, "max_latency_ms": b.max_latency_ms}
+    slots = STARTUP_REPOSITORY.slots.values()
+    return {"batchable": True, "max_batch_size": max(m.batching.max_batch_size for m in slots),
+            "max_latency_ms": max(m.batching.max_latency_ms for m in slots)}
 
 
 @bentoml.service(
@@ -86,35 +108,57 @@ class ModelRunner:
     def __init__(self) -> None:
         if settings.runner.startup_delay_s:
             time.sleep(settings.runner.startup_delay_s)
-        self.pool = ModelPool(open_serving_registry(settings), settings.runner)
-        self.pool.load_all({slot: (s.name, s.ref) for slot, s in SLOTS.items()})
+        self.repository: ModelRepository = STARTUP_REPOSITORY
+        self.pool = ModelPool(open_serving_registry(settings, self.repository), settings.runner)
+        self.pool.load_all({slot: (m.name, m.ref) for slot, m in self.repository.slots.items()})
+        for dep in self.repository.deployments:
+            self._check_loaded(dep)
         self.rollout: dict[str, dict] = {}  # slot -> {"canary": {"version", "weight"} | None, "shadow": version}
         self._control = threading.Lock()
         for slot, m in self.pool.models.items():
-            MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
-                              m.provider).set(1)
-            LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
+            self._model_info(slot, m)
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
+
+    def _check_loaded(self, dep: Deployment) -> None:
+        """A deployment whose models loaded but do not fit together is a configuration error: refused with the
+        reason (not ready, /readyz and /v1/models say why), never served."""
+        primary = self.pool.models.get(dep.name)
+        if primary is None:
+            return  # its load error is already recorded
+        try:
+            check_pair(dep, primary, self.pool.models.get(dep.name + "_fallback") if dep.fallback else None)
+        except IncompatibleFallback as exc:
+            log.error("REFUSED: %s", exc)
+            self.pool.errors[dep.name] = str(exc)
+
+    @staticmethod
+    def _model_info(slot: str, m: LoadedModel) -> None:
+        MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
+                          m.provider).set(1)
+        LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
 
     def __is_ready__(self) -> bool:
         return self.pool.ready
 
-    def _serve(self, slot: str, items: list[dict]) -> list[dict]:
-        """Items are {"x": one tensor (or ragged token ids), "deadline": epoch seconds or None, "rid": request id,
-        "version": a loaded version or None for the active one}. Expired items are answered
-        {"error": "deadline_exceeded"} without compute; items asking for a version that is not loaded get
-        {"error": "version_unavailable"}; the rest share one ONNX Runtime call per version."""
+    def _serve(self, items: list[dict]) -> list[dict]:
+        """Items are {"slot": a slot key, "x": one tensor (or ragged token ids), "deadline": epoch seconds or None,
+        "rid": request id, "version": a loaded version or None for the active one}. Expired items are answered
+        {"error": "deadline_exceeded"} without compute; items for a slot or version that is not loaded get
+        {"error": "version_unavailable"}; the rest share one ONNX Runtime call per (slot, version)."""
         now = time.time()
         results: list[dict] = [{"error": "deadline_exceeded"} for _ in items]
-        groups: dict[str | None, list[int]] = {}
+        groups: dict[tuple[str, str | None], list[int]] = {}
         for i, it in enumerate(items):
             if not it.get("deadline") or it["deadline"] > now:
-                groups.setdefault(it.get("version"), []).append(i)
-        live = sum(len(g) for g in groups.values())
-        if live < len(items):
-            EXPIRED.labels(slot).inc(len(items) - live)
-        for version, idx in groups.items():
+                groups.setdefault((it["slot"], it.get("version")), []).append(i)
+        expired: dict[str, int] = {}
+        for i, it in enumerate(items):
+            if it.get("deadline") and it["deadline"] <= now:
+                expired[it["slot"]] = expired.get(it["slot"], 0) + 1
+        for slot, n in expired.items():
+            EXPIRED.labels(slot).inc(n)
+        for (slot, version), idx in groups.items():
             try:
                 model = self.pool.get(slot, version)
             except KeyError:
@@ -124,18 +168,23 @@ class ModelRunner:
             for i, out in zip(idx, self._run(slot, model, [items[i]["x"] for i in idx])):
                 results[i] = out
             batch_log.info(json.dumps({"event": "batch", "slot": slot, "version": model.manifest.version,
-                                       "size": len(idx), "expired": len(items) - live,
+                                       "size": len(idx), "expired": expired.get(slot, 0),
                                        "infer_ms": round(results[idx[0]]["infer_ms"], 3),
                                        "request_ids": sorted({items[i].get("rid", "") for i in idx})}))
         observe_rss("runner")
         return results
 
-    def _run(self, slot: str, model, xs: list[np.ndarray]) -> list[dict]:
-        """One ONNX Runtime call for the batch (or one per item for per_item slots); each item gets its row."""
+    def _per_item(self, slot: str, model: LoadedModel) -> bool:
+        cfg = self.repository.slots.get(slot)
+        return fixed_batch(model.manifest) or bool(cfg and cfg.batching.per_item)
+
+    def _run(self, slot: str, model: LoadedModel, xs: list[np.ndarray]) -> list[dict]:
+        """One ONNX Runtime call for the batch (or one per item for per_item slots and fixed-batch graphs); each
+        item gets its row."""
         n = len(xs)
         started = time.perf_counter()
         inject_faults(slot, settings.runner.faults)
-        if SLOTS[slot].batching.per_item:
+        if self._per_item(slot, model):
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
             out = [None] * n
@@ -154,40 +203,14 @@ class ModelRunner:
         return [{"y": out[i], **meta} for i in range(n)]
 
     @staticmethod
-    def _feeds(model, xs: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """Ragged token sequences are padded to the longest in the batch (+ mask); fixed-shape tensors stacked; uint8
-        letterboxed images tensorised with the manifest's preprocessing first."""
-        if "attention_mask" in model.input_names:
-            ids, mask = pad_sequences(xs, model.manifest.preprocess.pad_token_id)
-            return {"input_ids": ids, "attention_mask": mask}
-        if any(x.dtype == np.uint8 for x in xs):  # letterboxed images from the gateway (OIP items are float)
-            pre = model.manifest.preprocess
-            xs = [network_input(x, pre.scale, pre.color_order) for x in xs]
-        return {model.input_names[0]: np.ascontiguousarray(np.stack(xs), dtype=np.float32)}
+    def _feeds(model: LoadedModel, xs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """The model family's feeds (families/<family>/runtime.py): padding, tensorising, stacking."""
+        return families.runtime(model.manifest.task).feeds(model.manifest, model.input_names, xs)
 
-    @bentoml.api(**_batching("detection"))
-    def detection(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        return _answer(self._serve("detection", items), ctx)
-
-    @bentoml.api(**_batching("detection_fallback"))
-    def detection_fallback(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        return _answer(self._serve("detection_fallback", items), ctx)
-
-    @bentoml.api(**_batching("text"))
-    def text(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        return _answer(self._serve("text", items), ctx)
-
-    @bentoml.api(**_batching("text_fallback"))
-    def text_fallback(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        return _answer(self._serve("text_fallback", items), ctx)
-
-    @bentoml.api(**_batching("forecast"))
-    def forecast(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        return _answer(self._serve("forecast", items), ctx)
-
-    @bentoml.api(**_batching("forecast_fallback"))
-    def forecast_fallback(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        return _answer(self._serve("forecast_fallback", items), ctx)
+    @bentoml.api(**_batching())
+    def infer(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+        """Every model call: items name their slot; one ONNX Runtime call per (slot, version) present."""
+        return _answer(self._serve(items), ctx)
 
     @bentoml.api
     def status(self) -> dict:
@@ -197,22 +220,28 @@ class ModelRunner:
     # --- rollout control (called by the gateway's admin API) ---------------------------------------------------
     @bentoml.api
     def routing(self) -> dict:
-        """Per slot: the active version, every loaded version, the canary (version, weight) and the shadow."""
+        """{"slots": per slot the active version, every loaded version, the canary (version, weight) and the shadow;
+        "repository": the deployments served now}."""
         return self._routing()
 
     def _routing(self) -> dict:
         # a plain method: API methods must not call each other (BentoML serialises sync APIs on one thread)
-        return {slot: {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})),
-                       **self.rollout.get(slot, {"canary": None, "shadow": None})}
-                for slot, m in self.pool.models.items()}
+        return {"slots": {slot: self._slot_routing(slot) for slot in self.pool.models},
+                "repository": self.repository.model_dump(mode="json")}
+
+    def _slot_routing(self, slot: str) -> dict:
+        m = self.pool.models[slot]
+        return {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})),
+                **self.rollout.get(slot, {"canary": None, "shadow": None})}
 
     @bentoml.api
     def stage(self, slot: str, ref: str) -> dict:
         """Resolve, pull/verify, load and warm a version next to the active one (not serving yet). A failure (unknown
         version, tampered file, broken graph) is returned as {"error": ...}; the active version is untouched."""
         try:
+            name = self.repository.slots[slot].name
             with self._control:
-                model = self.pool.load(slot, SLOTS[slot].name, ref, activate=False)
+                model = self.pool.load(slot, name, ref, activate=False)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, logged here
             log.error("staging %s:%s refused: %s: %s", slot, ref, type(exc).__name__, exc)
             return {"slot": slot, "error": f"{type(exc).__name__}: {exc}"}
@@ -224,9 +253,7 @@ class ModelRunner:
         flight batches finish on it; gateways refresh their routing well within that time)."""
         with self._control:
             previous = self.pool.activate(slot, version)
-            model = self.pool.get(slot)
-            MODEL_INFO.labels(slot, model.manifest.name, version, model.manifest.file(model.manifest.model_file).sha256,
-                              model.provider).set(1)
+            self._model_info(slot, self.pool.get(slot))
             roles = self.rollout.get(slot, {})
             if roles.get("canary") and roles["canary"]["version"] == version:
                 roles["canary"] = None
@@ -242,7 +269,7 @@ class ModelRunner:
                 self.pool.get(slot, version)  # KeyError -> 500 -> the gateway reports it
             self.rollout.setdefault(slot, {"canary": None, "shadow": None})["canary"] = (
                 {"version": version, "weight": float(weight)} if version else None)
-        return self._routing()[slot]
+        return self._slot_routing(slot)
 
     @bentoml.api
     def set_shadow(self, slot: str, version: str | None = None) -> dict:
@@ -251,10 +278,84 @@ class ModelRunner:
             if version is not None:
                 self.pool.get(slot, version)
             self.rollout.setdefault(slot, {"canary": None, "shadow": None})["shadow"] = version
-        return self._routing()[slot]
+        return self._slot_routing(slot)
+
+    # --- model repository control (called by the gateway's admin API) ------------------------------------------
+    @bentoml.api
+    def add_deployment(self, deployment: dict, retire_after_s: float = 10.0) -> dict:
+        """Add a deployment or replace one of the same name: stage (pull, verify), load and warm every model next to
+        what serves, check the pair (family, labels), then swap the repository in one assignment and persist it.
+        Requests keep going to the old models until the swap; a refusal leaves everything as it was."""
+        try:
+            dep = Deployment.model_validate(deployment)
+            repo = self.repository.with_deployment(dep)
+        except ValueError as exc:
+            return {"error": f"invalid deployment: {exc}"[:2000]}
+        old = self.repository.find(dep.name)
+        staged: dict[str, LoadedModel] = {}
+        try:
+            with self._control:
+                for slot, m in dep.slots.items():
+                    staged[slot] = self.pool.load(slot, m.name, m.ref, activate=False)
+                check_pair(dep, staged[dep.name], staged.get(dep.name + "_fallback"))
+        except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
+            with self._control:
+                for slot, model in staged.items():  # forget what was staged; what serves stays as it was
+                    active = self.pool.models.get(slot)
+                    if active is not None and active.manifest.version == model.manifest.version:
+                        self.pool.versions[slot][model.manifest.version] = active
+                    else:
+                        self.pool.versions.get(slot, {}).pop(model.manifest.version, None)
+            log.error("deployment %s refused: %s: %s", dep.name, type(exc).__name__, exc)
+            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        with self._control:
+            previous = {slot: self.pool.models[slot].manifest.version for slot in staged if slot in self.pool.models}
+            for slot, model in staged.items():
+                self.pool.activate(slot, model.manifest.version)
+                self._model_info(slot, model)
+            self.repository = repo
+            save_state(repo, settings.deployments_state_file)
+        gone = set(old.slots) - set(dep.slots) if old else set()
+        for slot, version in previous.items():
+            if version != staged[slot].manifest.version:
+                threading.Timer(retire_after_s, self._retire, args=(slot, version)).start()
+        for slot in gone:
+            threading.Timer(retire_after_s, self._drop_slot, args=(slot,)).start()
+        log.info("deployment %s %s: %s", dep.name, "updated" if old else "added",
+                 {s: m.manifest.version for s, m in staged.items()})
+        return {"deployment": dep.name, "action": "updated" if old else "added",
+                "versions": {s: m.manifest.version for s, m in staged.items()},
+                "load_seconds": round(sum(m.load_seconds for m in staged.values()), 3)}
+
+    @bentoml.api
+    def remove_deployment(self, name: str, retire_after_s: float = 10.0) -> dict:
+        """Stop routing to a deployment at once (persisted); its models are unloaded after `retire_after_s`, when
+        the requests already on their way have finished."""
+        try:
+            repo = self.repository.without(name)
+        except (KeyError, ValueError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        dep = self.repository.find(name)
+        assert dep is not None
+        with self._control:
+            self.repository = repo
+            save_state(repo, settings.deployments_state_file)
+        for slot in dep.slots:
+            threading.Timer(retire_after_s, self._drop_slot, args=(slot,)).start()
+        log.info("deployment %s removed", name)
+        return {"deployment": name, "action": "removed", "slots": sorted(dep.slots)}
+
+    def _drop_slot(self, slot: str) -> None:
+        with self._control:
+            if slot not in self.repository.slots:  # not re-added meanwhile
+                self.pool.drop(slot)
+                self.rollout.pop(slot, None)
+                log.info("unloaded slot %s", slot)
 
     def _retire(self, slot: str, version: str) -> None:
         with self._control:
+            if slot not in self.pool.models:
+                return
             roles = self.rollout.get(slot, {})
             in_use = {self.pool.models[slot].manifest.version, roles.get("shadow"),
                       (roles.get("canary") or {}).get("version")}

@@ -415,7 +415,7 @@ class DetectionTask(Task):
     def calibration(self, n: int) -> list[dict[str, np.ndarray]]:
         """Letterboxed TRAIN images (never the test split the gate scores), one per calibration step."""
         from scripts.detection.evaluate import read_rgb
-        from services.detection.preprocess import preprocess_image
+        from families.detection.preprocess import preprocess_image
 
         name = self.base.inputs[0].name
         return [{name: preprocess_image(read_rgb(p), self.imgsz)[0][None]}
@@ -463,7 +463,7 @@ class TextTask(Task):
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         """Probabilities through the serving tokenizer (the base's unless given), pad-to-longest batches."""
         from scripts.text.build import predict, top1_references
-        from services.text.preprocess import TextTokenizer
+        from families.text.preprocess import TextTokenizer
 
         tok = TextTokenizer(tokenizer_file or self.tokenizer_file, max_length or self.base.preprocess.max_length)
         probs = predict(ort_session(path, self.threads), tok, self.texts, self.eval_batch, f"text eval {path.name}")
@@ -477,7 +477,7 @@ class TextTask(Task):
 
     def speed_feeds(self) -> dict[str, dict[str, np.ndarray]]:
         """A median-length utterance alone, and the first N utterances padded to their longest."""
-        from services.text.preprocess import TextTokenizer
+        from families.text.preprocess import TextTokenizer
 
         tok = TextTokenizer(self.tokenizer_file, self.base.preprocess.max_length)
         n = self.profile.batch[self.name]
@@ -511,7 +511,7 @@ class ForecastTask(Task):
             split_points,
             windows_with_targets_in,
         )
-        from services.forecast.preprocess import training_windows
+        from families.forecast.preprocess import training_windows
 
         p, r = self.base.preprocess, self.recipe
         c, h, m = p.context, p.horizon, p.season_length
@@ -527,14 +527,14 @@ class ForecastTask(Task):
         self.input_name, self.output_name = self.base.inputs[0].name, self.base.outputs[0].name
 
     def _predict(self, sess, windows: np.ndarray) -> np.ndarray:
-        from services.forecast.preprocess import scale_windows, unscale
+        from families.forecast.preprocess import scale_windows, unscale
 
         xs, levels = scale_windows(windows, self.scale)
         return unscale(sess.run([self.output_name], {self.input_name: xs})[0], levels, self.scale)
 
     def calibration(self, n: int) -> list[dict[str, np.ndarray]]:
         """Scaled TRAINING windows (what the model saw), one window per calibration step."""
-        from services.forecast.preprocess import scale_windows
+        from families.forecast.preprocess import scale_windows
 
         xs, _ = scale_windows(self.x_train_raw, self.scale)
         return [{self.input_name: xs[i:i + 1]} for i in _evenly(list(range(len(xs))), n)]
@@ -558,7 +558,7 @@ class ForecastTask(Task):
         return Evaluation(metrics, outputs=test, reference=dict(self.base.reference), extra={"quantiles": q})
 
     def speed_feeds(self) -> dict[str, dict[str, np.ndarray]]:
-        from services.forecast.preprocess import scale_windows
+        from families.forecast.preprocess import scale_windows
 
         xs, _ = scale_windows(self.x_test, self.scale)
         n = self.profile.batch[self.name]

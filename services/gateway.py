@@ -1,9 +1,10 @@
-"""The API tier: one BentoML service exposing the three task APIs over the shared runner tier.
+"""The API tier: one BentoML service exposing every model family's API over the shared runner tier.
 
     bentoml serve services.gateway:Gateway        # REST on :3000, OpenAPI at /docs, /readyz, /livez, /metrics
 
-Each task lives in its own package (schemas, preprocess, postprocess, service); this module wires them to the runner,
-installs the error model and request-id/body-cap middleware, and reports readiness.
+Each model family lives in its own package (families/: schemas, limits, preprocess, postprocess, REST router, OIP and
+gRPC adapters); this module mounts their routers, builds the serving context the pipelines use (routing, catalogue,
+protection, runner client), installs the error model and request-id/body-cap middleware, and reports readiness.
 """
 from __future__ import annotations
 
@@ -13,61 +14,76 @@ import logging
 import bentoml
 from fastapi import Depends, FastAPI
 
+import families
+from configs.deployments import load_repository
 from configs.settings import get_settings
 from models.cache import open_serving_registry
 from runners.local import LocalRunner
-from runners.service import SLOTS, ModelRunner
+from runners.service import ModelRunner
+from services.common import heapdump, memory
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
-from services.common import heapdump, memory
 from services.common.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from services.common.request_log import RequestLog
-from services.common.runner_client import RunnerClient
-from services.common.tracing import service_tracing
 from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from services.gateway_deps import admin_guard
-from services.rollout_api import router as rollout_router
-from services.detection.service import DetectionPipeline
-from services.detection.service import router as detection_router
-from services.forecast.service import ForecastPipeline
-from services.forecast.service import router as forecast_router
-from services.text.service import TextPipeline
-from services.text.service import router as text_router
+from services.common.tracing import service_tracing
+from services.context import ServingContext
+from services.gateway_deps import admin_guard, loaded_context
 from services.protocols.grpc_server import start_grpc
 from services.protocols.oip_rest import router as oip_router
+from services.repository_api import router as repository_router
+from services.rollout_api import router as rollout_router
 
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()
 memory.install(settings.memory)  # before any request thread allocates
 
 app = FastAPI(title="triserve", version="0.1.0",
-              description="Detection, text classification and forecasting over one adaptive-batching runner tier. "
-                          "Errors share one model: {error: {code, message, details, request_id}}.")
+              description="Detection, text classification and forecasting deployments over one adaptive-batching "
+                          "runner tier. Errors share one model: {error: {code, message, details, request_id}}.")
 install_error_handlers(app)
+ROUTES = [route for name in families.names() for route in families.family(name).routes]
 # Starlette runs the last added middleware first: request id and body cap wrap the content-type check.
-app.add_middleware(ContentTypeMiddleware, rules={"/v1/detect": "application/json", "/v1/classify": "application/json",
-                                                 "/v1/forecast": "application/json",
-                                                 "/v1/detect/upload": "multipart/form-data"})
+app.add_middleware(ContentTypeMiddleware, rules={r.path: r.content_type for r in ROUTES})
 app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes,
                    request_log=RequestLog(settings.observability),
-                   max_inflight_requests=settings.admission.max_inflight_requests)
-for r in (detection_router, text_router, forecast_router, rollout_router):
-    app.include_router(r)
+                   max_inflight_requests=settings.admission.max_inflight_requests,
+                   family_by_path={r.path: name for name in families.names() for r in families.family(name).routes})
+for name in families.names():
+    app.include_router(families.family(name).router)
+app.include_router(rollout_router)
+app.include_router(repository_router)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
 
 
-@app.get("/v1/models", tags=["operations"], summary="Models loaded by the runner tier (versions, providers)")
-async def list_models() -> dict:
-    gateway = bentoml.get_current_service()
-    return await gateway.runner.to_async.status()
+@app.get("/v1/models", tags=["operations"], summary="Every deployment (family, default, models, versions, state) and "
+                                                    "every loaded model by slot")
+async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
+    await ctx.routing.refresh(ctx.runner)
+    status = await ctx.runner.to_async.status()
+    loaded = status.get("models", {})
+    out = []
+    for entry in ctx.repository.describe():
+        slots = {}
+        for slot in [entry["name"], entry["name"] + "_fallback"] if entry["fallback"] else [entry["name"]]:
+            routing = ctx.routing.table.get(slot, {})
+            slots["fallback" if slot != entry["name"] else "model"] = {
+                "slot": slot, **{k: loaded.get(slot, {}).get(k) for k in ("name", "version", "provider", "sha256")},
+                "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
+                "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
+        out.append({"name": entry["name"], "family": entry["family"], "default": entry["default"],
+                    "description": entry["description"], "ready": all(s["version"] for s in slots.values())
+                    and entry["name"] not in status.get("errors", {}), **slots,
+                    "error": status.get("errors", {}).get(entry["name"])})
+    return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded}
 
 
 @app.get("/admin/protection", tags=["operations"], summary="Breaker states and queue loads (admin key required)")
-async def protection_state(client=Depends(admin_guard)) -> dict:
-    prot = bentoml.get_current_service().protection
-    return {"breakers": {task: b.describe() for task, b in prot.breakers.items()},
+async def protection_state(client=Depends(admin_guard), ctx: ServingContext = Depends(loaded_context)) -> dict:
+    prot = ctx.protection
+    return {"breakers": {name: b.describe() for name, b in prot.breakers.items()},
             "queues": {slot: {"inflight_items": load.inflight_items, "ms_per_batch": round(load.per_batch * 1000, 3),
                               "ms_per_item": round(load.per_item * 1000, 3)}
                        for slot, load in prot.admission.slots.items()},
@@ -86,17 +102,12 @@ class Gateway:
     def __init__(self) -> None:
         self.settings = settings
         if settings.runner.placement == "local":
-            self.runner = LocalRunner(ModelRunner.inner, SLOTS)
-        self.protection = Protection(settings)
-        self.routing = RoutingTable(settings.rollout)
-        self.canary = CanaryGuard(settings.rollout)
-        self.shadow = ShadowMirror(settings.rollout)
+            self.runner = LocalRunner(ModelRunner.inner, ("infer",))
         self.loaded = False
         self.load_error: str | None = None
-        self._pipelines: dict = {}
-        self.quality: QualityMonitor | None = None
+        self.ctx: ServingContext | None = None
         try:
-            self._pipelines = self._load_pipelines()
+            self.ctx = self._context()
             self.loaded = True
         except Exception as exc:  # noqa: BLE001 - stay up and not-ready with the reason instead of crash-looping
             log.exception("gateway failed to load model metadata")
@@ -104,48 +115,21 @@ class Gateway:
         settle_heap("gateway")
         heapdump.install("gateway", settings.observability.heap_snapshot_dir)
 
-    def _load_pipelines(self) -> dict:
-        registry = open_serving_registry(settings)
-        self.registry = registry
-        self.catalog = ModelCatalog(registry, {slot: cfg.name for slot, cfg in SLOTS.items()})
-        self.startup = {}
-        for slot, cfg in SLOTS.items():
+    def _context(self) -> ServingContext:
+        repository = load_repository(state_file=settings.deployments_state_file, overrides=settings.slots)
+        registry = open_serving_registry(settings, repository)
+        routing = RoutingTable(settings.rollout, repository)
+        catalog = ModelCatalog(registry, lambda slot: routing.repository.slots[slot].name)
+        manifests = []
+        for slot, cfg in repository.slots.items():  # verified manifests (and tokenizers) before any traffic
             directory, manifest = registry.load_verified(cfg.name, cfg.ref)
-            self.startup[slot] = self.catalog.get(slot, manifest.version)
+            manifests.append(catalog.get(slot, manifest.version).manifest)
         obs = settings.observability
-        self.quality = QualityMonitor([m.manifest for m in self.startup.values()], obs.drift_window,
-                                      obs.drift_every, obs.drift_min_values)
-        return {
-            "detection": DetectionPipeline(settings.detection_limits),
-            "text": TextPipeline(settings.text_limits),
-            "forecast": ForecastPipeline(settings.forecast_limits, self.startup["forecast"].manifest),
-        }
-
-    @property
-    def runner_client(self) -> RunnerClient:
-        """Created on first use, inside the worker's event loop (batchers hold per-loop state)."""
-        client = self.__dict__.get("_runner_client")
-        if client is None:
-            # the per-slot batch limits admission already holds
-            client = self.__dict__["_runner_client"] = RunnerClient(self.runner, settings,
-                                                                     self.protection.admission.max_batch)
-        return client
-
-    def active_manifests(self, task: str) -> dict:
-        """slot -> manifest of the version each slot of `task` serves now (startup versions until routing is known)."""
-        out = {}
-        for slot in (task, f"{task}_fallback"):
-            active = self.routing.table.get(slot, {}).get("active")
-            out[slot] = (self.catalog.get(slot, active) if active else self.startup[slot]).manifest
-        return out
-
-    async def withdraw_canary(self, slot: str) -> None:
-        """Automatic canary rollback: stop routing to the candidate everywhere (the runner is the source of truth)."""
-        try:
-            await self.runner.to_async.set_canary(slot=slot, version=None)
-            await self.routing.refresh(self.runner)
-        except Exception:  # noqa: BLE001 - logged; the next judgement retries
-            log.exception("could not withdraw the canary of %s", slot)
+        quality = QualityMonitor(manifests, obs.drift_window, obs.drift_every, obs.drift_min_values)
+        protection = Protection(settings, lambda slot: routing.repository.max_batch(slot))
+        return ServingContext(settings=settings, runner=self.runner, registry=registry, routing=routing,
+                              catalog=catalog, protection=protection, canary=CanaryGuard(settings.rollout),
+                              shadow=ShadowMirror(settings.rollout), quality=quality)
 
     @bentoml.on_startup
     async def _start_grpc(self) -> None:
@@ -156,9 +140,6 @@ class Gateway:
     async def _stop_grpc(self) -> None:
         if getattr(self, "_grpc", None) is not None:
             await self._grpc.stop()
-
-    def pipeline(self, task: str):
-        return self._pipelines[task]
 
     async def __is_ready__(self) -> bool:
         """Ready = our metadata loaded and the runner answered its readiness probe quickly (it turns ready only after

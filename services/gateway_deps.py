@@ -1,4 +1,5 @@
-"""What task routers need from the gateway without importing it (avoids a cycle)."""
+"""What family routers need from the gateway without importing it (avoids a cycle): the serving context, the access
+guard of inference routes, and the bookkeeping of a finished response."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,21 +12,26 @@ from services.common.access import Client
 from services.common.deadlines import HEADER, Deadline
 from services.common.errors import ApiError
 from services.common.metrics import observe_timings
+from services.context import ServingContext
 
 
-def current_gateway():
-    """FastAPI dependency: the running Gateway service instance; 503 until its models are loaded."""
-    gateway = bentoml.get_current_service()
-    if gateway is None or not gateway.loaded:
+def ready_context(gateway: Any) -> ServingContext:
+    """The gateway's serving context, or 503 while its model metadata is not loaded."""
+    if gateway is None or not getattr(gateway, "loaded", False):
         reason = getattr(gateway, "load_error", None) or "models are loading"
         raise ApiError(503, "not_ready", "service is not ready", {"reason": reason}, headers={"Retry-After": "2"})
-    return gateway
+    return gateway.ctx
 
 
-async def loaded_gateway():
-    """current_gateway as a FastAPI dependency. Async on purpose: FastAPI runs a plain `def` dependency in its
+def current_context() -> ServingContext:
+    """The running Gateway's serving context; 503 until its models are loaded."""
+    return ready_context(bentoml.get_current_service())
+
+
+async def loaded_context() -> ServingContext:
+    """current_context as a FastAPI dependency. Async on purpose: FastAPI runs a plain `def` dependency in its
     threadpool, a thread round trip on every request (3-4% of the API worker's CPU at c=32)."""
-    return current_gateway()
+    return current_context()
 
 
 @dataclass
@@ -45,30 +51,30 @@ class CallContext:
         return getattr(self.state, "batch_arrival", None)
 
 
-def inference_guard(task: str):
+def inference_guard(family: str):
     """Dependency for inference routes: authenticate (if configured), rate-limit, fix the deadline."""
 
-    async def guard(request: Request, gateway=Depends(loaded_gateway)) -> CallContext:
-        prot = gateway.protection
+    async def guard(request: Request, ctx: ServingContext = Depends(loaded_context)) -> CallContext:
+        prot = ctx.protection
         client = prot.access.identify(request)
-        prot.access.limit(client, task)
-        deadline = Deadline.from_header(request.headers.get(HEADER), gateway.settings.deadlines,
+        prot.access.limit(client, family)
+        deadline = Deadline.from_header(request.headers.get(HEADER), ctx.settings.deadlines,
                                         getattr(request.state, "arrived", None))
-        key = request.headers.get(gateway.settings.rollout.canary_header) or client.id
+        key = request.headers.get(ctx.settings.rollout.canary_header) or client.id
         return CallContext(request.state.request_id, deadline, client, request.state, key)
 
     return guard
 
 
-async def admin_guard(request: Request, gateway=Depends(loaded_gateway)) -> Client:
-    return gateway.protection.access.identify(request, admin=True)
+async def admin_guard(request: Request, ctx: ServingContext = Depends(loaded_context)) -> Client:
+    return ctx.protection.access.identify(request, admin=True)
 
 
-def finish(task: str, response, call: CallContext, batch: int):
+def finish(deployment: str, response, call: CallContext, batch: int):
     """Record per-stage latency of a successful response, leave its outcome for the request log, return it."""
-    observe_timings(task, response.timings)
+    observe_timings(deployment, response.timings)
     if call.state is not None:
-        call.state.outcome = {"model": response.model.name, "version": response.model.version, "batch": batch,
-                              "degraded": response.degraded, "degraded_reason": response.degraded_reason,
-                              "timings": response.timings.model_dump()}
+        call.state.outcome = {"deployment": deployment, "model": response.model.name,
+                              "version": response.model.version, "batch": batch, "degraded": response.degraded,
+                              "degraded_reason": response.degraded_reason, "timings": response.timings.model_dump()}
     return response

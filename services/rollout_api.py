@@ -1,5 +1,7 @@
 """Admin API for rollouts (admin key required): hot swap (promote), rollback, canary, shadow.
 
+A slot is one model of a deployment: '<deployment>' (its primary) or '<deployment>_fallback' (configs/deployments.py).
+
     POST   /admin/models/{slot}/promote   {"ref": "1.0.1-abc" | "canary", "alias": "stable"}
     POST   /admin/models/{slot}/rollback  {"alias": "stable"}
     POST   /admin/models/{slot}/canary    {"ref": "...", "weight": 0.1}      DELETE to withdraw
@@ -21,10 +23,10 @@ from models.registry import RegistryError
 from models.stores import open_store
 from services.common.access import Client
 from services.common.errors import ApiError
-from services.gateway_deps import admin_guard, loaded_gateway
+from services.context import ServingContext
+from services.gateway_deps import admin_guard, loaded_context
 
 router = APIRouter(prefix="/admin/models", tags=["operations"])
-SLOTS = ("detection", "detection_fallback", "text", "text_fallback", "forecast", "forecast_fallback")
 
 
 class PromoteRequest(BaseModel):
@@ -45,98 +47,101 @@ class ShadowRequest(BaseModel):
     ref: str = Field(min_length=1, max_length=128)
 
 
-def _slot(slot: str) -> str:
-    if slot not in SLOTS:
-        raise ApiError(404, "unknown_slot", f"no model slot {slot!r}", {"slots": list(SLOTS)})
+def _slot(ctx: ServingContext, slot: str) -> str:
+    slots = ctx.repository.slots
+    if slot not in slots:
+        raise ApiError(404, "unknown_slot", f"no model slot {slot!r}", {"slots": sorted(slots)})
     return slot
 
 
-def _store(gateway):
+def _store(ctx: ServingContext):
     """Where aliases live: the configured registry (remote store or the local directory)."""
-    settings = gateway.settings
+    settings = ctx.settings
     return open_store(settings.registry_uri or settings.registry_dir)
 
 
-async def _call(gateway, method: str, **kwargs):
+async def _call(ctx: ServingContext, method: str, **kwargs):
     try:
-        return await getattr(gateway.runner.to_async, method)(**kwargs)
+        return await getattr(ctx.runner.to_async, method)(**kwargs)
     except Exception as exc:  # noqa: BLE001 - runner-side failures (missing version, integrity) become a clear 409
         raise ApiError(409, "rollout_failed", f"{method} failed: {exc}"[:500], {"slot": kwargs.get("slot")}) from exc
 
 
-async def _stage(gateway, slot: str, ref: str) -> dict:
-    staged = await _call(gateway, "stage", slot=slot, ref=ref)
+async def _stage(ctx: ServingContext, slot: str, ref: str) -> dict:
+    staged = await _call(ctx, "stage", slot=slot, ref=ref)
     if "error" in staged:
         raise ApiError(409, "rollout_failed", f"{slot}:{ref} refused: {staged['error']}"[:500],
                        {"slot": slot, "ref": ref})
-    gateway.catalog.get(slot, staged["version"])  # verified manifest (+ tokenizer) ready before any traffic
+    ctx.catalog.get(slot, staged["version"])  # verified manifest (+ tokenizer) ready before any traffic
     return staged
 
 
 @router.get("", summary="Routing per slot: active, loaded, canary, shadow")
-async def routing(_: Client = Depends(admin_guard), gateway=Depends(loaded_gateway)) -> dict:
-    await gateway.routing.refresh(gateway.runner)
-    return gateway.routing.table
+async def routing(_: Client = Depends(admin_guard), ctx: ServingContext = Depends(loaded_context)) -> dict:
+    await ctx.routing.refresh(ctx.runner)
+    return ctx.routing.table
 
 
 @router.post("/{slot}/promote", summary="Hot swap a slot to a version (and move its alias)")
 async def promote(slot: str, body: PromoteRequest, client: Client = Depends(admin_guard),
-                  gateway=Depends(loaded_gateway)) -> dict:
+                  ctx: ServingContext = Depends(loaded_context)) -> dict:
     started = time.perf_counter()
-    staged = await _stage(gateway, _slot(slot), body.ref)
-    swapped = await _call(gateway, "activate", slot=slot, version=staged["version"],
-                          retire_after_s=gateway.settings.rollout.retire_after_s)
+    staged = await _stage(ctx, _slot(ctx, slot), body.ref)
+    swapped = await _call(ctx, "activate", slot=slot, version=staged["version"],
+                          retire_after_s=ctx.settings.rollout.retire_after_s)
     if body.alias:
         try:
-            _store(gateway).set_alias(gateway.catalog.slot_names[slot], body.alias, staged["version"], by=client.id)
+            _store(ctx).set_alias(ctx.repository.slots[slot].name, body.alias, staged["version"], by=client.id)
         except RegistryError as exc:
             raise ApiError(409, "alias_not_moved", f"serving {staged['version']} but the alias was not moved: {exc}",
                            swapped) from exc
-    await gateway.routing.refresh(gateway.runner)
+    await ctx.routing.refresh(ctx.runner)
     return {**swapped, "load_seconds": staged["load_seconds"], "seconds": round(time.perf_counter() - started, 3)}
 
 
 @router.post("/{slot}/rollback", summary="Return a slot to its alias's previous version")
 async def rollback(slot: str, body: RollbackRequest = RollbackRequest(), client: Client = Depends(admin_guard),
-                   gateway=Depends(loaded_gateway)) -> dict:
-    name = gateway.catalog.slot_names[_slot(slot)]
-    moves = [e for e in _store(gateway).alias_log(name) if e["alias"] == body.alias]
-    current = gateway.routing.table.get(slot, {}).get("active")
+                   ctx: ServingContext = Depends(loaded_context)) -> dict:
+    name = ctx.repository.slots[_slot(ctx, slot)].name
+    moves = [e for e in _store(ctx).alias_log(name) if e["alias"] == body.alias]
+    current = ctx.routing.table.get(slot, {}).get("active")
     previous = next((e["from"] for e in reversed(moves) if e["from"] and e["from"] != current), None)
     if previous is None:
         raise ApiError(409, "nothing_to_roll_back", f"the alias log of {name} has no earlier {body.alias!r} target",
                        {"alias": body.alias, "current": current})
-    return await promote(slot, PromoteRequest(ref=previous, alias=body.alias), client, gateway)
+    return await promote(slot, PromoteRequest(ref=previous, alias=body.alias), client, ctx)
 
 
 @router.post("/{slot}/canary", summary="Send a sticky share of traffic to a candidate version")
 async def canary(slot: str, body: CanaryRequest, _: Client = Depends(admin_guard),
-                 gateway=Depends(loaded_gateway)) -> dict:
-    staged = await _stage(gateway, _slot(slot), body.ref)
-    gateway.canary.reset(slot)
-    result = await _call(gateway, "set_canary", slot=slot, version=staged["version"], weight=body.weight)
-    await gateway.routing.refresh(gateway.runner)
+                 ctx: ServingContext = Depends(loaded_context)) -> dict:
+    staged = await _stage(ctx, _slot(ctx, slot), body.ref)
+    ctx.canary.reset(slot)
+    result = await _call(ctx, "set_canary", slot=slot, version=staged["version"], weight=body.weight)
+    await ctx.routing.refresh(ctx.runner)
     return result
 
 
 @router.delete("/{slot}/canary", summary="Withdraw the canary")
-async def drop_canary(slot: str, _: Client = Depends(admin_guard), gateway=Depends(loaded_gateway)) -> dict:
-    result = await _call(gateway, "set_canary", slot=_slot(slot), version=None)
-    await gateway.routing.refresh(gateway.runner)
+async def drop_canary(slot: str, _: Client = Depends(admin_guard),
+                      ctx: ServingContext = Depends(loaded_context)) -> dict:
+    result = await _call(ctx, "set_canary", slot=_slot(ctx, slot), version=None)
+    await ctx.routing.refresh(ctx.runner)
     return result
 
 
 @router.post("/{slot}/shadow", summary="Mirror traffic to a candidate version (answers compared, never returned)")
 async def shadow(slot: str, body: ShadowRequest, _: Client = Depends(admin_guard),
-                 gateway=Depends(loaded_gateway)) -> dict:
-    staged = await _stage(gateway, _slot(slot), body.ref)
-    result = await _call(gateway, "set_shadow", slot=slot, version=staged["version"])
-    await gateway.routing.refresh(gateway.runner)
+                 ctx: ServingContext = Depends(loaded_context)) -> dict:
+    staged = await _stage(ctx, _slot(ctx, slot), body.ref)
+    result = await _call(ctx, "set_shadow", slot=slot, version=staged["version"])
+    await ctx.routing.refresh(ctx.runner)
     return result
 
 
 @router.delete("/{slot}/shadow", summary="Stop mirroring")
-async def drop_shadow(slot: str, _: Client = Depends(admin_guard), gateway=Depends(loaded_gateway)) -> dict:
-    result = await _call(gateway, "set_shadow", slot=_slot(slot), version=None)
-    await gateway.routing.refresh(gateway.runner)
+async def drop_shadow(slot: str, _: Client = Depends(admin_guard),
+                      ctx: ServingContext = Depends(loaded_context)) -> dict:
+    result = await _call(ctx, "set_shadow", slot=_slot(ctx, slot), version=None)
+    await ctx.routing.refresh(ctx.runner)
     return result

@@ -14,6 +14,9 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
+# Test servers serve the tiny models: one deployment per family, named after it (tests/fixtures/models.tiny.yaml).
+TINY_MODELS = ROOT / "tests" / "fixtures" / "models.tiny.yaml"
+os.environ["TRISERVE_MODELS_FILE"] = str(TINY_MODELS)
 
 # configs/serving.yaml's per-task capacity limits are measured for the default models on the dev box (80% of the
 # knee); test servers run tiny models and bursts, so they start without them (tests that need one set it).

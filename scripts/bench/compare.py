@@ -12,7 +12,7 @@ CPU execution provider, one text per request, top-3 labels back):
                     (--pytriton-python, default .cache/bench/pytriton-venv/bin/python); skipped with the reason if it
                     cannot start
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the text slot:
-                    TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call and ONNX
+                    TRISERVE_SLOTS__<TEXT DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call and ONNX
                     Runtime call); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local: the runner's code inside the API worker, no
@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
+from configs.deployments import load_repository
 from scripts.bench import batch_hist, wrk
 from scripts.bench.wrk import LOOPBACK
 from scripts.bench.report import write_report
@@ -70,8 +71,8 @@ HTTP_SYSTEMS = SYSTEMS[1:]
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
                  "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
                  "TRISERVE_GRPC__ENABLED": "false"}
-NOBATCH_ENV = "TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
-SLOT = "text"  # the runner slot whose batch sizes are recorded
+SLOT = load_repository().default_for("text").name  # the runner slot whose batch sizes are recorded
+NOBATCH_ENV = f"TRISERVE_SLOTS__{SLOT.upper()}__BATCHING__MAX_BATCH_SIZE=1"
 GOALS = {  # name: (description, comparison, threshold)
     "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=", 2.5),
     "triserve_vs_naive_c32": ("triserve / naive FastAPI, throughput at c=32", ">=", 2.0),
@@ -113,7 +114,7 @@ def inproc_measure(batch_sizes: list[int], seconds_per_size: float, n_texts: int
     import onnxruntime as ort
 
     from runners.ragged import length_buckets, pad_sequences
-    from services.text.preprocess import TextTokenizer
+    from families.text.preprocess import TextTokenizer
 
     texts, _ = mix_texts(n_texts)
     d, manifest = model_dir()
@@ -780,7 +781,7 @@ def main() -> None:
     ap.add_argument("--nobatch-env", default=NOBATCH_ENV,
                     help="comma list of VAR=VALUE that turns batching off for triserve_nobatch (default: text "
                          "max_batch_size 1, so every request is its own runner call). With runner.batching=runner "
-                         "use TRISERVE_TEXT__PRIMARY__BATCHING__PER_ITEM=true: BentoML 1.4 refuses max_batch_size=1")
+                         "use TRISERVE_SLOTS__<DEPLOYMENT>__BATCHING__PER_ITEM=true: BentoML 1.4 refuses max_batch_size=1")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))

@@ -8,11 +8,11 @@ The detection twin of scripts/bench/compare.py (same method, same placement, sam
 Requests: one image per request, JPEG (quality 90), generated deterministically from --seed: 30% 320x240, 40% 640x480,
 30% 1280x720 (exact shares, shuffled), each a landscape canvas holding a square of 1-6 drawn shapes from the
 detector's own synthetic-data generator (scripts/detection/dataset.draw_image). Sent as base64 JSON: triserve and the
-naive peer get POST /v1/detect {"images": [{"data": <b64>}]} (services/detection/schemas.DetectRequest), PyTriton the
+naive peer get POST /v1/detect {"images": [{"data": <b64>}]} (families/detection/schemas.DetectRequest), PyTriton the
 same base64 string as a KServe v2 BYTES tensor. Every system decodes, letterboxes, runs and NMSes on the server side.
 
 Systems (all on the same ONNX file, yolo-shapes:stable from models/store, same session options, CPU execution provider,
-the same services/detection functions for decode, letterbox, capped NMS and the mapping back to original pixels):
+the same families/detection functions for decode, letterbox, capped NMS and the mapping back to original pixels):
   inproc            in-process ONNX Runtime: base64 + image decode + letterbox + run + NMS at batch sizes 1,4,8,16
                     back to back (intra-op threads --intra-op and the other of 0/1); the best images/s is the ceiling,
                     the batch-1 call latency (servers' thread setting) is the floor for c=1 latency
@@ -21,7 +21,7 @@ the same services/detection functions for decode, letterbox, capped NMS and the 
                     as triserve's detection slot), own venv (--pytriton-python, default
                     .cache/bench/pytriton-venv/bin/python); skipped with the reason if it cannot start
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the detection slot:
-                    TRISERVE_DETECTION__PRIMARY__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
+                    TRISERVE_SLOTS__<DETECTION DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
   triserve          the same, default config (gateway batching while busy, max_batch_size 16)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local (runner code in the API worker, no hop)
 Both triserve instances run with compare.RAISED_LIMITS (per-client rate limit raised: one load generator is one
@@ -61,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
+from configs.deployments import load_repository
 from scripts.bench.compare import (
     LOCAL_ENV,
     RAISED_LIMITS,
@@ -81,11 +82,11 @@ from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 
 MODEL = "yolo-shapes"
-SLOT = "detection"
+SLOT = load_repository().default_for("detection").name
 SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
 HTTP_SYSTEMS = SYSTEMS[1:]
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
-NOBATCH_ENV = "TRISERVE_DETECTION__PRIMARY__BATCHING__MAX_BATCH_SIZE=1"
+NOBATCH_ENV = f"TRISERVE_SLOTS__{SLOT.upper()}__BATCHING__MAX_BATCH_SIZE=1"
 SIZE_MIX = ((320, 240, 0.3), (640, 480, 0.4), (1280, 720, 0.3))  # (width, height, share)
 GOALS = {  # name: (description with {c} for the goal concurrency, comparison, threshold)
     "batching_on_vs_off": ("triserve default / triserve batching off (detection max_batch_size 1), throughput at c={c}",
@@ -199,9 +200,9 @@ def run_pipeline(sess, manifest: dict, b64s: list[str]) -> tuple[list[list[tuple
     capped NMS, boxes back to original pixels (triserve's default limits and thresholds). Returns the detections per
     image and the milliseconds per stage."""
     from configs.settings import DetectionLimits
-    from services.detection.decode import decode_base64, decode_image
-    from services.detection.postprocess import NMSParams, nms
-    from services.detection.preprocess import boxes_to_original, preprocess_image
+    from families.detection.decode import decode_base64, decode_image
+    from families.detection.postprocess import NMSParams, nms
+    from families.detection.preprocess import boxes_to_original, preprocess_image
 
     lim = DetectionLimits()
     pre = manifest["preprocess"]

@@ -2,7 +2,7 @@
 
     python -m scripts.bench.knee                       # text, detection, forecast; ~12 min; docs/bench/knee.*
     python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
-    python -m scripts.bench.knee --write-config        # also writes access.task_rate_per_s in configs/serving.yaml
+    python -m scripts.bench.knee --write-config        # also writes access.deployment_rate_per_s in configs/serving.yaml
 
 Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate (k6
 constant-arrival-rate, --no-usage-report) keeps sending, so the rate where p99 leaves the SLO is the real capacity.
@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from configs.deployments import load_repository
 from scripts.bench.compare import RAISED_LIMITS, TriservePeer, open_loop
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import write_report
@@ -73,17 +74,17 @@ def ramp(task: str, requests: list, args, tmp: Path) -> dict:
 
 
 def write_limits(limits: dict[str, int], config: Path = CONFIG) -> None:
-    """Replace (or add) the `task_rate_per_s` line of the access section, keeping the rest of the file as is; tasks
-    not measured this time keep their limits."""
+    """Replace (or add) the `deployment_rate_per_s` line of the access section, keeping the rest of the file as is;
+    deployments not measured this time keep their limits."""
     import yaml
 
     text = config.read_text()
-    current = ((yaml.safe_load(text) or {}).get("access") or {}).get("task_rate_per_s") or {}
+    current = ((yaml.safe_load(text) or {}).get("access") or {}).get("deployment_rate_per_s") or {}
     limits = {**current, **limits}
-    line = f"  task_rate_per_s: {{{', '.join(f'{t}: {v}' for t, v in sorted(limits.items()))}}}"
+    line = f"  deployment_rate_per_s: {{{', '.join(f'{t}: {v}' for t, v in sorted(limits.items()))}}}"
     line += f"  # 80% of the knee, scripts/bench/knee.py {time.strftime('%Y-%m-%d')}"
-    if re.search(r"^  task_rate_per_s:.*$", text, flags=re.M):
-        text = re.sub(r"^  task_rate_per_s:.*$", line, text, count=1, flags=re.M)
+    if re.search(r"^  deployment_rate_per_s:.*$", text, flags=re.M):
+        text = re.sub(r"^  deployment_rate_per_s:.*$", line, text, count=1, flags=re.M)
     elif re.search(r"^access:\s*$", text, flags=re.M):
         text = re.sub(r"^access:\s*$", "access:\n" + line, text, count=1, flags=re.M)
     else:
@@ -219,10 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     res["plot"] = plot(res, args.out)
     write_report(args.out, res, to_markdown(res))
-    limits = {t: r["limit_rps"] for t, r in res["tasks"].items() if r["limit_rps"] > 0}
+    # the requests carry no deployment: each family's default deployment is what was measured
+    repo = load_repository()
+    limits = {repo.default_for(t).name: r["limit_rps"] for t, r in res["tasks"].items()
+              if r["limit_rps"] > 0 and repo.default_for(t) is not None}
     if args.write_config and limits:
         write_limits(limits)
-        print(f"wrote access.task_rate_per_s = {limits} into {CONFIG}")
+        print(f"wrote access.deployment_rate_per_s = {limits} into {CONFIG}")
     return 0
 
 

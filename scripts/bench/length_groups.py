@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     from runners.ragged import length_buckets, pad_sequences
-    from services.text.preprocess import TextTokenizer
+    from families.text.preprocess import TextTokenizer
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch-sizes", default="8,16,32")

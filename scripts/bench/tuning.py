@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from configs.deployments import load_repository
 from scripts.bench.batch_hist import around
 from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, request_for
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
 
-TEXT = "TRISERVE_TEXT__PRIMARY__BATCHING__"
+TEXT = f"TRISERVE_SLOTS__{load_repository().default_for('text').name.upper()}__BATCHING__"
 CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what it varies)
     "default": ({}, "runner.batching=gateway, gateway.batch_inflight=1, gateway.coalesce_wait_ms=2, text "
                     "max_batch_size 64, intra-op 0, 1 API worker"),

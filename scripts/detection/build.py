@@ -11,8 +11,8 @@ Why the fallback is the same weights at a smaller size: the graph has dynamic he
 costs nothing to keep in sync, and the manifest's preprocess.imgsz is what makes it cheaper. It is measured, not
 assumed: its mAP on the same test split and its latency (interleaved with the primary's) are gated and recorded.
 
-Every number in the manifests comes from the serving path: ONNX Runtime with services/detection/preprocess.py and
-services/detection/postprocess.py (scripts/detection/evaluate.py), never from ultralytics' own validator.
+Every number in the manifests comes from the serving path: ONNX Runtime with families/detection/preprocess.py and
+families/detection/postprocess.py (scripts/detection/evaluate.py), never from ultralytics' own validator.
 
 Parity (torch fp32 eval vs ONNX Runtime, batches 1/4/32, several sizes incl. non-square) is two checks per case:
 class scores within 1e-4 absolute, and box coordinates within 1e-4 of the input's longer side (pixels are ~3e-5 per
@@ -384,7 +384,7 @@ def _references(result) -> dict[str, dict[str, list[float]]]:
 
 
 def _eval_nms(recipe: dict):
-    from services.detection.postprocess import NMSParams
+    from families.detection.postprocess import NMSParams
 
     return NMSParams(conf_threshold=recipe.get("eval_conf", 0.001), iou_threshold=recipe.get("eval_iou", 0.7),
                      pre_nms_topk=30000, max_detections=300)

@@ -1,7 +1,7 @@
 """Evaluate an exported detector through the serving path: ONNX Runtime + our letterbox + our capped NMS.
 
 Why not ultralytics' validator: it measures the torch model with its own preprocessing and NMS. What we publish is the
-ONNX graph behind services/detection/preprocess.py and services/detection/postprocess.py, so that is what is scored.
+ONNX graph behind families/detection/preprocess.py and families/detection/postprocess.py, so that is what is scored.
 Only the AP arithmetic (precision/recall curves, 101-point interpolation) is borrowed from ultralytics.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from services.detection.postprocess import NMSParams, nms
-from services.detection.preprocess import boxes_to_original, preprocess_image
+from families.detection.postprocess import NMSParams, nms
+from families.detection.preprocess import boxes_to_original, preprocess_image
 
 IOU_THRESHOLDS = np.linspace(0.5, 0.95, 10)
 # Like ultralytics val: a very low confidence floor so the whole precision/recall curve is scored.

@@ -56,8 +56,11 @@ class Server:
         self.grpc_port = int(self.env.get("TRISERVE_GRPC__PORT") or free_port())
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.home = tempfile.mkdtemp(prefix="bentoml-home-")
+        # runtime deployment changes persist per server (never into the checkout's .cache)
+        self.state_file = Path(self.env.get("TRISERVE_DEPLOYMENTS_STATE_FILE") or Path(self.home) / "deployments.json")
         full_env = {**os.environ, **QUIET_ENV, "TRISERVE_REGISTRY_DIR": str(registry_dir), "BENTOML_HOME": self.home,
-                    "TRISERVE_GRPC__PORT": str(self.grpc_port), **self.env}
+                    "TRISERVE_GRPC__PORT": str(self.grpc_port),
+                    "TRISERVE_DEPLOYMENTS_STATE_FILE": str(self.state_file), **self.env}
         if log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL

@@ -20,12 +20,14 @@ import time
 import aiohttp
 
 from scripts.drills.common import Row, assert_loopback, base_parser, by_status, degraded_reasons, lat, log_path, post, save
+from configs.deployments import load_repository
 from scripts.drills.server import Server
 
 NAME = "slow_model"
 DEADLINES = (300, 1000, 3000)
 MODELS = ("primary", "auto")
 TEXT = "what is my account balance"
+DEPLOYMENT = load_repository().default_for("text").name  # the slot made slow: the text family's default
 
 
 async def breaker(session, url: str, key: str) -> dict | None:
@@ -34,8 +36,8 @@ async def breaker(session, url: str, key: str) -> dict | None:
                                timeout=aiohttp.ClientTimeout(total=3)) as r:
             if r.status == 200:
                 d = await r.json()
-                return {"text": d["breakers"]["text"]["state"],
-                        "text_queue_ms_per_item": d["queues"].get("text", {}).get("ms_per_item")}
+                return {"text": (d["breakers"].get(DEPLOYMENT) or {}).get("state", "closed"),
+                        "text_queue_ms_per_item": d["queues"].get(DEPLOYMENT, {}).get("ms_per_item")}
             return {"status": r.status}
     except Exception as exc:  # noqa: BLE001
         return {"error": type(exc).__name__}
@@ -127,7 +129,7 @@ def main() -> None:
     ap.add_argument("--slack-ms", type=float, default=100, help="overhead allowed past the deadline")
     args = ap.parse_args()
     key = secrets.token_hex(16)
-    env = {"TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({"text": args.latency_ms}),
+    env = {"TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({DEPLOYMENT: args.latency_ms}),
            "TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "drill-admin", "admin": True,
                                                      "sha256": hashlib.sha256(key.encode()).hexdigest()}])}
     print(f"server env knobs: TRISERVE_RUNNER__FAULTS__LATENCY_MS={env['TRISERVE_RUNNER__FAULTS__LATENCY_MS']} "

@@ -5,7 +5,7 @@ months linearly interpolated. Chronological split: train | validation (`val_mont
 (`test_months`). Nothing after the training split feeds any fitted statistic (scale, train_mean, in-sample MASE scale,
 weights); validation only gives the interval quantiles; the test tail only gives metrics.
 
-Windowing and scaling come from services/forecast/preprocess.py (the one implementation the service uses too):
+Windowing and scaling come from families/forecast/preprocess.py (the one implementation the service uses too):
 a window ending at t is series[t-context+1 : t+1], its targets series[t+1 : t+1+horizon]; a window is scaled as
 (x - mean(window)) / scale.
 
@@ -61,7 +61,7 @@ from scripts.forecast.seasonal_naive import (
     seasonal_naive_indices,
     seasonal_naive_reference,
 )
-from services.forecast.preprocess import scale_targets, scale_windows, training_windows, unscale
+from families.forecast.preprocess import scale_targets, scale_windows, training_windows, unscale
 
 log = logging.getLogger("triserve.pipeline.forecast")
 

@@ -10,7 +10,7 @@ Artifacts:
   * minilm-intent-int8  fallback: MatMul-only per-channel dynamic INT8, max_length 64. Gates: top-1 agreement with
                         the primary, and cheaper (batch-1 latency and file size both lower, measured interleaved).
 
-All tokenisation goes through services.text.preprocess.TextTokenizer (the serving implementation) reading the very
+All tokenisation goes through families.text.preprocess.TextTokenizer (the serving implementation) reading the very
 tokenizer.json that ships in the artifact. Heavy imports (torch, transformers, sklearn) happen inside build(), so
 reading ARTIFACTS / RECIPES is cheap.
 """
@@ -152,7 +152,7 @@ def parity_cases(model, tokenizer_file: Path, batches: list[int], seq_lens: list
     from tqdm import tqdm
 
     from scripts.text.utterances import parity_texts
-    from services.text.preprocess import TextTokenizer
+    from families.text.preprocess import TextTokenizer
 
     long_text = parity_texts()["long"][0]
     cases = []
@@ -261,7 +261,7 @@ def quantize_fallback(src: Path, dst: Path, params: dict, work: Path) -> Path:
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     from scripts.text import fused
     from scripts.text.utterances import evaluation_utterances
-    from services.text.preprocess import TextTokenizer
+    from families.text.preprocess import TextTokenizer
 
     seed = int(recipe["seed"])
     seed_everything(seed)

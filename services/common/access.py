@@ -46,10 +46,10 @@ class AccessControl:
         self.cfg, self.clock = cfg, clock
         self.buckets: OrderedDict[str, TokenBucket] = OrderedDict()
         now = clock()
-        # the instance-wide capacity of each task, this worker's share of it (requests spread over workers evenly)
-        self.task_buckets = {task: TokenBucket(rate / workers, max(1, math.ceil(rate / workers * cfg.task_burst_s)),
-                                               now)
-                             for task, rate in cfg.task_rate_per_s.items()} if cfg.capacity_limits else {}
+        # the instance-wide capacity of each deployment, this worker's share of it (requests spread evenly)
+        self.capacity_buckets = {
+            name: TokenBucket(rate / workers, max(1, math.ceil(rate / workers * cfg.deployment_burst_s)), now)
+            for name, rate in cfg.deployment_rate_per_s.items()} if cfg.capacity_limits else {}
 
     def _key(self, request: Request) -> str | None:
         key = request.headers.get("x-api-key")
@@ -80,7 +80,8 @@ class AccessControl:
             raise ApiError(403, "forbidden", f"key {entry.name!r} may not call admin endpoints")
         return Client(id=f"key:{entry.name}", admin=entry.admin, rate_per_s=entry.rate_per_s or self.cfg.rate_per_s)
 
-    def limit(self, client: Client, task: str) -> None:
+    def limit(self, client: Client, family: str) -> None:
+        """The client's own rate (checked before the body is read; `family` labels the metric)."""
         now = self.clock()
         bucket = self.buckets.get(client.id)
         if bucket is None:
@@ -91,16 +92,20 @@ class AccessControl:
             self.buckets.move_to_end(client.id)
         wait = bucket.take(now)
         if wait > 0:
-            REJECTED.labels(task, "rate_limited").inc()
+            REJECTED.labels(family, "rate_limited").inc()
             raise ApiError(429, "rate_limited", f"rate limit of {client.rate_per_s:g} requests/s exceeded",
                            {"client": client.id, "scope": "client", "retry_after_s": round(wait, 3)},
                            headers={"Retry-After": str(max(1, math.ceil(wait)))})
-        capacity = self.task_buckets.get(task)
-        if capacity is not None:
-            wait = capacity.take(now)
-            if wait > 0:
-                REJECTED.labels(task, "over_capacity").inc()
-                raise ApiError(429, "over_capacity", f"{task} is at its configured capacity "
-                               f"({self.cfg.task_rate_per_s[task]:g} requests/s)",
-                               {"task": task, "scope": "task", "retry_after_s": round(wait, 3)},
-                               headers={"Retry-After": str(max(1, math.ceil(wait)))})
+
+    def capacity(self, deployment: str) -> None:
+        """The deployment's configured capacity (checked once the request names its deployment, before any work)."""
+        bucket = self.capacity_buckets.get(deployment)
+        if bucket is None:
+            return
+        wait = bucket.take(self.clock())
+        if wait > 0:
+            REJECTED.labels(deployment, "over_capacity").inc()
+            raise ApiError(429, "over_capacity", f"{deployment} is at its configured capacity "
+                           f"({self.cfg.deployment_rate_per_s[deployment]:g} requests/s)",
+                           {"deployment": deployment, "scope": "deployment", "retry_after_s": round(wait, 3)},
+                           headers={"Retry-After": str(max(1, math.ceil(wait)))})

@@ -54,10 +54,17 @@ class QualityMonitor:
         self.tasks: dict[str, str] = {}
         self.every, self.min_values = every, min_values
         self._since: dict[tuple[str, str], int] = {}
+        self.window = window
         for m in manifests:
-            self.tasks[m.name] = m.task
-            for signal, ref in m.reference.items():
-                self.windows[(m.name, signal)] = SignalWindow(ref["edges"], ref["fractions"], window)
+            self.track(m)
+
+    def track(self, m: Manifest) -> None:
+        """Watch a model's signals against its manifest's references (models of deployments added at run time)."""
+        if m.name in self.tasks:
+            return
+        self.tasks[m.name] = m.task
+        for signal, ref in m.reference.items():
+            self.windows[(m.name, signal)] = SignalWindow(ref["edges"], ref["fractions"], self.window)
 
     def observe(self, model: str, signal: str, values: Iterable[float]) -> None:
         key = (model, signal)

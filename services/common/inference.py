@@ -1,4 +1,4 @@
-"""Routing one task's request to its primary or fallback model, with every protection on the way.
+"""Routing one deployment's request to its primary or fallback model, with every protection on the way.
 
 Order per attempt: deadline check -> per-slot admission (bounded queue, wait estimate) -> runner call bounded by the
 remaining deadline (idempotent transport retries inside) -> output sanity. The primary sits behind a circuit breaker;
@@ -13,10 +13,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from configs.deployments import FALLBACK_SUFFIX, Deployment
 from configs.settings import Settings
 from services.common.access import AccessControl
 from services.common.admission import AdmissionControl
@@ -27,9 +28,11 @@ from services.common.metrics import DEGRADED, REJECTED, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 
+if TYPE_CHECKING:  # pragma: no cover
+    from services.context import ServingContext
+
 log = logging.getLogger("triserve.inference")
 
-TASKS = ("detection", "text", "forecast")
 
 
 @dataclass
@@ -47,51 +50,73 @@ class RunnerResult:
 
 
 class Protection:
-    """Per-process protection state: admission per slot, a breaker per primary, access control."""
+    """Per-process protection state: admission per slot, a breaker per deployment's primary, access control."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, slot_batch: Callable[[str], int]):
         self.settings = settings
-        self.admission = AdmissionControl(settings.admission, {
-            f"{task}{suffix}": getattr(getattr(settings, task), role).batching.max_batch_size
-            for task in TASKS for suffix, role in (("", "primary"), ("_fallback", "fallback"))})
-        self.breakers = {task: CircuitBreaker(task, settings.breaker) for task in TASKS}
+        self.admission = AdmissionControl(settings.admission, _BatchSizes(slot_batch))
+        self.breakers: dict[str, CircuitBreaker] = {}
         self.access = AccessControl(settings.access, workers=settings.gateway.workers)
 
-    def plan(self, task: str, choice: str) -> list[tuple[str, str | None]]:
-        fallback = f"{task}_fallback"
+    def breaker(self, deployment: str) -> CircuitBreaker:
+        b = self.breakers.get(deployment)
+        if b is None:
+            b = self.breakers[deployment] = CircuitBreaker(deployment, self.settings.breaker)
+        return b
+
+    def plan(self, dep: Deployment, choice: str) -> list[tuple[str, str | None]]:
+        """(slot, degraded reason) in the order they are tried."""
+        primary, fallback = dep.name, (dep.name + FALLBACK_SUFFIX if dep.fallback else None)
         if choice == "fallback":
+            if fallback is None:
+                raise ApiError(422, "no_fallback", f"deployment {dep.name!r} has no fallback model",
+                               {"deployment": dep.name})
             return [(fallback, "requested")]
-        if choice == "primary":
-            return [(task, None)]
-        if not self.breakers[task].allow():
+        if choice == "primary" or fallback is None:
+            return [(primary, None)]
+        breaker = self.breaker(dep.name)
+        if not breaker.allow():
             return [(fallback, "circuit_open")]
         share = self.settings.admission.overload_fallback_share
-        if share and self.admission.overloaded(task) and random.random() < share:
-            self.breakers[task].release()
+        if share and self.admission.overloaded(primary) and random.random() < share:
+            breaker.release()
             return [(fallback, "overload")]
-        return [(task, None), (fallback, "primary_failed")]
+        return [(primary, None), (fallback, "primary_failed")]
 
 
-async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], list[np.ndarray]], choice: str,
-                   clock: StageClock, deadline: Deadline,
-                   validate: Callable[[ServedModel, list[np.ndarray]], None], request_id: str = "",
-                   route_key: str = "", arrived: Callable[[], None] | None = None) -> RunnerResult:
+class _BatchSizes(dict):
+    """slot -> max batch size, looked up in the current model repository (deployments come and go)."""
+
+    def __init__(self, lookup: Callable[[str], int]):
+        super().__init__()
+        self._lookup = lookup
+
+    def get(self, slot, default=None):  # type: ignore[override]
+        return self._lookup(slot)
+
+
+async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],
+                   choice: str, clock: StageClock, deadline: Deadline, request_id: str = "",
+                   route_key: str = "", arrived: Callable[[], None] | None = None,
+                   slot: str | None = None) -> RunnerResult:
     """items_for(model) preprocesses for that model version (sizes may differ between primary and fallback, or
-    between versions); validate(model, outputs) raises InvalidOutput for outputs that must not reach the client;
-    arrived: the request's batcher-arrival callback (CallContext.arrived)."""
-    prot: Protection = gateway.protection
-    await gateway.routing.ensure_fresh(gateway.runner)
-    plan = prot.plan(task, choice)
+    between versions); the family's check_outputs refuses outputs that must not reach the client; arrived: the
+    request's batcher-arrival callback (CallContext.arrived); slot: run exactly this slot (OIP tensor models)."""
+    prot: Protection = ctx.protection
+    family = ctx.family(dep)
+    task = dep.name  # metric label
+    await ctx.routing.ensure_fresh(ctx.runner)
+    plan = [(slot, None)] if slot else prot.plan(dep, choice)
     last_error: ApiError | None = None
     fallback_reason: str | None = None
     for index, (slot, planned_reason) in enumerate(plan):
         reason = fallback_reason or planned_reason if index else planned_reason
-        is_primary = slot == task
-        breaker = prot.breakers[task] if is_primary else None
+        is_primary = slot == dep.name
+        breaker = prot.breaker(dep.name) if is_primary and dep.fallback else None
         has_next = index + 1 < len(plan)
         for attempt in range(2):  # a second pass only when the pinned version was retired meanwhile
-            version, role = gateway.routing.pick(slot, route_key or request_id)
-            model = gateway.catalog.get(slot, version)
+            version, role = ctx.routing.pick(slot, route_key or request_id)
+            model = ctx.catalog.get(slot, version)
             deadline.check("preprocess")
             xs = items_for(model)
             clock.stage("preprocess")
@@ -108,22 +133,23 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
                 raise
             prot.admission.started(slot, len(xs))
             items = None
-            payload = [{"x": x, "deadline": deadline.epoch, "rid": request_id, "version": version} for x in xs]
+            payload = [{"slot": slot, "x": x, "deadline": deadline.epoch, "rid": request_id, "version": version}
+                       for x in xs]
             started = time.perf_counter()
             try:
-                items = await asyncio.wait_for(gateway.runner_client.call(slot, payload, arrived),
+                items = await asyncio.wait_for(ctx.runner_client.call(slot, payload, arrived),
                                                timeout=max(deadline.remaining(), 0.001))
             except asyncio.TimeoutError:
                 if breaker:
                     breaker.record(False)
-                gateway.canary.record(slot, role, False, time.perf_counter() - started)
+                ctx.canary.record(slot, role, False, time.perf_counter() - started)
                 REJECTED.labels(task, "deadline_exceeded").inc()
                 raise ApiError(504, "deadline_exceeded", f"no answer within the {deadline.budget_ms} ms deadline",
                                {"budget_ms": deadline.budget_ms, "stage": "inference", "slot": slot}) from None
             except ApiError as exc:
                 if breaker:
                     breaker.record(False)
-                _count(gateway, slot, version, role, False, started)
+                _count(ctx, slot, version, role, False, started)
                 last_error, fallback_reason = exc, "primary_failed"
                 break
             except asyncio.CancelledError:  # the client went away: no verdict on the model, free a half-open probe
@@ -135,7 +161,7 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
                 prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
                 clock.stage("runner")
             if any(it.get("error") == "version_unavailable" for it in items) and attempt == 0:
-                await gateway.routing.refresh(gateway.runner)
+                await ctx.routing.refresh(ctx.runner)
                 if breaker:
                     breaker.release()
                     breaker.allow()
@@ -148,21 +174,21 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
                                {"budget_ms": deadline.budget_ms, "stage": "queue", "slot": slot})
             outputs = [np.asarray(it["y"]) for it in items]
             try:
-                validate(model, outputs)
+                family.check_outputs(model.manifest, outputs)
             except InvalidOutput as exc:
                 if breaker:
                     breaker.record(False)
-                _count(gateway, slot, version, role, False, started)
+                _count(ctx, slot, version, role, False, started)
                 last_error = ApiError(503, "invalid_model_output", "the model produced an invalid output",
                                       {"slot": slot, "reason": str(exc)}, headers={"Retry-After": "1"})
                 fallback_reason = "invalid_output"
                 break
             if breaker:
                 breaker.record(True)
-            _count(gateway, slot, version, role, True, started)
-            shadow = gateway.routing.shadow(slot)
+            _count(ctx, slot, version, role, True, started)
+            shadow = ctx.routing.shadow(slot)
             if shadow and shadow != version:
-                gateway.shadow.mirror(gateway.runner, task, slot, shadow, payload, outputs)
+                ctx.shadow.mirror(ctx.runner, family, model.manifest, slot, shadow, payload, outputs)
             if reason:
                 DEGRADED.labels(task, reason).inc()
             return RunnerResult(outputs=outputs, model=items[0]["model"], version=items[0]["version"],
@@ -173,16 +199,16 @@ async def run_task(gateway: Any, task: str, items_for: Callable[[ServedModel], l
     raise last_error
 
 
-def _count(gateway: Any, slot: str, version: str, role: str, ok: bool, started: float) -> None:
+def _count(ctx: "ServingContext", slot: str, version: str, role: str, ok: bool, started: float) -> None:
     """Per-version metrics, and the canary verdict: a canary worse than allowed is withdrawn on the spot."""
     seconds = time.perf_counter() - started
     labelled(VERSION_REQUESTS, slot, version, role, "ok" if ok else "error").inc()
     labelled(VERSION_SECONDS, slot, version, role).observe(seconds)
-    gateway.canary.record(slot, role, ok, seconds)
+    ctx.canary.record(slot, role, ok, seconds)
     if role == "canary":
-        verdict = gateway.canary.verdict(slot)
+        verdict = ctx.canary.verdict(slot)
         if verdict:
             CANARY_ROLLBACKS.labels(slot, verdict).inc()
             log.warning("canary %s:%s withdrawn (%s)", slot, version, verdict)
-            gateway.canary.reset(slot)
-            asyncio.create_task(gateway.withdraw_canary(slot))
+            ctx.canary.reset(slot)
+            asyncio.create_task(ctx.withdraw_canary(slot))

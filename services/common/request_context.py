@@ -34,9 +34,6 @@ def stage_tracer() -> trace.Tracer:
         _tracer = BentoMLContainer.tracer_provider.get().get_tracer("triserve")
     return _tracer
 
-TASK_BY_PATH = {"/v1/detect": "detection", "/v1/detect/upload": "detection", "/v1/classify": "text",
-                "/v1/forecast": "forecast"}
-
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -95,8 +92,9 @@ class RequestContextMiddleware:
     (plus, sampled, the payload) per task request."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, request_log: RequestLog | None = None,
-                 max_inflight_requests: int | None = None):
+                 max_inflight_requests: int | None = None, family_by_path: dict[str, str] | None = None):
         self.app = app
+        self.family_by_path = family_by_path or {}  # inference path -> model family (families' REST routes)
         self.max_body_bytes = max_body_bytes
         self.log = request_log
         self.max_inflight = max_inflight_requests
@@ -111,7 +109,7 @@ class RequestContextMiddleware:
         state = scope.setdefault("state", {})
         state["request_id"] = rid
         state["arrived"] = (time.monotonic(), time.time())  # deadlines count from arrival, not from parsing
-        task = TASK_BY_PATH.get(scope.get("path", ""))
+        task = self.family_by_path.get(scope.get("path", ""))
         started = time.perf_counter()
         status = [0]
         keep_body = bool(task and self.log and self.log.payloads is not None

@@ -15,12 +15,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from prometheus_client import Counter, Histogram
 
+from configs.deployments import ModelRepository
 from configs.settings import Rollout
+from families.base import Family
 from models.manifest import Manifest
 from models.registry import LocalRegistry
 from services.common.errors import ApiError
@@ -54,19 +56,22 @@ class ServedModel:
 
 
 class ModelCatalog:
-    """(slot, version) -> ServedModel, read (and verified) from the registry once and cached."""
+    """(slot, version) -> ServedModel, read (and verified) from the registry once and cached. `names(slot)` gives the
+    registry model name of a slot (from the current model repository)."""
 
-    def __init__(self, registry: LocalRegistry, slot_names: dict[str, str]):
+    def __init__(self, registry: LocalRegistry, names: Callable[[str], str]):
         self.registry = registry
-        self.slot_names = slot_names
+        self.names = names
         self._cache: dict[tuple[str, str], ServedModel] = {}
 
     def get(self, slot: str, version: str) -> ServedModel:
         key = (slot, version)
-        if key not in self._cache:
-            directory, manifest = self.registry.load_verified(self.slot_names[slot], version)
-            self._cache[key] = ServedModel(slot, manifest.version, directory, manifest)
-        return self._cache[key]
+        cached = self._cache.get(key)
+        name = self.names(slot)
+        if cached is None or cached.manifest.name != name:  # a redeployed slot may serve another model
+            directory, manifest = self.registry.load_verified(name, version)
+            cached = self._cache[key] = ServedModel(slot, manifest.version, directory, manifest)
+        return cached
 
 
 def sticky_fraction(key: str) -> float:
@@ -75,14 +80,20 @@ def sticky_fraction(key: str) -> float:
 
 
 class RoutingTable:
-    def __init__(self, cfg: Rollout):
+    """The runner's routing (per slot: active, loaded, canary, shadow) and model repository, cached per worker."""
+
+    def __init__(self, cfg: Rollout, repository: ModelRepository):
         self.cfg = cfg
         self.table: dict[str, dict] = {}
+        self.repository = repository
         self.fetched_at = 0.0
         self._refreshing: asyncio.Task | None = None
 
     async def refresh(self, runner: Any) -> None:
-        self.table = await runner.to_async.routing()
+        answer = await runner.to_async.routing()
+        if answer["repository"] != self.repository.model_dump(mode="json"):
+            self.repository = ModelRepository.model_validate(answer["repository"])
+        self.table = answer["slots"]
         self.fetched_at = time.monotonic()
 
     async def ensure_fresh(self, runner: Any) -> None:
@@ -148,35 +159,6 @@ class CanaryGuard:
         self.calls.pop((slot, "canary"), None)
 
 
-def agreement(task: str, served: np.ndarray, shadow: np.ndarray, iou: float = 0.5) -> float:
-    """How far a shadow answer agrees with the served one, in [0, 1], on the raw model outputs."""
-    if task == "text":
-        return float(int(np.argmax(served)) == int(np.argmax(shadow)))
-    if task == "forecast":
-        denom = np.maximum(np.abs(served), 1e-6)
-        return float(max(0.0, 1.0 - np.mean(np.abs(served - shadow) / denom)))
-    from services.detection.postprocess import NMSParams, nms  # detection: matched boxes by IoU and label
-
-    a, b = nms(served, NMSParams()), nms(shadow, NMSParams())
-    if len(a.scores) == 0 and len(b.scores) == 0:
-        return 1.0
-    matched = 0
-    used: set[int] = set()
-    for box, cls in zip(a.boxes, a.classes):
-        for j, (other, ocls) in enumerate(zip(b.boxes, b.classes)):
-            if j in used or ocls != cls:
-                continue
-            x1, y1 = max(box[0], other[0]), max(box[1], other[1])
-            x2, y2 = min(box[2], other[2]), min(box[3], other[3])
-            inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
-            union = (box[2] - box[0]) * (box[3] - box[1]) + (other[2] - other[0]) * (other[3] - other[1]) - inter
-            if union > 0 and inter / union >= iou:
-                matched += 1
-                used.add(j)
-                break
-    return matched / max(len(a.scores), len(b.scores))
-
-
 class ShadowMirror:
     """Fire-and-forget mirroring with a hard cap on concurrent shadow calls: when full, the mirror is dropped
     (counted), so the shadow can never slow the primary path or grow memory."""
@@ -186,28 +168,27 @@ class ShadowMirror:
         self.inflight = 0
         self.tasks: set[asyncio.Task] = set()
 
-    def mirror(self, runner: Any, task: str, slot: str, version: str, payload: list[dict],
-               served: list[np.ndarray]) -> None:
+    def mirror(self, runner: Any, family: Family, manifest: Manifest, slot: str, version: str,
+               payload: list[dict], served: list[np.ndarray]) -> None:
         if self.inflight >= self.cfg.shadow_max_inflight:
             SHADOW_CALLS.labels(slot, version, "dropped").inc()
             return
         self.inflight += 1
-        t = asyncio.create_task(self._run(runner, task, slot, version, payload, served))
+        t = asyncio.create_task(self._run(runner, family, manifest, slot, version, payload, served))
         self.tasks.add(t)
         t.add_done_callback(self.tasks.discard)
 
-    async def _run(self, runner: Any, task: str, slot: str, version: str, payload: list[dict],
-                   served: list[np.ndarray]) -> None:
+    async def _run(self, runner: Any, family: Family, manifest: Manifest, slot: str, version: str,
+                   payload: list[dict], served: list[np.ndarray]) -> None:
         started = time.perf_counter()
         try:
-            items = await getattr(runner.to_async, slot)([{**it, "version": version, "deadline": None}
-                                                          for it in payload])
+            items = await runner.to_async.infer([{**it, "version": version, "deadline": None} for it in payload])
             SHADOW_SECONDS.labels(slot, version).observe(time.perf_counter() - started)
             if any("error" in it for it in items):
                 SHADOW_CALLS.labels(slot, version, "error").inc()
                 return
             for out, ref in zip(items, served):
-                SHADOW_AGREEMENT.labels(slot, version).observe(agreement(task, ref, np.asarray(out["y"])))
+                SHADOW_AGREEMENT.labels(slot, version).observe(family.agreement(manifest, ref, np.asarray(out["y"])))
             SHADOW_CALLS.labels(slot, version, "ok").inc()
         except Exception as exc:  # noqa: BLE001 - the shadow must never affect anything else
             SHADOW_CALLS.labels(slot, version, "error").inc()

@@ -32,8 +32,8 @@ def _is_transport_error(exc: BaseException) -> bool:
 
 
 async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backoff_ms: int) -> list[dict]:
-    """runner.<slot>(payload) with bounded retries on transport errors; failures become a 503 ApiError."""
-    method = getattr(runner.to_async, slot)
+    """runner.infer(payload) (items of `slot`) with bounded retries on transport errors; failures become a 503."""
+    method = runner.to_async.infer
     attempt = 0
     labelled(RUNNER_INFLIGHT, slot).inc()
     try:
@@ -57,18 +57,27 @@ async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backof
 class RunnerClient:
     """The gateway's way to call a model slot. With runner.batching == "gateway" concurrent requests of this API
     worker are coalesced per slot (one runner call per batch); with "runner" each request is its own call and BentoML's
-    dispatcher in the runner merges them."""
+    dispatcher in the runner merges them (across slots: every item names its slot)."""
 
-    def __init__(self, runner: Any, settings: Any, slots: dict[str, int]):
+    def __init__(self, runner: Any, settings: Any, max_batch: Callable[[str], int], family_of: Callable[[str], str]):
         self.runner = runner
         cfg = settings.gateway
         self._retries, self._backoff = cfg.runner_retries, cfg.runner_retry_backoff_ms
+        self._gateway_batching = settings.runner.batching == "gateway"
+        self._max_batch, self._family_of = max_batch, family_of
+        self._inflight, self._wait_s = cfg.batch_inflight, cfg.coalesce_wait_ms / 1000.0
         self.batchers: dict[str, SlotBatcher] = {}
-        if settings.runner.batching == "gateway":
-            wait_s = cfg.coalesce_wait_ms / 1000.0
-            self.batchers = {slot: SlotBatcher(slot, self._sender(slot), size, cfg.batch_inflight,
-                                               approaching(slot.removesuffix("_fallback")), wait_s)
-                             for slot, size in slots.items()}
+
+    def batcher(self, slot: str) -> SlotBatcher | None:
+        """The slot's batcher, made on first use (deployments are added at run time). Requests on their way are
+        counted per family (the body, which names the deployment, is not parsed yet when they are counted)."""
+        if not self._gateway_batching:
+            return None
+        b = self.batchers.get(slot)
+        if b is None:
+            b = self.batchers[slot] = SlotBatcher(slot, self._sender(slot), self._max_batch(slot), self._inflight,
+                                                  approaching(self._family_of(slot)), self._wait_s)
+        return b
 
     def _sender(self, slot: str):
         async def send(items: list[dict]) -> list[dict]:
@@ -77,7 +86,7 @@ class RunnerClient:
 
     async def call(self, slot: str, payload: list[dict], arrived: Callable[[], None] | None = None) -> list[dict]:
         """`arrived`: see SlotBatcher.submit."""
-        batcher = self.batchers.get(slot)
+        batcher = self.batcher(slot)
         if batcher is None:
             if arrived is not None:
                 arrived()

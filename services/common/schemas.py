@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 from services.common.request_context import Timings
 
 ModelChoice = Literal["auto", "primary", "fallback"]
+DEPLOYMENT_FIELD = dict(default=None, min_length=1, max_length=63,
+                        description="Deployment to run (GET /v1/models lists them); default: the family's default.")
 
 
 class ModelInfo(BaseModel):
@@ -19,6 +21,7 @@ class ServedBy(BaseModel):
     """Common envelope fields of every successful response."""
 
     request_id: str = Field(description="Echo of X-Request-ID, or a generated id (also in the response header).")
+    deployment: str = Field(description="The deployment that answered.")
     model: ModelInfo
     degraded: bool = Field(description="True when a fallback model answered instead of the primary.")
     degraded_reason: str | None = Field(None, description="Why: 'requested', 'primary_failed', ...")

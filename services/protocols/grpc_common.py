@@ -26,7 +26,8 @@ from services.common.deadlines import Deadline
 from services.common.errors import ApiError
 from services.common.request_context import new_request_id
 from services.gateway_deps import CallContext
-from services.protocols.calls import ErrorInfo, describe_error, ready_gateway
+from services.gateway_deps import ready_context
+from services.protocols.calls import ErrorInfo, describe_error
 
 REQUEST_ID_KEY = "x-request-id"
 ERROR_CODE_KEY = "triserve-error-code"
@@ -101,22 +102,22 @@ def deadline_of(context, metadata: dict[str, str], cfg) -> Deadline:
 
 
 class RpcScope:
-    """Handed to each handler's work function: the ready gateway and a CallContext factory for a task."""
+    """Handed to each handler's work function: the ready serving context and a CallContext factory."""
 
     def __init__(self, gateway, context, metadata: dict[str, str], request_id: str):
         self._gateway, self.context, self.metadata, self.request_id = gateway, context, metadata, request_id
 
     @property
-    def gateway(self):
-        return ready_gateway(self._gateway)
+    def ctx(self):
+        return ready_context(self._gateway)
 
-    def call(self, task: str) -> CallContext:
-        """Deadline, then authentication and rate limit for `task`, as REST's inference_guard does."""
-        gateway = self.gateway
+    def call(self, family: str) -> CallContext:
+        """Deadline, then authentication and rate limit (labelled by `family`), as REST's inference_guard does."""
+        gateway = self.ctx
         deadline = deadline_of(self.context, self.metadata, gateway.settings.deadlines)
         prot = gateway.protection
         client = prot.access.identify(MetadataRequest(self.metadata, self.context.peer()))
-        prot.access.limit(client, task)
+        prot.access.limit(client, family)
         key = self.metadata.get(gateway.settings.rollout.canary_header) or client.id
         return CallContext(self.request_id, deadline, client, route_key=key)
 

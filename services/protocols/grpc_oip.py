@@ -109,24 +109,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelMetadata(self, request, context):
         async def work(scope: RpcScope):
-            return metadata_to_pb(oip.model_metadata(oip.resolve(scope.gateway, request.name, request.version)))
+            return metadata_to_pb(oip.model_metadata(await oip.resolve(scope.ctx, request.name, request.version)))
 
         return await handle(context, self.gateway, work, "ModelMetadata")
 
     async def ModelReady(self, request, context):
         async def work(scope: RpcScope):
-            gateway = scope.gateway
-            entry = oip.resolve(gateway, request.name, request.version)
-            return pb.ModelReadyResponse(ready=await oip.model_ready(gateway, entry))
+            entry = await oip.resolve(scope.ctx, request.name, request.version)
+            return pb.ModelReadyResponse(ready=await oip.model_ready(self.gateway, entry))
 
         return await handle(context, self.gateway, work, "ModelReady")
 
     async def ModelInfer(self, request, context):
         async def work(scope: RpcScope):
-            gateway = scope.gateway
-            entry = oip.resolve(gateway, request.model_name, request.model_version)
-            call = scope.call(entry.task)
-            resp = await oip.infer(gateway, entry, request_from_pb(request), call)
+            ctx = scope.ctx
+            entry = await oip.resolve(ctx, request.model_name, request.model_version)
+            call = scope.call(entry.family)
+            resp = await oip.infer(ctx, entry, request_from_pb(request), call)
             return response_to_pb(resp)
 
         return await handle(context, self.gateway, work, "ModelInfer")

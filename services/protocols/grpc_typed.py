@@ -10,12 +10,9 @@ from typing import Any
 from google.protobuf import json_format
 from pydantic import BaseModel
 
-from services.detection.schemas import DetectOptions
-from services.forecast.schemas import ForecastRequest
-from services.protocols.calls import detect_encoded
+import families
 from services.protocols.generated import triserve_pb2, triserve_pb2_grpc
 from services.protocols.grpc_common import RpcScope, handle
-from services.text.schemas import ClassifyRequest
 
 SERVICE_NAME = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"].full_name
 _CHOICES = {triserve_pb2.MODEL_CHOICE_AUTO: "auto", triserve_pb2.MODEL_CHOICE_PRIMARY: "primary",
@@ -27,7 +24,8 @@ def model_choice(value: int) -> str:
     return _CHOICES.get(value, f"unknown_model_choice_{value}")
 
 
-def _set(message, names: tuple[str, ...]) -> dict[str, Any]:
+def set_fields(message, names: tuple[str, ...]) -> dict[str, Any]:
+    """The proto3 optional fields that are set (unset ones take the REST model's defaults)."""
     return {n: getattr(message, n) for n in names if message.HasField(n)}
 
 
@@ -37,50 +35,29 @@ def to_message(response: BaseModel, message):
     return message
 
 
-def classify_request(msg: triserve_pb2.ClassifyRequest) -> ClassifyRequest:
-    return ClassifyRequest(texts=list(msg.texts), model=model_choice(msg.model), **_set(msg, ("top_k",)))
+def _method(family_name: str):
+    """The family's RPC: request message -> REST request model -> the family's pipeline -> response message."""
+    fam = families.family(family_name)
+    response_type = getattr(triserve_pb2, f"{fam.grpc_method}Response")
 
+    async def rpc(self, request, context):
+        async def work(scope: RpcScope):
+            call = scope.call(fam.name)
+            resp = await fam.handle(scope.ctx, fam.grpc_request(request), call)
+            return to_message(resp, response_type())
 
-def forecast_request(msg: triserve_pb2.ForecastRequest) -> ForecastRequest:
-    fields: dict[str, Any] = {"values": list(msg.values), "model": model_choice(msg.model)}
-    if len(msg.timestamps):
-        fields["timestamps"] = list(msg.timestamps)
-    fields.update(_set(msg, ("start", "frequency", "horizon")))
-    return ForecastRequest(**fields)
+        return await handle(context, self.gateway, work, f"Triserve/{fam.grpc_method}")
 
-
-def detect_options(msg: triserve_pb2.DetectRequest) -> DetectOptions:
-    return DetectOptions(model=model_choice(msg.model),
-                         **_set(msg, ("conf_threshold", "iou_threshold", "max_detections", "class_aware")))
+    rpc.__name__ = fam.grpc_method
+    return rpc
 
 
 class TriserveServicer(triserve_pb2_grpc.TriserveServicer):
+    """One method per family, as the family declares it (families/<family>/family.py: grpc_method)."""
+
     def __init__(self, gateway):
         self.gateway = gateway
 
-    async def Classify(self, request, context):
-        async def work(scope: RpcScope):
-            call = scope.call("text")
-            gateway = scope.gateway
-            resp = await gateway.pipeline("text").classify(gateway, classify_request(request), call)
-            return to_message(resp, triserve_pb2.ClassifyResponse())
 
-        return await handle(context, self.gateway, work, "Triserve/Classify")
-
-    async def Forecast(self, request, context):
-        async def work(scope: RpcScope):
-            call = scope.call("forecast")
-            gateway = scope.gateway
-            resp = await gateway.pipeline("forecast").forecast(gateway, forecast_request(request), call)
-            return to_message(resp, triserve_pb2.ForecastResponse())
-
-        return await handle(context, self.gateway, work, "Triserve/Forecast")
-
-    async def Detect(self, request, context):
-        async def work(scope: RpcScope):
-            call = scope.call("detection")
-            opts = detect_options(request)
-            resp = await detect_encoded(scope.gateway, list(request.images), opts, call)
-            return to_message(resp, triserve_pb2.DetectResponse())
-
-        return await handle(context, self.gateway, work, "Triserve/Detect")
+for _name in families.names():
+    setattr(TriserveServicer, families.family(_name).grpc_method, _method(_name))

@@ -3,23 +3,14 @@
 
 Two kinds of models:
 
-- tensor models, by registry name (yolo-shapes, minilm-intent, co2-forecaster and their fallbacks): the runner's own
-  tensor contract from the manifest, platform "onnxruntime_onnx". Inputs go to that model's runner slot through the
-  same run_task as REST (admission, deadline, runner retries, output sanity checks); no fallback, since the client
-  named the model. Detection takes images FP32 [n, 3, S, S] (S = the model's letterboxed input size), text takes
-  input_ids + attention_mask INT64 [n, L] (each row is cut back to its unpadded tokens with the mask: the runner pads
-  per batch itself), forecast takes window FP32 [n, context]. The output is the model's output, one row per item.
-- task pipelines "detect", "classify" and "forecast", platform "triserve_pipeline": BYTES/FP32 inputs and request
-  parameters become the REST request models (DetectOptions, ClassifyRequest, ForecastRequest) and run through the
-  same pipeline methods as REST, so validation, limits, fallbacks and error codes are identical.
-
-    detect:   IMAGE BYTES [n] (encoded images); parameters conf_threshold, iou_threshold, max_detections,
-              class_aware, model  ->  DETECTIONS BYTES [n] (one JSON document per image, as in the REST response)
-    classify: TEXT BYTES [n] (UTF-8); parameters top_k, model  ->  LABEL BYTES [n], SCORE FP32 [n],
-              TOP_K_LABELS BYTES [n, k], TOP_K_SCORES FP32 [n, k]
-    forecast: VALUES FP32|FP64 [n_points] (NaN = missing), optional TIMESTAMPS BYTES [n_points] (ISO 8601);
-              parameters start, frequency, horizon, model  ->  TIMESTAMPS BYTES [h], MEAN, LOWER_50, UPPER_50,
-              LOWER_90, UPPER_90 FP32 [h]
+- pipelines, one per deployment (configs/models.yaml), by deployment name, platform "triserve_pipeline": the
+  deployment's family declares BYTES/FP32 inputs and outputs (families/<family>/family.py) and request parameters
+  become the family's REST request model, so validation, limits, fallbacks and error codes are identical to REST.
+  Each family's default deployment is also served under the family's alias ("detect", "classify", "forecast").
+- tensor models, by registry name (e.g. yolo-shapes, minilm-intent and their fallbacks): the runner's own tensor
+  contract from the manifest, platform "onnxruntime_onnx". Inputs go to exactly that model's runner slot through the
+  same run_task as REST (admission, deadline, runner retries, output checks); no fallback, since the client named the
+  model. A registry name that equals a deployment name is served as the deployment.
 
 Every response carries parameters request_id, served_model, served_version, degraded (+ degraded_reason) and the
 stage timings (*_ms). A request parameter "timeout" (microseconds, as Triton clients send it) can only shorten the
@@ -37,18 +28,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+import families
+from families.base import TensorMeta
 from models.manifest import Manifest, TensorSpec
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError
 from services.common.inference import run_task
 from services.common.request_context import StageClock
-from services.detection.postprocess import check_head
-from services.detection.schemas import DetectOptions
-from services.forecast.postprocess import check_forecast
-from services.forecast.schemas import ForecastRequest
-from services.protocols.calls import detect_encoded, ready_gateway
-from services.text.postprocess import check_probabilities
-from services.text.schemas import ClassifyRequest
+from services.context import ServingContext
 
 SERVER_NAME = "triserve"
 SERVER_VERSION = "0.1.0"
@@ -56,7 +43,6 @@ EXTENSIONS = ["binary_tensor_data", "parameters"]
 TENSOR_PLATFORM = "onnxruntime_onnx"
 PIPELINE_PLATFORM = "triserve_pipeline"
 PIPELINE_VERSION = "1"
-TASKS = ("detection", "text", "forecast")
 
 # OIP datatype -> numpy dtype (BYTES: object arrays of bytes)
 DATATYPES: dict[str, np.dtype] = {
@@ -106,17 +92,11 @@ class InferResponse:
 
 
 @dataclass(frozen=True)
-class TensorMeta:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class ModelEntry:
     name: str
     kind: Literal["tensor", "pipeline"]
-    task: str  # detection | text | forecast: the access/rate-limit and pipeline key
+    deployment: str  # the deployment it belongs to (admission, limits, metrics)
+    family: str
     versions: tuple[str, ...]
     platform: str
     inputs: tuple[TensorMeta, ...]
@@ -268,13 +248,14 @@ def fp32_tensor(name: str, values: Any) -> Tensor:
 
 # ---- catalog, metadata, readiness ---------------------------------------------------------------------------------
 def _meta(spec: TensorSpec, manifest: Manifest) -> TensorMeta:
-    pre = manifest.preprocess
+    """Dynamic axes the family serves at one size only (a detector's letterboxed side) are shown as that size."""
+    served = families.runtime(manifest.task).warmup_sizes(manifest)
     shape = []
     for dim in spec.shape:
         if isinstance(dim, int):
             shape.append(dim)
-        elif dim in ("height", "width") and pre.kind == "detection":
-            shape.append(pre.imgsz)  # the runner batches letterboxed images of exactly this size
+        elif len(served.get(dim, ())) == 1:
+            shape.append(served[dim][0])
         else:
             shape.append(-1)
     datatype = NUMPY_TO_DATATYPE.get(spec.dtype)
@@ -283,36 +264,32 @@ def _meta(spec: TensorSpec, manifest: Manifest) -> TensorMeta:
     return TensorMeta(spec.name, datatype, tuple(shape))
 
 
-_B, _F = "BYTES", "FP32"
-PIPELINES: dict[str, tuple[str, tuple[TensorMeta, ...], tuple[TensorMeta, ...]]] = {
-    "detect": ("detection", (TensorMeta("IMAGE", _B, (-1,)),), (TensorMeta("DETECTIONS", _B, (-1,)),)),
-    "classify": ("text", (TensorMeta("TEXT", _B, (-1,)),),
-                 (TensorMeta("LABEL", _B, (-1,)), TensorMeta("SCORE", _F, (-1,)),
-                  TensorMeta("TOP_K_LABELS", _B, (-1, -1)), TensorMeta("TOP_K_SCORES", _F, (-1, -1)))),
-    "forecast": ("forecast", (TensorMeta("VALUES", _F, (-1,)),),
-                 (TensorMeta("TIMESTAMPS", _B, (-1,)),) + tuple(TensorMeta(n, _F, (-1,)) for n in
-                                                               ("MEAN", "LOWER_50", "UPPER_50", "LOWER_90",
-                                                                "UPPER_90"))),
-}
-
-
-def catalog(gateway) -> dict[str, ModelEntry]:
-    ready_gateway(gateway)
+def catalog(ctx: ServingContext) -> dict[str, ModelEntry]:
+    """Every OIP model: a pipeline per deployment (and per family alias), a tensor model per served registry model."""
     entries: dict[str, ModelEntry] = {}
-    for task in TASKS:
-        for slot, m in gateway.active_manifests(task).items():
-            entries[m.name] = ModelEntry(
-                name=m.name, kind="tensor", task=task, versions=(m.version,), platform=TENSOR_PLATFORM,
-                inputs=tuple(_meta(s, m) for s in m.inputs), outputs=tuple(_meta(s, m) for s in m.outputs),
-                slot=slot, manifest=m)
-    for name, (task, inputs, outputs) in PIPELINES.items():
-        entries[name] = ModelEntry(name=name, kind="pipeline", task=task, versions=(PIPELINE_VERSION,),
-                                   platform=PIPELINE_PLATFORM, inputs=inputs, outputs=outputs)
+    repo = ctx.repository
+    for dep in repo.deployments:
+        fam = families.family(dep.family)
+        for slot, manifest in ctx.active_manifests(dep).items():
+            entries.setdefault(manifest.name, ModelEntry(
+                name=manifest.name, kind="tensor", deployment=dep.name, family=dep.family,
+                versions=(manifest.version,), platform=TENSOR_PLATFORM,
+                inputs=tuple(_meta(s, manifest) for s in manifest.inputs),
+                outputs=tuple(_meta(s, manifest) for s in manifest.outputs), slot=slot, manifest=manifest))
+    for dep in repo.deployments:
+        fam = families.family(dep.family)
+        entry = ModelEntry(name=dep.name, kind="pipeline", deployment=dep.name, family=dep.family,
+                           versions=(PIPELINE_VERSION,), platform=PIPELINE_PLATFORM,
+                           inputs=fam.oip_pipeline_inputs, outputs=fam.oip_pipeline_outputs)
+        entries[dep.name] = entry
+        if repo.default_for(dep.family) is dep:
+            entries[fam.oip_alias] = dataclasses.replace(entry, name=fam.oip_alias)
     return entries
 
 
-def resolve(gateway, name: str, version: str = "") -> ModelEntry:
-    entries = catalog(gateway)
+async def resolve(ctx: ServingContext, name: str, version: str = "") -> ModelEntry:
+    await ctx.routing.ensure_fresh(ctx.runner)
+    entries = catalog(ctx)
     entry = entries.get(name)
     if entry is None:
         raise ApiError(404, "model_not_found", f"model {name!r} is not served", {"models": sorted(entries)})
@@ -349,12 +326,16 @@ async def model_ready(gateway, entry: ModelEntry) -> bool:
     return await server_ready(gateway)
 
 
-def repository_index(gateway) -> list[dict]:
-    return [{"name": e.name, "version": v, "state": "READY"} for e in catalog(gateway).values() for v in e.versions]
+async def repository_index(ctx: ServingContext) -> list[dict]:
+    await ctx.routing.ensure_fresh(ctx.runner)
+    return [{"name": e.name, "version": v, "state": "READY"} for e in catalog(ctx).values() for v in e.versions]
 
 
 # ---- inference ----------------------------------------------------------------------------------------------------
-def _inputs(req: InferRequest, expected: dict[str, set[str]], required: set[str]) -> dict[str, Tensor]:
+def _inputs(req: InferRequest, declared: Iterable[TensorMeta]) -> dict[str, Tensor]:
+    declared = list(declared)
+    expected = {t.name: {t.datatype, *t.also} for t in declared}
+    required = {t.name for t in declared if not t.optional}
     got: dict[str, Tensor] = {}
     for t in req.inputs:
         if t.name in got:
@@ -374,7 +355,8 @@ def _inputs(req: InferRequest, expected: dict[str, set[str]], required: set[str]
     return got
 
 
-def _params(parameters: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+def pick_params(parameters: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """The request parameters a family pipeline reads (unset and null ones left out, so its defaults apply)."""
     return {k: parameters[k] for k in keys if k in parameters and parameters[k] is not None}
 
 
@@ -387,92 +369,39 @@ def _with_timeout(call, parameters: dict[str, Any]):
     return dataclasses.replace(call, deadline=Deadline.from_budget(budget_ms))
 
 
-def _check_batch(n: int, cap: int, name: str) -> None:
+def check_batch(n: int, cap: int, name: str) -> None:
     if n < 1:
         raise bad_request("empty_batch", f"input {name!r} has no items", {"input": name})
     if n > cap:
         raise ApiError(422, "too_many_items", f"{n} items exceed the limit of {cap}", {"limit": cap, "received": n})
 
 
-def _finite(arr: np.ndarray, name: str) -> None:
+def check_finite(arr: np.ndarray, name: str) -> None:
     if not np.isfinite(arr).all():
         raise ApiError(422, "non_finite_value", f"input {name!r} contains NaN or infinity", {"input": name})
 
 
-def _tensor_items(gateway, entry: ModelEntry, tensors: dict[str, Tensor]) -> list[np.ndarray]:
-    """Input tensors -> one runner item per batch row, validated against the model's contract and the limits."""
-    m, s = entry.manifest, gateway.settings
-    assert m is not None
-    if entry.task == "detection":
-        spec = entry.inputs[0]
-        arr = tensors[spec.name].data
-        size = m.preprocess.imgsz
-        if arr.ndim != 4 or tuple(arr.shape[1:]) != (3, size, size):
-            raise bad_request("shape_mismatch", f"input {spec.name!r} must be [n, 3, {size}, {size}] (letterboxed "
-                              f"RGB scaled to [0, 1]), got {list(arr.shape)}", {"expected": list(spec.shape),
-                                                                                "received": list(arr.shape)})
-        _check_batch(arr.shape[0], s.detection_limits.max_images, spec.name)
-        _finite(arr, spec.name)
-        return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
-    if entry.task == "text":
-        ids, mask = tensors["input_ids"].data, tensors["attention_mask"].data
-        if ids.ndim != 2 or mask.shape != ids.shape:
-            raise bad_request("shape_mismatch", "input_ids and attention_mask must both be [n, L]",
-                              {"input_ids": list(ids.shape), "attention_mask": list(mask.shape)})
-        _check_batch(ids.shape[0], s.text_limits.max_texts, "input_ids")
-        max_len = m.preprocess.max_length
-        if ids.shape[1] > max_len:
-            raise ApiError(422, "sequence_too_long", f"sequences of {ids.shape[1]} tokens exceed {max_len}",
-                           {"limit": max_len, "length": int(ids.shape[1])})
-        if not np.isin(mask, (0, 1)).all():
-            raise bad_request("invalid_attention_mask", "attention_mask values must be 0 or 1")
-        tokenizer = gateway.pipeline("text").tokenizer(gateway.catalog.get(entry.slot, m.version))
-        vocab = getattr(getattr(tokenizer, "_tok", None), "get_vocab_size", lambda: None)()
-        items = []
-        for i in range(ids.shape[0]):
-            row = np.ascontiguousarray(ids[i][mask[i] == 1], dtype=np.int64)
-            if row.size == 0:
-                raise ApiError(422, "empty_sequence", f"row {i} has no unmasked tokens", {"index": i})
-            if row.min() < 0 or (vocab and row.max() >= vocab):
-                raise ApiError(422, "token_id_out_of_range", f"row {i} has token ids outside [0, {vocab})",
-                               {"index": i, "vocab_size": vocab})
-            items.append(row)
-        return items
-    spec = entry.inputs[0]
-    arr = tensors[spec.name].data
-    context = m.preprocess.context
-    if arr.ndim != 2 or arr.shape[1] != context:
-        raise bad_request("shape_mismatch", f"input {spec.name!r} must be [n, {context}], got {list(arr.shape)}",
-                          {"expected": list(spec.shape), "received": list(arr.shape)})
-    slot_cfg = s.forecast.fallback if entry.slot.endswith("_fallback") else s.forecast.primary
-    _check_batch(arr.shape[0], slot_cfg.batching.max_batch_size, spec.name)
-    _finite(arr, spec.name)
-    return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
+def utf8(items: np.ndarray, name: str) -> list[str]:
+    out = []
+    for i, b in enumerate(items.reshape(-1)):
+        try:
+            out.append(b.decode("utf-8") if isinstance(b, bytes) else str(b))
+        except UnicodeDecodeError:
+            raise ApiError(422, "invalid_utf8", f"{name}[{i}] is not valid UTF-8", {"index": i}) from None
+    return out
 
 
-def _output_check(gateway, entry: ModelEntry):
-    m = entry.manifest
-    assert m is not None
-
-    def validate(_model, outputs: list[np.ndarray]) -> None:
-        for out in outputs:
-            if entry.task == "detection":
-                check_head(out, len(m.labels))
-            elif entry.task == "text":
-                check_probabilities(out, len(m.labels))
-            else:
-                check_forecast(out, m.preprocess.horizon)
-
-    return validate
-
-
-async def _infer_tensor_model(gateway, entry: ModelEntry, req: InferRequest, call) -> tuple[list[Tensor], dict, str]:
-    tensors = _inputs(req, {t.name: {t.datatype} for t in entry.inputs}, {t.name for t in entry.inputs})
-    items = _tensor_items(gateway, entry, tensors)
+async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: InferRequest,
+                              call) -> tuple[list[Tensor], dict, str]:
+    assert entry.slot is not None and entry.manifest is not None
+    tensors = _inputs(req, entry.inputs)
+    dep = ctx.deployment(entry.family, entry.deployment)
+    served = ctx.catalog.get(entry.slot, entry.manifest.version)
+    ctx.protection.access.capacity(dep.name)
+    items = families.family(dep.family).oip_tensor_items(ctx, dep, served, tensors, ctx.slot_batch(entry.slot))
     clock = StageClock()
-    choice = "fallback" if entry.slot.endswith("_fallback") else "primary"
-    result = await run_task(gateway, entry.task, lambda _model: items, choice, clock, call.deadline,
-                            _output_check(gateway, entry), request_id=call.request_id)
+    result = await run_task(ctx, dep, lambda _model: items, "primary", clock, call.deadline,
+                            request_id=call.request_id, slot=entry.slot)
     out_meta = entry.outputs[0]
     ys = np.stack([np.asarray(y) for y in result.outputs]).astype(DATATYPES[out_meta.datatype])
     clock.stage("postprocess")
@@ -483,64 +412,12 @@ async def _infer_tensor_model(gateway, entry: ModelEntry, req: InferRequest, cal
 
 
 def _envelope(resp) -> dict[str, Any]:
-    params: dict[str, Any] = {"served_model": resp.model.name, "served_version": resp.model.version,
-                              "degraded": bool(resp.degraded)}
+    params: dict[str, Any] = {"deployment": resp.deployment, "served_model": resp.model.name,
+                              "served_version": resp.model.version, "degraded": bool(resp.degraded)}
     if resp.degraded_reason:
         params["degraded_reason"] = resp.degraded_reason
     params.update({k: float(v) for k, v in resp.timings.model_dump().items()})
     return params
-
-
-def _utf8(items: np.ndarray, name: str) -> list[str]:
-    out = []
-    for i, b in enumerate(items.reshape(-1)):
-        try:
-            out.append(b.decode("utf-8") if isinstance(b, bytes) else str(b))
-        except UnicodeDecodeError:
-            raise ApiError(422, "invalid_utf8", f"{name}[{i}] is not valid UTF-8", {"index": i}) from None
-    return out
-
-
-async def _classify(gateway, req: InferRequest, call) -> tuple[list[Tensor], dict]:
-    t = _inputs(req, {"TEXT": {"BYTES"}}, {"TEXT"})["TEXT"]
-    body = ClassifyRequest(texts=_utf8(t.data, "TEXT"), **_params(req.parameters, ("top_k", "model")))
-    resp = await gateway.pipeline("text").classify(gateway, body, call)
-    k = len(resp.results[0].top_k)
-    n = len(resp.results)
-    outputs = [bytes_tensor("LABEL", [r.label for r in resp.results]),
-               fp32_tensor("SCORE", [r.score for r in resp.results]),
-               bytes_tensor("TOP_K_LABELS", [x.label for r in resp.results for x in r.top_k], [n, k]),
-               fp32_tensor("TOP_K_SCORES", [[x.score for x in r.top_k] for r in resp.results])]
-    return outputs, _envelope(resp)
-
-
-async def _detect(gateway, req: InferRequest, call) -> tuple[list[Tensor], dict]:
-    t = _inputs(req, {"IMAGE": {"BYTES"}}, {"IMAGE"})["IMAGE"]
-    opts = DetectOptions(**_params(req.parameters, ("conf_threshold", "iou_threshold", "max_detections",
-                                                    "class_aware", "model")))
-    resp = await detect_encoded(gateway, list(t.data.reshape(-1)), opts, call)
-    docs = [r.model_dump_json() for r in resp.results]
-    return [bytes_tensor("DETECTIONS", docs)], _envelope(resp)
-
-
-async def _forecast(gateway, req: InferRequest, call) -> tuple[list[Tensor], dict]:
-    got = _inputs(req, {"VALUES": {"FP32", "FP64"}, "TIMESTAMPS": {"BYTES"}}, {"VALUES"})
-    fields: dict[str, Any] = {"values": [float(v) for v in got["VALUES"].data.reshape(-1)]}
-    if "TIMESTAMPS" in got:
-        fields["timestamps"] = _utf8(got["TIMESTAMPS"].data, "TIMESTAMPS")
-    fields.update(_params(req.parameters, ("start", "frequency", "horizon", "model")))
-    body = ForecastRequest(**fields)
-    resp = await gateway.pipeline("forecast").forecast(gateway, body, call)
-    points = resp.forecast
-    outputs = [bytes_tensor("TIMESTAMPS", [p.model_dump(mode="json")["timestamp"] for p in points])]
-    for name in ("mean", "lower_50", "upper_50", "lower_90", "upper_90"):
-        outputs.append(fp32_tensor(name.upper(), [getattr(p, name) for p in points]))
-    params = _envelope(resp)
-    params["input"] = json.dumps(resp.input.model_dump())
-    return outputs, params
-
-
-_PIPELINE_HANDLERS = {"detect": _detect, "classify": _classify, "forecast": _forecast}
 
 
 def _check_requested(entry: ModelEntry, requested: list[RequestedOutput] | None) -> None:
@@ -558,14 +435,17 @@ def _select(outputs: list[Tensor], requested: list[RequestedOutput] | None) -> l
     return [by_name[r.name] for r in requested]
 
 
-async def infer(gateway, entry: ModelEntry, req: InferRequest, call) -> InferResponse:
+async def infer(ctx: ServingContext, entry: ModelEntry, req: InferRequest, call) -> InferResponse:
     """Run one inference request; `call` (request id, deadline, client) comes from the transport's access guard."""
     _check_requested(entry, req.outputs)
     call = _with_timeout(call, req.parameters)
     if entry.kind == "tensor":
-        outputs, params, version = await _infer_tensor_model(gateway, entry, req, call)
+        outputs, params, version = await _infer_tensor_model(ctx, entry, req, call)
     else:
-        outputs, params = await _PIPELINE_HANDLERS[entry.name](gateway, req, call)
+        fam = families.family(entry.family)
+        dep = ctx.deployment(entry.family, entry.deployment)
+        outputs, resp = await fam.oip_infer(ctx, dep, _inputs(req, entry.inputs), req.parameters, call)
+        params = {**_envelope(resp), **fam.oip_extra_parameters(resp)}
         version = PIPELINE_VERSION
     params = {"request_id": call.request_id, **params}
     return InferResponse(model_name=entry.name, model_version=version, id=req.id,

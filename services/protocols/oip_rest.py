@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from services.common.errors import ApiError, request_id_of
-from services.gateway_deps import inference_guard
+from services.gateway_deps import inference_guard, ready_context
 from services.protocols import oip
 from services.protocols.calls import describe_error
 
@@ -38,6 +38,11 @@ ACCEPTED_TYPES = {"", "application/json", "application/octet-stream"}
 
 def _gateway():
     return bentoml.get_current_service()
+
+
+def _ctx():
+    """The serving context, or 503 not_ready (in the protocol's error format) while models load."""
+    return ready_context(_gateway())
 
 
 def oip_error(request: Request, exc: BaseException) -> JSONResponse:
@@ -68,7 +73,7 @@ async def server_ready() -> JSONResponse:
 @router.get("/models/{name}/versions/{version}", summary="OIP v2 model metadata of one version")
 async def model_metadata(request: Request, name: str, version: str = ""):
     try:
-        return oip.model_metadata(oip.resolve(_gateway(), name, version))
+        return oip.model_metadata(await oip.resolve(_ctx(), name, version))
     except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
         return oip_error(request, exc)
 
@@ -77,9 +82,8 @@ async def model_metadata(request: Request, name: str, version: str = ""):
 @router.get("/models/{name}/versions/{version}/ready", summary="OIP v2 model readiness of one version")
 async def model_ready(request: Request, name: str, version: str = ""):
     try:
-        gateway = _gateway()
-        entry = oip.resolve(gateway, name, version)
-        ready = await oip.model_ready(gateway, entry)
+        entry = await oip.resolve(_ctx(), name, version)
+        ready = await oip.model_ready(_gateway(), entry)
         return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
     except Exception as exc:  # noqa: BLE001
         return oip_error(request, exc)
@@ -88,7 +92,7 @@ async def model_ready(request: Request, name: str, version: str = ""):
 @router.post("/repository/index", summary="Models served over OIP v2")
 async def repository_index(request: Request):
     try:
-        return oip.repository_index(_gateway())
+        return await oip.repository_index(_ctx())
     except Exception as exc:  # noqa: BLE001
         return oip_error(request, exc)
 
@@ -207,18 +211,18 @@ def infer_response(req: oip.InferRequest, resp: oip.InferResponse) -> Response:
 async def infer(request: Request, name: str, version: str = ""):
     body = await request.body()  # outside the try: the body-cap middleware's 413 must propagate to it
     try:
-        gateway = oip.ready_gateway(_gateway())
+        ctx = _ctx()
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in ACCEPTED_TYPES:
             raise ApiError(415, "unsupported_media_type", "this endpoint consumes application/json or "
                            "application/octet-stream (binary tensor data)",
                            {"received": ctype, "accepted": sorted(t for t in ACCEPTED_TYPES if t)})
         body = _decompress(body, request.headers.get("content-encoding", "").strip().lower(),
-                           gateway.settings.gateway.max_body_bytes)
-        entry = oip.resolve(gateway, name, version)
-        call = await inference_guard(entry.task)(request, gateway)
+                           ctx.settings.gateway.max_body_bytes)
+        entry = await oip.resolve(ctx, name, version)
+        call = await inference_guard(entry.family)(request, ctx)
         req = parse_infer_request(name, version, body, request.headers.get("inference-header-content-length"))
-        resp = await oip.infer(gateway, entry, req, call)
+        resp = await oip.infer(ctx, entry, req, call)
         return infer_response(req, resp)
     except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
         return oip_error(request, exc)

@@ -132,7 +132,7 @@ def test_bentofile_is_valid_for_bentoml(bentofile, monkeypatch):
         assert raw["docker"]["cuda_version"].startswith("12")
     assert got == want
     envs = {e["name"]: str(e["value"]) for e in raw["envs"]}
-    assert {"TRISERVE_REGISTRY_URI", "TRISERVE_MODEL_CACHE_DIR", "TRISERVE_TEXT__PRIMARY__REF"} <= set(envs)
+    assert {"TRISERVE_REGISTRY_URI", "TRISERVE_MODEL_CACHE_DIR", "TRISERVE_SLOTS__INTENT__REF"} <= set(envs)
     _settings_env_ok(envs, monkeypatch)
 
 

@@ -6,20 +6,25 @@ from configs.settings import Settings
 
 def test_yaml_defaults_load():
     s = Settings()
-    assert s.text.primary.name and s.text.fallback.name
-    assert s.detection_limits.pre_nms_topk >= s.detection_limits.max_detections
+    lim = s.family_limits("detection")
+    assert lim.pre_nms_topk >= lim.max_detections
+    assert s.family_limits("text", {"max_texts": 3}).max_texts == 3  # a deployment's override
 
 
 def test_environment_overrides_nested_fields(monkeypatch):
-    monkeypatch.setenv("TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE", "7")
+    monkeypatch.setenv("TRISERVE_LIMITS__TEXT__MAX_TEXTS", "7")
     s = Settings()
-    assert s.text.primary.batching.max_batch_size == 7
-    assert s.text.primary.batching.max_latency_ms == Settings().text.primary.batching.max_latency_ms
+    assert s.family_limits("text").max_texts == 7
+    assert s.family_limits("text").max_chars == Settings().family_limits("text").max_chars
 
 
 def test_invalid_values_fail_at_startup(monkeypatch):
-    monkeypatch.setenv("TRISERVE_TEXT__PRIMARY__BATCHING__MAX_BATCH_SIZE", "0")
+    monkeypatch.setenv("TRISERVE_LIMITS__TEXT__MAX_TEXTS", "0")
     with pytest.raises(ValidationError):
+        Settings()
+    monkeypatch.setenv("TRISERVE_LIMITS__TEXT__MAX_TEXTS", "8")
+    monkeypatch.setenv("TRISERVE_LIMITS__AUDIO__MAX_SECONDS", "8")  # no such family
+    with pytest.raises((ValidationError, KeyError)):
         Settings()
 
 

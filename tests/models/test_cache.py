@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from configs.deployments import ModelRepository
 from models.cache import NotReady, ServingRegistry, fetch_verified, open_serving_registry
 from models.registry import IntegrityError, LocalRegistry, NotFound
 from models.stores import RegistryUnavailable
@@ -131,16 +132,21 @@ def test_tampered_cache_is_quarantined_reported_and_pulled_again_online(store, t
 
 
 def _settings(tmp_path: Path, uri: str | None) -> SimpleNamespace:
-    slot = SimpleNamespace(name="toy-model", ref="stable")
-    task = SimpleNamespace(primary=slot, fallback=SimpleNamespace(name="toy-model", ref=V2))
     return SimpleNamespace(registry_uri=uri, registry_dir=tmp_path / "remote", model_cache_dir=tmp_path / "cache",
-                           registry_retries=0, registry_backoff_s=0.0, detection=task, text=task, forecast=task)
+                           registry_retries=0, registry_backoff_s=0.0)
+
+
+# two deployments over the same model at two refs: two distinct (name, ref) pulls
+REPOSITORY = ModelRepository.model_validate({"deployments": [
+    {"name": "a", "family": "text", "model": {"name": "toy-model", "ref": "stable"},
+     "fallback": {"name": "toy-model", "ref": V2}},
+    {"name": "b", "family": "text", "model": {"name": "toy-model", "ref": "stable"}}]})
 
 
 def test_serving_registry_without_uri_is_the_registry_dir(store, tmp_path):
-    registry = open_serving_registry(_settings(tmp_path, None))
+    registry = open_serving_registry(_settings(tmp_path, None), REPOSITORY)
     assert type(registry) is LocalRegistry and registry.root == tmp_path / "remote"
-    assert open_serving_registry(_settings(tmp_path, store.uri)).root == store.registry.root  # local: no copy
+    assert open_serving_registry(_settings(tmp_path, store.uri), REPOSITORY).root == store.registry.root  # local: no copy
 
 
 def test_serving_registry_pulls_configured_slots_into_the_cache(store, tmp_path, http_root):
@@ -148,14 +154,14 @@ def test_serving_registry_pulls_configured_slots_into_the_cache(store, tmp_path,
 
     root, url = http_root
     shutil.copytree(tmp_path / "remote", root / tmp_path.name)
-    registry = open_serving_registry(_settings(tmp_path, f"{url}/{tmp_path.name}"))
+    registry = open_serving_registry(_settings(tmp_path, f"{url}/{tmp_path.name}"), REPOSITORY)
     assert isinstance(registry, ServingRegistry) and registry.root == tmp_path / "cache"
     assert sorted(registry.versions("toy-model")) == [V1, V2]
     assert registry.load_verified("toy-model", "stable")[1].version == V1
 
 
 def test_serving_registry_unreachable_keeps_the_reason_per_slot(tmp_path):
-    registry = open_serving_registry(_settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x"))
+    registry = open_serving_registry(_settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x"), REPOSITORY)
     with pytest.raises(NotReady, match="toy-model:stable not ready"):
         registry.load_verified("toy-model", "stable")
 
@@ -168,5 +174,5 @@ def test_serving_registry_waits_out_the_backoff_once(store, tmp_path, monkeypatc
     monkeypatch.setattr(cache_module.time, "sleep", sleeps.append)
     settings = _settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x")
     settings.registry_retries, settings.registry_backoff_s = 2, 0.25
-    registry = open_serving_registry(settings)
+    registry = open_serving_registry(settings, REPOSITORY)
     assert sleeps == [0.25, 0.5] and len(registry.errors) == 2  # two distinct (name, ref) slots, one backoff

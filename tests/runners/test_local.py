@@ -17,7 +17,7 @@ from PIL import Image
 
 from scripts.common import ort_session
 from scripts.drills.server import RUNNER_SERVICE
-from services.detection.preprocess import letterbox, preprocess_image
+from families.detection.preprocess import letterbox, preprocess_image
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 from tests.services import test_gateway as golden
 
@@ -74,7 +74,8 @@ def test_runner_feeds_mix_uint8_letterboxes_and_float_tensors():
     tensor, _ = preprocess_image(img, 32)
     boxed, _ = letterbox(img, 32)
     model = SimpleNamespace(input_names=["images"],
-                            manifest=SimpleNamespace(preprocess=SimpleNamespace(scale=1 / 255.0, color_order="RGB")))
+                            manifest=SimpleNamespace(task="detection",
+                                                     preprocess=SimpleNamespace(scale=1 / 255.0, color_order="RGB")))
     feeds = ModelRunner.inner._feeds(model, [boxed, tensor, boxed])
     assert feeds["images"].shape == (3, 3, 32, 32) and feeds["images"].dtype == np.float32
     for row in feeds["images"]:

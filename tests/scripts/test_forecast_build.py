@@ -15,7 +15,7 @@ from scripts.common import GateFailed, ort_session, parity_gate  # noqa: E402
 from scripts.forecast import build as fb  # noqa: E402
 from scripts.forecast.seasonal_naive import make_seasonal_naive_onnx, seasonal_naive_reference  # noqa: E402
 from scripts.pipeline import build_task  # noqa: E402
-from services.forecast.preprocess import last_window, scale_windows, unscale  # noqa: E402
+from families.forecast.preprocess import last_window, scale_windows, unscale  # noqa: E402
 
 PRIMARY, FALLBACK = fb.ARTIFACTS
 RECIPE = fb.RECIPES["tiny"]

@@ -18,7 +18,7 @@ from scripts.pipeline import build_task  # noqa: E402
 from scripts.text import build as tb  # noqa: E402
 from scripts.text import fused  # noqa: E402
 from scripts.text.utterances import BASE, evaluation_utterances, parity_texts  # noqa: E402
-from services.text.preprocess import TextTokenizer  # noqa: E402
+from families.text.preprocess import TextTokenizer  # noqa: E402
 
 PRIMARY, FALLBACK = tb.ARTIFACTS
 TINY = tb.RECIPES["tiny"]

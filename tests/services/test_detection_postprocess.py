@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from services.detection.postprocess import NMSParams, nms
+from families.detection.postprocess import NMSParams, nms
 
 
 def head(boxes_cxcywh, scores_per_class):

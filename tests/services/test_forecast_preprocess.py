@@ -1,4 +1,4 @@
-"""The forecast window convention against hand-computed references (services/forecast/preprocess.py).
+"""The forecast window convention against hand-computed references (families/forecast/preprocess.py).
 
 Convention: a window ending at t is series[t - context + 1 : t + 1] (closed: it includes t); its targets are
 series[t + 1 : t + 1 + horizon]; a window is scaled as (x - mean(window)) / scale.
@@ -6,7 +6,7 @@ series[t + 1 : t + 1 + horizon]; a window is scaled as (x - mean(window)) / scal
 import numpy as np
 import pytest
 
-from services.forecast.preprocess import last_window, scale_targets, scale_windows, training_windows, unscale
+from families.forecast.preprocess import last_window, scale_targets, scale_windows, training_windows, unscale
 
 
 def test_training_windows_hand_computed():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from services.forecast.preprocess import SeriesError, future_timestamps, regularize
+from families.forecast.preprocess import SeriesError, future_timestamps, regularize
 
 
 def months(*ym):

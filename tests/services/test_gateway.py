@@ -14,10 +14,10 @@ import pytest
 from PIL import Image, ImageDraw
 
 from scripts.common import ort_session
-from services.detection.postprocess import NMSParams, nms
-from services.detection.preprocess import boxes_to_original, preprocess_image
-from services.forecast.preprocess import last_window, scale_windows, unscale
-from services.text.preprocess import TextTokenizer
+from families.detection.postprocess import NMSParams, nms
+from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.forecast.preprocess import last_window, scale_windows, unscale
+from families.text.preprocess import TextTokenizer
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",
          "set an alarm for 7am", "how do I say thank you in french", "transfer $100 from checking to savings",

@@ -81,9 +81,10 @@ def test_rate_limit_per_key_answers_429_with_retry_after(faulty):
                 json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "fallback"}).status_code == 200
 
 
-def test_task_capacity_limit_answers_429_over_capacity_for_that_task_only(tiny_registry, tmp_path):
-    """access.task_rate_per_s (written by scripts/bench/knee.py) through a real server: all clients share it."""
-    env = {"TRISERVE_ACCESS__TASK_RATE_PER_S": json.dumps({"forecast": 0.5}), "TRISERVE_ACCESS__TASK_BURST_S": "2"}
+def test_deployment_capacity_limit_answers_429_over_capacity_for_that_deployment_only(tiny_registry, tmp_path):
+    """access.deployment_rate_per_s (written by scripts/bench/knee.py) through a real server: all clients share it."""
+    env = {"TRISERVE_ACCESS__DEPLOYMENT_RATE_PER_S": json.dumps({"forecast": 0.5}),
+           "TRISERVE_ACCESS__DEPLOYMENT_BURST_S": "2"}
     srv = Server(tiny_registry.root, env=env, log_path=tmp_path / "capacity.log")
     body = {"values": [float(i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "horizon": 3}
     try:
@@ -93,9 +94,9 @@ def test_task_capacity_limit_answers_429_over_capacity_for_that_task_only(tiny_r
         assert first.status_code == 200, first.text
         assert second.status_code == 429, second.text
         err = second.json()["error"]
-        assert err["code"] == "over_capacity" and err["details"]["scope"] == "task"
+        assert err["code"] == "over_capacity" and err["details"]["scope"] == "deployment"
         assert int(second.headers["Retry-After"]) >= 1
-        assert post(srv, "/v1/classify", json={"texts": ["hello"]}).status_code == 200  # other tasks unaffected
+        assert post(srv, "/v1/classify", json={"texts": ["hello"]}).status_code == 200  # others unaffected
     finally:
         srv.stop()
 

@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from scripts.common import ort_session
 from services.protocols.generated import triserve_pb2 as tpb
 from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
-from services.text.preprocess import TextTokenizer
+from families.text.preprocess import TextTokenizer
 from tests.services.test_gateway import png_bytes
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi"]
@@ -297,9 +297,9 @@ def test_expired_deadline_is_refused_before_any_work():
 
 # --- contracts ----------------------------------------------------------------------------------------------------
 def test_typed_messages_mirror_the_rest_response_models():
-    from services.detection.schemas import DetectResponse
-    from services.forecast.schemas import ForecastResponse
-    from services.text.schemas import ClassifyResponse
+    from families.detection.schemas import DetectResponse
+    from families.forecast.schemas import ForecastResponse
+    from families.text.schemas import ClassifyResponse
 
     for model, message in ((ClassifyResponse, tpb.ClassifyResponse), (DetectResponse, tpb.DetectResponse),
                            (ForecastResponse, tpb.ForecastResponse)):

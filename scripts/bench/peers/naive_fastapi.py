@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
 from scripts.bench.textmix import model_dir
-from services.text.preprocess import TextTokenizer
+from families.text.preprocess import TextTokenizer
 
 _dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
 MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir()

@@ -1,6 +1,6 @@
 """Peer for scripts/bench/compare_detect.py: the naive way to serve the detector - FastAPI, one ONNX Runtime call per
 request, no batching, no runner hop. Same model file, same session options and the same pipeline functions as
-triserve (services/detection: safe decode, letterbox, capped NMS, boxes mapped back to original pixels), the same
+triserve (families/detection: safe decode, letterbox, capped NMS, boxes mapped back to original pixels), the same
 request body (DetectRequest: base64 images) and the same response shape as triserve's POST /v1/detect.
 
     uvicorn scripts.bench.peers.naive_fastapi_detect:app --host 127.0.0.1 --port 8100
@@ -22,10 +22,10 @@ from fastapi.responses import JSONResponse
 from configs.settings import DetectionLimits
 from scripts.bench.textmix import model_dir
 from services.common.errors import ApiError
-from services.detection.decode import decode_base64, decode_image
-from services.detection.postprocess import NMSParams, nms
-from services.detection.preprocess import boxes_to_original, preprocess_image
-from services.detection.schemas import DetectRequest
+from families.detection.decode import decode_base64, decode_image
+from families.detection.postprocess import NMSParams, nms
+from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.detection.schemas import DetectRequest
 
 _dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
 MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir(name="yolo-shapes")

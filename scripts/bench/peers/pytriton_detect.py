@@ -1,7 +1,7 @@
 """Peer for scripts/bench/compare_detect.py: the detector behind NVIDIA PyTriton (Triton Inference Server + its
 DynamicBatcher). The batched infer function does what triserve does for each image: base64 decode, safe image
 decode, letterbox, one ONNX Runtime call for the whole batch, capped NMS, boxes mapped back to original pixels -
-with the project's own functions (services/detection), the same session options and NMS defaults.
+with the project's own functions (families/detection), the same session options and NMS defaults.
 
 Runs in its own venv (nvidia-pytriton pins numpy<2; the project venv keeps numpy 2). On top of the text peer's recipe
 (scripts/bench/peers/pytriton_text.py) it needs the image and project imports:
@@ -34,9 +34,9 @@ from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
-from services.detection.decode import decode_base64, decode_image
-from services.detection.postprocess import NMSParams, nms
-from services.detection.preprocess import boxes_to_original, preprocess_image
+from families.detection.decode import decode_base64, decode_image
+from families.detection.postprocess import NMSParams, nms
+from families.detection.preprocess import boxes_to_original, preprocess_image
 
 # triserve's DetectionLimits defaults (configs/settings.py), spelt out: configs.settings needs pydantic-settings
 MAX_IMAGE_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000

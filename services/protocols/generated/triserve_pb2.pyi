@@ -39,20 +39,22 @@ class Timings(_message.Message):
     def __init__(self, preprocess_ms: _Optional[float] = ..., queue_ms: _Optional[float] = ..., infer_ms: _Optional[float] = ..., postprocess_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class DetectRequest(_message.Message):
-    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "class_aware", "model")
+    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "class_aware", "model", "deployment")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     CONF_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
     CLASS_AWARE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedScalarFieldContainer[bytes]
     conf_threshold: float
     iou_threshold: float
     max_detections: int
     class_aware: bool
     model: ModelChoice
-    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., class_aware: _Optional[bool] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+    deployment: str
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., class_aware: _Optional[bool] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
 
 class Detection(_message.Message):
     __slots__ = ("box", "score", "class_id", "label")
@@ -79,30 +81,34 @@ class ImageResult(_message.Message):
     def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., detections: _Optional[_Iterable[_Union[Detection, _Mapping]]] = ..., candidates: _Optional[int] = ...) -> None: ...
 
 class DetectResponse(_message.Message):
-    __slots__ = ("request_id", "model", "degraded", "degraded_reason", "timings", "results")
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: ModelInfo
+    deployment: str
     degraded: bool
     degraded_reason: str
     timings: Timings
     results: _containers.RepeatedCompositeFieldContainer[ImageResult]
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[ImageResult, _Mapping]]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[ImageResult, _Mapping]]] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
-    __slots__ = ("texts", "top_k", "model")
+    __slots__ = ("texts", "top_k", "model", "deployment")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
     top_k: int
     model: ModelChoice
-    def __init__(self, texts: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+    deployment: str
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
 
 class LabelScore(_message.Message):
     __slots__ = ("label", "score")
@@ -127,36 +133,40 @@ class TextResult(_message.Message):
     def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., top_k: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class ClassifyResponse(_message.Message):
-    __slots__ = ("request_id", "model", "degraded", "degraded_reason", "timings", "results")
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: ModelInfo
+    deployment: str
     degraded: bool
     degraded_reason: str
     timings: Timings
     results: _containers.RepeatedCompositeFieldContainer[TextResult]
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[TextResult, _Mapping]]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[TextResult, _Mapping]]] = ...) -> None: ...
 
 class ForecastRequest(_message.Message):
-    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model")
+    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model", "deployment")
     VALUES_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     FREQUENCY_FIELD_NUMBER: _ClassVar[int]
     HORIZON_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[float]
     timestamps: _containers.RepeatedScalarFieldContainer[str]
     start: str
     frequency: str
     horizon: int
     model: ModelChoice
-    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+    deployment: str
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
 
 class ForecastPoint(_message.Message):
     __slots__ = ("timestamp", "mean", "lower_50", "upper_50", "lower_90", "upper_90")
@@ -189,9 +199,10 @@ class InputReport(_message.Message):
     def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ...) -> None: ...
 
 class ForecastResponse(_message.Message):
-    __slots__ = ("request_id", "model", "degraded", "degraded_reason", "timings", "forecast", "input")
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "forecast", "input")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
@@ -199,9 +210,10 @@ class ForecastResponse(_message.Message):
     INPUT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: ModelInfo
+    deployment: str
     degraded: bool
     degraded_reason: str
     timings: Timings
     forecast: _containers.RepeatedCompositeFieldContainer[ForecastPoint]
     input: InputReport
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...

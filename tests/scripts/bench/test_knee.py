@@ -24,15 +24,15 @@ def test_a_step_holds_only_within_the_slo_without_failures_or_drops():
 def test_limits_are_merged_into_the_access_section_and_load_as_typed_settings(tmp_path, monkeypatch):
     config = tmp_path / "serving.yaml"
     config.write_text((ROOT / "configs" / "serving.yaml").read_text())
-    before = (yaml.safe_load(config.read_text()).get("access") or {}).get("task_rate_per_s") or {}
+    before = (yaml.safe_load(config.read_text()).get("access") or {}).get("deployment_rate_per_s") or {}
     write_limits({"text": 120, "detection": 30}, config)
     write_limits({"text": 150}, config)  # a later run of one task keeps the others
     expected = {**before, "detection": 30, "text": 150}
     data = yaml.safe_load(config.read_text())
-    assert data["access"]["task_rate_per_s"] == expected
-    assert config.read_text().count("task_rate_per_s") == 1
+    assert data["access"]["deployment_rate_per_s"] == expected
+    assert config.read_text().count("deployment_rate_per_s") == 1
     monkeypatch.setenv("TRISERVE_CONFIG", str(config))
-    assert Settings().access.task_rate_per_s == {k: float(v) for k, v in expected.items()}
+    assert Settings().access.deployment_rate_per_s == {k: float(v) for k, v in expected.items()}
 
 
 def test_report_shows_pause_counts_and_where_the_server_log_is():

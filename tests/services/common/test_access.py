@@ -67,23 +67,25 @@ def test_rate_limit_gives_429_with_retry_after_and_buckets_are_bounded():
     assert len(ac.buckets) == 3
 
 
-def test_task_capacity_limits_all_clients_together_and_is_split_over_workers():
+def test_deployment_capacity_limits_all_clients_together_and_is_split_over_workers():
     t = [0.0]
-    cfg = CFG.model_copy(update={"task_rate_per_s": {"text": 20.0}, "task_burst_s": 0.5})
+    cfg = CFG.model_copy(update={"deployment_rate_per_s": {"intent": 20.0}, "deployment_burst_s": 0.5})
     ac = AccessControl(cfg, clock=lambda: t[0], workers=2)  # this worker's share: 10/s, bucket of 5
     for i in range(5):  # five different clients, each well under its own limit
         ac.limit(ac.identify(request(host=f"10.1.0.{i}")), "text")
+        ac.capacity("intent")
     with pytest.raises(ApiError) as e:
-        ac.limit(ac.identify(request(host="10.1.0.99")), "text")
-    assert (e.value.status, e.value.code, e.value.details["scope"]) == (429, "over_capacity", "task")
-    ac.limit(ac.identify(request(host="10.1.0.99")), "forecast")  # other tasks are not limited
+        ac.capacity("intent")
+    assert (e.value.status, e.value.code, e.value.details["scope"]) == (429, "over_capacity", "deployment")
+    ac.capacity("intent-2")  # other deployments (of the same family too) are not limited
     t[0] = 0.1  # one more token at 10/s
-    ac.limit(ac.identify(request(host="10.1.0.98")), "text")
+    ac.capacity("intent")
 
 
 def test_capacity_limits_switch_off_keeps_client_limits():
-    cfg = CFG.model_copy(update={"task_rate_per_s": {"text": 0.001}, "capacity_limits": False})
+    cfg = CFG.model_copy(update={"deployment_rate_per_s": {"intent": 0.001}, "capacity_limits": False})
     ac = AccessControl(cfg)
     for i in range(5):
         ac.limit(ac.identify(request(host=f"10.2.0.{i}")), "text")
-    assert ac.task_buckets == {}
+        ac.capacity("intent")
+    assert ac.capacity_buckets == {}

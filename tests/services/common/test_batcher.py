@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from services.common.batcher import Approaching, SlotBatcher
+from services.common.batcher import Approaching, SlotBatcher, approaching
 
 
 class FakeRunner:
@@ -222,10 +222,16 @@ def test_runner_client_uses_batchers_only_in_gateway_mode(mode, batchers, monkey
     from services.common.runner_client import RunnerClient
 
     monkeypatch.setenv("TRISERVE_RUNNER__BATCHING", mode)
-    client = RunnerClient(runner=None, settings=Settings(), slots={"text": 64, "detection": 16})
-    assert bool(client.batchers) is batchers
-    if batchers:
-        assert client.batchers["text"].max_batch_size == 64
+    sizes = {"intent": 64, "intent_fallback": 8, "coco": 16}
+    client = RunnerClient(runner=None, settings=Settings(), max_batch=sizes.__getitem__,
+                          family_of=lambda slot: "detection" if slot == "coco" else "text")
+    batcher = client.batcher("intent")
+    assert (batcher is not None) is batchers
+    if batchers:  # made on first use, per slot, with that slot's limit and its family's approaching count
+        assert batcher.max_batch_size == 64 and client.batcher("intent") is batcher
+        assert client.batcher("intent_fallback").max_batch_size == 8
+        assert client.batcher("coco").max_batch_size == 16
+        assert batcher.coming is approaching("text") and client.batcher("coco").coming is approaching("detection")
 
 
 def test_a_batcher_that_is_gone_stops_listening():

@@ -25,7 +25,8 @@ def _app(seen: list[int], submit: bool, status: int = 200):
 
 def _post(app, path: str) -> int:
     async def main():
-        transport = httpx.ASGITransport(app=RequestContextMiddleware(app, max_body_bytes=1024))
+        transport = httpx.ASGITransport(app=RequestContextMiddleware(
+            app, max_body_bytes=1024, family_by_path={"/v1/classify": "text"}))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return (await client.post(path, json={"texts": ["hi"]})).status_code
     return asyncio.run(main())

@@ -99,5 +99,5 @@ def test_configured_tracing_exports_request_and_stage_spans(tiny_registry, tmp_p
     assert requests, sorted(names)  # BentoML's request span, not excluded when tracing is configured
     request_traces = {s.trace_id for s in requests}
     assert all(s.trace_id in request_traces for s in stages)  # the stages are children of the request's trace
-    runner_calls = [s for service, s in collector.spans if service == "triserve-runner" and s.name == "POST /text"]
+    runner_calls = [s for service, s in collector.spans if service == "triserve-runner" and s.name == "POST /infer"]
     assert any(s.trace_id in request_traces for s in runner_calls), "the runner call is not in the request's trace"

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import numpy as np
 from fastapi import APIRouter, Depends
 
-from configs.settings import ForecastLimits
+from configs.deployments import Deployment
+from families.forecast.limits import Limits
 from models.manifest import Manifest
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
@@ -15,11 +16,12 @@ from services.common.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
-from services.forecast.preprocess import (FIXED_STEPS, SeriesError, future_timestamps, last_window, regularize,
+from families.forecast.preprocess import (FIXED_STEPS, SeriesError, future_timestamps, last_window, regularize,
                                          scale_windows, unscale)
-from services.forecast.postprocess import check_forecast, with_intervals
-from services.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
-from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
+from families.forecast.postprocess import with_intervals
+from families.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
+from services.context import ServingContext
+from services.gateway_deps import CallContext, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["forecast"])
 # A window whose points sit this many training scale units from its own mean is input the model cannot answer
@@ -43,11 +45,20 @@ def _timestamps(body: ForecastRequest) -> np.ndarray:
 
 @dataclass
 class ForecastPipeline:
-    limits: ForecastLimits
-    contract: Manifest  # the primary's manifest at startup: context and horizon every version of this API honours
+    """One forecast deployment: its limits, and the contract (context, horizon) of the primary it serves."""
 
-    async def forecast(self, gateway, body: ForecastRequest, call: CallContext) -> ForecastResponse:
+    ctx: ServingContext
+    deployment: Deployment
+    limits: Limits
+
+    @property
+    def contract(self) -> Manifest:
+        """The primary's serving manifest: the context and horizon every version of this deployment honours."""
+        return self.ctx.served(self.deployment.name).manifest
+
+    async def forecast(self, body: ForecastRequest, call: CallContext) -> ForecastResponse:
         clock = StageClock()
+        ctx, dep = self.ctx, self.deployment
         lim = self.limits
         if len(body.values) > lim.max_points:
             raise ApiError(422, "series_too_long", f"{len(body.values)} points exceed the limit of {lim.max_points}",
@@ -73,7 +84,8 @@ class ForecastPipeline:
             raise ApiError(422, "input_out_of_range", "the series' last window swings far beyond anything the model "
                            "was trained on", {"max_deviation_in_scale_units": round(float(np.abs(scaled).max()), 1),
                                              "limit": MAX_INPUT_DEVIATION})
-        labelled(ITEMS, "forecast").observe(1)
+        ctx.protection.access.capacity(dep.name)
+        labelled(ITEMS, dep.name).observe(1)
         levels: dict[ServedModel, np.ndarray] = {}
         spreads: dict[ServedModel, float] = {}
 
@@ -84,16 +96,12 @@ class ForecastPipeline:
             spreads[model] = float(np.std(window))
             return list(scaled)
 
-        def validate(model: ServedModel, outputs: list[np.ndarray]) -> None:
-            for out in outputs:
-                check_forecast(out, model.manifest.preprocess.horizon)
-
-        result = await run_task(gateway, "forecast", items_for, body.model, clock, call.deadline, validate,
-                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
+        result = await run_task(ctx, dep, items_for, body.model, clock, call.deadline, request_id=call.request_id,
+                                route_key=call.route_key, arrived=call.arrived)
         pre = result.served.manifest.preprocess
-        if gateway.quality is not None:
-            gateway.quality.observe(result.model, "level", [float(levels[result.served][0])])
-            gateway.quality.observe(result.model, "spread", [spreads[result.served]])
+        if ctx.quality is not None:
+            ctx.quality.observe(result.model, "level", [float(levels[result.served][0])])
+            ctx.quality.observe(result.model, "spread", [spreads[result.served]])
         mean = unscale(result.outputs[0][None, :], levels[result.served], pre.scale)[0][: body.horizon]
         bands = with_intervals(mean, pre.interval_quantiles)
         stamps = future_timestamps(last_ts, body.frequency, body.horizon)
@@ -102,8 +110,8 @@ class ForecastPipeline:
                                 **{k: round(float(v[i]), 6) for k, v in bands.items()})
                   for i, t in enumerate(stamps)]
         clock.stage("postprocess")
-        return finish("forecast", ForecastResponse(
-            request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
+        return finish(dep.name, ForecastResponse(
+            request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
             forecast=points, input=InputReport(**report, used=pre.context)), call, result.batch)
 
@@ -111,5 +119,5 @@ class ForecastPipeline:
 @router.post("/forecast", response_model=ForecastResponse, responses=ERRORS,
              summary="Forecast the next points of a series, with 50% and 90% intervals")
 async def forecast(body: ForecastRequest, call: CallContext = Depends(inference_guard("forecast"))) -> ForecastResponse:
-    gateway = current_gateway()
-    return await gateway.pipeline("forecast").forecast(gateway, body, call)
+    ctx = current_context()
+    return await ctx.pipeline(await ctx.resolve("forecast", body.deployment)).forecast(body, call)

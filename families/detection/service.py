@@ -6,18 +6,20 @@ from dataclasses import dataclass
 import numpy as np
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 
-from configs.settings import DetectionLimits
+from configs.deployments import Deployment
+from families.detection.limits import Limits
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
 from services.common.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo
-from services.detection.decode import decode_base64, decode_image
-from services.detection.postprocess import NMSParams, check_head, nms
-from services.detection.preprocess import boxes_to_original, letterbox
-from services.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
-from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
+from families.detection.decode import decode_base64, decode_image
+from families.detection.postprocess import NMSParams, nms
+from families.detection.preprocess import boxes_to_original, letterbox
+from families.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
+from services.context import ServingContext
+from services.gateway_deps import CallContext, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["detection"])
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
@@ -25,9 +27,12 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 @dataclass
 class DetectionPipeline:
-    """Request limits and NMS defaults; preprocessing facts come from the manifest of the version that serves."""
+    """One detection deployment: its request limits and NMS defaults; preprocessing facts come from the manifest of
+    the version that serves."""
 
-    limits: DetectionLimits
+    ctx: ServingContext
+    deployment: Deployment
+    limits: Limits
 
     def nms_params(self, opts: DetectOptions) -> NMSParams:
         cap = self.limits.max_detections
@@ -43,9 +48,17 @@ class DetectionPipeline:
             raise ApiError(422, "too_many_images", f"{n} images exceed the limit of {self.limits.max_images}",
                            {"limit": self.limits.max_images, "received": n})
 
-    async def detect(self, gateway, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
+    def decode_all(self, raws: list[bytes]) -> list[np.ndarray]:
+        """Encoded images -> RGB arrays: count cap, then safe decoding with size and pixel caps from the header."""
+        self.check_count(len(raws))
+        lim = self.limits
+        return [decode_image(bytes(raw), i, lim.max_image_bytes, lim.max_pixels) for i, raw in enumerate(raws)]
+
+    async def detect(self, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
                      call: CallContext) -> DetectResponse:
-        labelled(ITEMS, "detection").observe(len(images))
+        ctx, dep = self.ctx, self.deployment
+        ctx.protection.access.capacity(dep.name)
+        labelled(ITEMS, dep.name).observe(len(images))
         prepared: dict[ServedModel, tuple[list[np.ndarray], list]] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
@@ -55,45 +68,45 @@ class DetectionPipeline:
             prepared[model] = (list(tensors), list(metas))
             return prepared[model][0]
 
-        def validate(model: ServedModel, outputs: list[np.ndarray]) -> None:
-            for raw in outputs:
-                check_head(raw, len(model.manifest.labels))
-
-        result = await run_task(gateway, "detection", items_for, opts.model, clock, call.deadline, validate,
-                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
+        result = await run_task(ctx, dep, items_for, opts.model, clock, call.deadline, request_id=call.request_id,
+                                route_key=call.route_key, arrived=call.arrived)
         params = self.nms_params(opts)
         labels = result.served.manifest.labels
         metas = prepared[result.served][1]
         out = []
-        observe = opts.conf_threshold is None and gateway.quality is not None  # reference uses default thresholds
+        observe = opts.conf_threshold is None and ctx.quality is not None  # reference uses default thresholds
         for raw, meta in zip(result.outputs, metas):
             det = nms(np.asarray(raw), params)
             if observe:
-                gateway.quality.observe(result.model, "confidence", det.scores)
-                gateway.quality.observe(result.model, "boxes_per_image", [len(det.scores)])
+                ctx.quality.observe(result.model, "confidence", det.scores)
+                ctx.quality.observe(result.model, "boxes_per_image", [len(det.scores)])
             boxes = boxes_to_original(det.boxes, meta)
             out.append(ImageResult(width=meta.orig_w, height=meta.orig_h, candidates=det.candidates, detections=[
                 Detection(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
                           label=labels[int(c)] if int(c) < len(labels) else str(int(c)))
                 for b, s, c in zip(boxes, det.scores, det.classes)]))
         clock.stage("postprocess")
-        return finish("detection", DetectResponse(
-            request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
+        return finish(dep.name, DetectResponse(
+            request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason,
             timings=clock.timings(result.infer_ms), results=out), call, result.batch)
+
+
+async def _pipeline(name: str | None) -> DetectionPipeline:
+    ctx = current_context()
+    return ctx.pipeline(await ctx.resolve("detection", name))
 
 
 @router.post("/detect", response_model=DetectResponse, responses=ERRORS,
              summary="Detect objects in base64-encoded images")
 async def detect_json(body: DetectRequest, call: CallContext = Depends(inference_guard("detection"))) -> DetectResponse:
     clock = StageClock()
-    gateway = current_gateway()
-    pipeline: DetectionPipeline = gateway.pipeline("detection")
+    pipeline = await _pipeline(body.deployment)
     pipeline.check_count(len(body.images))
     lim = pipeline.limits
     images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes, lim.max_pixels)
               for i, im in enumerate(body.images)]
-    return await pipeline.detect(gateway, images, body, clock, call)
+    return await pipeline.detect(images, body, clock, call)
 
 
 @router.post("/detect/upload", response_model=DetectResponse, responses=ERRORS,
@@ -104,10 +117,10 @@ async def detect_upload(images: list[UploadFile] = File(description="One or more
                         max_detections: int | None = Form(None, ge=1),
                         class_aware: bool = Form(True),
                         model: ModelChoice = Form("auto"),
+                        deployment: str | None = Form(None, min_length=1, max_length=63),
                         call: CallContext = Depends(inference_guard("detection"))) -> DetectResponse:
     clock = StageClock()
-    gateway = current_gateway()
-    pipeline: DetectionPipeline = gateway.pipeline("detection")
+    pipeline = await _pipeline(deployment)
     pipeline.check_count(len(images))
     lim = pipeline.limits
     decoded = []
@@ -115,5 +128,5 @@ async def detect_upload(images: list[UploadFile] = File(description="One or more
         raw = await upload.read(lim.max_image_bytes + 1)
         decoded.append(decode_image(raw, i, lim.max_image_bytes, lim.max_pixels))
     opts = DetectOptions(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
-                         class_aware=class_aware, model=model)
-    return await pipeline.detect(gateway, decoded, opts, clock, call)
+                         class_aware=class_aware, model=model, deployment=deployment)
+    return await pipeline.detect(decoded, opts, clock, call)

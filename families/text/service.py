@@ -7,17 +7,19 @@ from dataclasses import dataclass, field
 import numpy as np
 from fastapi import APIRouter, Depends
 
-from configs.settings import TextLimits
+from configs.deployments import Deployment
+from families.text.limits import Limits
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
 from services.common.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
-from services.gateway_deps import CallContext, current_gateway, finish, inference_guard
-from services.text.postprocess import check_probabilities, top_k
-from services.text.preprocess import TextTokenizer
-from services.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
+from services.context import ServingContext
+from services.gateway_deps import CallContext, current_context, finish, inference_guard
+from families.text.postprocess import top_k
+from families.text.preprocess import TextTokenizer
+from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 
 router = APIRouter(prefix="/v1", tags=["text"])
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
@@ -31,7 +33,11 @@ def clean_text(text: str) -> str:
 
 @dataclass
 class TextPipeline:
-    limits: TextLimits
+    """One text deployment: its limits and a tokenizer per served version."""
+
+    ctx: ServingContext
+    deployment: Deployment
+    limits: Limits
     tokenizers: dict[ServedModel, TextTokenizer] = field(default_factory=dict)  # per served version
 
     def tokenizer(self, model: ServedModel) -> TextTokenizer:
@@ -60,40 +66,38 @@ class TextPipeline:
             cleaned.append(c)
         return cleaned
 
-    async def classify(self, gateway, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
+    async def classify(self, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
         clock = StageClock()
+        ctx, dep = self.ctx, self.deployment
         texts = self.validate(body)
-        labelled(ITEMS, "text").observe(len(texts))
+        ctx.protection.access.capacity(dep.name)
+        labelled(ITEMS, dep.name).observe(len(texts))
         encoded: dict[ServedModel, tuple[list[np.ndarray], list[bool]]] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             encoded[model] = self.tokenizer(model).encode_with_truncation(texts)
             return encoded[model][0]
 
-        def validate(model: ServedModel, outputs: list[np.ndarray]) -> None:
-            for probs in outputs:
-                check_probabilities(probs, len(model.manifest.labels))
-
-        result = await run_task(gateway, "text", items_for, body.model, clock, call.deadline, validate,
-                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
+        result = await run_task(ctx, dep, items_for, body.model, clock, call.deadline, request_id=call.request_id,
+                                route_key=call.route_key, arrived=call.arrived)
         labels = result.served.manifest.labels
         results = []
         for probs, ids, truncated in zip(result.outputs, *encoded[result.served]):
             top = top_k(probs, body.top_k)
-            if gateway.quality is not None:
-                gateway.quality.observe(result.model, "top1_prob", [float(probs[top[0]])])
-                gateway.quality.observe(result.model, "class_freq", [int(top[0])])
+            if ctx.quality is not None:
+                ctx.quality.observe(result.model, "top1_prob", [float(probs[top[0]])])
+                ctx.quality.observe(result.model, "class_freq", [int(top[0])])
             results.append(TextResult(label=labels[top[0]], score=round(float(probs[top[0]]), 6),
                                       top_k=[LabelScore(label=labels[j], score=round(float(probs[j]), 6)) for j in top],
                                       tokens=len(ids), truncated=truncated))
         clock.stage("postprocess")
-        return finish("text", ClassifyResponse(
-            request_id=call.request_id, model=ModelInfo(name=result.model, version=result.version),
+        return finish(dep.name, ClassifyResponse(
+            request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason,
             timings=clock.timings(result.infer_ms), results=results), call, result.batch)
 
 
-@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, summary="Classify the intent of texts")
+@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, summary="Classify texts")
 async def classify(body: ClassifyRequest, call: CallContext = Depends(inference_guard("text"))) -> ClassifyResponse:
-    gateway = current_gateway()
-    return await gateway.pipeline("text").classify(gateway, body, call)
+    ctx = current_context()
+    return await ctx.pipeline(await ctx.resolve("text", body.deployment)).classify(body, call)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.common.schemas import ModelChoice, ServedBy
+from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
 
 
 class ClassifyRequest(BaseModel):
@@ -13,6 +13,7 @@ class ClassifyRequest(BaseModel):
                                                         "blank texts are refused).")
     top_k: int = Field(3, ge=1, description="Labels returned per text, best first (capped by config).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = Field(**DEPLOYMENT_FIELD)
 
 
 class LabelScore(BaseModel):

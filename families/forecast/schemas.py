@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.common.schemas import ModelChoice, ServedBy
+from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
 
 Frequency = Literal["MS", "W", "D", "h", "min"]
 
@@ -22,6 +22,7 @@ class ForecastRequest(BaseModel):
     frequency: Frequency = Field("MS", description="MS (month start), W, D, h or min.")
     horizon: int = Field(12, ge=1, description="Steps to forecast (capped by the model horizon and config).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = Field(**DEPLOYMENT_FIELD)
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> "ForecastRequest":

@@ -24,6 +24,7 @@ class TextTokenizer:
         self._tok.enable_truncation(max_length=self.max_length)
         pad = self._tok.token_to_id("[PAD]")
         self.pad_token_id = int(pad if pad is not None else 0)
+        self.vocab_size = self._tok.get_vocab_size()
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Ragged int64 id arrays, one per text."""

@@ -1,0 +1,114 @@
+"""What a family pipeline, a protocol adapter or an admin route may use of the running gateway: one typed object.
+
+Why: pipelines used to receive the BentoML service object and reach into it; this context names what they need
+(routing, the model catalogue, protection, the runner client, drift monitoring) and resolves deployments, so the
+family code can be tested against a context built by hand and never imports the gateway.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import families
+from configs.deployments import Deployment
+from configs.settings import Settings
+from families.base import Family
+from models.manifest import Manifest
+from models.registry import LocalRegistry
+from services.common.drift import QualityMonitor
+from services.common.errors import ApiError
+from services.common.inference import Protection
+from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ServedModel, ShadowMirror
+from services.common.runner_client import RunnerClient
+
+log = logging.getLogger("triserve.context")
+
+
+@dataclass
+class ServingContext:
+    settings: Settings
+    runner: Any  # BentoML's RemoteProxy to the runner tier, or runners.local.LocalRunner
+    registry: LocalRegistry
+    routing: RoutingTable
+    catalog: ModelCatalog
+    protection: Protection
+    canary: CanaryGuard
+    shadow: ShadowMirror
+    quality: QualityMonitor | None = None
+    _pipelines: dict[tuple[str, int], Any] = field(default_factory=dict)
+    _runner_client: RunnerClient | None = None
+
+    @property
+    def repository(self):
+        """The model repository as the runner serves it now (refreshed with the routing table)."""
+        return self.routing.repository
+
+    @property
+    def runner_client(self) -> RunnerClient:
+        """Created on first use, inside the worker's event loop (batchers hold per-loop state)."""
+        if self._runner_client is None:
+            self._runner_client = RunnerClient(self.runner, self.settings, self.slot_batch, self.slot_family)
+        return self._runner_client
+
+    def slot_batch(self, slot: str) -> int:
+        return self.repository.max_batch(slot)
+
+    def slot_family(self, slot: str) -> str:
+        return self.repository.owner(slot)[0].family
+
+    async def resolve(self, family: str, name: str | None) -> Deployment:
+        """`deployment()` on a fresh view of the repository (deployments are added and removed at run time)."""
+        await self.routing.ensure_fresh(self.runner)
+        return self.deployment(family, name)
+
+    def deployment(self, family: str, name: str | None) -> Deployment:
+        """The deployment a request names, or its family's default; 404 with the known names otherwise."""
+        repo = self.repository
+        dep = repo.find(name) if name else repo.default_for(family)
+        if dep is None or dep.family != family:
+            known = [d.name for d in repo.of_family(family)]
+            if name is None:
+                raise ApiError(404, "no_deployment", f"no {family} deployment is configured", {"family": family})
+            raise ApiError(404, "unknown_deployment", f"no {family} deployment named {name!r}",
+                           {"deployment": name, "family": family, "known": known})
+        return dep
+
+    def family(self, dep: Deployment) -> Family:
+        return families.family(dep.family)
+
+    def pipeline(self, dep: Deployment) -> Any:
+        """The family pipeline of a deployment; rebuilt when the deployment changes (id of the frozen config)."""
+        key = (dep.name, id(dep))
+        pipe = self._pipelines.get(key)
+        if pipe is None:
+            for old in [k for k in self._pipelines if k[0] == dep.name]:
+                del self._pipelines[old]
+            pipe = self._pipelines[key] = self.family(dep).pipeline(self, dep)
+            if self.quality is not None:
+                for manifest in self.active_manifests(dep).values():
+                    self.quality.track(manifest)
+        return pipe
+
+    def limits(self, dep: Deployment):
+        return self.settings.family_limits(dep.family, dep.limits)
+
+    def served(self, slot: str) -> ServedModel:
+        """The version a slot serves now (from the routing table)."""
+        entry = self.routing.table.get(slot)
+        if entry is None:
+            raise ApiError(503, "not_ready", f"model slot {slot} is not loaded", {"slot": slot},
+                           headers={"Retry-After": "2"})
+        return self.catalog.get(slot, entry["active"])
+
+    def active_manifests(self, dep: Deployment) -> dict[str, Manifest]:
+        """slot -> manifest of the version each slot of the deployment serves now."""
+        return {slot: self.served(slot).manifest for slot in dep.slots if slot in self.routing.table}
+
+    async def withdraw_canary(self, slot: str) -> None:
+        """Automatic canary rollback: stop routing to the candidate everywhere (the runner is the source of truth)."""
+        try:
+            await self.runner.to_async.set_canary(slot=slot, version=None)
+            await self.routing.refresh(self.runner)
+        except Exception:  # noqa: BLE001 - logged; the next judgement retries
+            log.exception("could not withdraw the canary of %s", slot)

@@ -1,0 +1,76 @@
+"""Admin API for the model repository (admin key required): add, change and remove deployments at run time.
+
+    GET    /admin/deployments              the repository as served (deployments + family defaults)
+    PUT    /admin/deployments/{name}       body: a deployment without its name (family, model, fallback, limits)
+    DELETE /admin/deployments/{name}
+
+PUT stages every model of the deployment next to what serves (pull, verify sha256, load, warm), checks that the
+fallback belongs to the family and answers with the primary's labels, then swaps the runner's repository in one step
+and persists it (Settings.deployments_state_file), so requests never see a half-loaded deployment and a restart
+serves the same set. A refusal (unknown model, tampered file, other label set) changes nothing. DELETE stops routing
+to the deployment at once and unloads its models once the requests already on their way have finished.
+"""
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from configs.deployments import Deployment
+from configs.settings import ModelSlot
+from services.common.access import Client
+from services.common.errors import ApiError
+from services.context import ServingContext
+from services.gateway_deps import admin_guard, loaded_context
+
+router = APIRouter(prefix="/admin/deployments", tags=["operations"])
+
+
+class DeploymentSpec(BaseModel):
+    """A deployment as PUT sends it (its name is in the path)."""
+
+    model_config = ConfigDict(extra="forbid")
+    family: str
+    model: ModelSlot
+    fallback: ModelSlot | None = None
+    limits: dict = Field(default_factory=dict)
+    description: str = ""
+
+
+@router.get("", summary="The model repository as served")
+async def repository(_: Client = Depends(admin_guard), ctx: ServingContext = Depends(loaded_context)) -> dict:
+    await ctx.routing.refresh(ctx.runner)
+    return ctx.repository.model_dump(mode="json")
+
+
+@router.put("/{name}", summary="Add a deployment, or replace one (staged, verified, warmed, then swapped)")
+async def put_deployment(name: str, body: DeploymentSpec, client: Client = Depends(admin_guard),
+                         ctx: ServingContext = Depends(loaded_context)) -> dict:
+    started = time.perf_counter()
+    try:
+        dep = Deployment(name=name, **body.model_dump())
+    except ValueError as exc:
+        raise ApiError(422, "invalid_deployment", str(exc)[:1000], {"deployment": name}) from None
+    result = await ctx.runner.to_async.add_deployment(deployment=dep.model_dump(mode="json"),
+                                                      retire_after_s=ctx.settings.rollout.retire_after_s)
+    if "error" in result:
+        raise ApiError(409, "deployment_refused", f"{name}: {result['error']}"[:1000], {"deployment": name})
+    await ctx.routing.refresh(ctx.runner)
+    for slot in dep.slots:  # verified manifests (and tokenizers) in this worker before its first request
+        ctx.served(slot)
+    return {**result, "by": client.id, "seconds": round(time.perf_counter() - started, 3)}
+
+
+@router.delete("/{name}", summary="Remove a deployment (its models unload after in-flight requests finish)")
+async def delete_deployment(name: str, client: Client = Depends(admin_guard),
+                            ctx: ServingContext = Depends(loaded_context)) -> dict:
+    result = await ctx.runner.to_async.remove_deployment(name=name,
+                                                         retire_after_s=ctx.settings.rollout.retire_after_s)
+    if "error" in result:
+        known = [d.name for d in ctx.repository.deployments]
+        status = 404 if result["error"].startswith("KeyError") else 409
+        raise ApiError(status, "unknown_deployment" if status == 404 else "deployment_refused",
+                       f"{name}: {result['error']}"[:1000], {"deployment": name, "known": known})
+    await ctx.routing.refresh(ctx.runner)
+    return {**result, "by": client.id}
