@@ -56,9 +56,10 @@ def check_pair(dep: Deployment, primary: LoadedModel, fallback: LoadedModel | No
         a, b = primary.manifest.labels, fallback.manifest.labels
         diff = sorted(set(a) ^ set(b))[:10]
         raise IncompatibleFallback(
-            f"deployment {dep.name!r}: fallback {fallback.manifest.name} has {len(b)} labels, primary "
-            f"{primary.manifest.name} has {len(a)}; they must be the same labels in the same order"
-            + (f" (differing: {diff})" if diff else " (same labels, other order)"))
+            f"deployment {dep.name!r}: fallback {fallback.manifest.name} does not answer with the labels of primary "
+            f"{primary.manifest.name} ({len(b)} vs {len(a)} labels"
+            + (f"; only in one of them: {diff})" if diff else "; the same labels in another order)")
+            + ": a fallback must have the same labels in the same order")
 
 
 BATCH_SIZE = Histogram("triserve_runner_batch_size", "Items per ONNX Runtime call, per model slot.",
@@ -130,6 +131,8 @@ class ModelRunner:
             check_pair(dep, primary, self.pool.models.get(dep.name + "_fallback") if dep.fallback else None)
         except IncompatibleFallback as exc:
             log.error("REFUSED: %s", exc)
+            for slot in dep.slots:  # never served: its requests get 503 not_ready with this reason in /v1/models
+                self.pool.drop(slot)
             self.pool.errors[dep.name] = str(exc)
 
     @staticmethod
