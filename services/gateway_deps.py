@@ -70,6 +70,15 @@ async def admin_guard(request: Request, ctx: ServingContext = Depends(loaded_con
     return ctx.protection.access.identify(request, admin=True)
 
 
+def bind(call: CallContext, deployment: str) -> None:
+    """Name the request's deployment for the request metrics and log (RequestContextMiddleware reads it)."""
+    if call.state is not None:
+        try:
+            call.state.deployment = deployment
+        except AttributeError:  # a plain dict state (transports without starlette's State)
+            pass
+
+
 def finish(deployment: str, response, call: CallContext, batch: int):
     """Record per-stage latency of a successful response, leave its outcome for the request log, return it."""
     observe_timings(deployment, response.timings)

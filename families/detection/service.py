@@ -19,7 +19,7 @@ from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
 from services.context import ServingContext
-from services.gateway_deps import CallContext, current_context, finish, inference_guard
+from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["detection"])
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
@@ -57,7 +57,8 @@ class DetectionPipeline:
     async def detect(self, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
                      call: CallContext) -> DetectResponse:
         ctx, dep = self.ctx, self.deployment
-        ctx.protection.access.capacity(dep.name)
+        ctx.protection.access.capacity(dep.name, dep.family)
+        bind(call, dep.name)
         labelled(ITEMS, dep.name).observe(len(images))
         prepared: dict[ServedModel, tuple[list[np.ndarray], list]] = {}
 

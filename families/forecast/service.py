@@ -21,7 +21,7 @@ from families.forecast.preprocess import (FIXED_STEPS, SeriesError, future_times
 from families.forecast.postprocess import with_intervals
 from families.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
 from services.context import ServingContext
-from services.gateway_deps import CallContext, current_context, finish, inference_guard
+from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["forecast"])
 # A window whose points sit this many training scale units from its own mean is input the model cannot answer
@@ -84,7 +84,8 @@ class ForecastPipeline:
             raise ApiError(422, "input_out_of_range", "the series' last window swings far beyond anything the model "
                            "was trained on", {"max_deviation_in_scale_units": round(float(np.abs(scaled).max()), 1),
                                              "limit": MAX_INPUT_DEVIATION})
-        ctx.protection.access.capacity(dep.name)
+        ctx.protection.access.capacity(dep.name, dep.family)
+        bind(call, dep.name)
         labelled(ITEMS, dep.name).observe(1)
         levels: dict[ServedModel, np.ndarray] = {}
         spreads: dict[ServedModel, float] = {}

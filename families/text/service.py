@@ -16,7 +16,7 @@ from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
 from services.context import ServingContext
-from services.gateway_deps import CallContext, current_context, finish, inference_guard
+from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 from families.text.postprocess import top_k
 from families.text.preprocess import TextTokenizer
 from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
@@ -70,7 +70,8 @@ class TextPipeline:
         clock = StageClock()
         ctx, dep = self.ctx, self.deployment
         texts = self.validate(body)
-        ctx.protection.access.capacity(dep.name)
+        ctx.protection.access.capacity(dep.name, dep.family)
+        bind(call, dep.name)
         labelled(ITEMS, dep.name).observe(len(texts))
         encoded: dict[ServedModel, tuple[list[np.ndarray], list[bool]]] = {}
 

@@ -92,19 +92,19 @@ class AccessControl:
             self.buckets.move_to_end(client.id)
         wait = bucket.take(now)
         if wait > 0:
-            REJECTED.labels(family, "rate_limited").inc()
+            REJECTED.labels(family, "", "rate_limited").inc()
             raise ApiError(429, "rate_limited", f"rate limit of {client.rate_per_s:g} requests/s exceeded",
                            {"client": client.id, "scope": "client", "retry_after_s": round(wait, 3)},
                            headers={"Retry-After": str(max(1, math.ceil(wait)))})
 
-    def capacity(self, deployment: str) -> None:
+    def capacity(self, deployment: str, family: str = "") -> None:
         """The deployment's configured capacity (checked once the request names its deployment, before any work)."""
         bucket = self.capacity_buckets.get(deployment)
         if bucket is None:
             return
         wait = bucket.take(self.clock())
         if wait > 0:
-            REJECTED.labels(deployment, "over_capacity").inc()
+            REJECTED.labels(family, deployment, "over_capacity").inc()
             raise ApiError(429, "over_capacity", f"{deployment} is at its configured capacity "
                            f"({self.cfg.deployment_rate_per_s[deployment]:g} requests/s)",
                            {"deployment": deployment, "scope": "deployment", "retry_after_s": round(wait, 3)},

@@ -16,7 +16,7 @@ from prometheus_client import Gauge
 from models.manifest import Manifest
 
 PSI = Gauge("triserve_drift_psi", "Population Stability Index of a live distribution vs the manifest reference "
-            "(0.1 moderate, 0.2 significant drift).", ["task", "model", "signal"], multiprocess_mode="max")
+            "(0.1 moderate, 0.2 significant drift).", ["family", "model", "signal"], multiprocess_mode="max")
 EPS = 1e-4
 
 

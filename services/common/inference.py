@@ -104,7 +104,6 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
     request's batcher-arrival callback (CallContext.arrived); slot: run exactly this slot (OIP tensor models)."""
     prot: Protection = ctx.protection
     family = ctx.family(dep)
-    task = dep.name  # metric label
     await ctx.routing.ensure_fresh(ctx.runner)
     plan = [(slot, None)] if slot else prot.plan(dep, choice)
     last_error: ApiError | None = None
@@ -123,7 +122,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
             try:
                 prot.admission.admit(slot, len(xs), deadline)
             except ApiError as exc:
-                REJECTED.labels(task, exc.code).inc()
+                REJECTED.labels(dep.family, dep.name, exc.code).inc()
                 if breaker:
                     breaker.release()
                 if has_next:
@@ -143,7 +142,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
                 if breaker:
                     breaker.record(False)
                 ctx.canary.record(slot, role, False, time.perf_counter() - started)
-                REJECTED.labels(task, "deadline_exceeded").inc()
+                REJECTED.labels(dep.family, dep.name, "deadline_exceeded").inc()
                 raise ApiError(504, "deadline_exceeded", f"no answer within the {deadline.budget_ms} ms deadline",
                                {"budget_ms": deadline.budget_ms, "stage": "inference", "slot": slot}) from None
             except ApiError as exc:
@@ -169,7 +168,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
             if any("error" in it for it in items):
                 if breaker:
                     breaker.record(False)
-                REJECTED.labels(task, "deadline_exceeded").inc()
+                REJECTED.labels(dep.family, dep.name, "deadline_exceeded").inc()
                 raise ApiError(504, "deadline_exceeded", "the deadline passed while the request was queued",
                                {"budget_ms": deadline.budget_ms, "stage": "queue", "slot": slot})
             outputs = [np.asarray(it["y"]) for it in items]
@@ -190,7 +189,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
             if shadow and shadow != version:
                 ctx.shadow.mirror(ctx.runner, family, model.manifest, slot, shadow, payload, outputs)
             if reason:
-                DEGRADED.labels(task, reason).inc()
+                DEGRADED.labels(dep.name, reason).inc()
             return RunnerResult(outputs=outputs, model=items[0]["model"], version=items[0]["version"],
                                 infer_ms=max(it["infer_ms"] for it in items), batch=max(it["batch"] for it in items),
                                 slot=slot, degraded=reason is not None, degraded_reason=reason, served=model,

@@ -13,16 +13,18 @@ from prometheus_client import Counter, Gauge, Histogram
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                    0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0)
 
-REQUESTS = Counter("triserve_requests_total", "Requests by task and HTTP status.", ["task", "status"])
+REQUESTS = Counter("triserve_requests_total", "Inference requests by model family, deployment ('' when the request "
+                   "was refused before naming one) and HTTP status.", ["family", "deployment", "status"])
 STAGE_SECONDS = Histogram("triserve_stage_seconds", "Per-stage latency (preprocess, queue, infer, postprocess, "
-                          "total).", ["task", "stage"], buckets=LATENCY_BUCKETS)
+                          "total) per deployment.", ["deployment", "stage"], buckets=LATENCY_BUCKETS)
 RUNNER_INFLIGHT = Gauge("triserve_runner_queue_depth", "Runner calls in flight (queued or computing) per model slot.",
                         ["slot"], multiprocess_mode="livesum")
 RUNNER_RETRIES = Counter("triserve_runner_retries_total", "Runner calls retried after a transport error.", ["slot"])
-DEGRADED = Counter("triserve_degraded_total", "Requests answered by a fallback model, by reason.",
-                   ["task", "reason"])
-REJECTED = Counter("triserve_rejected_total", "Requests refused before inference, by error code.", ["task", "code"])
-ITEMS = Histogram("triserve_request_items", "Items (images, texts, series) per request.", ["task"],
+DEGRADED = Counter("triserve_degraded_total", "Requests answered by a fallback model, by deployment and reason.",
+                   ["deployment", "reason"])
+REJECTED = Counter("triserve_rejected_total", "Requests refused before inference, by family, deployment ('' when "
+                   "refused before naming one) and error code.", ["family", "deployment", "code"])
+ITEMS = Histogram("triserve_request_items", "Items (images, texts, series) per request.", ["deployment"],
                   buckets=(1, 2, 4, 8, 16, 32, 64, 128))
 
 
@@ -34,10 +36,11 @@ def labelled(metric, *values: str):
     return metric.labels(*values)
 
 
-def observe_timings(task: str, timings) -> None:
+def observe_timings(deployment: str, timings) -> None:
     for stage in ("preprocess", "queue", "infer", "postprocess", "total"):
-        labelled(STAGE_SECONDS, task, stage).observe(getattr(timings, f"{stage}_ms") / 1000.0)
-INFLIGHT = Gauge("triserve_inflight_requests", "Task requests being handled.", ["task"], multiprocess_mode="livesum")
+        labelled(STAGE_SECONDS, deployment, stage).observe(getattr(timings, f"{stage}_ms") / 1000.0)
+INFLIGHT = Gauge("triserve_inflight_requests", "Inference requests being handled, per model family.", ["family"],
+                 multiprocess_mode="livesum")
 RSS = Gauge("triserve_process_rss_bytes", "Resident memory per process.", ["service"], multiprocess_mode="all")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -120,7 +120,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 if task:
-                    labelled(REQUESTS, task, str(message["status"])).inc()
+                    labelled(REQUESTS, task, state.get("deployment", ""), str(message["status"])).inc()
                 hdrs = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
                 hdrs.append((b"x-request-id", rid.encode()))
                 message = {**message, "headers": hdrs}
@@ -146,8 +146,8 @@ class RequestContextMiddleware:
             return message
 
         if task and self.max_inflight is not None and self.inflight.get(task, 0) >= self.max_inflight:
-            REJECTED.labels(task, "overloaded").inc()
-            REQUESTS.labels(task, "503").inc()
+            REJECTED.labels(task, "", "overloaded").inc()
+            REQUESTS.labels(task, "", "503").inc()
             await _drain(receive, self.max_body_bytes)  # unread bodies would cost the client its keep-alive connection
             await _send_error(send_with_id, 503, "overloaded", f"{task} is at its limit of {self.max_inflight} "
                               "requests in flight", {"limit": self.max_inflight}, rid, {b"retry-after": b"1"})

@@ -397,7 +397,7 @@ async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: Infer
     tensors = _inputs(req, entry.inputs)
     dep = ctx.deployment(entry.family, entry.deployment)
     served = ctx.catalog.get(entry.slot, entry.manifest.version)
-    ctx.protection.access.capacity(dep.name)
+    ctx.protection.access.capacity(dep.name, dep.family)
     items = families.family(dep.family).oip_tensor_items(ctx, dep, served, tensors, ctx.slot_batch(entry.slot))
     clock = StageClock()
     result = await run_task(ctx, dep, lambda _model: items, "primary", clock, call.deadline,

@@ -47,7 +47,7 @@ HISTOGRAMS = {"triserve_stage_seconds", "triserve_runner_batch_size", "triserve_
 REQUIRED_ALERTS = {"TriserveLatencyP99High", "TriserveErrorRateHigh", "TriserveQueueSaturated", "TriserveMemoryGrowth",
                    "TriserveDriftHigh", "TriserveBreakerOpen", "TriserveDegradedShareHigh"}
 # Grafana variables -> what a query for "All" becomes.
-GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$task": ".*", "$slot": ".*"}
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$deployment": ".*", "$slot": ".*"}
 
 
 def metric_families(expr: str) -> set[str]:
@@ -122,7 +122,7 @@ def test_dashboard_covers_the_required_views():
     panels = {p["title"]: p for p in all_panels(dashboard())}
     exprs = " ".join(t["expr"] for p in panels.values() for t in p.get("targets", []))
     for q in ("0.5", "0.99", "0.999"):
-        assert f"histogram_quantile({q}, sum by (task, stage, le) (rate(triserve_stage_seconds_bucket" in exprs
+        assert f"histogram_quantile({q}, sum by (deployment, stage, le) (rate(triserve_stage_seconds_bucket" in exprs
     assert 'status=~"5.."' in exprs and 'status=~"4.."' in exprs
     assert any(p["type"] == "heatmap" for p in panels.values())
     drift = next(p for t, p in panels.items() if "Drift" in t)
@@ -258,14 +258,14 @@ def test_prometheus_scrapes_service_and_evaluates_every_expression(server, prome
     prometheus.wait_for("scrape target up", target_up)
 
     def text_requests():
-        result = prometheus.query('sum(triserve_requests_total{task="text",status="200"})')["result"]
+        result = prometheus.query('sum(triserve_requests_total{deployment="text",status="200"})')["result"]
         return result and float(result[0]["value"][1]) > 0 and result
 
-    prometheus.wait_for("triserve_requests_total{task='text'} > 0 through Prometheus", text_requests)
-    # rate() needs two samples of the counter: then the QPS panel shows the text task.
-    qps = next(expr for title, expr in dashboard_exprs() if title == "QPS by task")
-    prometheus.wait_for("QPS panel series for task=text",
-                        lambda: [r for r in prometheus.query(qps)["result"] if r["metric"].get("task") == "text"])
+    prometheus.wait_for("triserve_requests_total{deployment='text'} > 0 through Prometheus", text_requests)
+    # rate() needs two samples of the counter: then the QPS panel shows the text deployment.
+    qps = next(expr for title, expr in dashboard_exprs() if title == "QPS by deployment")
+    prometheus.wait_for("QPS panel series for deployment=text",
+                        lambda: [r for r in prometheus.query(qps)["result"] if r["metric"].get("deployment") == "text"])
 
     exprs = dashboard_exprs() + [(r["alert"], r["expr"]) for r in alert_rules()]
     failures = []
