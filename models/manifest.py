@@ -49,6 +49,10 @@ class DetectionPreprocess(_Strict):
     color_order: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the network expects.")
     scale: float = Field(1 / 255.0, description="Multiplier applied to uint8 pixels (no mean/std).")
     layout: Literal["NCHW"] = "NCHW"
+    head: Literal["anchors", "end2end"] = Field(
+        "anchors", description="Output format per image: 'anchors' = [4 + classes, anchors] (cx, cy, w, h, class "
+                               "scores; YOLOv5u/v8/v9/v11/v12, capped NMS in the service), 'end2end' = [max_det, 6] "
+                               "(x1, y1, x2, y2, score, class; NMS-free YOLOv10/YOLO26 heads, no NMS needed).")
 
 
 class TextPreprocess(_Strict):

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from families.base import Family, RestRoute, TensorMeta
-from families.detection.postprocess import NMSParams, check_head, nms
+from families.detection.postprocess import NMSParams, check_head, decode
 from families.detection.schemas import DetectOptions
 
 
@@ -17,9 +17,9 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(inter / union) if union > 0 else 0.0
 
 
-def box_agreement(served: np.ndarray, shadow: np.ndarray, iou: float = 0.5) -> float:
+def box_agreement(served: np.ndarray, shadow: np.ndarray, head: str = "anchors", iou: float = 0.5) -> float:
     """Share of boxes (after default NMS) matched by class with IoU >= `iou`, over the larger of the two counts."""
-    a, b = nms(served, NMSParams()), nms(shadow, NMSParams())
+    a, b = decode(served, head, NMSParams()), decode(shadow, head, NMSParams())
     if len(a.scores) == 0 and len(b.scores) == 0:
         return 1.0
     matched, used = 0, set()
@@ -54,10 +54,10 @@ class DetectionFamily(Family):
 
     def check_outputs(self, manifest, outputs):
         for raw in outputs:
-            check_head(raw, len(manifest.labels))
+            check_head(raw, len(manifest.labels), manifest.preprocess.head)
 
     def agreement(self, manifest, served, shadow):
-        return box_agreement(served, shadow)
+        return box_agreement(served, shadow, manifest.preprocess.head)
 
     def oip_tensor_items(self, ctx, deployment, served, tensors, batch_cap):
         manifest = served.manifest

@@ -99,8 +99,38 @@ def nms(raw: np.ndarray, params: NMSParams) -> Detections:
     return Detections(boxes[idx], sc[idx], cl[idx], candidates)
 
 
-def check_head(raw: np.ndarray, num_classes: int) -> None:
-    """Output sanity: the expected [4 + nc, anchors] shape, finite values, class scores within [0, 1]."""
+def end2end(raw: np.ndarray, params: NMSParams) -> Detections:
+    """One image's NMS-free head output [max_det, 6] (x1, y1, x2, y2, score, class; YOLOv10/YOLO26): the model has
+    already picked one box per object, so only the confidence filter and the detection cap apply."""
+    if raw.ndim != 2 or raw.shape[1] != 6:
+        raise ValueError(f"expected [max_det, 6], got {raw.shape}")
+    keep = np.flatnonzero(raw[:, 4] > params.conf_threshold)
+    candidates = int(keep.size)
+    keep = keep[np.argsort(-raw[keep, 4], kind="stable")][: params.max_detections]
+    rows = raw[keep]
+    return Detections(rows[:, :4].astype(np.float32), rows[:, 4].astype(np.float32),
+                      np.rint(rows[:, 5]).astype(np.int64), candidates)
+
+
+def decode(raw: np.ndarray, head: str, params: NMSParams) -> Detections:
+    """The head's output -> kept detections: capped NMS for anchor heads, a filter for end-to-end heads."""
+    return end2end(raw, params) if head == "end2end" else nms(raw, params)
+
+
+def check_head(raw: np.ndarray, num_classes: int, head: str = "anchors") -> None:
+    """Output sanity: the expected shape for the head format, finite values, scores within [0, 1] (and, end to end,
+    class ids of the label set)."""
+    if head == "end2end":
+        if raw.ndim != 2 or raw.shape[1] != 6:
+            raise InvalidOutput(f"end-to-end head shape {raw.shape} is not [max_det, 6]")
+        if not np.isfinite(raw).all():
+            raise InvalidOutput("non-finite values in the detection head")
+        scores, classes = raw[:, 4], raw[:, 5]
+        if scores.size and (scores.min() < -1e-3 or scores.max() > 1 + 1e-3):
+            raise InvalidOutput("scores outside [0, 1]")
+        if classes.size and (classes.min() < 0 or classes.max() > num_classes - 1 + 1e-3):
+            raise InvalidOutput(f"class ids outside [0, {num_classes})")
+        return
     if raw.ndim != 2 or raw.shape[0] != 4 + num_classes:
         raise InvalidOutput(f"head shape {raw.shape} does not match {num_classes} classes")
     if not np.isfinite(raw).all():

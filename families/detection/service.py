@@ -15,7 +15,7 @@ from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo
 from families.detection.decode import decode_base64, decode_image
-from families.detection.postprocess import NMSParams, nms
+from families.detection.postprocess import NMSParams, decode
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
 from services.context import ServingContext
@@ -77,7 +77,7 @@ class DetectionPipeline:
         out = []
         observe = opts.conf_threshold is None and ctx.quality is not None  # reference uses default thresholds
         for raw, meta in zip(result.outputs, metas):
-            det = nms(np.asarray(raw), params)
+            det = decode(np.asarray(raw), result.served.manifest.preprocess.head, params)
             if observe:
                 ctx.quality.observe(result.model, "confidence", det.scores)
                 ctx.quality.observe(result.model, "boxes_per_image", [len(det.scores)])

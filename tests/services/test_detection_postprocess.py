@@ -87,3 +87,26 @@ def test_blocked_greedy_matches_one_box_at_a_time_greedy(seed, anchors, classes,
     params = NMSParams(conf_threshold=0.2, iou_threshold=0.5, pre_nms_topk=1500, max_detections=max_det)
     got = nms(raw, params)
     assert [(int(c), round(float(s), 5)) for c, s in zip(got.classes, got.scores)] == _reference_greedy(raw, params)
+
+
+def test_end2end_heads_filter_sort_and_cap_without_nms():
+    from families.detection.postprocess import decode, end2end
+
+    raw = np.array([[10, 10, 50, 50, 0.9, 2], [12, 12, 52, 52, 0.8, 2],  # overlapping, both kept: the model chose
+                    [0, 0, 5, 5, 0.1, 0], [60, 60, 90, 90, 0.95, 1], [0, 0, 0, 0, 0.0, 0]], dtype=np.float32)
+    det = end2end(raw, NMSParams(conf_threshold=0.25, max_detections=2))
+    assert det.candidates == 3 and det.scores.tolist() == pytest.approx([0.95, 0.9])
+    assert det.classes.tolist() == [1, 2] and det.boxes[0].tolist() == [60, 60, 90, 90]
+    assert len(decode(raw, "end2end", NMSParams(conf_threshold=0.25)).scores) == 3
+
+
+def test_end2end_output_checks():
+    from families.detection.postprocess import check_head
+    from services.common.errors import InvalidOutput
+
+    ok = np.array([[1, 1, 5, 5, 0.5, 2]], dtype=np.float32)
+    check_head(ok, 3, "end2end")
+    for bad in (ok[:, :5], ok * np.array([1, 1, 1, 1, 3, 1], dtype=np.float32),
+                ok * np.array([1, 1, 1, 1, 1, 5], dtype=np.float32), ok * np.nan):
+        with pytest.raises(InvalidOutput):
+            check_head(bad, 3, "end2end")
