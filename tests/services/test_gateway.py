@@ -143,9 +143,9 @@ def test_batched_equals_unbatched_and_batches_form(server):
         if line.startswith("triserve_runner_batch_size_count") and 'slot="text"' in line:
             count = float(line.split()[-1])
     assert count > le1, "no text batch ever held more than one request"
-    assert 'triserve_stage_seconds_count{stage="infer",task="text"}' in metrics
+    assert 'triserve_stage_seconds_count{deployment="text",stage="infer"}' in metrics
     assert 'triserve_runner_queue_depth{slot="text"}' in metrics
-    assert 'triserve_requests_total{status="200",task="text"}' in metrics
+    assert 'triserve_requests_total{deployment="text",family="text",status="200"}' in metrics
 
 
 # --- envelope -----------------------------------------------------------------------------------------------------

@@ -116,7 +116,7 @@ def test_breaker_opens_routes_to_fallback_then_probes(faulty):
     assert probe["degraded_reason"] == "primary_failed"
     assert protection(faulty)["breakers"]["text"]["state"] == "open"
     metrics = scrape(faulty)
-    assert 'triserve_degraded_total{reason="circuit_open",task="text"}' in metrics
+    assert 'triserve_degraded_total{deployment="text",reason="circuit_open"}' in metrics
     assert 'triserve_breaker_transitions_total{slot="text",to="half_open"}' in metrics
 
 
