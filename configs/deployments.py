@@ -56,6 +56,10 @@ class Deployment(BaseModel):
         return self
 
     @property
+    def fallback_slot(self) -> str | None:
+        return self.name + FALLBACK_SUFFIX if self.fallback is not None else None
+
+    @property
     def slots(self) -> dict[str, ModelSlot]:
         """Runner slot key -> model: '<name>' for the primary, '<name>_fallback' for the fallback."""
         out = {self.name: self.model}

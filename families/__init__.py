@@ -5,13 +5,14 @@ request limits, preprocessing, output checks, postprocessing, Open Inference Pro
 agreement and importers. Everything else in triserve (runner, routing, rollouts, protocols, metrics, admission, model
 cache) iterates over the deployments configured in configs/models.yaml and asks the deployment's family.
 
-Adding a fourth family = one new folder `families/<name>/` with three modules and one line in FAMILIES:
+Adding a fourth family = one new folder `families/<name>/` with four modules and one line in FAMILIES:
 - `limits.py`  `Limits`: the typed request limits (pydantic; no project imports, so configs can validate them);
+- `manifest.py` `Preprocess`: what its models record in their manifests (pydantic, `kind` = the family name);
 - `runtime.py` `feeds()` and `warmup_sizes()`: how the runner turns items into ONNX feeds (numpy only: the runner
   tier imports it and nothing else of the family);
 - `family.py`  `FAMILY`: the gateway-side contract (families/base.py), with its REST router.
 
-Public: `names()`, `limits_model()`, `runtime()`, `family()`. The family folders' other modules are theirs.
+Public: `names()`, `limits_model()`, `preprocess_model()`, `runtime()`, `family()`. The family folders' other modules are theirs.
 """
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def _module(family_name: str, module: str) -> ModuleType:
 def limits_model(family_name: str) -> "type[BaseModel]":
     """The family's typed request limits (configs validate `limits.<family>` against it)."""
     return _module(family_name, "limits").Limits
+
+
+@cache
+def preprocess_model(family_name: str) -> "type[BaseModel]":
+    """What the family records in a manifest (`preprocess`, discriminated by `kind` = the family name)."""
+    return _module(family_name, "manifest").Preprocess
 
 
 @cache

@@ -13,8 +13,9 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import families
+
 SCHEMA_VERSION = 1
-Task = Literal["detection", "text", "forecast"]
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # also a valid OCI tag
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
@@ -39,49 +40,23 @@ class TensorSpec(_Strict):
     shape: list[int | str] = Field(description="Static sizes as ints, dynamic axes by name (e.g. 'batch').")
 
 
-class DetectionPreprocess(_Strict):
-    """Letterbox parameters (families/detection/preprocess.py is the implementation)."""
-
-    kind: Literal["detection"] = "detection"
-    imgsz: int = Field(gt=0, description="Square network input side in pixels.")
-    letterbox: bool = Field(True, description="Keep aspect ratio and pad (centered) instead of stretching.")
-    pad_value: int = Field(114, ge=0, le=255, description="Grey level of the padding.")
-    color_order: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the network expects.")
-    scale: float = Field(1 / 255.0, description="Multiplier applied to uint8 pixels (no mean/std).")
-    layout: Literal["NCHW"] = "NCHW"
-    head: Literal["anchors", "end2end"] = Field(
-        "anchors", description="Output format per image: 'anchors' = [4 + classes, anchors] (cx, cy, w, h, class "
-                               "scores; YOLOv5u/v8/v9/v11/v12, capped NMS in the service), 'end2end' = [max_det, 6] "
-                               "(x1, y1, x2, y2, score, class; NMS-free YOLOv10/YOLO26 heads, no NMS needed).")
 
 
-class TextPreprocess(_Strict):
-    """Tokenisation parameters (families/text/preprocess.py is the implementation)."""
-
-    kind: Literal["text"] = "text"
-    tokenizer_file: str = Field(description="tokenizer.json inside the artifact.")
-    max_length: int = Field(gt=1, description="Tokens per text after truncation, special tokens included.")
-    pad_token_id: int = Field(ge=0)
-    lowercase: bool = Field(description="Informational: the tokenizer.json normaliser already applies it.")
 
 
-class ForecastPreprocess(_Strict):
-    """Windowing and scaling parameters (families/forecast/preprocess.py is the implementation)."""
-
-    kind: Literal["forecast"] = "forecast"
-    context: int = Field(gt=0, description="Points in the model's input window, ending at the last observation.")
-    horizon: int = Field(gt=0, description="Points the model predicts after the window.")
-    frequency: str = Field(description="Pandas-style frequency of the training series, e.g. 'MS'.")
-    season_length: int = Field(gt=0, description="Seasonal period in points (12 for monthly data).")
-    scale: float = Field(gt=0, description="Global scale: window values are (x - window_mean) / scale.")
-    train_mean: float = Field(description="Mean of the training series (reference level for drift checks).")
-    interval_quantiles: dict[str, list[float]] = Field(
-        default_factory=dict,
-        description="Validation residual quantiles per horizon step in original units, keyed by quantile ('0.05').",
-    )
 
 
-Preprocess = Annotated[Union[DetectionPreprocess, TextPreprocess, ForecastPreprocess], Field(discriminator="kind")]
+# Every family's preprocessing record (families/<family>/manifest.py), told apart by its `kind` (the family name).
+_PREPROCESS = {cls.__name__: cls for cls in (families.preprocess_model(n) for n in families.names())}
+Preprocess = Annotated[Union[tuple(_PREPROCESS.values())], Field(discriminator="kind")]
+
+
+def __getattr__(name: str):
+    """`from models.manifest import DetectionPreprocess` keeps working: the classes live in their families."""
+    try:
+        return _PREPROCESS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 class Source(_Strict):
@@ -109,7 +84,7 @@ class Manifest(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: str = Field(pattern=NAME_PATTERN, description="Model name in the registry, e.g. 'yolo-shapes'.")
     version: str = Field(pattern=VERSION_PATTERN, description="Immutable version, e.g. '1.0.0-3fa2b1c9'.")
-    task: Task
+    task: str = Field(description="Model family (families/__init__.py FAMILIES), e.g. 'detection'.")
     variant: Literal["primary", "fallback"] = Field(description="Fallbacks are cheaper, degraded siblings.")
     fallback_for: str | None = Field(None, description="For a fallback: the primary model name it backs up.")
     model_file: str = Field(description="The ONNX graph inside the artifact.")
@@ -131,6 +106,13 @@ class Manifest(_Strict):
     recipe_hash: str = Field(description="sha256 of the recipe that produced it; the build cache key.")
     created_at: datetime
     git_commit: str
+
+    @field_validator("task")
+    @classmethod
+    def _known_family(cls, task: str) -> str:
+        if task not in families.names():
+            raise ValueError(f"unknown model family {task!r}; known: {', '.join(families.names())}")
+        return task
 
     @field_validator("files")
     @classmethod

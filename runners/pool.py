@@ -120,7 +120,7 @@ def fixed_batch(manifest: Manifest) -> bool:
 
 
 class ModelPool:
-    """Slots ('detection', 'detection_fallback', ...) -> loaded, warmed models.
+    """Slots ('coco', 'coco_fallback', ...: configs/deployments.py) -> loaded, warmed models.
 
     A slot can hold several versions at once: the active one (`models[slot]`), a canary or shadow candidate, and a
     retiring one still finishing its in-flight batches. Loading happens off to the side; activation is a single

@@ -128,7 +128,7 @@ class ModelRunner:
         if primary is None:
             return  # its load error is already recorded
         try:
-            check_pair(dep, primary, self.pool.models.get(dep.name + "_fallback") if dep.fallback else None)
+            check_pair(dep, primary, self.pool.models.get(dep.fallback_slot) if dep.fallback_slot else None)
         except IncompatibleFallback as exc:
             log.error("REFUSED: %s", exc)
             for slot in dep.slots:  # never served: its requests get 503 not_ready with this reason in /v1/models
@@ -300,7 +300,7 @@ class ModelRunner:
             with self._control:
                 for slot, m in dep.slots.items():
                     staged[slot] = self.pool.load(slot, m.name, m.ref, activate=False)
-                check_pair(dep, staged[dep.name], staged.get(dep.name + "_fallback"))
+                check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             with self._control:
                 for slot, model in staged.items():  # forget what was staged; what serves stays as it was

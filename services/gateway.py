@@ -65,18 +65,21 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
     status = await ctx.runner.to_async.status()
     loaded = status.get("models", {})
     out = []
-    for entry in ctx.repository.describe():
+    defaults = {e["name"]: e["default"] for e in ctx.repository.describe()}
+    for dep in ctx.repository.deployments:
         slots = {}
-        for slot in [entry["name"], entry["name"] + "_fallback"] if entry["fallback"] else [entry["name"]]:
+        for role, slot in (("model", dep.name), ("fallback", dep.fallback_slot)):
+            if slot is None:
+                continue
             routing = ctx.routing.table.get(slot, {})
-            slots["fallback" if slot != entry["name"] else "model"] = {
-                "slot": slot, **{k: loaded.get(slot, {}).get(k) for k in ("name", "version", "provider", "sha256")},
-                "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
-                "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
-        out.append({"name": entry["name"], "family": entry["family"], "default": entry["default"],
-                    "description": entry["description"], "ready": all(s["version"] for s in slots.values())
-                    and entry["name"] not in status.get("errors", {}), **slots,
-                    "error": status.get("errors", {}).get(entry["name"])})
+            slots[role] = {"slot": slot, **{k: loaded.get(slot, {}).get(k)
+                                            for k in ("name", "version", "provider", "sha256")},
+                           "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
+                           "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
+        error = status.get("errors", {}).get(dep.name)
+        out.append({"name": dep.name, "family": dep.family, "default": defaults[dep.name],
+                    "description": dep.description, "ready": error is None and all(s["version"] for s in slots.values()),
+                    **slots, "error": error})
     return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded}
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from configs.deployments import FALLBACK_SUFFIX, Deployment
+from configs.deployments import Deployment
 from configs.settings import Settings
 from services.common.access import AccessControl
 from services.common.admission import AdmissionControl
@@ -66,7 +66,7 @@ class Protection:
 
     def plan(self, dep: Deployment, choice: str) -> list[tuple[str, str | None]]:
         """(slot, degraded reason) in the order they are tried."""
-        primary, fallback = dep.name, (dep.name + FALLBACK_SUFFIX if dep.fallback else None)
+        primary, fallback = dep.name, dep.fallback_slot
         if choice == "fallback":
             if fallback is None:
                 raise ApiError(422, "no_fallback", f"deployment {dep.name!r} has no fallback model",
