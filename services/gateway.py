@@ -77,9 +77,9 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
                            "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
                            "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
         error = status.get("errors", {}).get(dep.name)
+        ready = error is None and all(s["version"] for s in slots.values())
         out.append({"name": dep.name, "family": dep.family, "default": defaults[dep.name],
-                    "description": dep.description, "ready": error is None and all(s["version"] for s in slots.values()),
-                    **slots, "error": error})
+                    "description": dep.description, "ready": ready, **slots, "error": error})
     return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded}
 
 
