@@ -219,7 +219,7 @@ class Observability(_Section):
                                                         "call): it repeats the request log in another format and "
                                                         "costs CPU on every request (docs/performance.md).")
     trace_sample_rate: float = Field(
-        0.0, ge=0, le=1, description="Share of requests traced with OpenTelemetry (services/common/tracing.py). 0 "
+        0.0, ge=0, le=1, description="Share of requests traced with OpenTelemetry (observability/tracing.py). 0 "
                                      "turns BentoML's per-request tracing middleware into a pass-through (it costs "
                                      "~25% of an API worker's CPU per request even when nothing is sampled).")
     otlp_endpoint: str | None = Field(None, description="OTLP/HTTP traces endpoint the spans go to, e.g. "
@@ -247,7 +247,7 @@ class Observability(_Section):
 
 
 class MemorySettings(_Section):
-    """Resident memory of long-running workers (services/common/memory.py; measured in docs/performance.md)."""
+    """Resident memory of long-running workers (observability/memory.py; measured in docs/performance.md)."""
 
     malloc_arena_max: int = Field(2, ge=0, le=64, description="glibc malloc arenas per process (0 = glibc's default "
                                                               "of 8 per core): every thread that allocates can "

@@ -28,10 +28,10 @@ from runners.faults import inject_faults
 from runners.pool import LoadedModel, ModelPool, fixed_batch
 from runners.ragged import length_buckets
 from runners.wire import pickled_response, sent_pickle
-from services.common import heapdump, memory
-from services.common.metrics import observe_rss, settle_heap
-from services.common.request_log import stdout_json_logger
-from services.common.tracing import service_tracing
+from observability import heapdump, memory
+from observability.metrics import observe_rss, settle_heap
+from observability.request_log import stdout_json_logger
+from observability.tracing import service_tracing
 
 log = logging.getLogger("triserve.runner")
 batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch

@@ -20,15 +20,15 @@ from configs.settings import get_settings
 from models.cache import open_serving_registry
 from runners.local import LocalRunner
 from runners.service import ModelRunner
-from services.common import heapdump, memory
+from observability import heapdump, memory
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
-from services.common.metrics import settle_heap
+from observability.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
-from services.common.request_log import RequestLog
+from observability.request_log import RequestLog
 from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from services.common.tracing import service_tracing
+from observability.tracing import service_tracing
 from services.context import ServingContext
 from services.gateway_deps import admin_guard, loaded_context
 from services.protocols.grpc_server import start_grpc

@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 from services.common.access import Client
 from services.common.deadlines import HEADER, Deadline
 from services.common.errors import ApiError
-from services.common.metrics import observe_timings
+from observability.metrics import observe_timings
 from services.context import ServingContext
 
 

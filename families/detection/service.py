@@ -10,7 +10,7 @@ from configs.deployments import Deployment
 from families.detection.limits import Limits
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from services.common.metrics import ITEMS, labelled
+from observability.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo

@@ -12,7 +12,7 @@ from families.forecast.limits import Limits
 from models.manifest import Manifest
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from services.common.metrics import ITEMS, labelled
+from observability.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo

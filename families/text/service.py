@@ -11,7 +11,7 @@ from configs.deployments import Deployment
 from families.text.limits import Limits
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from services.common.metrics import ITEMS, labelled
+from observability.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo

@@ -17,7 +17,7 @@ from fastapi import Request
 
 from configs.settings import AccessSettings, ApiKey
 from services.common.errors import ApiError
-from services.common.metrics import REJECTED
+from observability.metrics import REJECTED
 
 
 @dataclass

@@ -24,7 +24,7 @@ from services.common.admission import AdmissionControl
 from services.common.breaker import CircuitBreaker
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError, InvalidOutput
-from services.common.metrics import DEGRADED, REJECTED, labelled
+from observability.metrics import DEGRADED, REJECTED, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 

@@ -18,8 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common.batcher import approaching
 from services.common.errors import ErrorBody, ErrorResponse
-from services.common.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
-from services.common.request_log import RequestLog
+from observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
+from observability.request_log import RequestLog
 
 _tracer: trace.Tracer | None = None  # BentoML's, on first use (its provider is not OpenTelemetry's global one)
 

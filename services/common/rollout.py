@@ -26,7 +26,7 @@ from families.base import Family
 from models.manifest import Manifest
 from models.registry import LocalRegistry
 from services.common.errors import ApiError
-from services.common.metrics import LATENCY_BUCKETS
+from observability.metrics import LATENCY_BUCKETS
 
 log = logging.getLogger("triserve.rollout")
 

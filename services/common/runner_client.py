@@ -15,7 +15,7 @@ import aiohttp
 
 from services.common.batcher import SlotBatcher, approaching
 from services.common.errors import ApiError
-from services.common.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
+from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
 
 log = logging.getLogger("triserve.runner_client")
 

@@ -228,7 +228,7 @@ def test_k8s_wiring(monkeypatch):
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": dep["metadata"]["name"]}
     assert hpa["spec"]["minReplicas"] > pdb["spec"]["minAvailable"]
-    from services.common.metrics import RUNNER_INFLIGHT
+    from observability.metrics import RUNNER_INFLIGHT
 
     pods_metrics = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
     assert pods_metrics == [RUNNER_INFLIGHT._name] == ["triserve_runner_queue_depth"]

@@ -7,7 +7,7 @@ import time
 import tracemalloc
 
 from scripts.bench.heap_diff import top_growth
-from services.common import heapdump
+from observability import heapdump
 
 _kept: list[bytes] = []
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from configs.settings import MemorySettings
-from services.common import memory
+from observability import memory
 
 
 def _trims_observed() -> float:

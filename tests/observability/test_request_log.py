@@ -1,7 +1,7 @@
 import json
 
 from configs.settings import Observability
-from services.common.request_log import RequestLog
+from observability.request_log import RequestLog
 
 
 def test_payloads_are_sampled_capped_and_rotated(tmp_path):
@@ -43,7 +43,7 @@ class _CountingStream:
 def test_background_writer_keeps_every_line_in_order_with_few_writes():
     import logging
 
-    from services.common.request_log import BackgroundLineWriter, json_logger
+    from observability.request_log import BackgroundLineWriter, json_logger
 
     stream = _CountingStream()
     writer = BackgroundLineWriter(stream, "unit.writer", interval_s=3600)  # only explicit flushes write
@@ -58,7 +58,7 @@ def test_background_writer_keeps_every_line_in_order_with_few_writes():
 
 
 def test_background_writer_drops_and_counts_beyond_its_bound():
-    from services.common.request_log import LOG_LINES_DROPPED, BackgroundLineWriter, json_logger
+    from observability.request_log import LOG_LINES_DROPPED, BackgroundLineWriter, json_logger
 
     stream = _CountingStream()
     writer = BackgroundLineWriter(stream, "unit.bounded", interval_s=3600, max_pending=10)

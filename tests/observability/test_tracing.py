@@ -1,4 +1,4 @@
-"""services/common/tracing.py: the OpenTelemetry request middleware is bypassed when nothing is sampled, and with a
+"""observability/tracing.py: the OpenTelemetry request middleware is bypassed when nothing is sampled, and with a
 sample rate the request and stage spans reach an OTLP collector from a real `bentoml serve`."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from services.common.tracing import ALL_URLS, service_tracing
+from observability.tracing import ALL_URLS, service_tracing
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 
