@@ -170,6 +170,14 @@ class ModelPool:
             raise ValueError(f"{slot}:{version} is active")
         self.versions.get(slot, {}).pop(version, None)
 
+    def install(self, slot: str, model: LoadedModel) -> None:
+        """Make a model loaded elsewhere (a staging key) the slot's active version, replacing any entry of the same
+        version string (another model may carry it)."""
+        model.slot = slot
+        self.versions.setdefault(slot, {})[model.manifest.version] = model
+        self.models[slot] = model
+        self.errors.pop(slot, None)
+
     def drop(self, slot: str) -> None:
         """Forget every version of a slot whose deployment was removed."""
         self.models.pop(slot, None)

@@ -41,6 +41,9 @@ memory.install(settings.memory)  # before any request thread allocates
 STARTUP_REPOSITORY = load_repository(state_file=settings.deployments_state_file, overrides=settings.slots)
 
 
+STAGING = "~staging"  # suffix of the pool key a deployment's models load under until they are swapped in
+
+
 class IncompatibleFallback(ValueError):
     """A deployment's fallback cannot stand in for its primary (other family or label set)."""
 
@@ -298,23 +301,20 @@ class ModelRunner:
         staged: dict[str, LoadedModel] = {}
         try:
             with self._control:
-                for slot, m in dep.slots.items():
-                    staged[slot] = self.pool.load(slot, m.name, m.ref, activate=False)
+                for slot, m in dep.slots.items():  # under a key of its own: nothing serving can reach it yet
+                    staged[slot] = self.pool.load(slot + STAGING, m.name, m.ref, activate=False)
                 check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             with self._control:
-                for slot, model in staged.items():  # forget what was staged; what serves stays as it was
-                    active = self.pool.models.get(slot)
-                    if active is not None and active.manifest.version == model.manifest.version:
-                        self.pool.versions[slot][model.manifest.version] = active
-                    else:
-                        self.pool.versions.get(slot, {}).pop(model.manifest.version, None)
+                for slot in dep.slots:
+                    self.pool.drop(slot + STAGING)
             log.error("deployment %s refused: %s: %s", dep.name, type(exc).__name__, exc)
             return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         with self._control:
             previous = {slot: self.pool.models[slot].manifest.version for slot in staged if slot in self.pool.models}
             for slot, model in staged.items():
-                self.pool.activate(slot, model.manifest.version)
+                self.pool.install(slot, model)
+                self.pool.drop(slot + STAGING)
                 self._model_info(slot, model)
             self.repository = repo
             save_state(repo, settings.deployments_state_file)
