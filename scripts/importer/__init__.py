@@ -17,4 +17,7 @@ adds itself by adding its module name here.
 IMPORTERS = (
     "scripts.importer.detection_onnx",  # detection-onnx, coco-default
     "scripts.importer.detection_pt",  # detection-pt
+    "scripts.importer.text_hf",  # text-hf
+    "scripts.importer.text_onnx",  # text-onnx
+    "scripts.importer.text_sklearn",  # text-sklearn
 )
