@@ -18,7 +18,7 @@ class TextFamily(Family):
     oip_pipeline_outputs = (TensorMeta("LABEL", "BYTES", (-1,)), TensorMeta("SCORE", "FP32", (-1,)),
                             TensorMeta("TOP_K_LABELS", "BYTES", (-1, -1)), TensorMeta("TOP_K_SCORES", "FP32", (-1, -1)))
     grpc_method = "Classify"
-    importers = ("text-fused",)
+    importers = ("text-hf", "text-onnx", "text-sklearn")
 
     @property
     def router(self):

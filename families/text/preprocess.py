@@ -5,6 +5,7 @@ and the attention mask come from runners.ragged.pad_sequences, applied per batch
 """
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,16 +15,25 @@ from tokenizers import Tokenizer
 from runners.ragged import pad_sequences
 
 
+def clean_text(text: str) -> str:
+    """NFC-normalise and drop control/format characters other than whitespace (zero-width, bidi overrides)."""
+    text = unicodedata.normalize("NFC", text)
+    return "".join(ch for ch in text if ch in "\t\n\r " or unicodedata.category(ch)[0] != "C").strip()
+
+
 class TextTokenizer:
     """A tokenizer.json with truncation fixed to the manifest's max_length."""
 
-    def __init__(self, tokenizer_file: Path | str, max_length: int):
+    def __init__(self, tokenizer_file: Path | str, max_length: int, pad_token_id: int | None = None):
+        """`pad_token_id`: the manifest's (what the runner pads with); else the tokenizer's [PAD] or <pad>, else 0."""
         self.max_length = int(max_length)
         self._tok = Tokenizer.from_file(str(tokenizer_file))
         self._tok.no_padding()
         self._tok.enable_truncation(max_length=self.max_length)
-        pad = self._tok.token_to_id("[PAD]")
-        self.pad_token_id = int(pad if pad is not None else 0)
+        if pad_token_id is None:
+            pad = next((i for i in map(self._tok.token_to_id, ("[PAD]", "<pad>")) if i is not None), None)
+            pad_token_id = pad if pad is not None else 0
+        self.pad_token_id = int(pad_token_id)
         self.vocab_size = self._tok.get_vocab_size()
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:

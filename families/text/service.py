@@ -1,7 +1,6 @@
 """Text classification endpoint: tokenise (ragged) -> runner pads per batch -> top-k labels."""
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,17 +17,11 @@ from services.common.schemas import ModelInfo
 from services.context import ServingContext
 from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 from families.text.postprocess import top_k
-from families.text.preprocess import TextTokenizer
+from families.text.preprocess import TextTokenizer, clean_text
 from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 
 router = APIRouter(prefix="/v1", tags=["text"])
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
-
-
-def clean_text(text: str) -> str:
-    """NFC-normalise and drop control/format characters other than whitespace (zero-width, bidi overrides)."""
-    text = unicodedata.normalize("NFC", text)
-    return "".join(ch for ch in text if ch in "\t\n\r " or unicodedata.category(ch)[0] != "C").strip()
 
 
 @dataclass
@@ -43,7 +36,7 @@ class TextPipeline:
     def tokenizer(self, model: ServedModel) -> TextTokenizer:
         if model not in self.tokenizers:
             pre = model.manifest.preprocess
-            self.tokenizers[model] = TextTokenizer(model.directory / pre.tokenizer_file, pre.max_length)
+            self.tokenizers[model] = TextTokenizer(model.directory / pre.tokenizer_file, pre.max_length, pre.pad_token_id)
         return self.tokenizers[model]
 
     def validate(self, body: ClassifyRequest) -> list[str]:

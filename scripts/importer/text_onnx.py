@@ -259,15 +259,15 @@ def padded_cases(tokenizer_file: Path, max_length: int, pad_token_id: int, input
 
 @functools.lru_cache(maxsize=1)
 def gateway_clean_text() -> Callable[[str], str]:
-    """The gateway's text cleaning (families/text/service.clean_text: NFC, control characters dropped, stripped).
+    """The gateway's text cleaning (families.text.preprocess.clean_text: NFC, control characters dropped, stripped).
 
     It lives in the service module, which imports the whole serving stack; when that stack cannot be imported here
     (an export machine without it, a tree mid-refactor) the texts go in as given, with a warning: the check texts
     and most user texts are unchanged by the cleaning anyway."""
     try:
-        from families.text.service import clean_text
+        from families.text.preprocess import clean_text
     except ImportError as exc:
-        log.warning("families.text.service.clean_text is not importable (%s): texts are used as given", exc)
+        log.warning("families.text.preprocess.clean_text is not importable (%s): texts are used as given", exc)
         return lambda text: text
     return clean_text
 
