@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,9 +59,10 @@ class SlotLoad:
 
 
 class AdmissionControl:
-    def __init__(self, cfg: Admission, max_batch: dict[str, int] | None = None):
+    def __init__(self, cfg: Admission, max_batch: Callable[[str], int] = lambda slot: 1):
+        """`max_batch(slot)`: the slot's batch limit, looked up per call (deployments come and go at run time)."""
         self.cfg = cfg
-        self.max_batch = max_batch or {}
+        self.max_batch = max_batch
         self.slots: dict[str, SlotLoad] = {}
 
     def load(self, slot: str) -> SlotLoad:
@@ -69,7 +71,7 @@ class AdmissionControl:
     def estimated_wait(self, slot: str, items: int) -> float:
         s = self.load(slot)
         queued = s.inflight_items + items
-        batches = math.ceil(queued / max(self.max_batch.get(slot, 1), 1))
+        batches = math.ceil(queued / max(self.max_batch(slot), 1))
         return batches * s.per_batch + queued * s.per_item
 
     def overloaded(self, slot: str) -> bool:

@@ -54,7 +54,7 @@ class Protection:
 
     def __init__(self, settings: Settings, slot_batch: Callable[[str], int]):
         self.settings = settings
-        self.admission = AdmissionControl(settings.admission, _BatchSizes(slot_batch))
+        self.admission = AdmissionControl(settings.admission, slot_batch)
         self.breakers: dict[str, CircuitBreaker] = {}
         self.access = AccessControl(settings.access, workers=settings.gateway.workers)
 
@@ -82,17 +82,6 @@ class Protection:
             breaker.release()
             return [(fallback, "overload")]
         return [(primary, None), (fallback, "primary_failed")]
-
-
-class _BatchSizes(dict):
-    """slot -> max batch size, looked up in the current model repository (deployments come and go)."""
-
-    def __init__(self, lookup: Callable[[str], int]):
-        super().__init__()
-        self._lookup = lookup
-
-    def get(self, slot, default=None):  # type: ignore[override]
-        return self._lookup(slot)
 
 
 async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],

@@ -18,7 +18,7 @@ def test_full_queue_is_rejected_with_retry_after():
 
 
 def test_wait_estimate_against_the_deadline():
-    ac = AdmissionControl(Admission(), {"text": 1})
+    ac = AdmissionControl(Admission(), {"text": 1}.__getitem__)
     ac.started("text", 10)
     ac.finished("text", 0, infer_ms=100.0, batch=1)  # 0.1 s per call of one item
     assert ac.estimated_wait("text", 1) == pytest.approx(1.1)
@@ -48,12 +48,12 @@ def test_bad_deadline_header_is_400(header):
 
 
 def test_wait_model_separates_per_batch_and_per_item_cost():
-    fixed = AdmissionControl(Admission(), {"slow": 16})
+    fixed = AdmissionControl(Admission(), {"slow": 16}.__getitem__)
     for size in (1, 4, 8, 2):
         fixed.finished("slow", 0, infer_ms=800.0, batch=size)  # a sleep per call, whatever the batch size
     fixed.started("slow", 7)
     assert fixed.estimated_wait("slow", 1) == pytest.approx(0.8, abs=1e-6)  # one batch, not 8 x 0.8 s
-    linear = AdmissionControl(Admission(), {"cpu": 8})
+    linear = AdmissionControl(Admission(), {"cpu": 8}.__getitem__)
     for size in (1, 2, 4, 8):
         linear.finished("cpu", 0, infer_ms=2.0 + 10.0 * size, batch=size)
     linear.started("cpu", 15)
@@ -73,3 +73,10 @@ def test_running_fit_matches_least_squares_after_the_window_slides():
     window = obs[-64:]
     c, a = np.polyfit([b for b, _ in window], [t for _, t in window], 1)
     assert abs(load.per_item - c) < 1e-9 and abs(load.per_batch - a) < 1e-9
+
+
+def test_the_wait_counts_batches_of_the_slots_own_limit():
+    """A slot seen once (40 items in 2.3 s, one call) predicts two calls for 40 more at a limit of 32, not 40."""
+    ac = AdmissionControl(Admission(), {"reviews": 32}.__getitem__)
+    ac.finished("reviews", 0, 2300.0, 40)
+    assert ac.estimated_wait("reviews", 40) == pytest.approx(2 * 2.3)
