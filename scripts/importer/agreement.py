@@ -1,6 +1,7 @@
 """Run a detector through triserve's serving path and compare two detectors' boxes photo by photo.
 
-The serving path is the family's own code: letterbox (preprocess_image) -> ONNX Runtime -> capped NMS (nms) ->
+The serving path is the family's own code: letterbox (preprocess_image) -> ONNX Runtime -> capped NMS (nms), or for
+an end-to-end head the confidence filter and cap (postprocess.decode with the manifest's preprocess.head) ->
 boxes_to_original. It is imported from families/detection (or services/detection, where it lived before the
 families refactor), never re-implemented here.
 
@@ -59,29 +60,45 @@ def letterboxed(images: Sequence[np.ndarray], pre) -> tuple[np.ndarray, list]:
 
 
 def run_detector(session, images: Sequence[np.ndarray], pre, params, batch: int = 1) -> list[Dets]:
-    """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph)."""
+    """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph). The head
+    format is the manifest's (`pre.head`): capped NMS for anchors heads, the confidence filter and cap for
+    end-to-end heads."""
     prep, post = detection_module("preprocess"), detection_module("postprocess")
+    head = getattr(pre, "head", "anchors")
+    if head == "anchors":
+        decode = post.nms
+    else:  # the family's own decode for the manifest's head format (postprocess.decode)
+        def decode(row, p):
+            return post.decode(row, head, p)
     name = session.get_inputs()[0].name
     out: list[Dets] = []
     for start in range(0, len(images), batch):
         x, metas = letterboxed(images[start:start + batch], pre)
         raw = session.run(None, {name: x})[0]
         for row, meta in zip(raw, metas):
-            det = post.nms(row, params)
+            det = decode(row, params)
             out.append(Dets(prep.boxes_to_original(det.boxes, meta), det.scores.astype(np.float32),
                             det.classes.astype(np.int64)))
     return out
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """[M, 4] x [N, 4] xyxy -> [M, N] IoU."""
+    """[M, 4] x [N, 4] xyxy -> [M, N] IoU. Two boxes without area (a box clipped to a line on the image border, as
+    both ultralytics and triserve clip) have no IoU: they count as the same box (1.0) when their corners agree
+    within 1e-3 px, else 0."""
     a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
     tl = np.maximum(a[:, None, :2], b[None, :, :2])
     br = np.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = np.clip(br - tl, 0, None).prod(-1)
     area_a = (a[:, 2:] - a[:, :2]).clip(0).prod(-1)
     area_b = (b[:, 2:] - b[:, :2]).clip(0).prod(-1)
-    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
+    union = area_a[:, None] + area_b[None, :] - inter
+    iou = inter / np.maximum(union, 1e-9)
+    flat = union <= 1e-9
+    if flat.any():
+        same = np.abs(a[:, None, :] - b[None, :, :]).max(-1) <= 1e-3
+        iou = np.where(flat, same.astype(np.float64), iou)
+    return iou
 
 
 def match(ref: Dets, cand: Dets, min_iou: float) -> list[tuple[int, int, float]]:

@@ -16,7 +16,9 @@ axis 0) are not rewritten; they are listed in `suspects` and the proof decides.
 
 The proof (prove_dynamic_batch): run the rewritten graph on batches of distinct real inputs (4 and 2 by default) and
 compare each row with a batch-1 run of the ORIGINAL graph on that row alone. A graph that fails (an error or a row
-beyond tolerance) is not served batched: the caller publishes the original, fixed-batch graph instead.
+beyond tolerance) is not served batched: the caller publishes the original, fixed-batch graph instead. End-to-end
+heads ([b, max_det, 6], a TopK at the end) are compared row set against row set (`compare=`, end2end.compare_batch):
+near-tied rows may legitimately come out in another order.
 """
 from __future__ import annotations
 
@@ -152,6 +154,7 @@ def _drop_unused_constants(model) -> None:
 
 # -- the proof --------------------------------------------------------------------------------------------------------
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+RowCompare = Callable[[np.ndarray, np.ndarray], dict[str, float]]
 
 
 @dataclass
@@ -180,18 +183,30 @@ def _diff(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def prove_dynamic_batch(original: Runner, rewritten: Runner, input_name: str, rows: np.ndarray,
-                        parts: Mapping[str, tuple[slice, float]], batches: Sequence[int] = (4, 2)) -> BatchProof:
+                        parts: Mapping[str, tuple[slice | None, float]], batches: Sequence[int] = (4, 2),
+                        compare: RowCompare | None = None) -> BatchProof:
     """Each row of the rewritten graph's batch-b output vs the ORIGINAL graph's batch-1 output on that row alone.
 
     `rows`: [n, ...] distinct real inputs, n >= max(batches). `parts`: component name -> (slice of output0's axis 1,
     tolerance), e.g. {'boxes': (slice(0, 4), 1e-4 * imgsz), 'scores': (slice(4, None), 1e-4)}. Also checks the
     rewritten graph at batch 1 against the original. Errors (a Reshape that cannot take the batch) fail the proof.
+    `compare`: for outputs that are not channel slices (end-to-end heads [1, max_det, 6], whose near-tied rows may
+    come out in another order: end2end.compare_batch), a function (reference row [1, ...], row [1, ...]) ->
+    {part: diff}; the slices in `parts` are then unused, only the tolerances.
     """
     if len(rows) < max(batches):
         raise ValueError(f"need {max(batches)} distinct rows, got {len(rows)}")
     singles = [original({input_name: rows[i:i + 1]})[0] for i in range(max(batches))]
     checks: list[ParityCheck] = []
     reason = ""
+
+    def row_diffs(got: np.ndarray, i: int) -> dict[str, float]:
+        if i >= got.shape[0]:
+            return {part: NO_RESULT for part in parts}
+        if compare is not None:
+            return compare(singles[i], got[i:i + 1])
+        return {part: _diff(got[i:i + 1][:, sl], singles[i][:, sl]) for part, (sl, _) in parts.items()}
+
     for b in (1, *batches):
         case = f"batch{b}-vs-original-batch1"
         try:
@@ -204,9 +219,9 @@ def prove_dynamic_batch(original: Runner, rewritten: Runner, input_name: str, ro
             continue
         if got.shape[0] != b:
             reason = reason or f"{case}: output batch {got.shape[0]} != {b}"
-        for part, (sl, tol) in parts.items():
-            diff = max(_diff(got[i:i + 1][:, sl], singles[i][:, sl]) if i < got.shape[0] else NO_RESULT
-                       for i in range(b))
+        per_row = [row_diffs(got, i) for i in range(b)]
+        for part, (_, tol) in parts.items():
+            diff = max(min(float(r.get(part, NO_RESULT)), NO_RESULT) for r in per_row)
             checks.append(ParityCheck(case=f"{case}/{part}", max_abs_diff=diff, tolerance=tol, passed=diff <= tol))
     failed = [c for c in checks if not c.passed]
     if failed and not reason:

@@ -3,28 +3,35 @@
     python -m scripts.importer detection-onnx --model best.onnx --name my-det --version 1.0.0 [--fallback-name my-det-int8]
     python -m scripts.importer coco-default        # the default COCO-80 detector (yolov8n-coco + yolov8n-coco-int8)
 
-What is accepted: one input `images[b, 3, S, S]` float32 RGB in 0..1 and one output `[b, 4 + nc, anchors]` (cx, cy,
-w, h in input pixels, then nc sigmoid class scores): ultralytics' Detect head with `nms=False`. Class names and the
-input size come from the ONNX metadata ultralytics writes (`names`: a Python dict literal, `imgsz`), or from
-`--labels FILE` and `--imgsz` when the metadata lacks them. Everything else is refused with the reason and nothing is
-published (ImportRefused):
+What is accepted: one input `images[b, 3, S, S]` float32 RGB in 0..1 and one output, either
+  * an anchors head `[b, 4 + nc, anchors]` (cx, cy, w, h in input pixels, then nc sigmoid class scores):
+    ultralytics' Detect head exported with nms=None (YOLOv5u/v8/v9/v11/v12, or the one-to-many branch of YOLOv10 /
+    YOLO26); served with the family's capped NMS (manifest preprocess.head 'anchors'), or
+  * an end-to-end head `[b, max_det, 6]` (x1, y1, x2, y2 in input pixels, score, class id): the NMS-free
+    one-to-one branch of YOLOv10 / YOLO26 (ultralytics `export(nms=False)`), recognised by its shape or the
+    'end2end' metadata and checked for its values (scores in [0, 1], integral class ids in [0, nc)); served with
+    the family's confidence filter and cap, no NMS (manifest preprocess.head 'end2end').
+Class names and the input size come from the ONNX metadata ultralytics writes (`names`: a Python dict literal,
+`imgsz`), or from `--labels FILE` and `--imgsz` when the metadata lacks them. Everything else is refused with the
+reason and nothing is published (ImportRefused):
   * segmentation exports (task 'segment', or output0 with 4 + nc + 32 channels beside a mask-prototype output1):
     refused, not sliced. Their box and class channels are a Detect head, but serving them as detection would publish
     a model whose masks are thrown away at every call (the 32 coefficient channels and the prototype branch still
-    cost compute); re-export the detection weights, or wait for a segmentation family.
+    cost compute, and they cannot be cut out of the exported graph without surgery on ultralytics' final Concat);
+    import the .pt with `detection-pt` (which cuts the mask branch before export), or re-export the detection weights.
   * pose (task 'pose' or 4 + nc + keypoint channels), oriented boxes (task 'obb', 4 + nc + 1 channels) and
-    classification (task 'classify', a [b, nc] output): other families' heads.
-  * end-to-end heads [b, max_det, 6] (export with nms=True, YOLOv10 / YOLO26 end2end): NOT supported. The detection
-    family runs its own capped NMS on raw [4 + nc, anchors] heads (services' postprocess); an in-graph top-k has other
-    thresholds and caps, and its output would need another postprocess. Re-export with nms=False (end2end=False).
+    classification (task 'classify', a [b, nc] output): other families' heads (`detection-pt` serves a pose .pt
+    as detection, see docs/importers/detection_pt.md).
   * transposed heads [b, anchors, 4 + nc], fixed batches other than 1, non-square or stride-misaligned input sizes,
-    class scores outside [0, 1] (no sigmoid: not an ultralytics head).
+    class scores outside [0, 1] (no sigmoid: not an ultralytics head), [b, k, 6] outputs whose rows are not
+    x1, y1, x2, y2, score, class.
 
 Batch: a fixed-batch-1 export is rewritten (scripts/importer/batching.py) and the rewrite is PROVED: the rewritten
 graph at batch 4 and 2, each row against a batch-1 run of the ORIGINAL graph, boxes within 1e-4 x imgsz pixels and
-scores within 1e-4 (ParityCheck entries in the manifest). If the proof fails, the ORIGINAL graph is published with
-its fixed batch 1 in the manifest inputs and `gates["dynamic_batch"] = False`: the runner must feed it one item at a
-time.
+scores within 1e-4 (ParityCheck entries in the manifest). For an end-to-end head (TopK/GatherElements at the end) the
+rows are compared order-insensitively (end2end.compare_rows: near-tied rows may come out in another order). If the
+proof fails, the ORIGINAL graph is published with its fixed batch 1 in the manifest inputs and
+`gates["dynamic_batch"] = False`: the runner must feed it one item at a time.
 
 Verification against ultralytics: ultralytics' own predictor on the published ONNX file (verify.py) and triserve's
 pipeline must find the same boxes on the agreement photos (ultralytics' bus.jpg and zidane.jpg, the street and
@@ -36,7 +43,7 @@ calibration on real photos that ship in packages, photos.py), the Detect head's 
 with the FP32 graph on held-out photos and on one-core latency (FALLBACK_GATES); if it fails, a second INT8 attempt
 also keeps the head's last convolutions FP32; then the FP32 graph at a smaller letterbox size, but only where the
 graph has dynamic height/width: a fixed export bakes the anchor count (8400 at 640) into Reshape constants and anchor
-tables, and that is refused rather than patched.
+tables, and that is refused rather than patched (an end-to-end graph also bakes its top-k k).
 """
 from __future__ import annotations
 
@@ -71,6 +78,8 @@ from scripts.common import (
 )
 from scripts.importer import batching
 from scripts.importer.agreement import Agreement, Dets, agreement, letterboxed, nms_params, run_detector
+from scripts.importer.end2end import check_values as check_end2end_values
+from scripts.importer.end2end import compare_batch, is_end2end_shape
 from scripts.importer.photos import PhotoSet, package_photos, read_rgb, user_photos
 
 log = logging.getLogger("triserve.importer")
@@ -150,6 +159,7 @@ class DetectorInfo:
     head_shape: tuple[int, ...]  # output0 at batch 1, imgsz
     metadata: dict[str, str]
     labels_from: str  # 'metadata' or 'labels file'
+    head: str = "anchors"  # 'anchors' [b, 4 + nc, anchors] or 'end2end' [b, max_det, 6] (manifest preprocess.head)
 
 
 def read_labels(path: Path) -> list[str]:
@@ -213,9 +223,10 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     task = meta.get("task", "").strip().lower()
     refusals = {
         "segment": "segmentation model (metadata task 'segment'): output0 carries 32 mask coefficients per anchor "
-                   "and output1 the mask prototypes; the detection family serves box heads only",
+                   "and output1 the mask prototypes; the detection family serves box heads only (import the .pt "
+                   "with detection-pt, which cuts the mask branch, or re-export the detection weights)",
         "pose": "pose model (metadata task 'pose'): output0 carries keypoints after the class scores; not a "
-                "detection head",
+                "detection head (import the .pt with detection-pt, which serves its boxes and cuts the keypoints)",
         "obb": "oriented-box model (metadata task 'obb'): output0 carries a rotation angle; not an axis-aligned "
                "detection head",
         "classify": "classification model (metadata task 'classify'): no boxes",
@@ -298,18 +309,29 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     if len(outs) == 2 and len(head) == 3 and head[1] == 4 + nc + 32 and len(shapes[1]) == 4 and shapes[1][1] == 32:
         raise ImportRefused(f"{path.name}: segmentation model: output0 {list(head)} has 4 + {nc} + 32 channels (the "
                             f"last 32 are mask coefficients) and output1 {list(shapes[1])} holds the mask "
-                            f"prototypes; the detection family serves box heads only")
+                            f"prototypes; the detection family serves box heads only (import the .pt with "
+                            f"detection-pt, which cuts the mask branch)")
     if len(outs) != 1:
-        raise ImportRefused(f"{path.name}: expected one output [b, 4+nc, anchors], got {len(outs)}: {shapes}")
+        raise ImportRefused(f"{path.name}: expected one output [b, 4+nc, anchors] or [b, max_det, 6], got "
+                            f"{len(outs)}: {shapes}")
     if len(head) == 2:
         raise ImportRefused(f"{path.name}: output {list(head)} has no anchors axis: a classification head")
     if len(head) != 3:
         raise ImportRefused(f"{path.name}: output {list(head)}: expected [b, 4+{nc}, anchors]")
-    if head[2] == 6 and head[1] != 4 + nc:
-        raise ImportRefused(f"{path.name}: end-to-end head {list(head)} ([b, max_det, 6]: NMS/top-k inside the "
-                            f"graph, exported with nms=True or an end2end model): not supported, the detection "
-                            f"family runs its own capped NMS on raw [b, 4+nc, anchors] heads; re-export with "
-                            f"nms=False (end2end=False)")
+    meta_e2e = meta.get("end2end", "").strip().lower() == "true"
+    if is_end2end_shape(head, nc) or (meta_e2e and head[2] == 6):
+        # [b, max_det, 6]: x1, y1, x2, y2 (input pixels), score, class; a YOLOv10/YOLO26 one-to-one head (or an
+        # in-graph NMS export): the service only filters by confidence and caps (postprocess.end2end)
+        problem = check_end2end_values(outs[0], nc)
+        if problem:
+            raise ImportRefused(f"{path.name}: output {list(head)} has the end-to-end layout [b, max_det, 6] but is "
+                                f"not ultralytics' x1, y1, x2, y2, score, class rows: {problem}")
+        return DetectorInfo(path=path, sha256=sha256_file(path), input_name=inp.name,
+                            output_name=session.get_outputs()[0].name, imgsz=size, labels=list(labels), batch=batch,
+                            dynamic_spatial=dynamic_spatial, opset=opset, head_shape=tuple(int(x) for x in head),
+                            metadata=meta, labels_from=labels_from, head="end2end")
+    if head[2] == 6 and head[1] != 4 + nc:  # not reached: is_end2end_shape took it
+        raise ImportRefused(f"{path.name}: output {list(head)}")
     if head[2] == 4 + nc and head[1] != 4 + nc:
         raise ImportRefused(f"{path.name}: transposed head {list(head)} ([b, anchors, 4+nc]); expected "
                             f"[b, 4+{nc}, anchors] as ultralytics exports it")
@@ -348,6 +370,16 @@ def _opset(path: Path) -> int:
 
 def _runner(session):
     return lambda feeds: session.run(None, feeds)
+
+
+def _proof_parts(info: DetectorInfo, params: ImportParams):
+    """(parts, compare) for batching.prove_dynamic_batch: channel slices of an anchors head; for an end-to-end head
+    the order-insensitive row comparison of end2end.compare_batch (near-tied rows may come out in another order)."""
+    box_tol = params.box_tolerance_rel * info.imgsz
+    if info.head == "end2end":
+        return ({"boxes": (None, box_tol), "scores": (None, params.score_tolerance)},
+                lambda ref, got: compare_batch(ref, got, params.score_tolerance))
+    return {"boxes": (slice(0, 4), box_tol), "scores": (slice(4, None), params.score_tolerance)}, None
 
 
 def _pin_batch_one(src: Path, dst: Path) -> None:
@@ -399,7 +431,9 @@ def decode_nodes(model) -> list[str]:
     out = model.graph.output[0].name
     producer = next((n for n in model.graph.node if out in n.output), None)
     if producer is not None and "/" in (producer.name or ""):
-        return detect_decode_nodes(model)
+        prefix = producer.name.rsplit("/", 1)[0] + "/"
+        convs = (prefix + "one2one_cv2.", prefix + "one2one_cv3.")  # an end-to-end head's branch: plain convs
+        return [n for n in detect_decode_nodes(model) if not n.startswith(convs)]
     first = next((n for n in model.graph.node if n.op_type == "Reshape"), None)
     if first is None:
         return []
@@ -520,7 +554,8 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
     model_path = Path(model_path)
     cache_dir = Path(cache_dir) if cache_dir else DEFAULT_CACHE
     info = inspect_detector(model_path, labels=labels, imgsz=imgsz)
-    pre = DetectionPreprocess(imgsz=info.imgsz, letterbox=True, pad_value=114, color_order="RGB", scale=1 / 255.0)
+    pre = DetectionPreprocess(imgsz=info.imgsz, letterbox=True, pad_value=114, color_order="RGB", scale=1 / 255.0,
+                              head=info.head)
     photos = photos if photos is not None else package_photos(cache_dir)
     imgs = _decode(photos)
     lap("inspect+photos")
@@ -542,8 +577,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
     except Exception as exc:  # noqa: BLE001 - a failed rewrite means: serve the original, unbatched
         rewrite_error = f"rewrite failed: {type(exc).__name__}: {exc}"
     rows = _proof_rows(imgs.agreement + imgs.calibration, pre, max(params.proof_batches))
-    box_tol = params.box_tolerance_rel * info.imgsz
-    parts = {"boxes": (slice(0, 4), box_tol), "scores": (slice(4, None), params.score_tolerance)}
+    parts, compare = _proof_parts(info, params)
     original = ort_session(model_path, threads=1)
     if rewrite_error:
         proof = batching.BatchProof(False, [], rewrite_error)
@@ -554,7 +588,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
             proof = batching.BatchProof(False, [], f"rewritten graph does not load: {type(exc).__name__}: {exc}")
         else:
             proof = batching.prove_dynamic_batch(_runner(original), _runner(rewritten_session), info.input_name,
-                                                 rows, parts, params.proof_batches)
+                                                 rows, parts, params.proof_batches, compare=compare)
     dynamic = proof.passed
     if dynamic:
         shutil.copy2(candidate, served)
@@ -697,7 +731,6 @@ def _build_fallback(served: Path, info: DetectorInfo, pre: DetectionPreprocess, 
     cal_x = np.concatenate([cal_x, cal_x[:, :, :, ::-1]])  # and their mirror images
     cal_feeds = [{info.input_name: cal_x[i:i + 1]} for i in range(len(cal_x))]
     attempts: list[dict] = []
-    box_tol = params.box_tolerance_rel * info.imgsz
 
     def judge(agree: Agreement, speedup: float, size_variant: bool) -> tuple[dict[str, bool], list[str]]:
         ok = {"cheaper": speedup >= gates.min_speedup,
@@ -744,10 +777,9 @@ def _build_fallback(served: Path, info: DetectorInfo, pre: DetectionPreprocess, 
         # batching: rows of the INT8 graph at batch 4 vs the same graph at batch 1
         batch_diff = {"boxes": 0.0, "scores": 0.0}
         if dynamic:
-            proof = batching.prove_dynamic_batch(_runner(q), _runner(q), info.input_name, rows,
-                                                 {"boxes": (slice(0, 4), box_tol),
-                                                  "scores": (slice(4, None), params.score_tolerance)},
-                                                 (max(params.proof_batches),))
+            q_parts, q_compare = _proof_parts(info, params)
+            proof = batching.prove_dynamic_batch(_runner(q), _runner(q), info.input_name, rows, q_parts,
+                                                 (max(params.proof_batches),), compare=q_compare)
             batch_diff = proof.worst
             ok["dynamic_batch"] = proof.passed
             if not proof.passed:
@@ -818,6 +850,14 @@ def _runs_at_size(session, info: DetectorInfo, size: int, dynamic: bool, params:
         singles = [session.run(None, {info.input_name: x[i:i + 1]})[0] for i in range(n)]
     except Exception as exc:  # noqa: BLE001
         return f"the graph does not run at {size}x{size}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    if info.head == "end2end":  # [n, max_det, 6]: the top-k's k is fixed, the rows may reorder on near ties
+        if tuple(y.shape) != (n, info.head_shape[1], 6):
+            return f"output {list(y.shape)} at {size}x{size}, expected [{n}, {info.head_shape[1]}, 6]"
+        d = [compare_batch(singles[i], y[i:i + 1], params.score_tolerance) for i in range(n)]
+        worst = max(max(r["boxes"], r["scores"]) for r in d)
+        if worst > params.box_tolerance_rel * size:
+            return f"rows at batch {n} differ from batch 1 by {worst:.3g} at {size}x{size}"
+        return ""
     expected = info.head_shape[2] * size * size / (info.imgsz * info.imgsz)
     if y.shape[0] != n or y.shape[1] != info.head_shape[1] or y.shape[2] != expected:
         return (f"output {list(y.shape)} at {size}x{size}, expected [{n}, {info.head_shape[1]}, {expected:g}]: the "

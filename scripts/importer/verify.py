@@ -1,10 +1,16 @@
-"""Verify an imported detector against ultralytics' own predictor on the same ONNX file.
+"""Verify an imported detector against ultralytics' own predictor: on the same ONNX file, or on the source .pt.
 
 Why: an import is only trusted when the framework that made the model agrees with how triserve serves it. ultralytics
 runs the published file with ITS letterbox, ITS ONNX Runtime call and ITS NMS (`YOLO(path, task='detect').predict`,
 square letterbox: rect=False); triserve runs the family's letterbox -> ONNX Runtime -> capped NMS ->
 boxes_to_original with the same thresholds (conf 0.25, iou 0.7, max_det 300: ultralytics' predict defaults). Every
 box on either side must find a partner of the same class with IoU >= 0.9 and a score within 0.02.
+
+For a .pt import the reference is the checkpoint itself in torch (`reference=` the .pt): `YOLO(pt).predict` with the
+same imgsz/conf/iou/max_det and rect=False, and `nms=False` when the published head is end-to-end (ultralytics 8.4
+then runs the head's one-to-one branch and only filters by confidence, as triserve does; without it, it would run
+the one-to-many branch + NMS). The checkpoint's own task is kept: a segmentation or pose checkpoint served as
+detection is compared with the boxes of ultralytics' segmentation or pose predictor.
 
 ultralytics runs offline: YOLO_OFFLINE=1, YOLO_AUTOINSTALL=False, YOLO_CONFIG_DIR under the cache (or a temp) dir,
 fonts in place (scripts/detection/build.setup_ultralytics). torch and ultralytics are imported only here, at export
@@ -66,16 +72,22 @@ def _setup(cache_dir: Path | None) -> None:
 
 
 def ultralytics_predictions(onnx_path: Path, images: Sequence[Path], imgsz: int, conf: float = 0.25,
-                            iou: float = 0.7, max_det: int = 300, cache_dir: Path | None = None) -> list[Dets]:
-    """ultralytics' predictor on the ONNX file, one image at a time: boxes in original pixels."""
+                            iou: float = 0.7, max_det: int = 300, cache_dir: Path | None = None,
+                            end2end: bool = False) -> list[Dets]:
+    """ultralytics' predictor on the file (an ONNX file, or a .pt checkpoint), one image at a time: boxes in original
+    pixels. `end2end`: for a .pt, predict with its NMS-free one-to-one branch (nms=False); an ONNX file says in its
+    metadata/shape."""
     _setup(cache_dir)
     from ultralytics import YOLO
 
-    model = YOLO(str(onnx_path), task="detect")
+    path = Path(onnx_path)
+    is_pt = path.suffix.lower() == ".pt"
+    model = YOLO(str(path)) if is_pt else YOLO(str(path), task="detect")
+    extra = {"nms": False} if (is_pt and end2end) else {}
     out = []
     for img in images:
         res = model.predict(source=str(img), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det, rect=False,
-                            device="cpu", verbose=False, save=False)[0]
+                            device="cpu", verbose=False, save=False, **extra)[0]
         b = res.boxes
         out.append(Dets(b.xyxy.cpu().numpy().astype(np.float64), b.conf.cpu().numpy().astype(np.float32),
                         b.cls.cpu().numpy().astype(np.int64)))
@@ -85,14 +97,18 @@ def ultralytics_predictions(onnx_path: Path, images: Sequence[Path], imgsz: int,
 def verify_against_ultralytics(onnx_path: Path, images: Sequence[Path], pre, labels: Sequence[str] | None = None,
                                conf: float = 0.25, iou: float = 0.7, max_det: int = 300, min_iou: float = 0.9,
                                max_score_diff: float = 0.02, cache_dir: Path | None = None,
-                               session=None) -> UltralyticsCheck:
+                               session=None, reference: Path | None = None) -> UltralyticsCheck:
     """Both predictors on each image; passed when every box on both sides is matched within the tolerances.
 
-    `pre`: the manifest's DetectionPreprocess (its imgsz is also ultralytics' imgsz).
+    `pre`: the manifest's DetectionPreprocess (its imgsz is also ultralytics' imgsz; its head selects triserve's
+    decode and, for a .pt reference, ultralytics' branch). `reference`: what ultralytics runs (default: the ONNX file
+    itself; a .pt checkpoint for a .pt import).
     """
     from scripts.common import ort_session
 
-    theirs = ultralytics_predictions(onnx_path, images, pre.imgsz, conf, iou, max_det, cache_dir)
+    head = getattr(pre, "head", "anchors")
+    theirs = ultralytics_predictions(Path(reference or onnx_path), images, pre.imgsz, conf, iou, max_det, cache_dir,
+                                     end2end=head == "end2end")
     session = session or ort_session(onnx_path, threads=1)
     ours = run_detector(session, [read_rgb(p) for p in images], pre,
                         nms_params(conf, iou, max_det=max_det, topk=30000), batch=1)

@@ -195,3 +195,35 @@ def test_rebuild_is_cached(built):
     registry, cache, summary = built
     again = build_task("detection", "tiny", registry, cache)
     assert again["status"] == "cached" and again["version"] == summary["version"]
+
+
+def test_user_export_of_an_end_to_end_checkpoint(built, tmp_path, capsys):
+    """A YOLO26 checkpoint (NMS-free one-to-one head): `export --head end2end` publishes [batch, max_det, 6] rows
+    with preprocess.head 'end2end', torch parity compared order-insensitively, rows proved independent of the batch;
+    the same checkpoint with --head anchors publishes its one-to-many branch."""
+    import json
+
+    _, cache, _ = built
+    det.setup_ultralytics(cache / "detection")
+    from ultralytics import YOLO
+    from ultralytics.nn.tasks import DetectionModel
+
+    user = YOLO("yolo26n.yaml")
+    user.model = DetectionModel("yolo26n.yaml", nc=2, verbose=False)
+    user.model.names = {0: "cat", 1: "dog"}
+    pt = tmp_path / "y26.pt"
+    user.save(str(pt))
+    reg = tmp_path / "registry"
+    common = ["--weights", str(pt), "--registry", str(reg), "--imgsz", "64"]
+    assert det.main(["export", *common, "--name", "y26", "--version", "1.0.0", "--head", "end2end"]) == 0
+    m = LocalRegistry(reg).manifest("y26", "1.0.0")
+    assert m.preprocess.head == "end2end" and m.outputs[0].shape == ["batch", 84, 6]
+    assert m.gates == {"parity": True, "dynamic_batch": True}
+    assert {"batch4-vs-batch1/boxes", "batch32/64x64/scores"} <= {c.case for c in m.parity}
+    assert all(c.passed for c in m.parity)
+    capsys.readouterr()
+    assert det.main(["export", *common, "--name", "y26-anchors", "--version", "1.0.0", "--head", "anchors"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "y26-anchors"
+    assert LocalRegistry(reg).manifest("y26-anchors", "1.0.0").outputs[0].shape == ["batch", 6, "anchors"]
+    assert det.main(["export", "--weights", str(_tiny_weights(cache)), "--registry", str(reg), "--imgsz", "64",
+                     "--name", "v8", "--version", "1.0.0", "--head", "end2end"]) == 2  # no one-to-one branch

@@ -14,7 +14,8 @@ def build_detector(path: Path, nc: int = 2, size: int = 32, batch: int | str = 1
 
     Fixed batch 1 with the constants that pin it, as real exports have them: Reshape [1, C, -1] (the -> 0 case) and
     Reshape [1, 4, anchors] (the -> -1 case). Nodes are named like ultralytics' ('/model.22/...').
-    head: 'detect' | 'segment' (output0 4+nc+32 channels + a prototype output1) | 'end2end' ([b, anchors, 6]).
+    head: 'detect' | 'segment' (output0 4+nc+32 channels + a prototype output1) | 'end2end' ([b, anchors, 6]: x1, y1,
+    x2, y2, sigmoid score, integral class id) | 'end2end_raw' (the [b, anchors, 6] layout with raw conv values).
     pin_rows: a Slice on axis 0 (rows 0:1) before the output: no constant rewrite can batch that graph.
     dynamic_spatial: height/width symbolic; the anchors Reshape then says [1, 4, -1] unless baked_anchors (a graph
     that claims any size but only runs at `size`).
@@ -27,7 +28,7 @@ def build_detector(path: Path, nc: int = 2, size: int = 32, batch: int | str = 1
     grid = size // 8
     anchors = grid * grid
     extra = 32 if head == "segment" else 0
-    ch = 6 if head == "end2end" else 4 + nc + extra
+    ch = 6 if head.startswith("end2end") else 4 + nc + extra
     inits = [
         numpy_helper.from_array((rng.standard_normal((ch, 3, 8, 8)) * 0.05).astype(np.float32), "w"),
         numpy_helper.from_array((rng.standard_normal(ch) * 0.5).astype(np.float32), "b"),
@@ -41,8 +42,25 @@ def build_detector(path: Path, nc: int = 2, size: int = 32, batch: int | str = 1
                          kernel_shape=[8, 8], strides=[8, 8]),
         helper.make_node("Reshape", ["conv", "/model.22/Constant_output_0"], ["flat"], name="/model.22/Reshape"),
     ]
-    if head == "end2end":
+    if head == "end2end_raw":  # the layout without the values: raw conv outputs, no sigmoid, no class ids
         nodes.append(helper.make_node("Transpose", ["flat"], ["output0"], name="/model.22/Transpose", perm=[0, 2, 1]))
+    elif head == "end2end":
+        # rows like ultralytics' one-to-one head (without its top-k: one row per anchor): x1, y1, x2, y2 in pixels,
+        # a sigmoid score and an integral class id in [0, nc)
+        inits += [numpy_helper.from_array(np.array([4, 1, 1], np.int64), "e2e_split"),
+                  numpy_helper.from_array(np.array(float(nc) - 1e-3, np.float32), "nc")]
+        nodes += [
+            helper.make_node("Transpose", ["flat"], ["rows"], name="/model.22/Transpose", perm=[0, 2, 1]),
+            helper.make_node("Split", ["rows", "e2e_split"], ["r_box", "r_score", "r_cls"], name="/model.22/Split",
+                             axis=2),
+            helper.make_node("Sigmoid", ["r_box"], ["s_box"], name="/model.22/Sigmoid_box"),
+            helper.make_node("Mul", ["s_box", "scale"], ["e_box"], name="/model.22/Mul_box"),
+            helper.make_node("Sigmoid", ["r_score"], ["e_score"], name="/model.22/Sigmoid"),
+            helper.make_node("Sigmoid", ["r_cls"], ["s_cls"], name="/model.22/Sigmoid_cls"),
+            helper.make_node("Mul", ["s_cls", "nc"], ["m_cls"], name="/model.22/Mul_cls"),
+            helper.make_node("Floor", ["m_cls"], ["e_cls"], name="/model.22/Floor"),
+            helper.make_node("Concat", ["e_box", "e_score", "e_cls"], ["output0"], name="/model.22/Concat_5", axis=2),
+        ]
     else:
         last = "head" if pin_rows else "output0"
         nodes += [
@@ -60,7 +78,7 @@ def build_detector(path: Path, nc: int = 2, size: int = 32, batch: int | str = 1
             nodes.append(helper.make_node("Slice", ["head", "s0", "e1", "ax0"], ["output0"], name="/model.22/Pin"))
     hw = ["height", "width"] if dynamic_spatial else [size, size]
     inputs = [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, *hw])]
-    out_shape = [batch, anchors, 6] if head == "end2end" else [batch, ch, anchors]
+    out_shape = [batch, anchors, 6] if head.startswith("end2end") else [batch, ch, anchors]
     outputs = [helper.make_tensor_value_info("output0", TensorProto.FLOAT, out_shape)]
     if head == "segment":
         inits.append(numpy_helper.from_array((rng.standard_normal((32, 3, 4, 4)) * 0.05).astype(np.float32), "wp"))

@@ -167,7 +167,8 @@ def test_read_labels_formats(tmp_path):
     ({"names": False}, None, "no class names.*--labels FILE"),
     ({"head": "segment", "task": None}, None, "segmentation model: .*mask coefficients"),
     ({"head": "segment", "task": "segment"}, None, "segmentation model .*mask coefficients"),
-    ({"head": "end2end", "nc": 3, "task": None}, None, r"end-to-end head \[1, 16, 6\].*not supported"),
+    ({"head": "end2end_raw", "nc": 3, "task": None}, None,
+     r"output \[1, 16, 6\] has the end-to-end layout \[b, max_det, 6\] but is not ultralytics'.*scores outside"),
     ({"task": "pose"}, None, "pose model"),
     ({"batch": 2}, None, "fixed batch 2"),
     ({}, ["a", "b", "c"], "labels file has 3 classes but the ONNX metadata names 2"),
@@ -288,3 +289,61 @@ def test_no_fallback_is_built_without_boxes_to_judge_it_on(make_detector, tmp_pa
     assert result.fallback is None
     (attempt,) = result.report["fallback_attempts"]
     assert "nothing to judge a cheaper variant on" in attempt["reason"]
+
+
+# -- end-to-end heads [b, max_det, 6] ---------------------------------------------------------------------------------
+def test_end2end_head_is_imported_made_dynamic_and_proved(make_detector, tmp_path, photo_dir):
+    """An end-to-end export (x1, y1, x2, y2, score, class rows) pinned at batch 1: accepted with head 'end2end', the
+    batch made dynamic and proved row by row (order-insensitive), decoded by the family's end2end filter."""
+    from scripts.importer.agreement import letterboxed, nms_params
+    from scripts.importer.photos import read_rgb
+
+    path = make_detector(head="end2end", nc=3)
+    info = inspect_detector(path)
+    assert (info.head, info.head_shape) == ("end2end", (1, 16, 6))
+    result = _import(path, tmp_path, photo_dir)
+    m = result.primary.manifest
+    assert m.preprocess.head == "end2end"
+    assert m.inputs[0].shape == ["batch", 3, 32, 32] and m.outputs[0].shape == ["batch", 16, 6]
+    assert m.gates == {"dynamic_batch": True, "batch_proof": True}
+    assert {c.case for c in m.parity} >= {"batch4-vs-original-batch1/boxes", "batch2-vs-original-batch1/scores"}
+    assert all(c.passed for c in m.parity)
+    assert "/model.22/Reshape: [1, 6, -1] -> [0, 6, -1]" in m.source.recipe["batch_rewrite"]["reshapes"]
+    # the served rows: the family's end2end decode (confidence filter + cap), classes inside the label set
+    from families.detection.postprocess import decode
+
+    session = ort_session(result.primary.staging / "model.onnx", threads=1)
+    images = [read_rgb(p) for p in sorted(photo_dir.glob("*.jpg"))][:4]
+    x, _ = letterboxed(images, m.preprocess)
+    raw = session.run(None, {"images": x})[0]
+    assert raw.shape == (4, 16, 6)
+    for row in raw:
+        det = decode(row, "end2end", nms_params(0.25))
+        assert (det.scores > 0.25).all() and set(det.classes.tolist()) <= {0, 1, 2}
+        assert len(det.scores) == int((row[:, 4] > 0.25).sum())
+
+
+def test_end2end_row_comparison_ignores_order_but_not_content():
+    from scripts.importer.end2end import NO_RESULT, compare_batch, compare_rows
+
+    rng = np.random.default_rng(0)
+    k = 20
+    ref = np.concatenate([rng.random((k, 4)) * 64, np.sort(rng.random((k, 1)), axis=0)[::-1],
+                          rng.integers(0, 3, (k, 1))], axis=1)
+    ref[3, 4] = ref[4, 4]  # a tie
+    got = ref[rng.permutation(k)]
+    assert compare_rows(ref, got, 1e-4)["boxes"] == 0.0 and compare_rows(ref, got, 1e-4)["scores"] == 0.0
+    noisy = got.copy()
+    noisy[:, :4] += 1e-3
+    noisy[:, 4] += 1e-6
+    d = compare_rows(ref, noisy, 1e-4)
+    assert d["boxes"] == pytest.approx(1e-3) and d["scores"] == pytest.approx(1e-6) and d["paired"] == k - 1
+    # the k-th row (lowest score) may be another one in the other top-k: not a failure
+    swapped = ref.copy()
+    swapped[-1, :4] = [1, 2, 3, 4]
+    assert compare_rows(ref, swapped, 1e-4)["boxes"] == 0.0
+    # a confident row of another class, or a lost box, is
+    wrong = ref.copy()
+    wrong[0, 5] = (wrong[0, 5] + 1) % 3
+    assert compare_rows(ref, wrong, 1e-4)["boxes"] == NO_RESULT
+    assert compare_batch(ref[None], ref[None, :-1], 1e-4)["boxes"] == NO_RESULT
