@@ -52,6 +52,8 @@ LOCAL_BASE = "localhost/triserve-base:bookworm-py3.11"
 UV_VERSION = "0.13.4"  # the uv the generated Dockerfile installs when the base has none (hash-pinned there)
 WEIGHT_SUFFIXES = (".onnx", ".pt", ".pth", ".npz", ".safetensors", ".bin", ".ckpt", ".pb", ".tflite")
 MAX_BENTO_FILE = 5 * 2**20
+# the project's own bentoml (a newcomer's shell has no activated venv: `make image` from a fresh clone)
+BENTOML = str(Path(sys.executable).with_name("bentoml"))
 TOOLS = {"buildah": "buildah", "skopeo": "skopeo", "debootstrap": "debootstrap", "docker-registry": "docker-registry"}
 
 
@@ -236,7 +238,7 @@ def verify_bento(tag: str, env: dict) -> tuple[Path, int]:
     say(f"labels: {json.dumps(info.get('labels'), sort_keys=True)}")
     if weights or big or info.get("models"):
         raise StepFailed(f"the Bento carries weights: {weights or big or info.get('models')}")
-    run(["bentoml", "list", name], env=env, tail=8)
+    run([BENTOML, "list", name], env=env, tail=8)
     return path, total
 
 
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     with steps.step("bentoml build (label git_commit)"):
         sha, dirty = git_commit()
         labels = ["--label", f"git_commit={sha}"] + (["--label", "git_dirty=true"] if dirty else [])
-        res = run(["bentoml", "build", "-f", str(bento_file), *labels, "-o", "tag", str(PROJECT_ROOT)], env=env,
+        res = run([BENTOML, "build", "-f", str(bento_file), *labels, "-o", "tag", str(PROJECT_ROOT)], env=env,
                   tail=1, cwd=PROJECT_ROOT, timeout=900)
         tag = next(line.split("__tag__:", 1)[1].strip() for line in res.stdout.splitlines() if "__tag__:" in line)
         version = tag.split(":", 1)[1]
@@ -314,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     with steps.step(f"bentoml containerize --backend buildah -> {image}"):
         if not HOST_CA_BUNDLE.is_file():
             raise StepFailed(f"{HOST_CA_BUNDLE} missing")
-        cmd = ["bentoml", "containerize", tag, "--backend", "buildah", "-t", image,
+        cmd = [BENTOML, "containerize", tag, "--backend", "buildah", "-t", image,
                "--opt", f"volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro",
                "--opt", "isolation=chroot",
                "--opt", f"label=org.opencontainers.image.revision={sha}",
