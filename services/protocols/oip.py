@@ -19,7 +19,6 @@ request's deadline. Errors are ApiError (services/common/errors.py): each transp
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import struct
 from collections.abc import Iterable
