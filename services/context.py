@@ -36,7 +36,7 @@ class ServingContext:
     canary: CanaryGuard
     shadow: ShadowMirror
     quality: QualityMonitor | None = None
-    _pipelines: dict[tuple[str, int], Any] = field(default_factory=dict)
+    _pipelines: dict[str, tuple[Deployment, Any]] = field(default_factory=dict)
     _runner_client: RunnerClient | None = None
 
     @property
@@ -78,17 +78,14 @@ class ServingContext:
         return families.family(dep.family)
 
     def pipeline(self, dep: Deployment) -> Any:
-        """The family pipeline of a deployment; rebuilt when the deployment changes (id of the frozen config)."""
-        key = (dep.name, id(dep))
-        pipe = self._pipelines.get(key)
-        if pipe is None:
-            for old in [k for k in self._pipelines if k[0] == dep.name]:
-                del self._pipelines[old]
-            pipe = self._pipelines[key] = self.family(dep).pipeline(self, dep)
+        """The family pipeline of a deployment, rebuilt when the deployment's configuration changes."""
+        entry = self._pipelines.get(dep.name)
+        if entry is None or (entry[0] is not dep and entry[0] != dep):
+            entry = self._pipelines[dep.name] = (dep, self.family(dep).pipeline(self, dep))
             if self.quality is not None:
                 for manifest in self.active_manifests(dep).values():
                     self.quality.track(manifest)
-        return pipe
+        return entry[1]
 
     def limits(self, dep: Deployment):
         return self.settings.family_limits(dep.family, dep.limits)
