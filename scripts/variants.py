@@ -45,7 +45,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -176,8 +176,10 @@ def detect_decode_nodes(model) -> list[str]:
     return [n.name for n in model.graph.node if n.name.startswith(prefix) and not n.name.startswith(keep)]
 
 
-def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path, exclude_decode: bool) -> dict:
-    """Static INT8 in QDQ format with per-channel weights; returns what was excluded (for the manifest)."""
+def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path,
+                 exclude: Callable[[object], list[str]] | None = None) -> dict:
+    """Static INT8 in QDQ format: per-channel QInt8 weights, QUInt8 activations, MinMax calibration on `feeds`.
+    `exclude(model)` names the nodes kept FP32 (chosen on the pre-processed graph); returns what was done."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -199,11 +201,14 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     pre = work / "preprocessed.onnx"
     with _quiet_root_logger():
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        exclude = detect_decode_nodes(onnx.load(str(pre))) if exclude_decode else []
+        nodes = exclude(onnx.load(str(pre))) if exclude else []
         quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude)
-    return {"excluded_nodes": len(exclude), "calibration_samples": len(feeds)}
+                        calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=nodes)
+    return {"tool": "onnxruntime.quantization.quantize_static", "format": "QDQ", "per_channel": True,
+            "activation_type": "QUInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
+            "pre_process": "quant_pre_process(skip_symbolic_shape=True)", "excluded_nodes": len(nodes),
+            "calibration_samples": len(feeds)}
 
 
 def convert_fp16(src: Path, dst: Path) -> dict:
@@ -379,7 +384,7 @@ class Task:
         if spec.precision == "int8-qdq":
             feeds = self.calibration(self.profile.calibration)
             exclude = self.name == "detection" and spec.method.get("fp32_nodes") != "none"
-            facts = quantize_qdq(self.base_path, dst, feeds, work, exclude_decode=exclude)
+            facts = quantize_qdq(self.base_path, dst, feeds, work, detect_decode_nodes if exclude else None)
             return facts, [a for f in feeds for a in f.values()]
         raise ValueError(f"{self.name}: no recipe for precision {spec.precision}")
 

@@ -453,39 +453,14 @@ def last_head_convs(model) -> list[str]:
 
 
 def quantize_int8(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path, keep_fp32: str) -> dict:
-    """Static INT8, QDQ, per-channel weights, MinMax calibration (the settings of scripts/variants.py's _QDQ);
-    keep_fp32: 'decode' or 'decode+last-convs'."""
-    import onnx
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    """Static INT8 with scripts/variants.py's QDQ settings; keep_fp32: 'decode' or 'decode+last-convs' (the head's
+    box decode, and optionally its last 1x1 convolutions, stay FP32: found by a graph walk, not by node names)."""
+    from scripts.variants import quantize_qdq
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self._it = iter(feeds)
+    def exclude(model) -> list[str]:
+        return decode_nodes(model) + (last_head_convs(model) if keep_fp32 == "decode+last-convs" else [])
 
-        def get_next(self):
-            return next(self._it, None)
-
-    work.mkdir(parents=True, exist_ok=True)
-    pre = work / "preprocessed.onnx"
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.WARNING))  # the quantiser logs one INFO line per tensor on the root logger
-    try:
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        model = onnx.load(str(pre))
-        exclude = decode_nodes(model)
-        if keep_fp32 == "decode+last-convs":
-            exclude += last_head_convs(model)
-        quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude)
-    finally:
-        root.setLevel(level)
-    return {"tool": "onnxruntime.quantization.quantize_static", "format": "QDQ", "per_channel": True,
-            "activation_type": "QUInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
-            "pre_process": "quant_pre_process(skip_symbolic_shape=True)", "fp32_nodes": keep_fp32,
-            "excluded_nodes": len(exclude), "calibration_samples": len(feeds)}
+    return {**quantize_qdq(src, dst, feeds, work, exclude), "fp32_nodes": keep_fp32}
 
 
 # -- the import -------------------------------------------------------------------------------------------------------
