@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,9 @@ class ModelRepository(BaseModel):
     def of_family(self, family: str) -> list[Deployment]:
         return [d for d in self.deployments if d.family == family]
 
-    @property
+    @cached_property
     def slots(self) -> dict[str, ModelSlot]:
+        """Every slot of every deployment (computed once: the repository is immutable and asked per request)."""
         return {slot: m for d in self.deployments for slot, m in d.slots.items()}
 
     def max_batch(self, slot: str) -> int:
