@@ -2,6 +2,8 @@
 
 Inputs may come as raw_input_contents (what tritonclient sends) or typed `contents`; outputs are always returned in
 raw_output_contents (what tritonclient reads). Request parameters map to Python values (bool, int, float, str).
+Triton extensions: ModelConfig (the configuration oip.model_config builds, parsed into the message) and
+RepositoryIndex (`ready` filters; `repository_name` is ignored: there is one repository).
 
 Note: this module registers the standard `inference.*` message names in protobuf's default descriptor pool; a process
 that also imports tritonclient.grpc (which registers the same names) cannot import it. Clients use their own stubs.
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from google.protobuf import json_format
 
 from services.common.errors import ApiError
 from services.protocols import oip
@@ -94,6 +98,18 @@ def metadata_to_pb(meta: dict) -> pb.ModelMetadataResponse:
     return msg
 
 
+def config_to_pb(doc: dict) -> pb.ModelConfigResponse:
+    """Triton model-configuration JSON -> the message (field names and enum names are the proto's)."""
+    return pb.ModelConfigResponse(config=json_format.ParseDict(doc, pb.ModelConfig()))
+
+
+def index_to_pb(index: list[dict]) -> pb.RepositoryIndexResponse:
+    msg = pb.RepositoryIndexResponse()
+    for i in index:
+        msg.models.add(name=i["name"], version=i["version"], state=i["state"], reason=i.get("reason", ""))
+    return msg
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, gateway):
         self.gateway = gateway
@@ -129,3 +145,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return response_to_pb(resp)
 
         return await handle(context, self.gateway, work, "ModelInfer")
+
+    async def ModelConfig(self, request, context):
+        async def work(scope: RpcScope):
+            ctx = scope.ctx
+            return config_to_pb(oip.model_config(ctx, await oip.resolve(ctx, request.name, request.version)))
+
+        return await handle(context, self.gateway, work, "ModelConfig")
+
+    async def RepositoryIndex(self, request, context):
+        async def work(scope: RpcScope):
+            return index_to_pb(await oip.repository_index(scope.ctx, self.gateway, ready_only=request.ready))
+
+        return await handle(context, self.gateway, work, "RepositoryIndex")

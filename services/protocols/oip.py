@@ -1,9 +1,11 @@
 """Open Inference Protocol v2 (KServe / Triton): the transport-agnostic core shared by REST (oip_rest.py) and gRPC
-(grpc_oip.py): the model catalog, server and model metadata, readiness, the tensor codec and inference.
+(grpc_oip.py): the model catalog, server and model metadata, readiness, the tensor codec and inference, and the two
+Triton extensions its tools ask for: the model configuration (model_config) and the repository index.
 
 Two kinds of models:
 
-- pipelines, one per deployment (configs/models.yaml), by deployment name, platform "triserve_pipeline": the
+- pipelines, one per deployment (configs/models.yaml), by deployment name, platform "triserve_pipeline" (Triton
+  backend "python" in their configuration: Python pre/post-processing around the deployment's ONNX models): the
   deployment's family declares BYTES/FP32 inputs and outputs (families/<family>/family.py) and request parameters
   become the family's REST request model, so validation, limits, fallbacks and error codes are identical to REST.
   Each family's default deployment is also served under the family's alias ("detect", "classify", "forecast").
@@ -38,10 +40,13 @@ from services.context import ServingContext
 
 SERVER_NAME = "triserve"
 SERVER_VERSION = "0.1.0"
-EXTENSIONS = ["binary_tensor_data", "parameters"]
+EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration"]
 TENSOR_PLATFORM = "onnxruntime_onnx"
+TENSOR_BACKEND = "onnxruntime"
 PIPELINE_PLATFORM = "triserve_pipeline"
+PIPELINE_BACKEND = "python"
 PIPELINE_VERSION = "1"
+READY, UNAVAILABLE = "READY", "UNAVAILABLE"  # repository index states (Triton's names)
 
 # OIP datatype -> numpy dtype (BYTES: object arrays of bytes)
 DATATYPES: dict[str, np.dtype] = {
@@ -102,6 +107,7 @@ class ModelEntry:
     outputs: tuple[TensorMeta, ...]
     slot: str | None = None  # runner slot of a tensor model
     manifest: Manifest | None = None
+    unavailable: str = ""  # why the model cannot serve although listed (a pipeline whose primary is not loaded)
 
 
 def bad_request(code: str, message: str, details: Any = None) -> ApiError:
@@ -277,9 +283,10 @@ def catalog(ctx: ServingContext) -> dict[str, ModelEntry]:
                 outputs=tuple(_meta(s, manifest) for s in manifest.outputs), slot=slot, manifest=manifest))
     for dep in repo.deployments:
         fam = families.family(dep.family)
+        unavailable = "" if dep.name in ctx.routing.table else f"model slot {dep.name} is not loaded"
         entry = ModelEntry(name=dep.name, kind="pipeline", deployment=dep.name, family=dep.family,
                            versions=(PIPELINE_VERSION,), platform=PIPELINE_PLATFORM,
-                           inputs=fam.oip_pipeline_inputs, outputs=fam.oip_pipeline_outputs)
+                           inputs=fam.oip_pipeline_inputs, outputs=fam.oip_pipeline_outputs, unavailable=unavailable)
         entries[dep.name] = entry
         if repo.default_for(dep.family) is dep:
             entries[fam.oip_alias] = dataclasses.replace(entry, name=fam.oip_alias)
@@ -321,13 +328,91 @@ async def server_ready(gateway) -> bool:
 
 
 async def model_ready(gateway, entry: ModelEntry) -> bool:
-    # The runner turns ready only when every slot is loaded and warm, so one model is ready when the server is.
-    return await server_ready(gateway)
+    # The runner turns ready only when every slot is loaded and warm, so one model is ready when the server is (and,
+    # for a pipeline, its primary slot is in the routing table: a deployment added at run time may still be loading).
+    return not entry.unavailable and await server_ready(gateway)
 
 
-async def repository_index(ctx: ServingContext) -> list[dict]:
+async def repository_index(ctx: ServingContext, gateway, ready_only: bool = False) -> list[dict]:
+    """Triton's repository index: every OIP model and version with its state ("READY" / "UNAVAILABLE") and, when
+    not ready, the reason; configured registry models whose slot is not loaded are listed as UNAVAILABLE."""
     await ctx.routing.ensure_fresh(ctx.runner)
-    return [{"name": e.name, "version": v, "state": "READY"} for e in catalog(ctx).values() for v in e.versions]
+    entries = catalog(ctx)
+    server_reason = "" if await server_ready(gateway) else "the model runner is not ready"
+    index = []
+    for e in entries.values():
+        reason = e.unavailable or server_reason
+        index += [{"name": e.name, "version": v, "state": UNAVAILABLE if reason else READY, "reason": reason}
+                  for v in e.versions]
+    listed = set(entries)
+    for slot, cfg in ctx.repository.slots.items():
+        if slot not in ctx.routing.table and cfg.name not in listed:
+            listed.add(cfg.name)
+            index.append({"name": cfg.name, "version": "", "state": UNAVAILABLE,
+                          "reason": f"model slot {slot} is not loaded"})
+    return [i for i in index if i["state"] == READY] if ready_only else index
+
+
+# ---- Triton model configuration -----------------------------------------------------------------------------------
+def triton_type(datatype: str) -> str:
+    """OIP datatype -> Triton's model-configuration DataType name (BYTES is TYPE_STRING)."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def batched(entry: ModelEntry) -> bool:
+    """A tensor model whose every input and output leads with a variable batch axis: the runner batches along it.
+    Pipelines declare none (their leading axis is the items of one request, or a series' time axis)."""
+    return entry.kind == "tensor" and all(t.shape and t.shape[0] == -1 for t in (*entry.inputs, *entry.outputs))
+
+
+def _backend(entry: ModelEntry) -> str:
+    """Triton's backend names: ONNX Runtime for tensor models; Python for pipelines and for registry models the
+    family runs as numpy code (manifest engine "numpy", statistical fallbacks with no graph)."""
+    if entry.kind == "tensor" and getattr(entry.manifest, "engine", "onnxruntime") == "onnxruntime":
+        return TENSOR_BACKEND
+    return PIPELINE_BACKEND
+
+
+def model_config(ctx: ServingContext, entry: ModelEntry) -> dict:
+    """Triton's model configuration (model_config.proto as JSON, the form Triton's HTTP endpoint returns and the
+    gRPC ModelConfig message is parsed from). Tensor models with a batch axis report max_batch_size = their slot's
+    batching.max_batch_size, dims without the batch axis (Triton's convention) and dynamic_batching: the gateway
+    merges queued requests without a batching window, waiting at most gateway.coalesce_wait_ms for requests already
+    admitted (max_queue_delay_microseconds; 0 with runner.batching=runner, whose BentoML dispatcher adapts its
+    wait), with no preferred sizes. Pipelines report max_batch_size 0 and full shapes."""
+    batch = batched(entry)
+    skip = 1 if batch else 0
+    params = {"deployment": entry.deployment, "family": entry.family, "kind": entry.kind}
+    doc: dict[str, Any] = {
+        "name": entry.name,
+        "platform": entry.platform,
+        "backend": _backend(entry),
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": 0,
+        "input": [{"name": t.name, "data_type": triton_type(t.datatype), "format": "FORMAT_NONE",
+                   "dims": list(t.shape[skip:]), "is_shape_tensor": False, "allow_ragged_batch": False,
+                   "optional": bool(t.optional)} for t in entry.inputs],
+        "output": [{"name": t.name, "data_type": triton_type(t.datatype), "dims": list(t.shape[skip:]),
+                    "label_filename": "", "is_shape_tensor": False} for t in entry.outputs],
+        "default_model_filename": entry.manifest.model_file if entry.manifest is not None else "",
+    }
+    if entry.kind == "tensor":
+        assert entry.slot is not None
+        params["slot"] = entry.slot
+    else:
+        dep = ctx.repository.find(entry.deployment)
+        if dep is not None:
+            params["models"] = ",".join(m.name for m in dep.slots.values())
+    if batch:
+        assert entry.slot is not None
+        runner, gateway = ctx.settings.runner, ctx.settings.gateway
+        doc["max_batch_size"] = ctx.slot_batch(entry.slot)
+        delay_us = round(gateway.coalesce_wait_ms * 1000) if runner.batching == "gateway" else 0
+        doc["dynamic_batching"] = {"preferred_batch_size": [], "max_queue_delay_microseconds": delay_us,
+                                   "preserve_ordering": False}
+        params["batching"] = runner.batching
+    doc["parameters"] = {k: {"string_value": str(v)} for k, v in params.items()}
+    return doc
 
 
 # ---- inference ----------------------------------------------------------------------------------------------------

@@ -4,8 +4,10 @@
     GET  /v2/health/live | /v2/health/ready          200 = true, 400 = false (as the protocol says: 4xx is false)
     GET  /v2/models/{name}[/versions/{v}]            model metadata
     GET  /v2/models/{name}[/versions/{v}]/ready      model readiness
+    GET  /v2/models/{name}[/versions/{v}]/config     Triton model configuration (model_config.proto as JSON)
     POST /v2/models/{name}[/versions/{v}]/infer      inference (JSON, or JSON + binary tensor data)
-    POST /v2/repository/index                        the models served (name, version, state)
+    POST /v2/repository/index                        the models (name, version, state, reason); body {"ready": true}
+                                                     (optional) lists only the ready ones
 
 Request bodies are JSON (`data` flat row-major or nested) or, with the binary tensor data extension, a JSON header of
 Inference-Header-Content-Length bytes followed by the raw tensors (inputs with parameters.binary_data_size; outputs
@@ -89,10 +91,36 @@ async def model_ready(request: Request, name: str, version: str = ""):
         return oip_error(request, exc)
 
 
-@router.post("/repository/index", summary="Models served over OIP v2")
-async def repository_index(request: Request):
+@router.get("/models/{name}/config", summary="Triton model configuration")
+@router.get("/models/{name}/versions/{version}/config", summary="Triton model configuration of one version")
+async def model_config(request: Request, name: str, version: str = ""):
     try:
-        return await oip.repository_index(_ctx())
+        ctx = _ctx()
+        return oip.model_config(ctx, await oip.resolve(ctx, name, version))
+    except Exception as exc:  # noqa: BLE001
+        return oip_error(request, exc)
+
+
+def _index_body(body: bytes) -> bool:
+    """The optional Triton request body {"ready": bool} (tritonclient sends none) -> ready only."""
+    if not body.strip():
+        return False
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "malformed_json", "request body is not valid JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("ready", False), bool):
+        raise ApiError(400, "invalid_request", "the body must be a JSON object with an optional boolean 'ready'")
+    return doc.get("ready", False)
+
+
+@router.post("/repository/index", summary="Models served over OIP v2 and their state (Triton repository index)")
+async def repository_index(request: Request):
+    body = await request.body()
+    try:
+        index = await oip.repository_index(_ctx(), _gateway(), ready_only=_index_body(body))
+        # Triton writes `reason` only for a model that is not ready
+        return [{k: v for k, v in i.items() if k != "reason" or v} for i in index]
     except Exception as exc:  # noqa: BLE001
         return oip_error(request, exc)
 
