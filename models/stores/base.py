@@ -29,6 +29,11 @@ class RegistryUnavailable(RegistryError):
     """The store could not be reached (connection refused, timeout, 5xx): transient, worth retrying."""
 
 
+class RegistryAuthError(RegistryError):
+    """The store refused the credentials (or wants some and none were found), or denies this account the action.
+    Not transient (never retried); the message names the store and where the credentials came from, never a secret."""
+
+
 def whoami() -> str:
     try:
         return getpass.getuser()

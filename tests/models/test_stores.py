@@ -1,5 +1,6 @@
 """One conformance suite for every registry store, each against a real server on 127.0.0.1:
-local directory, OCI (docker-registry), static HTTP tree (read-only subset) and S3 (moto)."""
+local directory, OCI (docker-registry: anonymous, behind htpasswd Basic auth, behind token auth), static HTTP tree
+(read-only subset) and S3 (moto)."""
 from __future__ import annotations
 
 import json
@@ -34,14 +35,22 @@ def _tamper_tree(root: Path):
     return tamper
 
 
-@pytest.fixture(params=["local", "oci", "http", "s3"])
+@pytest.fixture(params=["local", "oci", "oci-basic", "oci-token", "http", "s3"])
 def case(request, tmp_path) -> Case:
     kind = request.param
     if kind == "local":
         store = open_store(tmp_path / "reg")
         return Case(kind, store, store, _tamper_tree(tmp_path / "reg"), None)
-    if kind == "oci":
-        uri = request.getfixturevalue("oci_registry")
+    if kind.startswith("oci"):
+        if kind == "oci":
+            uri = request.getfixturevalue("oci_registry")
+        else:  # the same suite through authentication, credentials from the environment
+            registry = request.getfixturevalue("oci_registry_" + kind.split("-")[1])
+            monkeypatch = request.getfixturevalue("monkeypatch")
+            monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+            monkeypatch.setenv("TRISERVE_REGISTRY_USERNAME", registry.username)
+            monkeypatch.setenv("TRISERVE_REGISTRY_PASSWORD", registry.password)
+            uri = registry.uri
         store = open_store(uri)
 
         def tamper(name, version, path, data):
