@@ -9,7 +9,8 @@ Adding a fourth family = one new folder `families/<name>/` with four modules and
 - `limits.py`  `Limits`: the typed request limits (pydantic; no project imports, so configs can validate them);
 - `manifest.py` `Preprocess`: what its models record in their manifests (pydantic, `kind` = the family name);
 - `runtime.py` `feeds()` and `warmup_sizes()`: how the runner turns items into ONNX feeds (numpy only: the runner
-  tier imports it and nothing else of the family);
+  tier imports it and nothing else of the family); optionally `numpy_session(manifest, path)` for models whose
+  manifest says `engine: numpy` (a statistical method with no graph, e.g. the forecast family's Theta fallback);
 - `family.py`  `FAMILY`: the gateway-side contract (families/base.py), with its REST router.
 
 Public: `names()`, `limits_model()`, `preprocess_model()`, `runtime()`, `family()`. The family folders' other modules are theirs.

@@ -87,7 +87,10 @@ class Manifest(_Strict):
     task: str = Field(description="Model family (families/__init__.py FAMILIES), e.g. 'detection'.")
     variant: Literal["primary", "fallback"] = Field(description="Fallbacks are cheaper, degraded siblings.")
     fallback_for: str | None = Field(None, description="For a fallback: the primary model name it backs up.")
-    model_file: str = Field(description="The ONNX graph inside the artifact.")
+    model_file: str = Field(description="The ONNX graph inside the artifact (engine numpy: the method's JSON).")
+    engine: Literal["onnxruntime", "numpy"] = Field(
+        "onnxruntime", description="What runs it: an ONNX Runtime session, or a numpy method of the model's family "
+                                   "(families/<family>/runtime.numpy_session; statistical fallbacks with no graph).")
     files: list[FileEntry] = Field(description="Every file of the artifact with its hash (filled at publish).")
     opset: int = Field(gt=0)
     inputs: list[TensorSpec]

@@ -34,7 +34,7 @@ class LoadedModel:
     slot: str
     manifest: Manifest
     directory: Path
-    session: ort.InferenceSession
+    session: ort.InferenceSession  # or the family's numpy session (same run(output_names, feeds))
     provider: str
     load_seconds: float
     provider_fallback: str | None = None  # why this model left its preferred provider, if it did
@@ -57,6 +57,7 @@ def choose_providers(preferred: list[str]) -> list[str]:
 
 
 CPU = "CPUExecutionProvider"
+NUMPY = "numpy"  # engine-numpy models (families/<family>/runtime.numpy_session): no provider to fall back from
 
 
 class ProviderFault(RuntimeError):
@@ -137,11 +138,17 @@ class ModelPool:
     def load(self, slot: str, name: str, ref: str, activate: bool = True) -> LoadedModel:
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
-        session, provider, fallback = make_session(directory / manifest.model_file, self.settings)
+        if manifest.engine == "numpy":
+            session = families.runtime(manifest.task).numpy_session(manifest, directory / manifest.model_file)
+            provider, fallback = NUMPY, None
+            input_names, output_names = [i.name for i in manifest.inputs], [o.name for o in manifest.outputs]
+        else:
+            session, provider, fallback = make_session(directory / manifest.model_file, self.settings)
+            input_names = [i.name for i in session.get_inputs()]
+            output_names = [o.name for o in session.get_outputs()]
         model = LoadedModel(slot=slot, manifest=manifest, directory=directory, session=session, provider=provider,
-                            load_seconds=0.0, provider_fallback=fallback,
-                            input_names=[i.name for i in session.get_inputs()],
-                            output_names=[o.name for o in session.get_outputs()])
+                            load_seconds=0.0, provider_fallback=fallback, input_names=input_names,
+                            output_names=output_names)
         for feed in warmup_feeds(manifest):
             for _ in range(self.settings.warmup_runs):
                 self.run_model(model, feed)
@@ -203,11 +210,12 @@ class ModelPool:
     def run_model(self, model: LoadedModel, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run; if the accelerator provider fails at run time, rebuild the session on CPU and run again."""
         try:
-            if self.settings.faults.provider_fault == "run" and model.warm and model.provider_fallback is None:
+            if self.settings.faults.provider_fault == "run" and model.warm and model.provider_fallback is None \
+                    and model.provider != NUMPY:
                 raise ProviderFault("injected: accelerator provider failed at run time")
             return model.run(feeds)
         except Exception as exc:  # noqa: BLE001 - classified below
-            if model.provider == CPU and not isinstance(exc, ProviderFault):
+            if model.provider in (CPU, NUMPY) and not isinstance(exc, ProviderFault):
                 raise
             log.error("provider %s failed at run time for %s (%s); moving to CPU", model.provider, model.slot, exc)
             model.session = _session(model.directory / model.manifest.model_file, self.settings, [CPU])

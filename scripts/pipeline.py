@@ -37,8 +37,9 @@ def _builder(task: str):
 
 
 def _code_paths(task: str) -> list[Path]:
-    return [PROJECT_ROOT / "scripts" / task, PROJECT_ROOT / "scripts" / "common.py",
-            PROJECT_ROOT / "services" / task / "preprocess.py", PROJECT_ROOT / "services" / task / "postprocess.py",
+    """The code a task's artifacts depend on (its recipe hash covers them): the builder and the family's serving
+    code, whose preprocessing the build evaluates and records."""
+    return [PROJECT_ROOT / "scripts" / task, PROJECT_ROOT / "scripts" / "common.py", PROJECT_ROOT / "families" / task,
             PROJECT_ROOT / "runners" / "ragged.py", PROJECT_ROOT / "models" / "manifest.py"]
 
 
@@ -94,9 +95,10 @@ def metrics_table(registry: LocalRegistry, ref: str = "stable") -> str:
     for name in registry.models():
         try:
             version = registry.resolve(name, ref)
-        except Exception:  # noqa: BLE001 - models without the alias are listed by others
+            m = registry.manifest(name, version)
+        except Exception as exc:  # noqa: BLE001 - models without the alias are listed by others; an unreadable
+            log.warning("%s: not listed (%s)", name, str(exc).splitlines()[0])  # manifest must not hide the rest
             continue
-        m = registry.manifest(name, version)
         parity = max((c.max_abs_diff for c in m.parity), default=None)
         size = sum(f.size for f in m.files) / 1e6
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(m.metrics.items()))

@@ -87,7 +87,7 @@ def requests(base: str) -> list[dict]:
                                     for t, res in zip(body["texts"], data["results"]))
             else:
                 pts = data["forecast"]
-                summary = f"{len(pts)} points: " + ", ".join(f"{p['timestamp'][:7]} {p['mean']:.2f}" for p in pts[:3]) \
+                summary = f"{len(pts)} points: " + ", ".join(f"{p['timestamp'][:7]} {p['point']:.2f}" for p in pts[:3]) \
                           + " ..."
             say(f"POST {path} -> {r.status_code} in {ms:.0f} ms, model {model.get('name')}:{model.get('version')}, "
                 f"degraded={data.get('degraded')}, request_id={data.get('request_id')}")

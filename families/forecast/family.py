@@ -1,4 +1,5 @@
-"""The forecasting family: a regular series -> scaled last window -> model -> unscaled points with intervals."""
+"""The forecasting family: any series (9 frequencies, any finite scale) -> per-series scaled item -> model ->
+quantile forecasts in the series' units."""
 from __future__ import annotations
 
 import json
@@ -7,22 +8,25 @@ from typing import Any
 import numpy as np
 
 from families.base import Family, RestRoute, TensorMeta
+from families.forecast.features import N_FEATURES
 from families.forecast.postprocess import check_forecast
+from families.forecast.preprocess import pack_global
 from families.forecast.schemas import ForecastRequest
 
-BANDS = ("mean", "lower_50", "upper_50", "lower_90", "upper_90")
+BANDS = ("lower_50", "upper_50", "lower_90", "upper_90")
 
 
 class ForecastFamily(Family):
     name = "forecast"
     routes = (RestRoute("/v1/forecast", "application/json"),)
     oip_alias = "forecast"
-    oip_pipeline_inputs = (TensorMeta("VALUES", "FP32", (-1,), also=("FP64",)),
+    oip_pipeline_inputs = (TensorMeta("VALUES", "FP64", (-1,), also=("FP32",)),
                            TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True))
-    oip_pipeline_outputs = (TensorMeta("TIMESTAMPS", "BYTES", (-1,)),) + tuple(
-        TensorMeta(n.upper(), "FP32", (-1,)) for n in BANDS)
+    oip_pipeline_outputs = (TensorMeta("TIMESTAMPS", "BYTES", (-1,)), TensorMeta("POINT", "FP64", (-1,)),
+                            TensorMeta("QUANTILES", "FP64", (-1, -1))) + tuple(
+        TensorMeta(n.upper(), "FP64", (-1,)) for n in BANDS)
     grpc_method = "Forecast"
-    importers = ()
+    importers = ("forecast-onnx",)
 
     @property
     def router(self):
@@ -37,28 +41,46 @@ class ForecastFamily(Family):
 
     def check_outputs(self, manifest, outputs):
         for out in outputs:
-            check_forecast(out, manifest.preprocess.horizon)
+            check_forecast(np.asarray(out), manifest.preprocess)
 
     def agreement(self, manifest, served, shadow):
-        denom = np.maximum(np.abs(served), 1e-6)
-        return float(max(0.0, 1.0 - np.mean(np.abs(served - shadow) / denom)))
+        """1 - mean relative difference of the medians (scaled units: the step's spread is ~1)."""
+        pre = manifest.preprocess
+        s, h = np.asarray(served, np.float64), np.asarray(shadow, np.float64)
+        if pre.quantiles and s.ndim == 2 and h.ndim == 2:
+            s, h = s[:, pre.quantiles.index(0.5)], h[:, pre.quantiles.index(0.5)]
+        denom = np.maximum(np.abs(s), 1.0)
+        return float(max(0.0, 1.0 - np.mean(np.abs(s - h) / denom)))
 
     def oip_tensor_items(self, ctx, deployment, served, tensors, batch_cap):
-        manifest = served.manifest
+        """Raw tensor inference: the graph's own inputs (global: context, mask, freq, features[, scaling]; window:
+        [n, context]), already scaled by the caller; outputs come back in the same scaled units."""
         from services.protocols.oip import bad_request, check_batch, check_finite
 
-        spec = manifest.inputs[0]
-        arr = tensors[spec.name].data
-        context = manifest.preprocess.context
-        if arr.ndim != 2 or arr.shape[1] != context:
-            raise bad_request("shape_mismatch", f"input {spec.name!r} must be [n, {context}], got {list(arr.shape)}",
-                              {"expected": list(spec.shape), "received": list(arr.shape)})
-        check_batch(arr.shape[0], batch_cap, spec.name)
-        check_finite(arr, spec.name)
-        return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
+        manifest = served.manifest
+        pre = manifest.preprocess
+        arrays = {spec.name: np.asarray(tensors[spec.name].data) for spec in manifest.inputs}
+        first = manifest.inputs[0]
+        n = arrays[first.name].shape[0] if arrays[first.name].ndim else 0
+        check_batch(n, batch_cap, first.name)
+        for spec in manifest.inputs:
+            arr = arrays[spec.name]
+            expected = [n] + [d if isinstance(d, int) else -1 for d in spec.shape[1:]]
+            if arr.ndim != len(expected) or any(e not in (-1, a) for e, a in zip(expected, arr.shape)):
+                raise bad_request("shape_mismatch", f"input {spec.name!r} must be {expected}, got {list(arr.shape)}",
+                                  {"input": spec.name, "expected": list(spec.shape), "received": list(arr.shape)})
+            check_finite(arr, spec.name)
+        if pre.contract == "window":
+            return [np.asarray(x, dtype=np.float64) for x in arrays[first.name]]
+        scaling = arrays.get("scaling", np.tile([0.0, 1.0], (n, 1)))
+        features = arrays.get("features", np.zeros((n, N_FEATURES)))
+        history = arrays.get("history")
+        return [pack_global(arrays["context"][i], arrays["mask"][i], int(arrays["freq"][i]), features[i],
+                            float(scaling[i][0]), float(scaling[i][1]), None if history is None else history[i])
+                for i in range(n)]
 
     async def oip_infer(self, ctx, deployment, inputs, parameters, call):
-        from services.protocols.oip import bytes_tensor, fp32_tensor, pick_params, utf8
+        from services.protocols.oip import Tensor, bytes_tensor, pick_params, utf8
 
         fields: dict[str, Any] = {"values": [float(v) for v in inputs["VALUES"].data.reshape(-1)],
                                   "deployment": deployment.name}
@@ -67,12 +89,22 @@ class ForecastFamily(Family):
         fields.update(pick_params(parameters, ("start", "frequency", "horizon", "model")))
         resp = await ctx.pipeline(deployment).forecast(ForecastRequest(**fields), call)
         points = resp.forecast
-        outputs = [bytes_tensor("TIMESTAMPS", [p.model_dump(mode="json")["timestamp"] for p in points])]
-        outputs += [fp32_tensor(name.upper(), [getattr(p, name) for p in points]) for name in BANDS]
+
+        def fp64(name: str, values) -> Tensor:
+            arr = np.asarray(values, dtype=np.float64)
+            return Tensor(name, "FP64", list(arr.shape), arr)
+
+        levels = list(points[0].quantiles) if points else []
+        outputs = [bytes_tensor("TIMESTAMPS", [p.model_dump(mode="json")["timestamp"] for p in points]),
+                   fp64("POINT", [p.point for p in points]),
+                   fp64("QUANTILES", [[p.quantiles[k] for k in levels] for p in points])]
+        outputs += [fp64(name.upper(), [np.nan if getattr(p, name) is None else getattr(p, name) for p in points])
+                    for name in BANDS]
         return outputs, resp
 
     def oip_extra_parameters(self, resp) -> dict[str, Any]:
-        return {"input": json.dumps(resp.input.model_dump())}
+        levels = list(resp.forecast[0].quantiles) if resp.forecast else []
+        return {"input": json.dumps(resp.input.model_dump()), "quantile_levels": json.dumps(levels)}
 
     def grpc_request(self, message: Any) -> ForecastRequest:
         from services.protocols.grpc_typed import model_choice, set_fields

@@ -7,7 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field
 class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_points: int = Field(10_000, ge=10, description="History points per series.")
-    max_horizon: int = Field(36, ge=1, description="Steps ahead (beyond the model's horizon: 422).")
+    max_points: int = Field(10_000, ge=10, description="History points per series (regular steps it spans).")
+    max_horizon: int = Field(1_000, ge=1, description="Steps ahead; the model's horizon per frequency caps it too "
+                                                      "(beyond either: 422 horizon_too_long).")
     max_gap_fraction: float = Field(0.2, ge=0, le=1, description="Share of imputed points above which a series is "
                                                                "refused (422) rather than silently invented.")

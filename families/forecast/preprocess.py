@@ -1,68 +1,33 @@
-"""Windowing and scaling for the forecaster: the one implementation used by training, export and serving.
+"""A client's series -> one regular series -> the item a forecast model reads (per its contract).
 
-Convention (seed 001 §2.1, the off-by-one that cost two weeks): a window ending at index t is CLOSED on both ends,
-series[t - context + 1 : t + 1], i.e. it includes the observation at t; its targets are series[t + 1 : t + 1 + horizon].
-Scaling is per window: (x - mean(window)) / scale, with the global `scale` taken from the training split.
+Request policy (README "Forecasting: input policy"):
+  * points are sorted by timestamp; each is assigned to the frequency bucket holding it (YS: its calendar year, QS:
+    its calendar quarter, MS: its month; fixed steps W/D/h/30min/15min/min: steps from the first timestamp);
+    several points in one bucket (duplicates) are averaged;
+  * buckets with no point (gaps) and null/NaN values are imputed by linear interpolation between known neighbours
+    (edges: nearest known value); more than `max_gap_fraction` imputed points is refused (too_many_missing);
+  * +/-inf is refused (non_finite_value); any finite scale is accepted (the global model is scale-free, see
+    features.py), a constant series too.
+Items are float64 vectors (the runner casts to the graph's dtypes): float64 keeps the per-series location and scale
+of a series at 1e12 exact.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from families.forecast.features import (FREQ_INDEX, FREQUENCIES, N_FEATURES, calendar_features, left_pad,
+                                        scale_context, scaling_stats, series_features, step_timestamps)
+from families.forecast.manifest import ForecastPreprocess
 
-def last_window(values: np.ndarray, context: int) -> np.ndarray:
-    """The model input for forecasting after the last observation: the final `context` points."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 1:
-        raise ValueError("series must be 1-D")
-    if len(values) < context:
-        raise ValueError(f"need at least {context} points, got {len(values)}")
-    return values[len(values) - context:]
-
-
-def training_windows(series: np.ndarray, context: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """All (window, target) pairs: for every t with a full window and full target, X=series[t-c+1:t+1], Y=series[t+1:t+1+h]."""
-    series = np.asarray(series, dtype=np.float64)
-    n = len(series) - context - horizon + 1
-    if n <= 0:
-        raise ValueError(f"series of {len(series)} points is too short for context {context} + horizon {horizon}")
-    ends = np.arange(context - 1, context - 1 + n)  # t: index of the window's last point
-    x = np.stack([series[t - context + 1: t + 1] for t in ends])
-    y = np.stack([series[t + 1: t + 1 + horizon] for t in ends])
-    return x, y
-
-
-def scale_windows(windows: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """[n, context] raw -> ([n, context] float32 scaled, [n] levels). Works on a single window too (n=1)."""
-    w = np.atleast_2d(np.asarray(windows, dtype=np.float64))
-    level = w.mean(axis=1)
-    return ((w - level[:, None]) / scale).astype(np.float32), level
-
-
-def scale_targets(targets: np.ndarray, levels: np.ndarray, scale: float) -> np.ndarray:
-    """Targets in the scaled space of their windows (what the model learns to output)."""
-    return ((np.atleast_2d(targets) - np.asarray(levels)[:, None]) / scale).astype(np.float32)
-
-
-def unscale(predictions: np.ndarray, levels: np.ndarray, scale: float) -> np.ndarray:
-    """Scaled model output [n, horizon] -> original units."""
-    return np.atleast_2d(predictions).astype(np.float64) * scale + np.asarray(levels, dtype=np.float64)[:, None]
-
-
-# --- request regularisation ----------------------------------------------------------------------------------------
-# Policy (documented in README "Forecasting input policy"):
-#   * points are sorted by timestamp;
-#   * each point is assigned to the frequency bucket containing it (monthly: its calendar month); several points in
-#     one bucket (duplicates) are averaged;
-#   * buckets with no point (gaps) and null/NaN values are imputed by linear interpolation between known neighbours
-#     (edges: nearest known value); more than `max_gap_fraction` imputed points is refused;
-#   * +/-inf is refused.
-FIXED_STEPS = {"W": np.timedelta64(7, "D"), "D": np.timedelta64(1, "D"), "h": np.timedelta64(1, "h"),
-               "min": np.timedelta64(1, "m")}
-FREQUENCIES = ("MS", *FIXED_STEPS)
+_MONTHS_PER_STEP = {"YS": 12, "QS": 3, "MS": 1}
+_FIXED_STEPS = {"W": np.timedelta64(7, "D"), "D": np.timedelta64(1, "D"), "h": np.timedelta64(1, "h"),
+                "30min": np.timedelta64(30, "m"), "15min": np.timedelta64(15, "m"), "min": np.timedelta64(1, "m")}
 
 
 class SeriesError(ValueError):
-    """A series that cannot be regularised; `code` and `details` go to the client as a 422."""
+    """A series that cannot be forecast; `code` and `details` go to the client as a 422."""
 
     def __init__(self, code: str, message: str, details: dict | None = None):
         super().__init__(message)
@@ -70,23 +35,24 @@ class SeriesError(ValueError):
 
 
 def _buckets(ts: np.ndarray, frequency: str) -> tuple[np.ndarray, np.datetime64]:
-    """datetime64[s] -> (integer bucket index from the first bucket, first bucket start)."""
-    if frequency == "MS":
-        months = ts.astype("datetime64[M]")
-        first = months.min()
-        return (months - first).astype(np.int64), first.astype("datetime64[s]")
-    step = FIXED_STEPS[frequency]
+    """datetime64[s] -> (integer bucket index from the first bucket, start of the first bucket)."""
+    if frequency in _MONTHS_PER_STEP:
+        k = _MONTHS_PER_STEP[frequency]
+        steps = ts.astype("datetime64[M]").astype(np.int64) // k
+        first = int(steps.min())
+        return steps - first, np.datetime64(first * k, "M").astype("datetime64[s]")
     origin = ts.min()
-    idx = ((ts - origin) // step).astype(np.int64)
-    return idx, origin
+    return ((ts - origin) // _FIXED_STEPS[frequency]).astype(np.int64), origin
 
 
-def future_timestamps(last_bucket_start: np.datetime64, frequency: str, horizon: int) -> list[np.datetime64]:
-    if frequency == "MS":
-        m = np.datetime64(last_bucket_start, "M")
-        return [(m + k).astype("datetime64[s]") for k in range(1, horizon + 1)]
-    step = FIXED_STEPS[frequency]
-    return [last_bucket_start + k * step for k in range(1, horizon + 1)]
+def future_timestamps(last_bucket_start: np.datetime64, frequency: str, horizon: int) -> np.ndarray:
+    """The `horizon` bucket starts after the last observed one."""
+    return step_timestamps(last_bucket_start, frequency, horizon, offset=1)
+
+
+def series_timestamps(start: np.datetime64, frequency: str, n: int) -> np.ndarray:
+    """Timestamps of n regular points from `start` (a request that gives start + frequency instead of timestamps)."""
+    return step_timestamps(start, frequency, n)
 
 
 def regularize(values: np.ndarray, timestamps: np.ndarray, frequency: str, max_points: int,
@@ -114,7 +80,8 @@ def regularize(values: np.ndarray, timestamps: np.ndarray, frequency: str, max_p
     sums = np.zeros(length)
     counts = np.zeros(length)
     known = ~np.isnan(values)
-    np.add.at(sums, idx[known], values[known])
+    with np.errstate(over="ignore", invalid="ignore"):  # two values near 1.8e308 in one bucket overflow: refused
+        np.add.at(sums, idx[known], values[known])
     np.add.at(counts, idx[known], 1)
     occupied = np.bincount(idx, minlength=length)
     duplicates = int((occupied[occupied > 1] - 1).sum())
@@ -123,6 +90,8 @@ def regularize(values: np.ndarray, timestamps: np.ndarray, frequency: str, max_p
         raise SeriesError("no_values", "series has no finite values")
     regular = np.full(length, np.nan)
     regular[have] = sums[have] / counts[have]
+    if not np.isfinite(regular[have]).all():
+        raise SeriesError("non_finite_value", "values too large to average (beyond float64 range)")
     missing = ~have
     imputed = int(missing.sum())
     if imputed / length > max_gap_fraction:
@@ -131,9 +100,74 @@ def regularize(values: np.ndarray, timestamps: np.ndarray, frequency: str, max_p
     if imputed:
         positions = np.arange(length)
         regular[missing] = np.interp(positions[missing], positions[have], regular[have])
-    if frequency == "MS":
-        last = (np.datetime64(first, "M") + (length - 1)).astype("datetime64[s]")
-    else:
-        last = first + (length - 1) * FIXED_STEPS[frequency]
+    last = step_timestamps(first, frequency, 1, offset=length - 1)[0]
     report = {"sorted": not was_sorted, "duplicates_merged": duplicates, "imputed": imputed, "points": length}
     return regular, last, report
+
+
+# --- model items ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Item:
+    """One series prepared for one model: the runner item, and what undoes the scaling of the model's output."""
+
+    x: np.ndarray  # float64 vector (layout: pack_global / the window)
+    loc: float
+    scale: float
+    used: int  # history points the model reads
+    padded: int  # positions of left padding (global contract)
+
+
+def pack_global(context: np.ndarray, mask: np.ndarray, freq: int, features: np.ndarray, loc: float,
+                scale: float, history: np.ndarray | None = None) -> np.ndarray:
+    """[context C | mask C | freq | features F | loc | scale (| history C)]: the graph inputs plus what a numpy
+    method reads to work in original units (loc/scale, and the raw left-padded history when it asks for it)."""
+    parts = [context, mask, [float(freq)], features, [loc, scale]] + ([history] if history is not None else [])
+    return np.concatenate(parts).astype(np.float64)
+
+
+def unpack_global(rows: np.ndarray, context: int) -> dict[str, np.ndarray]:
+    """[n, 2C + F + 3 (+ C)] -> the global feeds, "scaling" [n, 2] (loc, scale) and, when packed, "history" [n, C]
+    (raw values, float64)."""
+    c, f = context, N_FEATURES
+    feeds = {"context": rows[:, :c].astype(np.float32), "mask": rows[:, c: 2 * c].astype(np.float32),
+             "freq": rows[:, 2 * c].astype(np.int64),
+             "features": rows[:, 2 * c + 1: 2 * c + 1 + f].astype(np.float32),
+             "scaling": rows[:, 2 * c + 1 + f: 2 * c + 3 + f]}
+    if rows.shape[1] == 3 * c + f + 3:
+        feeds["history"] = rows[:, 2 * c + 3 + f:]
+    return feeds
+
+
+def reads_history(input_names) -> bool:
+    """A model that declares a "history" input (the numpy Theta fallback) gets the raw values packed too."""
+    return "history" in input_names
+
+
+def model_item(pre: ForecastPreprocess, history: np.ndarray, frequency: str, next_timestamp: np.datetime64,
+               raw_history: bool = False) -> Item:
+    """The runner item of one regular history for a model with this contract (raw_history: reads_history)."""
+    history = np.asarray(history, dtype=np.float64)
+    if pre.contract == "window":
+        window = history[-pre.context:]
+        loc, scale = _window_scaling(window, pre.scaling)
+        return Item(x=(window - loc) / scale, loc=loc, scale=scale, used=len(window), padded=0)
+    kept = history[-min(pre.context, pre.context_by_frequency.get(frequency, pre.context)):]
+    raw, mask = left_pad([kept], pre.context)
+    if pre.scaling == "none":
+        loc_a, scale_a = np.zeros(1), np.ones(1)
+        z = np.where(mask > 0, raw, 0.0)
+    else:
+        loc_a, scale_a = scaling_stats(raw, mask)
+        z = scale_context(raw, mask, loc_a, scale_a)
+    features = np.concatenate([calendar_features([next_timestamp], [frequency]),
+                               series_features(mask, loc_a, scale_a)], axis=1)
+    x = pack_global(z[0], mask[0], FREQ_INDEX[frequency], features[0], float(loc_a[0]), float(scale_a[0]),
+                    raw[0] if raw_history else None)
+    return Item(x=x, loc=float(loc_a[0]), scale=float(scale_a[0]), used=len(kept), padded=pre.context - len(kept))
+
+
+def _window_scaling(window: np.ndarray, scaling: str) -> tuple[float, float]:
+    if scaling == "none":
+        return 0.0, 1.0
+    loc, scale = scaling_stats(window[None, :], np.ones((1, len(window))))
+    return float(loc[0]), float(scale[0])

@@ -8,19 +8,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
 
-Frequency = Literal["MS", "W", "D", "h", "min"]
+Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
 
 
 class ForecastRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"values": [315.4, 316.2, 316.9], "start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 12}]})
-    values: list[float | None] = Field(min_length=1, description="Observations; null or NaN marks a missing point.")
+        {"values": [315.4, 316.2, 316.9, 317.8, 318.1, 317.5], "start": "1990-01-01T00:00:00", "frequency": "MS",
+         "horizon": 12},
+        {"values": [51230.5, 50871.0, 49990.2],
+         "timestamps": ["2026-11-30T00:00:00Z", "2026-11-30T01:00:00Z", "2026-11-30T02:00:00Z"]}]})
+    values: list[float | None] = Field(min_length=1, description="Observations at any finite scale; null or NaN "
+                                                                 "marks a missing point.")
     timestamps: list[datetime] | None = Field(None, description="One per value, any order (sorted server-side). "
                                                                 "Offsets are converted to UTC; naive times are UTC. "
                                                                 "Omit to use start + frequency.")
     start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
-    frequency: Frequency = Field("MS", description="MS (month start), W, D, h or min.")
-    horizon: int = Field(12, ge=1, description="Steps to forecast (capped by the model horizon and config).")
+    frequency: Frequency | None = Field(
+        None, description="YS (year start), QS (quarter start), MS (month start), W, D, h, 30min, 15min or min. "
+                          "Omitted: inferred from the timestamps (median spacing).")
+    horizon: int | None = Field(None, ge=1, description="Steps to forecast; default and maximum: the model's "
+                                                         "horizon for the frequency (e.g. 24 months, 48 hours).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = Field(**DEPLOYMENT_FIELD)
 
@@ -28,24 +35,31 @@ class ForecastRequest(BaseModel):
     def _one_time_axis(self) -> "ForecastRequest":
         if (self.timestamps is None) == (self.start is None):
             raise ValueError("give exactly one of 'timestamps' or 'start'")
+        if self.start is not None and self.frequency is None:
+            raise ValueError("'start' needs a 'frequency' (it can only be inferred from timestamps)")
         return self
 
 
 class ForecastPoint(BaseModel):
-    timestamp: datetime = Field(description="UTC, RFC 3339.")
-    mean: float
-    lower_50: float
-    upper_50: float
-    lower_90: float
-    upper_90: float
+    timestamp: datetime = Field(description="Start of the forecast step's bucket, UTC, RFC 3339.")
+    point: float = Field(description="The point forecast: the median (0.5 quantile).")
+    lower_50: float | None = Field(None, description="0.25 quantile (null when the model does not output it).")
+    upper_50: float | None = Field(None, description="0.75 quantile.")
+    lower_90: float | None = Field(None, description="0.05 quantile.")
+    upper_90: float | None = Field(None, description="0.95 quantile.")
+    quantiles: dict[str, float] = Field(description="Every quantile the model outputs, keyed by level ('0.1').")
 
 
 class InputReport(BaseModel):
+    frequency: Frequency = Field(description="The frequency forecast at.")
+    frequency_inferred: bool = Field(description="True if it was inferred from the timestamps.")
     sorted: bool = Field(description="True if points arrived out of order and were sorted.")
     duplicates_merged: int = Field(description="Extra points in an already occupied bucket (averaged).")
     imputed: int = Field(description="Missing or null points filled by linear interpolation.")
     points: int = Field(description="Regular points after regularisation.")
-    used: int = Field(description="Points the model read (its context window).")
+    used: int = Field(description="Points the model read (the end of the series).")
+    padded: int = Field(description="Context positions the model saw as padding (masked) because the series is "
+                                    "shorter than its context.")
 
 
 class ForecastResponse(ServedBy):

@@ -1,13 +1,14 @@
 """Forecast accuracy on held-out series: the global model vs the fallback and classical baselines.
 
-    python -m scripts.bench.forecast_accuracy [--model model.onnx] [--train-seconds 170] [--seed N] [--out PATH]
+    python -m scripts.bench.forecast_accuracy [--registry models/store] [--model model.onnx | --train] [--out PATH]
 
 Windows: every held-out series of scripts/forecast/corpus.py (whole series never seen in training, at any frequency)
 forecasts its LAST window: horizon MAX_HORIZON[f] (two seasons; 6 years at YS), history = everything before it.
 Methods, all on the same windows:
-  primary         the ONNX global model (trained here within --train-seconds unless --model is given), one ORT
+  primary         the served global model (the registry's forecast-global; or --model, or --train), one ORT
                   thread, batched
-  fallback        scripts/forecast/fallback.py (numpy Theta / seasonal naive with drift)
+  fallback        the served forecast-theta (families/forecast/theta.py: numpy Theta / seasonal naive with drift)
+                  through the runner hooks, exactly as the service runs it
   seasonal_naive  the last season repeated; normal intervals from its in-sample seasonal errors, widened per season
   AutoETS, AutoTheta, AutoARIMA   statsforecast 2.x, season_length = SEASON[f], intervals at 50/80/90 %; run in a
                   child process (statsforecast needs pandas < 3, which the project venv may not have: it is then
@@ -157,8 +158,16 @@ def _this_core() -> int:
 # -- the benchmark ----------------------------------------------------------------------------------------------------
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, help="an exported global model (default: train one now)")
+    ap.add_argument("--registry", type=Path, default=PROJECT_ROOT / "models" / "store",
+                    help="scores the served pair forecast-global + forecast-theta at --ref from this registry "
+                         "(`make models` builds them)")
+    ap.add_argument("--ref", default="stable")
+    ap.add_argument("--model", type=Path, help="score this exported global model instead of the registry's")
+    ap.add_argument("--train", action="store_true", help="train a model now (--train-seconds) instead")
     ap.add_argument("--train-seconds", type=float, default=170.0)
+    ap.add_argument("--e2e-requests", type=int, default=600, help="end-to-end: requests (one series each) sent to "
+                                                                  "a real `bentoml serve` of the registry; 0 = skip")
+    ap.add_argument("--e2e-concurrency", default="1,8,32")
     ap.add_argument("--seed", type=int, default=20261203)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--speed-runs", type=int, default=5)
@@ -178,8 +187,8 @@ def main(argv=None) -> dict:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from scripts.common import ort_session, stable_hash
     from scripts.forecast.corpus import build_corpus, corpus_fingerprint, last_window, split_corpus
-    from scripts.forecast.fallback import Z, fallback_forecast
-    from scripts.forecast.global_features import (
+    from families.forecast.theta import Z
+    from families.forecast.features import (
         FREQUENCIES,
         MAX_HORIZON,
         OUTPUT_NAME,
@@ -192,6 +201,13 @@ def main(argv=None) -> dict:
     corpus = build_corpus()
     split = split_corpus(corpus)
     train_info = None
+    from models.registry import LocalRegistry
+
+    registry = LocalRegistry(args.registry)
+    if args.model is None and not args.train:
+        directory, manifest = registry.load_verified("forecast-global", args.ref)
+        args.model = directory / manifest.model_file
+        train_info = {"registry": f"forecast-global:{manifest.version}", "source": manifest.source.description}
     if args.model is None:
         from scripts.forecast.global_model import train_and_export
 
@@ -235,8 +251,18 @@ def main(argv=None) -> dict:
 
     preds = {"primary": primary}
     cost = {"primary": 1.0 / float(np.median(speed))}
+    # the fallback exactly as served: the registry's forecast-theta through the runner hooks (packed items, numpy
+    # session, unscaling); the primary's prepare_batch path above is the served path vectorised
+    # (tests/families/forecast/test_preprocess.py proves the two identical)
+    import families
+    from scripts.forecast.build import Served
+
+    fb_dir, fb_manifest = registry.load_verified("forecast-theta", args.ref)
+    fallback = Served(fb_manifest, families.runtime("forecast").numpy_session(fb_manifest,
+                                                                              fb_dir / fb_manifest.model_file),
+                      [i.name for i in fb_manifest.inputs])
     t0 = time.perf_counter()
-    preds["fallback"] = [fallback_forecast(h, f, hz) for h, f, hz in zip(hist, freqs, horizons)]
+    preds["fallback"] = fallback.forecast(list(hist), freqs, next_ts, horizons)
     cost["fallback"] = (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     preds["seasonal_naive"] = [seasonal_naive_quantiles(h, hz, SEASON[f], Z) for h, f, hz in zip(hist, freqs, horizons)]
@@ -328,6 +354,8 @@ def main(argv=None) -> dict:
                   "ort_only_series_per_s_median": float(np.median(ort_only)),
                   "runs": args.speed_runs, "batch": 1024, "threads": 1},
         "cost_ms_per_series": {m: round(c * 1000, 4) for m, c in cost.items()},
+        "end_to_end": end_to_end(args.registry, series, hist, args.e2e_requests,
+                                 [int(c) for c in args.e2e_concurrency.split(",")]) if args.e2e_requests else None,
         "goals": goals,
         "settings": {k: str(v) for k, v in vars(args).items() if k != "sf_worker"},
     }
@@ -335,8 +363,50 @@ def main(argv=None) -> dict:
     return report
 
 
+def end_to_end(registry: Path, series, hist, requests: int, concurrencies: list[int]) -> dict:
+    """Series/s through a real `bentoml serve` of the registry (REST /v1/forecast, one held-out series per request,
+    timestamps + inferred frequency, the default horizon): closed loop at each concurrency, 127.0.0.1 only, bounded
+    in count (`requests`) and time (120 s per level)."""
+    import httpx
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scripts.drills.server import Server
+
+    bodies = []
+    for s, h in zip(series, hist):
+        ts = [str(t) for t in s.timestamps[: len(h)]]
+        bodies.append({"values": [float(v) for v in h], "timestamps": ts})
+    env = {"TRISERVE_ACCESS__RATE_PER_S": "100000", "TRISERVE_ACCESS__DEPLOYMENT_RATE_PER_S": "{}"}
+    out: dict = {"requests_per_level": requests, "levels": {}}
+    with Server(registry, env=env, log_path=PROJECT_ROOT / ".cache" / "forecast_bench" / "e2e-serve.log") as srv:
+        out["ready_s"] = round(srv.wait_ready(), 1)
+        with httpx.Client(timeout=60) as client:
+            for b in bodies[:20]:  # warm-up
+                client.post(f"{srv.url}/v1/forecast", json=b)
+
+            def one(i: int) -> tuple[int, float]:
+                t0 = time.perf_counter()
+                r = client.post(f"{srv.url}/v1/forecast", json=bodies[i % len(bodies)])
+                return r.status_code, time.perf_counter() - t0
+
+            for c in concurrencies:
+                deadline = time.monotonic() + 120
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(c) as pool:
+                    results = list(pool.map(lambda i, end=deadline: one(i) if time.monotonic() < end else (0, 0.0),
+                                            range(requests)))
+                wall = time.perf_counter() - t0
+                ok = [lat for code, lat in results if code == 200]
+                out["levels"][str(c)] = {
+                    "series_per_s": round(len(ok) / wall, 1), "ok": len(ok), "sent": len(results),
+                    "p50_ms": round(1000 * float(np.percentile(ok, 50)), 1) if ok else None,
+                    "p99_ms": round(1000 * float(np.percentile(ok, 99)), 1) if ok else None}
+                print(f"end to end, concurrency {c}: {out['levels'][str(c)]}")
+    return out
+
+
 def markdown(report: dict) -> str:
-    from scripts.forecast.global_features import FREQUENCIES
+    from families.forecast.features import FREQUENCIES
 
     t = report["table"]
     methods = [m for m in ("primary", "fallback", "seasonal_naive", "AutoETS", "AutoTheta", "AutoARIMA") if m in t]
@@ -376,12 +446,22 @@ def markdown(report: dict) -> str:
                   f"-{s['primary_series_per_s_range'][1]:.0f}); ORT alone {s['ort_only_series_per_s_median']:.0f} "
                   "series/s.", "", "Cost per series (ms): " + ", ".join(
                       f"{m} {c:.3g}" for m, c in report["cost_ms_per_series"].items()), "", "Goals:", ""]
+    e2e = report.get("end_to_end")
+    if e2e:
+        lines[-3:-3] = ["", f"End to end (REST /v1/forecast on a real `bentoml serve` of the registry, one held-out "
+                            f"series per request with timestamps, frequency inferred, {e2e['requests_per_level']} "
+                            f"requests per level, closed loop):", "",
+                        "| concurrency | series/s | p50 ms | p99 ms | ok / sent |", "|---|---|---|---|---|"] + [
+            f"| {c} | {v['series_per_s']} | {v['p50_ms']} | {v['p99_ms']} | {v['ok']} / {v['sent']} |"
+            for c, v in e2e["levels"].items()]
     for g, v in report["goals"].items():
         lines.append(f"- {g}: {'met' if v['met'] else 'MISSED'} ({json.dumps(v['value'], default=str)})")
-    if report.get("training"):
-        tr = report["training"]["training"]
+    tr = (report.get("training") or {}).get("training")
+    if tr:
         lines += ["", f"Training: {tr['steps']} steps, {tr['seconds']} s on one core "
                       f"({tr['windows_seen']} windows); {report['training']['parameters']} parameters."]
+    elif report.get("training"):
+        lines += ["", f"Model: {report['training']['registry']}: {report['training']['source']}."]
     return "\n".join(lines) + "\n"
 
 
@@ -404,7 +484,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from scripts.forecast.global_features import FREQUENCIES
+    from families.forecast.features import FREQUENCIES
 
     t = report["table"]
     methods = [m for m in ("primary", "fallback", "seasonal_naive", "AutoETS", "AutoTheta", "AutoARIMA") if m in t]

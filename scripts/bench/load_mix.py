@@ -50,7 +50,8 @@ def payloads(seed: int = 0) -> list[tuple[str, dict]]:
         out.append(("/v1/classify", {"texts": rng.sample(TEXTS, rng.randint(1, 4)), "top_k": 3}))
         n = rng.randint(40, 200)
         values = (340 + 3 * np.sin(np.arange(n) * np.pi / 6) + 0.1 * np.arange(n)).round(3).tolist()
-        out.append(("/v1/forecast", {"values": values, "start": "1990-01-01T00:00:00", "horizon": 12}))
+        out.append(("/v1/forecast", {"values": values, "start": "1990-01-01T00:00:00", "frequency": "MS",
+                                       "horizon": 12}))
     return out
 
 

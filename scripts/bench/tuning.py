@@ -3,7 +3,7 @@
     python -m scripts.bench.tuning                 # ~8 min; docs/bench/tuning.{json,md}
     python -m scripts.bench.tuning --rounds 1 --duration 3 --configs default,inflight1 --out /tmp/tuning  # quick
 
-Part 1 (in process, per model: yolo-shapes, minilm-intent, co2-forecaster): items/s at batch 1 and 8 for each
+Part 1 (in process, per model: yolo-shapes, minilm-intent, forecast-global): items/s at batch 1 and 8 for each
 (intra-op, inter-op) thread setting, once pinned to one core (how the other benchmarks run) and once on every core.
 Part 2 (end to end, text classification, one text per request): each named config of CONFIGS is a `bentoml serve`
 with those environment overrides (server pinned to --server-cpu, load on --load-cpu, closed loop c=1 and c=32),
@@ -58,7 +58,7 @@ CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what
                         "BentoML's OpenTelemetry middleware on, sampling 1 in 10,000 (the cost of the middleware "
                         "itself; sample rate 0, the default, bypasses it)"),
 }
-MODELS = {"detection": "yolo-shapes", "text": "minilm-intent", "forecast": "co2-forecaster"}
+MODELS = {"detection": "yolo-shapes", "text": "minilm-intent", "forecast": "forecast-global"}
 THREADS = [(0, 1, True), (0, 1, False), (1, 1, True), (2, 1, True), (2, 1, False), (1, 2, True)]
 # (intra-op, inter-op, spin wait); intra-op 0 = ONNX Runtime's default (one thread per physical core)
 
@@ -84,8 +84,11 @@ def model_inputs(task: str, batch: int) -> tuple[str, dict[str, np.ndarray]]:
     if task == "text":
         ids = rng.integers(1000, 2000, (batch, 20)).astype(np.int64)
         return str(d / m.model_file), {"input_ids": ids, "attention_mask": np.ones_like(ids)}
-    ctx = int(m.inputs[0].shape[-1])
-    return str(d / m.model_file), {m.inputs[0].name: rng.normal(0, 1, (batch, ctx)).astype(np.float32)}
+    ctx = int(m.preprocess.context)
+    return str(d / m.model_file), {"context": rng.normal(0, 1, (batch, ctx)).astype(np.float32),
+                                   "mask": np.ones((batch, ctx), np.float32),
+                                   "freq": rng.integers(0, len(m.preprocess.frequencies), batch).astype(np.int64),
+                                   "features": rng.uniform(-1, 1, (batch, 6)).astype(np.float32)}
 
 
 def thread_sweep(seconds: float) -> dict:

@@ -25,7 +25,7 @@ from scripts.drills.server import Server
 
 NAME = "corrupt_model"
 FORECAST = {"values": [round(340 + 0.1 * i + 3 * ((i % 12) - 6) / 6, 3) for i in range(48)],
-            "start": "1990-01-01T00:00:00", "horizon": 6}
+            "start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6}
 PROBES = {"/v1/classify": {"texts": ["what is my account balance"]}, "/v1/forecast": FORECAST}
 
 

@@ -109,7 +109,7 @@ def _strategies():
     tz = st.sampled_from([None, timezone.utc, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))])
     when = st.datetimes(min_value=__import__("datetime").datetime(1900, 1, 1),
                         max_value=__import__("datetime").datetime(2200, 1, 1), timezones=tz)
-    freq = st.sampled_from(["MS", "W", "D", "h", "min"])
+    freq = st.sampled_from(["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"])
 
     wild = st.lists(st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False), min_size=30, max_size=400)
 
@@ -130,13 +130,15 @@ def _strategies():
         n = len(values)
         for i in draw(st.lists(st.integers(0, n - 1), max_size=max(1, n // 8))):
             values[i] = None  # a few gaps (mostly under the 20% imputation limit)
-        body = {"frequency": draw(freq), "horizon": draw(st.integers(1, 14))}
+        body = {"frequency": draw(freq), "horizon": draw(st.integers(1, 6))}
         if draw(st.booleans()):
             body["start"] = draw(when).isoformat()
         else:
             start = draw(when)
-            step = {"MS": timedelta(days=30.5), "W": timedelta(weeks=1), "D": timedelta(days=1),
-                    "h": timedelta(hours=1), "min": timedelta(minutes=1)}[body["frequency"]]
+            step = {"YS": timedelta(days=365.25), "QS": timedelta(days=91.3), "MS": timedelta(days=30.5),
+                    "W": timedelta(weeks=1), "D": timedelta(days=1), "h": timedelta(hours=1),
+                    "30min": timedelta(minutes=30), "15min": timedelta(minutes=15),
+                    "min": timedelta(minutes=1)}[body["frequency"]]
             jitter = draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n))
             stamps = [(start + step * (i + j * 0.1)).isoformat() for i, j in enumerate(jitter)]
             if draw(st.booleans()):

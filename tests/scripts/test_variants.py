@@ -18,12 +18,12 @@ from scripts import variants  # noqa: E402
 from scripts.common import ort_session  # noqa: E402
 from scripts.pipeline import build_task  # noqa: E402
 
-QDQ, FP16 = "co2-forecaster-int8-qdq", "co2-forecaster-fp16"
+QDQ, FP16 = "forecast-global-int8-qdq", "forecast-global-fp16"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A tiny co2-forecaster in a throw-away registry, then the variants CLI on it once."""
+    """A tiny forecast-global in a throw-away registry, then the variants CLI on it once."""
     root = tmp_path_factory.mktemp("variants")
     registry = LocalRegistry(root / "registry")
     build_task("forecast", "tiny", registry, root / "pipeline-cache")
@@ -46,12 +46,12 @@ def test_qdq_variant_is_static_int8(run):
     model, manifest, _ = _graph(run, QDQ)
     ops = {n.op_type for n in model.graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
-    base = run.registry.manifest("co2-forecaster", run.registry.resolve("co2-forecaster", "stable"))
+    base = run.registry.manifest("forecast-global", run.registry.resolve("forecast-global", "stable"))
     assert manifest.version.startswith(base.version + "-")  # derived from the base version
     assert manifest.inputs == base.inputs and manifest.outputs == base.outputs
-    assert manifest.preprocess.scale == base.preprocess.scale and manifest.labels == base.labels
+    assert manifest.preprocess == base.preprocess and manifest.labels == base.labels
     recipe = manifest.source.recipe
-    assert recipe["precision"] == "int8-qdq" and recipe["base"] == "co2-forecaster"
+    assert recipe["precision"] == "int8-qdq" and recipe["base"] == "forecast-global"
     assert recipe["base_version"] == base.version and recipe["method"]["format"] == "QDQ"
     assert recipe["facts"]["calibration_samples"] == variants.PROFILES["tiny"].calibration
     assert manifest.data_fingerprint != base.data_fingerprint  # the calibration windows are part of its data
@@ -62,10 +62,14 @@ def test_fp16_variant_has_fp16_weights_and_fp32_io(run):
     model, manifest, directory = _graph(run, FP16)
     types = [t.data_type for t in model.graph.initializer]
     assert types.count(TensorProto.FLOAT16) > 0 and TensorProto.FLOAT not in types
-    assert [v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)] == [TensorProto.FLOAT] * 2
-    x = np.zeros((3, manifest.preprocess.context), np.float32)
-    y = ort_session(directory / "model.onnx").run(None, {"window": x})[0]
-    assert y.dtype == np.float32 and y.shape == (3, manifest.preprocess.horizon)
+    io_types = {v.name: v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)}
+    assert io_types == {"context": TensorProto.FLOAT, "mask": TensorProto.FLOAT, "freq": TensorProto.INT64,
+                        "features": TensorProto.FLOAT, "quantiles": TensorProto.FLOAT}
+    c = manifest.preprocess.context
+    feeds = {"context": np.zeros((3, c), np.float32), "mask": np.ones((3, c), np.float32),
+             "freq": np.zeros(3, np.int64), "features": np.zeros((3, 6), np.float32)}
+    y = ort_session(directory / "model.onnx").run(None, feeds)[0]
+    assert y.dtype == np.float32 and y.shape == (3, manifest.preprocess.horizon, len(manifest.preprocess.quantiles))
 
 
 def test_verdicts_decide_the_alias(run):
@@ -91,8 +95,8 @@ def test_report_table_and_json(run):
         for stats in row["speed"].values():
             assert 0 < stats["min"] <= stats["median"] <= stats["max"]
     for row in task["rows"]:
-        assert row["metric"]["name"] == "mase"
-        assert row["metric"]["base"] == pytest.approx(task["base"]["metrics"]["mase"])
+        assert row["metric"]["name"] == "mase_ratio"
+        assert row["metric"]["base"] == pytest.approx(task["base"]["metrics"]["mase_ratio"])
         assert row["size_mb"] > 0 and set(row["speedup"]) == set(task["batches"])
     assert run.report["gates"] == variants.Gates().__dict__
 
@@ -126,7 +130,7 @@ def test_perturbed_weights_are_refused(run, tmp_path):
     variants.convert_fp16(task.base_path, good)
     model = onnx.load(str(good))
     weight = max(model.graph.initializer, key=lambda t: np.prod(t.dims))  # the largest weight matrix
-    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float16(4), weight.name))
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float16(-8), weight.name))
     broken = tmp_path / "broken.onnx"
     onnx.save(model, str(broken))
 

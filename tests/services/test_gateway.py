@@ -16,7 +16,10 @@ from PIL import Image, ImageDraw
 from scripts.common import ort_session
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
-from families.forecast.preprocess import last_window, scale_windows, unscale
+import families
+from families.forecast.features import MAX_HORIZON
+from families.forecast.postprocess import quantile_forecast
+from families.forecast.preprocess import model_item
 from families.text.preprocess import TextTokenizer
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",
@@ -91,8 +94,7 @@ def test_text_matches_in_process_pipeline(server, tiny_registry):
 
 
 def test_forecast_matches_in_process_pipeline(server, tiny_registry):
-    _, m0 = artifact(tiny_registry, "co2-forecaster")
-    n = m0.preprocess.context + 5
+    n = 53
     values = (340 + np.sin(np.arange(n) / 12 * 2 * np.pi) * 3 + np.arange(n) * 0.1).round(3).tolist()
     resp = post(server, "/v1/forecast", json={"values": values, "start": "1990-01-01T00:00:00", "frequency": "MS",
                                               "horizon": 6})
@@ -100,14 +102,63 @@ def test_forecast_matches_in_process_pipeline(server, tiny_registry):
     body = resp.json()
     directory, m = artifact(tiny_registry, body["model"]["name"])
     pre = m.preprocess
-    scaled, level = scale_windows(last_window(np.array(values), pre.context), pre.scale)
-    raw = ort_session(directory / m.model_file).run(None, {m.inputs[0].name: scaled})[0]
-    expected = unscale(raw, level, pre.scale)[0][:6]
-    assert np.allclose([p["mean"] for p in body["forecast"]], expected, atol=1e-4)
+    first = np.datetime64(f"{1990 + n // 12}-{n % 12 + 1:02d}-01T00:00:00", "s")
+    item = model_item(pre, np.array(values), "MS", first)
+    feeds = families.runtime("forecast").feeds(m, [i.name for i in m.inputs], [item.x])
+    raw = ort_session(directory / m.model_file).run(None, feeds)[0][0]
+    levels, expected = quantile_forecast(raw, pre, item.loc, item.scale, 6)
+    assert np.allclose([p["point"] for p in body["forecast"]], expected[:, levels.index(0.5)], rtol=1e-6)
+    assert np.allclose([p["quantiles"]["0.05"] for p in body["forecast"]], expected[:, 0], rtol=1e-6)
     assert body["forecast"][0]["timestamp"].startswith(f"{1990 + n // 12}-{n % 12 + 1:02d}-01")
     for p in body["forecast"]:
-        assert p["lower_90"] <= p["lower_50"] <= p["upper_50"] <= p["upper_90"]
-    assert body["input"] == {"sorted": False, "duplicates_merged": 0, "imputed": 0, "points": n, "used": pre.context}
+        assert p["lower_90"] <= p["lower_50"] <= p["point"] <= p["upper_50"] <= p["upper_90"]
+        assert list(p["quantiles"]) == [f"{q:g}" for q in pre.quantiles]
+    assert body["input"] == {"frequency": "MS", "frequency_inferred": False, "sorted": False, "duplicates_merged": 0,
+                             "imputed": 0, "points": n, "used": n, "padded": pre.context - n}
+
+
+@pytest.mark.parametrize("frequency,step", [("YS", None), ("QS", None), ("MS", None), ("W", 7 * 86400),
+                                            ("D", 86400), ("h", 3600), ("30min", 1800), ("15min", 900), ("min", 60)])
+def test_forecast_every_frequency_inferred_from_timestamps(server, frequency, step):
+    """No frequency given: it is inferred from the timestamps, and the default horizon is the model's for it."""
+    n = 40
+    if step is None:
+        months = {"YS": 12, "QS": 3, "MS": 1}[frequency]
+        ts = [f"{1950 + (i * months) // 12}-{(i * months) % 12 + 1:02d}-01T00:00:00Z" for i in range(n)]
+    else:
+        t0 = np.datetime64("2026-11-02T00:00:00", "s")
+        ts = [f"{t0 + i * np.timedelta64(step, 's')}Z" for i in range(n)]
+    values = [float(v) for v in 1e9 + 1e7 * np.sin(np.arange(n))]
+    resp = post(server, "/v1/forecast", json={"values": values, "timestamps": ts})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["input"]["frequency"] == frequency and body["input"]["frequency_inferred"] is True
+    assert len(body["forecast"]) == MAX_HORIZON[frequency]
+    points = np.array([p["point"] for p in body["forecast"]])
+    assert np.isfinite(points).all() and np.abs(points / 1e9 - 1).max() < 1  # the series' own units
+
+
+@pytest.mark.parametrize("values", [[1e-6 * (1 + 0.1 * (i % 5)) for i in range(30)],
+                                    [1e12 + 1e9 * (i % 5) for i in range(30)],
+                                    [7.0] * 30, [-3.5] * 2 + [-3.0] * 28, [0.0] * 30])
+def test_forecast_any_finite_scale_and_constant_series(server, values):
+    resp = post(server, "/v1/forecast", json={"values": values, "start": "2000-01-01T00:00:00", "frequency": "D"})
+    assert resp.status_code == 200, resp.text
+    points = np.array([p["point"] for p in resp.json()["forecast"]])
+    span = max(values) - min(values)
+    assert np.isfinite(points).all()
+    # a constant series has the floor scale max(1e-10 |level|, 1e-300) (families/forecast/features.py): its forecast
+    # is the constant to that precision
+    tol = 10 * span + 1e-9 * abs(np.mean(values)) + 1e-290
+    assert np.all(np.abs(points - np.mean(values)) <= tol)
+    if span == 0:
+        assert np.allclose(points, values[0], rtol=1e-8, atol=1e-290)
+
+
+def test_forecast_short_series_padded_not_refused(server):
+    body = post(server, "/v1/forecast", json={"values": [5.0, 6.0, 7.0], "start": "2020-01-01T00:00:00",
+                                              "frequency": "QS", "horizon": 4}).json()
+    assert len(body["forecast"]) == 4 and body["input"]["used"] == 3 and body["input"]["padded"] == 768 - 3
 
 
 def test_forecast_regularises_messy_input(server):
@@ -117,7 +168,8 @@ def test_forecast_regularises_messy_input(server):
     messy_ts, messy_v = ts[::-1] + [ts[10]], values[::-1] + [values[10]]
     messy_v[5] = None  # a null in the middle
     del messy_ts[20], messy_v[20]  # a gap
-    body = post(server, "/v1/forecast", json={"values": messy_v, "timestamps": messy_ts, "horizon": 3}).json()
+    body = post(server, "/v1/forecast", json={"values": messy_v, "timestamps": messy_ts, "horizon": 3,
+                                              "frequency": "MS"}).json()
     assert body["input"]["sorted"] is True and body["input"]["duplicates_merged"] == 1
     assert body["input"]["imputed"] == 2 and body["input"]["points"] == n
 
@@ -201,16 +253,22 @@ def test_fallback_on_request_is_flagged(server):
      "invalid_image"),
     ("/v1/detect", {"json": {"images": [{"data": "aGVsbG8="}] * 50}}, 422, "too_many_images"),
     ("/v1/detect/upload", {"files": [("images", ("a.txt", b"plain text", "text/plain"))]}, 422, "invalid_image"),
-    ("/v1/forecast", {"json": {"values": [1.0, 2.0], "start": "2000-01-01T00:00:00"}}, 422, "series_too_short"),
-    ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00", "horizon": 999}}, 422,
-     "horizon_too_long"),
+    ("/v1/forecast", {"json": {"values": [1.0, 2.0], "start": "2000-01-01T00:00:00", "frequency": "MS"}}, 422,
+     "series_too_short"),
+    ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00", "frequency": "MS",
+                               "horizon": 25}}, 422, "horizon_too_long"),
     ("/v1/forecast", {"json": {"values": [1.0] * 40}}, 422, "validation_error"),
-    ("/v1/forecast", {"content": b'{"values": [1.0, Infinity], "start": "2000-01-01T00:00:00"}',
+    ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00"}}, 422, "validation_error"),
+    ("/v1/forecast", {"json": {"values": [1.0, 2.0], "timestamps": ["2000-01-01T00:00:00"] * 2}}, 422,
+     "frequency_required"),
+    ("/v1/forecast", {"content": b'{"values": [1.0, Infinity], "start": "2000-01-01T00:00:00", "frequency": "D"}',
                       "headers": {"content-type": "application/json"}}, 422, "non_finite_value"),
-    ("/v1/forecast", {"json": {"values": [1.0] * 20_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
-    ("/v1/forecast", {"json": {"values": [1.5] * 1_000_000, "start": "2000-01-01T00:00:00"}}, 422, "series_too_long"),
-    ("/v1/forecast", {"json": {"values": [0.0] * 47 + [1e6], "start": "1990-01-01T00:00:00", "horizon": 6}}, 422,
-     "input_out_of_range"),
+    ("/v1/forecast", {"json": {"values": [1.0] * 20_000, "start": "2000-01-01T00:00:00", "frequency": "D"}}, 422,
+     "series_too_long"),
+    ("/v1/forecast", {"json": {"values": [1.5] * 1_000_000, "start": "2000-01-01T00:00:00", "frequency": "D"}}, 422,
+     "series_too_long"),
+    ("/v1/forecast", {"json": {"values": [1.0] + [None] * 9, "start": "2000-01-01T00:00:00", "frequency": "D"}}, 422,
+     "too_many_missing"),
     ("/v1/forecast", {"json": {"values": [1.0] * 40, "start": "2000-01-01T00:00:00", "frequency": "Q"}}, 422,
      "validation_error"),
     ("/v1/detect", {"json": {"images": []}}, 422, "validation_error"),
@@ -257,7 +315,9 @@ def test_openapi_documents_schemas_and_examples(server):
 def test_models_endpoint_reports_provider(server):
     status = httpx.get(f"{server.url}/v1/models", timeout=10).json()
     assert status["ready"] is True
-    assert {m["provider"] for m in status["models"].values()} == {"CPUExecutionProvider"}
+    providers = {slot: m["provider"] for slot, m in status["models"].items()}
+    assert providers.pop("forecast_fallback") == "numpy"  # the Theta method: no ONNX Runtime provider
+    assert set(providers.values()) == {"CPUExecutionProvider"}
     assert set(status["models"]) == {"detection", "detection_fallback", "text", "text_fallback", "forecast",
                                      "forecast_fallback"}
 

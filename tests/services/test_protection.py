@@ -71,14 +71,14 @@ def test_admin_endpoints_need_an_admin_key(faulty):
 
 def test_rate_limit_per_key_answers_429_with_retry_after(faulty):
     codes = [post(faulty, "/v1/forecast", {"X-API-Key": LIMITED},
-                  json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "fallback"}).status_code
+                  json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS", "model": "fallback"}).status_code
              for _ in range(5)]
     assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
-    resp = post(faulty, "/v1/forecast", {"X-API-Key": LIMITED}, json={"values": SERIES, "start": "2000-01-01T00:00:00"})
+    resp = post(faulty, "/v1/forecast", {"X-API-Key": LIMITED}, json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS"})
     assert resp.json()["error"]["code"] == "rate_limited" and int(resp.headers["retry-after"]) >= 1
     # other clients are unaffected
     assert post(faulty, "/v1/forecast", {"X-API-Key": APP},
-                json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "fallback"}).status_code == 200
+                json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS", "model": "fallback"}).status_code == 200
 
 
 def test_deployment_capacity_limit_answers_429_over_capacity_for_that_deployment_only(tiny_registry, tmp_path):
@@ -86,7 +86,7 @@ def test_deployment_capacity_limit_answers_429_over_capacity_for_that_deployment
     env = {"TRISERVE_ACCESS__DEPLOYMENT_RATE_PER_S": json.dumps({"forecast": 0.5}),
            "TRISERVE_ACCESS__DEPLOYMENT_BURST_S": "2"}
     srv = Server(tiny_registry.root, env=env, log_path=tmp_path / "capacity.log")
-    body = {"values": [float(i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "horizon": 3}
+    body = {"values": [float(i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "frequency": "MS", "horizon": 3}
     try:
         srv.wait_ready()
         first = post(srv, "/v1/forecast", json=body)
@@ -121,10 +121,10 @@ def test_breaker_opens_routes_to_fallback_then_probes(faulty):
 
 
 def test_nan_output_never_reaches_the_client(faulty):
-    auto = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00"}).json()
-    assert auto["degraded_reason"] == "invalid_output" and auto["model"]["name"] == "co2-seasonal-naive"
-    assert all(isinstance(p["mean"], float) for p in auto["forecast"])
-    primary = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00", "model": "primary"})
+    auto = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS"}).json()
+    assert auto["degraded_reason"] == "invalid_output" and auto["model"]["name"] == "forecast-theta"
+    assert all(isinstance(p["point"], float) for p in auto["forecast"])
+    primary = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS", "model": "primary"})
     assert primary.status_code == 503 and primary.json()["error"]["code"] == "invalid_model_output"
 
 
@@ -177,15 +177,17 @@ def test_provider_fault_moves_models_to_cpu_and_keeps_serving(faulty):
     status = httpx.get(f"{faulty.url}/v1/models").json()
     moved = {slot: m["provider_fallback"] for slot, m in status["models"].items() if m["provider_fallback"]}
     assert moved and all(reason.startswith("run: ProviderFault") for reason in moved.values())
-    assert {m["provider"] for m in status["models"].values()} == {"CPUExecutionProvider"}
+    providers = {slot: m["provider"] for slot, m in status["models"].items()}
+    assert set(providers.values()) == {"CPUExecutionProvider", "numpy"}  # the Theta fallback has no provider
+    assert {slot for slot, p in providers.items() if p == "numpy"} == {"forecast_fallback"}
 
 
 def test_shifted_inputs_raise_the_drift_gauge(faulty):
-    shifted = [1000.0 + 5 * (i % 12) for i in range(48)]  # far above the co2 training range
+    shifted = [1.0 + 5 * (-1) ** i for i in range(48)]  # swings 5x its level: far from the training series
     for _ in range(6):
-        assert post(faulty, "/v1/forecast", json={"values": shifted, "start": "2000-01-01T00:00:00",
+        assert post(faulty, "/v1/forecast", json={"values": shifted, "start": "2000-01-01T00:00:00", "frequency": "MS",
                                                   "model": "fallback"}).status_code == 200
     lines = [line for line in scrape(faulty).splitlines()
-             if line.startswith("triserve_drift_psi") and 'model="co2-seasonal-naive"' in line
-             and 'signal="level"' in line]
+             if line.startswith("triserve_drift_psi") and 'model="forecast-theta"' in line
+             and 'signal="relative_spread"' in line]
     assert lines and float(lines[0].split()[-1]) > 0.2, lines

@@ -86,7 +86,7 @@ def test_oip_metadata_and_readiness_http_and_grpc(http_client, grpc_client, tiny
     assert list(gmeta.versions) == [det.version]
     assert [o["name"] for o in http_client.get_model_metadata("classify")["outputs"]] == \
         ["LABEL", "SCORE", "TOP_K_LABELS", "TOP_K_SCORES"]
-    for model in ("co2-seasonal-naive", "detect", "forecast"):
+    for model in ("forecast-theta", "detect", "forecast"):
         assert http_client.is_model_ready(model) and grpc_client.is_model_ready(model)
     assert http_client.is_model_ready("minilm-intent", model_version=text.version)
     with pytest.raises(InferenceServerException) as http_err:
@@ -119,12 +119,17 @@ def test_tensor_model_inference_matches_onnxruntime(http_client, grpc_client, ti
     ginputs[1].set_data_from_numpy(mask)
     assert np.allclose(grpc_client.infer("minilm-intent", ginputs).as_numpy(out), expected, atol=1e-5)
 
-    fdir, fm = manifest(tiny_registry, "co2-forecaster")
-    windows = np.random.default_rng(0).normal(size=(3, fm.preprocess.context)).astype(np.float32)
-    window = tgrpc.InferInput(fm.inputs[0].name, list(windows.shape), "FP32")
-    window.set_data_from_numpy(windows)
-    got = grpc_client.infer("co2-forecaster", [window]).as_numpy(fm.outputs[0].name)
-    assert np.allclose(got, ort_session(fdir / fm.model_file).run(None, {fm.inputs[0].name: windows})[0], atol=1e-5)
+    fdir, fm = manifest(tiny_registry, "forecast-global")
+    rng = np.random.default_rng(0)
+    c = fm.preprocess.context
+    feeds = {"context": rng.normal(size=(3, c)).astype(np.float32), "mask": np.ones((3, c), np.float32),
+             "freq": np.array([0, 4, 8], np.int64), "features": rng.uniform(-1, 1, (3, 6)).astype(np.float32)}
+    tensors = []
+    for name, arr in feeds.items():
+        tensors.append(tgrpc.InferInput(name, list(arr.shape), "INT64" if arr.dtype == np.int64 else "FP32"))
+        tensors[-1].set_data_from_numpy(arr)
+    got = grpc_client.infer("forecast-global", tensors).as_numpy(fm.outputs[0].name)
+    assert np.allclose(got, ort_session(fdir / fm.model_file).run(None, feeds)[0], atol=1e-5)
 
 
 # --- one answer whatever the protocol -----------------------------------------------------------------------------
@@ -167,13 +172,18 @@ def test_detect_and_forecast_pipelines_match_rest(server, http_client, grpc_clie
     rest = httpx.post(f"{server.url}/v1/forecast", json=body, timeout=60).json()
     values = thttp.InferInput("VALUES", [len(SERIES)], "FP64")
     values.set_data_from_numpy(np.array(SERIES, dtype=np.float64))
-    oip = http_client.infer("forecast", [values], parameters={"start": "1990-01-01T00:00:00", "horizon": 6})
-    assert np.allclose(oip.as_numpy("MEAN"), [p["mean"] for p in rest["forecast"]], atol=1e-4)
-    assert np.allclose(oip.as_numpy("UPPER_90"), [p["upper_90"] for p in rest["forecast"]], atol=1e-4)
+    oip = http_client.infer("forecast", [values], parameters={"start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6})
+    assert oip.as_numpy("POINT").tolist() == [p["point"] for p in rest["forecast"]]  # FP64: exact
+    assert oip.as_numpy("UPPER_90").tolist() == [p["upper_90"] for p in rest["forecast"]]
+    levels = json.loads(oip.get_response()["parameters"]["quantile_levels"])
+    assert levels == list(rest["forecast"][0]["quantiles"])
+    assert oip.as_numpy("QUANTILES").tolist() == [[p["quantiles"][k] for k in levels] for p in rest["forecast"]]
     assert [t.decode() for t in oip.as_numpy("TIMESTAMPS")] == [p["timestamp"] for p in rest["forecast"]]
-    proto = typed.Forecast(tpb.ForecastRequest(values=SERIES, start="1990-01-01T00:00:00", horizon=6), timeout=60)
-    assert [p.mean for p in proto.forecast] == [p["mean"] for p in rest["forecast"]]
-    assert proto.input.used == rest["input"]["used"]
+    proto = typed.Forecast(tpb.ForecastRequest(values=SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=6),
+                           timeout=60)
+    assert [p.point for p in proto.forecast] == [p["point"] for p in rest["forecast"]]
+    assert [dict(p.quantiles) for p in proto.forecast] == [p["quantiles"] for p in rest["forecast"]]
+    assert proto.input.used == rest["input"]["used"] and proto.input.frequency == "MS"
 
 
 # --- errors -------------------------------------------------------------------------------------------------------
@@ -194,7 +204,8 @@ def test_typed_grpc_error_mapping(typed):
             (typed.Classify, tpb.ClassifyRequest(texts=["a"], model=7), "validation_error"),
             (typed.Detect, tpb.DetectRequest(images=[b"hello, not an image"]), "invalid_image"),
             (typed.Detect, tpb.DetectRequest(images=[png_bytes()], conf_threshold=2.0), "validation_error"),
-            (typed.Forecast, tpb.ForecastRequest(values=[1.0, 2.0], start="2000-01-01T00:00:00"), "series_too_short"),
+            (typed.Forecast, tpb.ForecastRequest(values=[1.0, 2.0], start="2000-01-01T00:00:00", frequency="MS"),
+             "series_too_short"),
             (typed.Forecast, tpb.ForecastRequest(values=[1.0] * 40), "validation_error")):
         code, details, md = grpc_error(call, request)
         assert (code, md["triserve-error-code"]) == (grpc.StatusCode.INVALID_ARGUMENT, expected), details
@@ -207,10 +218,18 @@ def test_oip_errors_http_and_grpc(server, http_client, grpc_client):
     with pytest.raises(InferenceServerException) as err:
         grpc_client.infer("classify", [bytes_input(tgrpc, "TEXT", ["   "])])
     assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and err.value.message().startswith("empty_text:")
-    wrong = tgrpc.InferInput("window", [1, 5], "FP32")
-    wrong.set_data_from_numpy(np.zeros((1, 5), dtype=np.float32))
+    lone = tgrpc.InferInput("context", [1, 5], "FP32")
+    lone.set_data_from_numpy(np.zeros((1, 5), dtype=np.float32))
     with pytest.raises(InferenceServerException) as err:
-        grpc_client.infer("co2-forecaster", [wrong])
+        grpc_client.infer("forecast-global", [lone])
+    assert err.value.message().startswith("missing_input:")
+    wrong = []
+    for name, arr in {"context": np.zeros((1, 5), np.float32), "mask": np.zeros((1, 5), np.float32),
+                      "freq": np.zeros(1, np.int64), "features": np.zeros((1, 6), np.float32)}.items():
+        wrong.append(tgrpc.InferInput(name, list(arr.shape), "INT64" if arr.dtype == np.int64 else "FP32"))
+        wrong[-1].set_data_from_numpy(arr)
+    with pytest.raises(InferenceServerException) as err:
+        grpc_client.infer("forecast-global", wrong)
     assert err.value.message().startswith("shape_mismatch:")
 
     url = f"{server.url}/v2/models/classify/infer"

@@ -23,7 +23,7 @@ from tests.services.test_gateway import png_bytes
 
 ADMIN = "repository-admin"
 HEADERS = {"X-API-Key": ADMIN}
-SERIES = {"values": [340.0 + 0.1 * i + (i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "horizon": 3}
+SERIES = {"values": [340.0 + 0.1 * i + (i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "frequency": "MS", "horizon": 3}
 REPOSITORY = {
     "defaults": {"text": "text"},
     "deployments": [
@@ -34,8 +34,11 @@ REPOSITORY = {
          "fallback": {"name": "minilm-intent-int8", "batching": {"per_item": True}}},
         {"name": "text-int8", "family": "text", "model": {"name": "minilm-intent-int8", "batching": {"per_item": True}},
          "limits": {"max_texts": 2}},
-        {"name": "forecast", "family": "forecast", "model": {"name": "co2-forecaster"},
-         "fallback": {"name": "co2-seasonal-naive"}},
+        {"name": "forecast", "family": "forecast", "model": {"name": "forecast-global"},
+         "fallback": {"name": "forecast-theta"}},
+        # a user's window forecaster (scripts/importer/forecast_onnx.py) backed by the numpy Theta fallback
+        {"name": "user-load", "family": "forecast", "model": {"name": "user-window"},
+         "fallback": {"name": "forecast-theta"}},
     ]}
 
 
@@ -58,6 +61,11 @@ def registry(tiny_registry, tmp_path_factory) -> LocalRegistry:
     shutil.copytree(src, staging)
     reg.publish(staging, manifest.model_copy(update={"name": "other-labels", "labels": ["cat", "dog", "bus"]}))
     reg.set_alias("other-labels", "stable", manifest.version, by="test")
+    from scripts.importer.forecast_onnx import publish_forecast_onnx
+    from tests.scripts.importer.test_forecast_onnx import window_graph
+
+    publish_forecast_onnx(window_graph(root.parent / "user-window.onnx", quantiles=3), "user-window", "1.0.0", reg,
+                          frequencies=["h", "D"], quantiles=[0.1, 0.5, 0.9], alias="stable")
     return reg
 
 
@@ -100,13 +108,35 @@ IMAGE = {"images": [{"data": base64.b64encode(png_bytes()).decode()}]}
     ("/v1/classify", {"texts": ["book a table for two"]}, None, "text", "minilm-intent"),
     ("/v1/detect", IMAGE, "shapes-lite", "shapes-lite", "yolo-shapes-lite"),
     ("/v1/detect", IMAGE, None, "detection", "yolo-shapes"),
-    ("/v1/forecast", SERIES, "forecast", "forecast", "co2-forecaster"),
+    ("/v1/forecast", SERIES, "forecast", "forecast", "forecast-global"),
 ])
 def test_rest_routes_by_deployment_name_and_to_the_family_default(served, path, body, asked, answered, model):
     resp = post(served, path, json={**body, **({"deployment": asked} if asked else {})})
     assert resp.status_code == 200, resp.text
     got = resp.json()
     assert (got["deployment"], got["model"]["name"], got["degraded"]) == (answered, model, False)
+
+
+def test_imported_window_forecaster_serves_its_contract_and_falls_back_to_theta(served):
+    """The user's graph answers its declared frequencies (seasonal naive at period 12: the median repeats the value
+    12 steps back) with its own quantile levels; another frequency or a short series is refused by its contract;
+    model=fallback answers with the Theta method on the same deployment."""
+    values = [float(100 + (i % 12)) for i in range(30)]
+    body = {"values": values, "start": "2026-01-01T00:00:00", "frequency": "h", "deployment": "user-load"}
+    resp = post(served, "/v1/forecast", json=body)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["model"]["name"] == "user-window" and len(out["forecast"]) == 6
+    assert [p["point"] for p in out["forecast"]] == [values[30 - 12 + h] for h in range(6)]
+    assert list(out["forecast"][0]["quantiles"]) == ["0.1", "0.5", "0.9"] and out["forecast"][0]["lower_90"] is None
+    assert out["input"] == {"frequency": "h", "frequency_inferred": False, "sorted": False, "duplicates_merged": 0,
+                            "imputed": 0, "points": 30, "used": 24, "padded": 0}
+    refused = post(served, "/v1/forecast", json={**body, "frequency": "MS"}).json()["error"]
+    assert refused["code"] == "unsupported_frequency" and refused["details"]["supported"] == ["h", "D"]
+    short = post(served, "/v1/forecast", json={**body, "values": values[:10]}).json()["error"]
+    assert short["code"] == "series_too_short" and short["details"]["required"] == 24
+    fb = post(served, "/v1/forecast", json={**body, "model": "fallback"}).json()
+    assert fb["degraded"] is True and fb["model"]["name"] == "forecast-theta" and len(fb["forecast"]) == 6
 
 
 def test_deployment_limits_override_the_family_limits(served):
@@ -142,7 +172,8 @@ def test_typed_grpc_and_oip_route_by_deployment_name(served):
         named = stub.Classify(tpb.ClassifyRequest(texts=["what is my balance"], deployment="text-int8"), timeout=30)
         default = stub.Classify(tpb.ClassifyRequest(texts=["what is my balance"]), timeout=30)
         det = stub.Detect(tpb.DetectRequest(images=[png_bytes()], deployment="shapes-lite"), timeout=30)
-        fc = stub.Forecast(tpb.ForecastRequest(values=SERIES["values"], start=SERIES["start"], horizon=3),
+        fc = stub.Forecast(tpb.ForecastRequest(values=SERIES["values"], start=SERIES["start"], frequency="MS",
+                                                   horizon=3),
                            timeout=30)
     assert (named.deployment, named.model.name) == ("text-int8", "minilm-intent-int8")
     assert (default.deployment, default.model.name) == ("text", "minilm-intent")

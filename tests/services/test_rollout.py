@@ -19,7 +19,7 @@ from services.common.rollout import sticky_fraction
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ADMIN = "rollout-admin"
-SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00"}
+SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00", "frequency": "MS"}
 
 
 def publish_variant(reg: LocalRegistry, name: str, version: str, scale: float | None = None) -> str:
@@ -66,8 +66,8 @@ def forecast(srv, key: str = "anon", model: str = "auto") -> httpx.Response:
 
 def test_promote_under_load_has_zero_errors_and_moves_the_alias(rollout):
     srv, reg = rollout
-    old = reg.resolve("co2-forecaster", "stable")
-    new = publish_variant(reg, "co2-forecaster", "2.0.0-swap")
+    old = reg.resolve("forecast-global", "stable")
+    new = publish_variant(reg, "forecast-global", "2.0.0-swap")
     codes, versions, stop = [], [], threading.Event()
 
     def load():
@@ -90,20 +90,20 @@ def test_promote_under_load_has_zero_errors_and_moves_the_alias(rollout):
     assert resp.json()["active"] == new and resp.json()["previous"] == old
     assert codes and set(codes) == {200}, {c: codes.count(c) for c in set(codes)}
     assert versions[0] == old and versions[-1] == new
-    assert reg.resolve("co2-forecaster", "stable") == new
-    assert reg.alias_log("co2-forecaster")[-1] | {"when": None} == {"when": None, "alias": "stable", "from": old,
+    assert reg.resolve("forecast-global", "stable") == new
+    assert reg.alias_log("forecast-global")[-1] | {"when": None} == {"when": None, "alias": "stable", "from": old,
                                                                     "to": new, "by": "key:ops"}
 
 
 def test_rollback_returns_to_the_previous_stable(rollout):
     srv, reg = rollout
-    before = reg.resolve("co2-forecaster", "stable")
+    before = reg.resolve("forecast-global", "stable")
     started = time.perf_counter()
     resp = admin(srv, "POST", "/forecast/rollback")
     elapsed = time.perf_counter() - started
     assert resp.status_code == 200, resp.text
     back = resp.json()["active"]
-    assert back != before and reg.resolve("co2-forecaster", "stable") == back
+    assert back != before and reg.resolve("forecast-global", "stable") == back
     assert forecast(srv).json()["model"]["version"] == back
     print(f"rollback took {elapsed:.3f}s")
 
@@ -115,7 +115,7 @@ def test_sticky_fraction_is_uniform_enough_for_a_2_percent_split():
 
 def test_canary_gets_its_sticky_share(rollout):
     srv, reg = rollout
-    cand = publish_variant(reg, "co2-forecaster", "2.1.0-canary")
+    cand = publish_variant(reg, "forecast-global", "2.1.0-canary")
     resp = admin(srv, "POST", "/forecast/canary", {"ref": cand, "weight": 0.3})
     assert resp.status_code == 200 and resp.json()["canary"] == {"version": cand, "weight": 0.3}
     time.sleep(0.5)
@@ -130,7 +130,7 @@ def test_canary_gets_its_sticky_share(rollout):
 
 def test_bad_canary_is_withdrawn_automatically(rollout):
     srv, reg = rollout
-    bad = publish_variant(reg, "co2-forecaster", "2.2.0-bad", scale=1e4)
+    bad = publish_variant(reg, "forecast-global", "2.2.0-bad", scale=1e4)
     assert admin(srv, "POST", "/forecast/canary", {"ref": bad, "weight": 1.0}).status_code == 200
     time.sleep(0.5)
     bodies = [forecast(srv, f"k{i}").json() for i in range(12)]
@@ -144,7 +144,7 @@ def test_bad_canary_is_withdrawn_automatically(rollout):
 
 def test_shadow_is_compared_never_returned(rollout):
     srv, reg = rollout
-    twin = publish_variant(reg, "co2-forecaster", "2.3.0-shadow")
+    twin = publish_variant(reg, "forecast-global", "2.3.0-shadow")
     assert admin(srv, "POST", "/forecast/shadow", {"ref": twin}).status_code == 200
     time.sleep(0.5)
     for i in range(10):
@@ -162,15 +162,15 @@ def test_shadow_is_compared_never_returned(rollout):
 def test_tampered_candidate_is_refused_while_the_old_version_serves(rollout):
     srv, reg = rollout
     serving = forecast(srv).json()["model"]["version"]
-    bad = publish_variant(reg, "co2-forecaster", "2.4.0-tampered")
-    path = reg.path("co2-forecaster", bad) / "model.onnx"
+    bad = publish_variant(reg, "forecast-global", "2.4.0-tampered")
+    path = reg.path("forecast-global", bad) / "model.onnx"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     resp = admin(srv, "POST", "/forecast/promote", {"ref": bad})
     assert resp.status_code == 409 and "sha256" in resp.json()["error"]["message"]
     assert forecast(srv).json()["model"]["version"] == serving
-    assert reg.resolve("co2-forecaster", "stable") != bad
+    assert reg.resolve("forecast-global", "stable") != bad
 
 
 def test_admin_rollout_needs_the_admin_key(rollout):

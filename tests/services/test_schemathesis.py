@@ -83,10 +83,10 @@ def _png() -> bytes:
     return buf.getvalue()
 
 
-VALID = {  # generated cases rarely pass the semantic limits (e.g. 36+ points), so each 2xx schema is also checked here
+VALID = {  # generated cases rarely pass the semantic limits (e.g. 'start' needs 'frequency'), so each 2xx schema is also checked here
     "POST /v1/classify": ({"texts": ["what is my account balance", "book a flight"], "top_k": 2}, "application/json"),
     "POST /v1/forecast": ({"values": [340 + 0.1 * i + (i % 12) for i in range(48)], "start": "1990-01-01T00:00:00",
-                           "horizon": 6}, "application/json"),
+                           "frequency": "MS", "horizon": 6}, "application/json"),
     "POST /v1/detect": ({"images": [{"data": "PNG"}]}, "application/json"),
     "POST /v1/detect/upload": ({"images": ["PNG"]}, "multipart/form-data"),
     "GET /v1/models": (None, None),

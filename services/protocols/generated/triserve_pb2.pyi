@@ -169,34 +169,49 @@ class ForecastRequest(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
 
 class ForecastPoint(_message.Message):
-    __slots__ = ("timestamp", "mean", "lower_50", "upper_50", "lower_90", "upper_90")
+    __slots__ = ("timestamp", "point", "lower_50", "upper_50", "lower_90", "upper_90", "quantiles")
+    class QuantilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
-    MEAN_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
     LOWER_50_FIELD_NUMBER: _ClassVar[int]
     UPPER_50_FIELD_NUMBER: _ClassVar[int]
     LOWER_90_FIELD_NUMBER: _ClassVar[int]
     UPPER_90_FIELD_NUMBER: _ClassVar[int]
+    QUANTILES_FIELD_NUMBER: _ClassVar[int]
     timestamp: str
-    mean: float
+    point: float
     lower_50: float
     upper_50: float
     lower_90: float
     upper_90: float
-    def __init__(self, timestamp: _Optional[str] = ..., mean: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ...) -> None: ...
+    quantiles: _containers.ScalarMap[str, float]
+    def __init__(self, timestamp: _Optional[str] = ..., point: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ..., quantiles: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InputReport(_message.Message):
-    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used")
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded")
     SORTED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_MERGED_FIELD_NUMBER: _ClassVar[int]
     IMPUTED_FIELD_NUMBER: _ClassVar[int]
     POINTS_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_INFERRED_FIELD_NUMBER: _ClassVar[int]
+    PADDED_FIELD_NUMBER: _ClassVar[int]
     sorted: bool
     duplicates_merged: int
     imputed: int
     points: int
     used: int
-    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ...) -> None: ...
+    frequency: str
+    frequency_inferred: bool
+    padded: int
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ...) -> None: ...
 
 class ForecastResponse(_message.Message):
     __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "forecast", "input")

@@ -2,7 +2,7 @@
 import numpy as np
 
 from scripts.forecast.corpus import Series, corpus_fingerprint, last_window, regular, split_corpus
-from scripts.forecast.global_features import FREQUENCIES, MAX_HORIZON
+from families.forecast.features import FREQUENCIES, MAX_HORIZON
 
 
 def _corpus():

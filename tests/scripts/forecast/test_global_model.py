@@ -8,7 +8,7 @@ onnx = pytest.importorskip("onnx")
 
 from scripts.common import ort_session, parity_gate  # noqa: E402
 from scripts.forecast.corpus import Series  # noqa: E402
-from scripts.forecast.global_features import (  # noqa: E402
+from families.forecast.features import (  # noqa: E402
     CONTEXT,
     FREQUENCIES,
     H_MAX,

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from scripts.forecast.global_features import (
+from families.forecast.features import (
     CONTEXT,
     FREQUENCIES,
     H_MAX,
