@@ -158,6 +158,27 @@ def test_classify_same_answer_over_rest_typed_grpc_and_oip(server, http_client, 
     assert params["degraded"].bool_param is False
 
 
+@pytest.mark.parametrize("frequency", ["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"])
+def test_every_frequency_same_forecast_over_rest_typed_grpc_and_oip(server, grpc_client, typed, frequency):
+    """Timestamps only (the frequency is inferred), a series at 1e12: the three protocols give the same forecast."""
+    from families.forecast.features import MAX_HORIZON, step_timestamps
+
+    n = 40
+    stamps = [f"{t}Z" for t in step_timestamps(np.datetime64("2001-01-01T00:00:00", "s"), frequency, n)]
+    values = [1e12 + 1e9 * np.sin(i / 3) for i in range(n)]
+    rest = httpx.post(f"{server.url}/v1/forecast", json={"values": values, "timestamps": stamps}, timeout=60).json()
+    assert rest["input"]["frequency"] == frequency and len(rest["forecast"]) == MAX_HORIZON[frequency]
+    proto = typed.Forecast(tpb.ForecastRequest(values=values, timestamps=stamps), timeout=60)
+    assert proto.input.frequency == frequency and proto.input.frequency_inferred
+    assert [p.point for p in proto.forecast] == [p["point"] for p in rest["forecast"]]
+    vin = tgrpc.InferInput("VALUES", [n], "FP64")
+    vin.set_data_from_numpy(np.array(values))
+    tin = bytes_input(tgrpc, "TIMESTAMPS", stamps)
+    oip = grpc_client.infer("forecast", [vin, tin])
+    assert oip.as_numpy("POINT").tolist() == [p["point"] for p in rest["forecast"]]
+    assert [t.decode() for t in oip.as_numpy("TIMESTAMPS")] == [p["timestamp"] for p in rest["forecast"]]
+
+
 def test_detect_and_forecast_pipelines_match_rest(server, http_client, grpc_client, typed):
     raw = png_bytes(seed=3)
     rest = httpx.post(f"{server.url}/v1/detect", timeout=60, json={
