@@ -2,6 +2,13 @@
 
 Texts are tokenised to ragged id sequences (special tokens added, truncated to max_length); padding to the longest item
 and the attention mask come from runners.ragged.pad_sequences, applied per batch.
+
+Over-long texts are truncated, never refused below the hard limit (families/text/limits.py): first by characters,
+cheaply and before cleaning and tokenising (`prepare_text`, at `char_budget` characters), then by tokens at the
+model's max_length. The character budget is at least CHARS_PER_TOKEN characters per token the model reads, several
+times what ordinary text takes per token, so for ordinary text the tokens the model sees are those of the whole text
+(what Hugging Face pipelines with truncation=True see), while a 100,000-character text costs its first few thousand
+characters only.
 """
 from __future__ import annotations
 
@@ -19,6 +26,24 @@ def clean_text(text: str) -> str:
     """NFC-normalise and drop control/format characters other than whitespace (zero-width, bidi overrides)."""
     text = unicodedata.normalize("NFC", text)
     return "".join(ch for ch in text if ch in "\t\n\r " or unicodedata.category(ch)[0] != "C").strip()
+
+
+CHARS_PER_TOKEN = 16  # English takes ~4-5 characters per WordPiece/BPE token
+
+
+def char_budget(max_chars: int, max_length: int) -> int:
+    """Characters of a text kept before tokenising for a model reading `max_length` tokens: the configured cut
+    (limits.text.max_chars), never fewer than CHARS_PER_TOKEN per token."""
+    return max(int(max_chars), CHARS_PER_TOKEN * int(max_length))
+
+
+def prepare_text(text: str, max_chars: int) -> tuple[str, bool]:
+    """A text as received -> (its cleaned first `max_chars` characters, whether characters were cut). Surrounding
+    whitespace is dropped first (it is never counted as cut); the cut comes before cleaning, so a long text costs
+    its first `max_chars` characters only."""
+    stripped = text.strip()
+    cut = len(stripped) > max_chars
+    return clean_text(stripped[:max_chars] if cut else stripped), cut
 
 
 class TextTokenizer:
@@ -47,6 +72,15 @@ class TextTokenizer:
         texts = list(texts)
         encodings = [self._tok.encode(texts[0])] if len(texts) == 1 else self._tok.encode_batch(texts)
         return ([np.asarray(e.ids, dtype=np.int64) for e in encodings], [bool(e.overflowing) for e in encodings])
+
+    def encode_received(self, texts: Sequence[str], max_chars: int) -> tuple[list[np.ndarray], list[bool]]:
+        """Texts as a client sent them -> (ragged ids, truncated per text): each cut at char_budget(max_chars,
+        max_length) characters, cleaned, tokenised and truncated at max_length; truncated = characters or tokens
+        were cut."""
+        budget = char_budget(max_chars, self.max_length)
+        prepared = [prepare_text(t, budget) for t in texts]
+        ids, overflow = self.encode_with_truncation([text for text, _ in prepared])
+        return ids, [tokens_cut or chars_cut for tokens_cut, (_, chars_cut) in zip(overflow, prepared)]
 
     def encode_padded(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(input_ids, attention_mask) padded to the longest text of this call."""

@@ -9,8 +9,9 @@ from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"texts": ["what is my account balance", "book me a flight to Paris"], "top_k": 3}]})
-    texts: list[str] = Field(min_length=1, description="Texts to classify (count and length capped by config; "
-                                                        "blank texts are refused).")
+    texts: list[str] = Field(min_length=1, description="Texts to classify (count capped by config; blank texts are "
+                                                        "refused; over-long texts are truncated and flagged, up to a "
+                                                        "hard length limit).")
     top_k: int = Field(3, ge=1, description="Labels returned per text, best first (capped by config).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = Field(**DEPLOYMENT_FIELD)
@@ -26,7 +27,9 @@ class TextResult(BaseModel):
     score: float
     top_k: list[LabelScore]
     tokens: int = Field(description="Tokens used (after truncation to the model's max length).")
-    truncated: bool
+    truncated: bool = Field(description="True when the text was cut before classification: beyond limits.text."
+                                        "max_chars characters, or beyond the model's max length in tokens.")
+    chars: int = Field(description="Characters of the text as received (before cleaning and truncation).")
 
 
 class ClassifyResponse(ServedBy):

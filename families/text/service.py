@@ -17,7 +17,7 @@ from services.common.schemas import ModelInfo
 from services.context import ServingContext
 from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 from families.text.postprocess import top_k
-from families.text.preprocess import TextTokenizer, clean_text
+from families.text.preprocess import TextTokenizer, prepare_text
 from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 
 router = APIRouter(prefix="/v1", tags=["text"])
@@ -40,6 +40,8 @@ class TextPipeline:
         return self.tokenizers[model]
 
     def validate(self, body: ClassifyRequest) -> list[str]:
+        """Count, top_k, the hard length limit and blank texts; the texts come back as received (truncation is per
+        served model: TextTokenizer.encode_received)."""
         lim = self.limits
         if len(body.texts) > lim.max_texts:
             raise ApiError(422, "too_many_texts", f"{len(body.texts)} texts exceed the limit of {lim.max_texts}",
@@ -47,17 +49,17 @@ class TextPipeline:
         if body.top_k > lim.max_top_k:
             raise ApiError(422, "top_k_too_large", f"top_k {body.top_k} exceeds {lim.max_top_k}",
                            {"limit": lim.max_top_k})
-        cleaned = []
         for i, t in enumerate(body.texts):
-            if len(t) > lim.max_chars:
-                raise ApiError(422, "text_too_long", f"text {i} has {len(t)} characters, above {lim.max_chars}",
-                               {"index": i, "limit": lim.max_chars, "length": len(t)})
-            c = clean_text(t)
-            if not c:
-                raise ApiError(422, "empty_text", f"text {i} is empty after removing control characters",
+            if len(t) > lim.hard_max_chars:
+                raise ApiError(422, "text_too_long", f"text {i} has {len(t)} characters, above the hard limit of "
+                               f"{lim.hard_max_chars} (longer texts up to it are truncated and classified)",
+                               {"index": i, "limit": lim.hard_max_chars, "length": len(t),
+                                "truncated_above": lim.max_chars})
+            if not prepare_text(t, lim.max_chars)[0]:
+                raise ApiError(422, "empty_text", f"text {i} is empty after removing control characters"
+                               + (f" (within its first {lim.max_chars} characters)" if len(t) > lim.max_chars else ""),
                                {"index": i})
-            cleaned.append(c)
-        return cleaned
+        return list(body.texts)
 
     async def classify(self, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
         clock = StageClock()
@@ -69,21 +71,21 @@ class TextPipeline:
         encoded: dict[ServedModel, tuple[list[np.ndarray], list[bool]]] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
-            encoded[model] = self.tokenizer(model).encode_with_truncation(texts)
+            encoded[model] = self.tokenizer(model).encode_received(texts, self.limits.max_chars)
             return encoded[model][0]
 
         result = await run_task(ctx, dep, items_for, body.model, clock, call.deadline, request_id=call.request_id,
                                 route_key=call.route_key, arrived=call.arrived)
         labels = result.served.manifest.labels
         results = []
-        for probs, ids, truncated in zip(result.outputs, *encoded[result.served]):
+        for text, probs, ids, truncated in zip(texts, result.outputs, *encoded[result.served]):
             top = top_k(probs, body.top_k)
             if ctx.quality is not None:
                 ctx.quality.observe(result.model, "top1_prob", [float(probs[top[0]])])
                 ctx.quality.observe(result.model, "class_freq", [int(top[0])])
             results.append(TextResult(label=labels[top[0]], score=round(float(probs[top[0]]), 6),
                                       top_k=[LabelScore(label=labels[j], score=round(float(probs[j]), 6)) for j in top],
-                                      tokens=len(ids), truncated=truncated))
+                                      tokens=len(ids), truncated=truncated, chars=len(text)))
         clock.stage("postprocess")
         return finish(dep.name, ClassifyResponse(
             request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),

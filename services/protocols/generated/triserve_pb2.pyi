@@ -119,18 +119,20 @@ class LabelScore(_message.Message):
     def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class TextResult(_message.Message):
-    __slots__ = ("label", "score", "top_k", "tokens", "truncated")
+    __slots__ = ("label", "score", "top_k", "tokens", "truncated", "chars")
     LABEL_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    CHARS_FIELD_NUMBER: _ClassVar[int]
     label: str
     score: float
     top_k: _containers.RepeatedCompositeFieldContainer[LabelScore]
     tokens: int
     truncated: bool
-    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., top_k: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    chars: int
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., top_k: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., chars: _Optional[int] = ...) -> None: ...
 
 class ClassifyResponse(_message.Message):
     __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
