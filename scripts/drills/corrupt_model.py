@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from client import NO_RETRY, TriserveAPIError, TriserveClient, TriserveError
 from models.registry import LocalRegistry
 from scripts.drills.common import assert_loopback, base_parser, log_path, save
 from scripts.drills.server import Server
@@ -27,6 +28,19 @@ NAME = "corrupt_model"
 FORECAST = {"values": [round(340 + 0.1 * i + 3 * ((i % 12) - 6) / 6, 3) for i in range(48)],
             "start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6}
 PROBES = {"/v1/classify": {"texts": ["what is my account balance"]}, "/v1/forecast": FORECAST}
+
+
+def probe(api: TriserveClient, path: str) -> tuple[str, dict]:
+    """One inference probe through the client (no retries: each poll is one request): ("<status>:<error code>",
+    the answer or the error model as JSON)."""
+    try:
+        if path == "/v1/classify":
+            answer = api.classify(**PROBES[path])
+        else:
+            answer = api.forecast(**PROBES[path])
+        return "200:", answer.model_dump(mode="json")
+    except TriserveAPIError as err:
+        return f"{err.status}:{err.code}", {"error": err.error.model_dump(mode="json")}
 
 
 def corrupt(path: Path) -> dict:
@@ -52,7 +66,8 @@ def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
     inference_body: dict[str, dict] = {}
     runner_pids: set[int] = set()
     end = time.monotonic() + seconds
-    with httpx.Client(base_url=srv.url, timeout=5) as c:
+    # /readyz and /livez raw: the drill records their exact HTTP statuses (the client's ready() is a yes/no)
+    with httpx.Client(base_url=srv.url, timeout=5) as c, TriserveClient(srv.url, timeout=5, retry=NO_RETRY) as api:
         while time.monotonic() < end:
             for path, counter in (("/readyz", readyz), ("/livez", livez)):
                 try:
@@ -60,18 +75,19 @@ def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
                 except httpx.HTTPError as exc:
                     counter[type(exc).__name__] += 1
             try:
-                r = c.get("/v1/models")
-                models_status[r.status_code] += 1
-                models_body = r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
-            except (httpx.HTTPError, ValueError) as exc:
-                models_status[type(exc).__name__] += 1
-            for path, body in PROBES.items():
+                models_body = api.models().model_dump(mode="json", exclude={"request_id"})
+                models_status[200] += 1
+            except TriserveAPIError as err:
+                models_status[err.status] += 1
+                models_body = {"error": err.error.model_dump(mode="json")}
+            except TriserveError as exc:
+                models_status[type(exc.__cause__ or exc).__name__] += 1
+            for path in PROBES:
                 try:
-                    r = c.post(path, json=body)
-                    inference[path][f"{r.status_code}:{(r.json().get('error') or {}).get('code', '')}"] += 1
-                    inference_body[path] = r.json()
-                except (httpx.HTTPError, ValueError) as exc:
-                    inference[path][type(exc).__name__] += 1
+                    key, inference_body[path] = probe(api, path)
+                    inference[path][key] += 1
+                except TriserveError as exc:
+                    inference[path][type(exc.__cause__ or exc).__name__] += 1
             runner_pids.update(srv.runner_pids())
             time.sleep(interval)
     return {"seconds": seconds, "readyz": dict(readyz), "livez": dict(livez), "v1_models_status": dict(models_status),
@@ -120,10 +136,9 @@ def main() -> None:
         restore(target, info)
         with Server(copy, log_path=log.with_name("serve-restored.log")) as srv:
             res["restored_ready_s"] = round(srv.wait_ready(), 1)
-            with httpx.Client(base_url=srv.url, timeout=10) as c:
-                body = c.get("/v1/models").json()
-                res["restored"] = {"v1_models_errors": body.get("errors"), "classify": c.post(
-                    "/v1/classify", json=PROBES["/v1/classify"]).status_code}
+            with TriserveClient(srv.url, timeout=10, retry=NO_RETRY) as api:
+                res["restored"] = {"v1_models_errors": api.models().errors,
+                                   "classify": int(probe(api, "/v1/classify")[0].split(":")[0])}
         res["server_logs"] = [str(log.with_name("serve-corrupt.log")), str(log.with_name("serve-restored.log"))]
     finally:
         shutil.rmtree(work, ignore_errors=True)

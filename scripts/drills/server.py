@@ -74,16 +74,16 @@ class Server:
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 180) -> float:
         """Seconds from process start until /readyz answered 200."""
-        while time.monotonic() - self.started < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
-            self.workers()  # remember worker PIDs for stop()
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+        from client import TriserveClient  # imported here: the process harness itself needs no API client
+
+        with TriserveClient(self.url) as api:
+            while time.monotonic() - self.started < timeout:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
+                self.workers()  # remember worker PIDs for stop()
+                if api.ready(timeout=2):
                     return time.monotonic() - self.started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
+                time.sleep(0.25)
         raise TimeoutError(f"not ready after {timeout}s; log: {self.log_path}")
 
     def wait_listening(self, timeout: float = 120) -> float:

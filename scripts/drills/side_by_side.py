@@ -32,6 +32,7 @@ import httpx
 import numpy as np
 import yaml
 
+from client import TriserveClient
 from scripts.drills.common import save
 from scripts.drills.server import ROOT, Server
 
@@ -91,9 +92,8 @@ def detect_three_ways(srv: Server, deployment: str, photo: Path) -> list[dict]:
 
     raw = photo.read_bytes()
     opts = {"conf_threshold": CONF, "iou_threshold": IOU, "max_detections": 100}
-    rest = httpx.post(f"{srv.url}/v1/detect/upload", files=[("images", (photo.name, raw))],
-                      data={**{k: str(v) for k, v in opts.items()}, "deployment": deployment}, timeout=120)
-    rest.raise_for_status()
+    with TriserveClient(srv.url, timeout=120) as api:  # the multipart upload endpoint, as the README's curl
+        rest = api.detect(photo, upload=True, deployment=deployment, **opts)
     with grpc.insecure_channel(srv.grpc_target) as channel:
         reply = tpb_grpc.TriserveStub(channel).Detect(tpb.DetectRequest(images=[raw], deployment=deployment, **opts),
                                                       timeout=120)
@@ -105,7 +105,7 @@ def detect_three_ways(srv: Server, deployment: str, photo: Path) -> list[dict]:
     image = thttp.InferInput("IMAGE", [1], "BYTES")
     image.set_data_from_numpy(np.array([raw], dtype=object), binary_data=True)
     oip = thttp.InferenceServerClient(srv.url.removeprefix("http://")).infer(deployment, [image], parameters=opts)
-    return [rest.json()["results"][0], grpc_doc, json.loads(oip.as_numpy("DETECTIONS")[0])]
+    return [rest.results[0].model_dump(mode="json"), grpc_doc, json.loads(oip.as_numpy("DETECTIONS")[0])]
 
 
 def check_detection(srv: Server, deployment: str, source: Path, photos: list[Path], imgsz: int) -> dict:
@@ -133,9 +133,8 @@ def classify_three_ways(srv: Server, deployment: str, texts: list[str]) -> list[
     from services.protocols.generated import triserve_pb2 as tpb
     from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
-    rest = httpx.post(f"{srv.url}/v1/classify", json={"texts": texts, "top_k": 1, "deployment": deployment},
-                      timeout=120)
-    rest.raise_for_status()
+    with TriserveClient(srv.url, timeout=120) as api:
+        rest = api.classify(texts, top_k=1, deployment=deployment)
     with grpc.insecure_channel(srv.grpc_target) as channel:
         reply = tpb_grpc.TriserveStub(channel).Classify(
             tpb.ClassifyRequest(texts=texts, top_k=1, deployment=deployment), timeout=120)
@@ -144,7 +143,7 @@ def classify_three_ways(srv: Server, deployment: str, texts: list[str]) -> list[
     oip = httpx.post(f"{srv.url}/v2/models/{deployment}/infer", json=body, timeout=120)
     oip.raise_for_status()
     outs = {o["name"]: o["data"] for o in oip.json()["outputs"]}
-    return [[(r["label"], r["score"]) for r in rest.json()["results"]],
+    return [[(r.label, r.score) for r in rest.results],
             [(r.label, r.score) for r in reply.results], list(zip(outs["LABEL"], outs["SCORE"]))]
 
 
@@ -204,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         review_ref = pipeline_probabilities(args.hf_dir, review_texts, reviews.labels, reviews.preprocess.max_length)
         with Server(registry_dir, env=env, log_path=tmp / "serve.log") as srv:
             srv.wait_ready(timeout=600)
-            models = httpx.get(f"{srv.url}/v1/models", timeout=30).json()["deployments"]
+            with TriserveClient(srv.url, timeout=30) as api:
+                models = api.models().deployments
             result = {
                 "imports": imports,
-                "deployments": [{k: d[k] for k in ("name", "family", "default")} | {"model": d["model"]["name"]}
+                "deployments": [{"name": d.name, "family": d.family, "default": d.default, "model": d.model.name}
                                 for d in models],
                 "detection": [check_detection(srv, "coco", coco_source(CACHE), photos, 640),
                               check_detection(srv, "plates", Path(imports["plates"]["weights"]), photos, 640)],

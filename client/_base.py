@@ -1,0 +1,296 @@
+"""What the sync and async clients share: the retry policy (tenacity), request ids, deadlines, request building and
+answer parsing. Only the sending differs (client/sync.py, client/aio.py)."""
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar, Union
+
+import httpx
+import tenacity
+from pydantic import BaseModel
+
+from client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
+from client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:3000"
+REQUEST_ID_HEADER = "X-Request-ID"
+TIMEOUT_HEADER = "X-Request-Timeout-Ms"  # read by services/common/deadlines.py (clamped to deadlines.max_ms there)
+API_KEY_HEADER = "X-API-Key"
+USER_AGENT = f"triserve-client/0.1 httpx/{httpx.__version__}"
+
+# An image: raw bytes, a path (pathlib.Path, or a str naming an existing file), or a base64 str / data: URL.
+ImageLike = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
+Timestamp = Union[str, datetime, date]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to retry one call (tenacity under the hood).
+
+    Retried: the statuses in `statuses` (429 rate limited / over capacity, 503 overloaded / not ready / runner
+    unavailable), waiting the answer's Retry-After plus up to `jitter` of it more (never less than the service asked),
+    or exponential backoff with jitter when the answer has none; and transport failures (connection refused or
+    reset, timeouts), which are safe to repeat because every call of the API is free of side effects. A Retry-After
+    longer than `max_retry_after` is not waited for: the error is raised at once. A call with a deadline stops
+    retrying when the next wait would not leave `min_attempt_s` of it. `attempts=1` switches retries off.
+    """
+
+    attempts: int = 4
+    statuses: frozenset[int] = frozenset({429, 503})
+    backoff_initial: float = 0.2
+    backoff_max: float = 5.0
+    jitter: float = 0.25
+    max_retry_after: float = 30.0
+    transport_errors: bool = True
+    min_attempt_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be >= 1")
+        object.__setattr__(self, "statuses", frozenset(self.statuses))
+        object.__setattr__(self, "_backoff", tenacity.wait_exponential_jitter(
+            multiplier=self.backoff_initial, max=self.backoff_max, jitter=self.backoff_initial))
+
+    def retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, TriserveAPIError):
+            return exc.status in self.statuses and (exc.retry_after is None or exc.retry_after <= self.max_retry_after)
+        if isinstance(exc, TriserveTimeoutError) and exc.__cause__ is None:
+            return False  # the call's own deadline passed: nothing left to retry with
+        return self.transport_errors and isinstance(exc, TriserveTransportError)
+
+    def wait(self, state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            return retry_after * (1.0 + random.uniform(0.0, self.jitter)) or random.uniform(0.0, self.backoff_initial)
+        return self._backoff(state)  # type: ignore[attr-defined]
+
+    def tenacity_kwargs(self, deadline: float | None) -> dict[str, Any]:
+        """Arguments for tenacity.Retrying / AsyncRetrying for one call whose deadline (time.monotonic()) is given."""
+
+        def stop(state: tenacity.RetryCallState) -> bool:
+            if state.attempt_number >= self.attempts:
+                return True
+            return deadline is not None and time.monotonic() + state.upcoming_sleep > deadline - self.min_attempt_s
+
+        return {"stop": stop, "wait": self.wait, "retry": tenacity.retry_if_exception(self.retryable),
+                "reraise": True}
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+@dataclass
+class Call(Generic[T]):
+    """One API call, independent of how it is sent: what to send and how to read the answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response, str], T]
+    json: Any = None
+    files: list[tuple[str, tuple[str, bytes, str]]] | None = None
+    data: dict[str, str] | None = None
+    retry: RetryPolicy | None = None  # None: the client's policy
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def new_request_id() -> str:
+    """A fresh id in the form the service keeps ([A-Za-z0-9._:-]{1,128}, services/common/request_context.py)."""
+    return uuid.uuid4().hex
+
+
+class ClientCore:
+    """Configuration and the per-attempt steps shared by TriserveClient and AsyncTriserveClient."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float | None = None,
+                 retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
+                 connect_timeout: float = 5.0, read_timeout: float = 65.0, deadline_grace: float = 1.0):
+        """`timeout`: the default deadline of a call in seconds, retries included, sent to the service as
+        X-Request-Timeout-Ms (the time left at each attempt); None sends no header, so the service's default deadline
+        applies (deadlines.default_ms). `read_timeout`: transport read timeout for calls without a deadline;
+        with one, each attempt may wait the time left plus `deadline_grace` (for the service's own 504 to arrive)."""
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.deadline_grace = deadline_grace
+        self.connect_timeout = connect_timeout
+        self.http_timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self.headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **(headers or {})}
+        if api_key:
+            self.headers[API_KEY_HEADER] = api_key
+
+    # -- per call ---------------------------------------------------------------------------------------------------
+    def deadline_of(self, timeout: float | None) -> float | None:
+        budget = self.timeout if timeout is None else timeout
+        if budget is None:
+            return None
+        if budget <= 0:
+            raise ValueError("timeout must be positive (seconds)")
+        return time.monotonic() + budget
+
+    def attempt_args(self, call: Call, request_id: str, deadline: float | None) -> dict[str, Any]:
+        """httpx.request keyword arguments for one attempt: the request id, the time left as the deadline header
+        and as the transport timeout."""
+        headers = {**self.headers, **call.headers, REQUEST_ID_HEADER: request_id}
+        timeout = self.http_timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TriserveTimeoutError("the call's deadline passed before the request was sent", request_id)
+            headers[TIMEOUT_HEADER] = str(max(1, math.ceil(left * 1000)))
+            timeout = httpx.Timeout(left + self.deadline_grace, connect=min(self.connect_timeout, left))
+        args: dict[str, Any] = {"method": call.method, "url": self.base_url + call.path, "headers": headers,
+                                "timeout": timeout}
+        if call.json is not None:
+            args["json"] = call.json
+        if call.files is not None:
+            args["files"] = call.files
+            args["data"] = call.data or {}
+        return args
+
+    @staticmethod
+    def transport_error(exc: httpx.HTTPError, request_id: str) -> TriserveTransportError:
+        cls = TriserveTimeoutError if isinstance(exc, httpx.TimeoutException) else TriserveTransportError
+        err = cls(f"{type(exc).__name__}: {exc}", request_id)
+        err.__cause__ = exc
+        return err
+
+    @staticmethod
+    def answer(call: Call[T], response: httpx.Response, request_id: str) -> T:
+        if response.is_success:
+            return call.parse(response, request_id)
+        raise TriserveAPIError.from_response(response, request_id)
+
+    @staticmethod
+    def annotate(exc: TriserveError, attempts: int, request_id: str) -> TriserveError:
+        exc.attempts = attempts
+        if exc.request_id is None:
+            exc.request_id = request_id
+        return exc
+
+    # -- request builders -------------------------------------------------------------------------------------------
+    def classify_call(self, texts: str | Sequence[str], top_k: int | None, model: str | None,
+                      deployment: str | None) -> Call[ClassifyResponse]:
+        if isinstance(texts, str):
+            texts = [texts]
+        body = _options(texts=list(texts), top_k=top_k, model=model, deployment=deployment)
+        return Call("POST", "/v1/classify", _parser(ClassifyResponse), json=body)
+
+    def detect_call(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
+                    iou_threshold: float | None, max_detections: int | None, class_aware: bool | None,
+                    model: str | None, deployment: str | None, upload: bool) -> Call[DetectResponse]:
+        items = [images] if _is_one_image(images) else list(images)  # type: ignore[arg-type]
+        opts = _options(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
+                        class_aware=class_aware, model=model, deployment=deployment)
+        if not upload:
+            return Call("POST", "/v1/detect", _parser(DetectResponse),
+                        json={"images": [{"data": image_base64(im)} for im in items], **opts})
+        files = []
+        for i, im in enumerate(items):
+            name, raw = image_bytes(im)
+            files.append(("images", (name or f"image{i}", raw, "application/octet-stream")))
+        data = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in opts.items()}
+        return Call("POST", "/v1/detect/upload", _parser(DetectResponse), files=files, data=data)
+
+    def forecast_call(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
+                      start: Timestamp | None, frequency: str | None, horizon: int | None, model: str | None,
+                      deployment: str | None) -> Call[ForecastResponse]:
+        body = _options(values=[_number(v) for v in values],
+                        timestamps=None if timestamps is None else [_timestamp(t) for t in timestamps],
+                        start=None if start is None else _timestamp(start), frequency=frequency, horizon=horizon,
+                        model=model, deployment=deployment)
+        return Call("POST", "/v1/forecast", _parser(ForecastResponse), json=body)
+
+    @staticmethod
+    def models_call() -> Call[ModelsListing]:
+        def parse(response: httpx.Response, request_id: str) -> ModelsListing:
+            listing = ModelsListing.model_validate_json(response.content)
+            listing.request_id = response.headers.get("x-request-id") or request_id
+            return listing
+
+        return Call("GET", "/v1/models", parse)
+
+    @staticmethod
+    def probe_call(path: str) -> Call[bool]:
+        """/readyz or /livez: True on 200; no retries (a probe answers for now)."""
+        return Call("GET", path, lambda response, request_id: True, retry=NO_RETRY)
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------------
+def _options(**kw: Any) -> dict[str, Any]:
+    """Only what the caller set: the service's defaults apply to the rest."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _parser(model: type[BaseModel]) -> Callable[[httpx.Response, str], Any]:
+    def parse(response: httpx.Response, request_id: str) -> Any:
+        return model.model_validate_json(response.content)
+
+    return parse
+
+
+def _number(v: Any) -> float | None:
+    if v is None:
+        return None
+    f = float(v)  # numpy scalars, Decimals, ints
+    return None if math.isnan(f) else f  # NaN = missing, sent as JSON null
+
+
+def _timestamp(t: Any) -> str:
+    if isinstance(t, (datetime, date)):
+        return t.isoformat()
+    if hasattr(t, "isoformat"):  # pandas.Timestamp
+        return t.isoformat()
+    return str(t)  # str, numpy.datetime64
+
+
+def _is_one_image(images: Any) -> bool:
+    return isinstance(images, (bytes, bytearray, memoryview, str, os.PathLike))
+
+
+def _path_of(image: Any) -> Path | None:
+    if isinstance(image, os.PathLike):
+        return Path(image)
+    if isinstance(image, str) and not image.startswith("data:") and len(image) < 4096 and os.path.isfile(image):
+        return Path(image)
+    return None
+
+
+def image_base64(image: ImageLike) -> str:
+    """What DetectRequest's ImageInput.data takes: base64 (a data: URL passes as it is)."""
+    path = _path_of(image)
+    if path is not None:
+        return base64.b64encode(path.read_bytes()).decode()
+    if isinstance(image, str):
+        return image
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(image)).decode()
+    raise TypeError(f"an image is bytes, a path or a base64 str, not {type(image).__name__}")
+
+
+def image_bytes(image: ImageLike) -> tuple[str | None, bytes]:
+    """(file name, raw bytes) for the multipart upload."""
+    path = _path_of(image)
+    if path is not None:
+        return path.name, path.read_bytes()
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return None, bytes(image)
+    if isinstance(image, str):
+        data = image.split(",", 1)[1] if image.startswith("data:") else image
+        try:
+            return None, base64.b64decode(data, validate=False)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"not base64 image data: {exc}") from None
+    raise TypeError(f"an image is bytes, a path or a base64 str, not {type(image).__name__}")

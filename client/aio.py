@@ -1,0 +1,121 @@
+"""AsyncTriserveClient: the asyncio client (httpx.AsyncClient, tenacity.AsyncRetrying); same API as
+TriserveClient, every call awaited."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+import tenacity
+
+from client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
+from client.errors import TriserveError, TriserveTimeoutError
+from client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+
+T = TypeVar("T")
+
+
+class AsyncTriserveClient:
+    """Asyncio client of the triserve REST API (see TriserveClient for the contract).
+
+        async with AsyncTriserveClient("http://127.0.0.1:3000", timeout=5) as ts:
+            r = await ts.classify("book a flight to paris", request_id="demo-1")
+    """
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float | None = None,
+                 retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, http_client: httpx.AsyncClient | None = None,
+                 **options: Any):
+        self._core = ClientCore(base_url, api_key=api_key, timeout=timeout, retry=retry, headers=headers, **options)
+        self._own = http_client is None
+        self._http = http_client or httpx.AsyncClient(transport=transport, timeout=self._core.http_timeout)
+
+    @property
+    def base_url(self) -> str:
+        return self._core.base_url
+
+    # -- API ----------------------------------------------------------------------------------------------------------
+    async def classify(self, texts: str | Sequence[str], *, top_k: int | None = None, model: str | None = None,
+                       deployment: str | None = None, timeout: float | None = None,
+                       request_id: str | None = None) -> ClassifyResponse:
+        """POST /v1/classify."""
+        return await self._run(self._core.classify_call(texts, top_k, model, deployment), timeout, request_id)
+
+    async def detect(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+                     iou_threshold: float | None = None, max_detections: int | None = None,
+                     class_aware: bool | None = None, model: str | None = None, deployment: str | None = None,
+                     upload: bool = False, timeout: float | None = None,
+                     request_id: str | None = None) -> DetectResponse:
+        """POST /v1/detect (base64 JSON), or /v1/detect/upload (multipart) with upload=True."""
+        call = self._core.detect_call(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                      max_detections=max_detections, class_aware=class_aware, model=model,
+                                      deployment=deployment, upload=upload)
+        return await self._run(call, timeout, request_id)
+
+    async def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
+                       start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,
+                       model: str | None = None, deployment: str | None = None, timeout: float | None = None,
+                       request_id: str | None = None) -> ForecastResponse:
+        """POST /v1/forecast."""
+        call = self._core.forecast_call(values, timestamps=timestamps, start=start, frequency=frequency,
+                                        horizon=horizon, model=model, deployment=deployment)
+        return await self._run(call, timeout, request_id)
+
+    async def models(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelsListing:
+        """GET /v1/models."""
+        return await self._run(self._core.models_call(), timeout, request_id)
+
+    async def ready(self, *, timeout: float | None = 2.0) -> bool:
+        """GET /readyz: True on 200, False on any other answer or no answer."""
+        return await self._probe("/readyz", timeout)
+
+    async def live(self, *, timeout: float | None = 2.0) -> bool:
+        """GET /livez."""
+        return await self._probe("/livez", timeout)
+
+    async def wait_ready(self, timeout: float = 120.0, interval: float = 0.25) -> float:
+        """Poll /readyz until 200; seconds waited. TriserveTimeoutError after `timeout` seconds."""
+        start = time.monotonic()
+        while True:
+            if await self.ready(timeout=min(2.0, max(0.1, timeout))):
+                return time.monotonic() - start
+            if time.monotonic() - start + interval > timeout:
+                raise TriserveTimeoutError(f"{self.base_url} not ready after {timeout} s")
+            await asyncio.sleep(interval)
+
+    # -- plumbing -----------------------------------------------------------------------------------------------------
+    async def _probe(self, path: str, timeout: float | None) -> bool:
+        try:
+            return await self._run(self._core.probe_call(path), timeout, None)
+        except TriserveError:
+            return False
+
+    async def _run(self, call: Call[T], timeout: float | None, request_id: str | None) -> T:
+        core = self._core
+        rid = request_id or new_request_id()
+        deadline = core.deadline_of(timeout)
+        policy = call.retry or core.retry
+        async for attempt in tenacity.AsyncRetrying(**policy.tenacity_kwargs(deadline)):
+            with attempt:
+                n = attempt.retry_state.attempt_number
+                try:
+                    try:
+                        response = await self._http.request(**core.attempt_args(call, rid, deadline))
+                    except httpx.HTTPError as exc:
+                        raise core.transport_error(exc, rid) from exc
+                    return core.answer(call, response, rid)
+                except TriserveError as exc:
+                    raise core.annotate(exc, n, rid)
+        raise AssertionError("unreachable: tenacity returns or reraises")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncTriserveClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
