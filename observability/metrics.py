@@ -17,8 +17,25 @@ REQUESTS = Counter("triserve_requests_total", "Inference requests by model famil
                    "was refused before naming one) and HTTP status.", ["family", "deployment", "status"])
 STAGE_SECONDS = Histogram("triserve_stage_seconds", "Per-stage latency (preprocess, queue, infer, postprocess, "
                           "total) per deployment.", ["deployment", "stage"], buckets=LATENCY_BUCKETS)
-RUNNER_INFLIGHT = Gauge("triserve_runner_queue_depth", "Runner calls in flight (queued or computing) per model slot.",
-                        ["slot"], multiprocess_mode="livesum")
+RUNNER_INFLIGHT = Gauge("triserve_runner_queue_depth", "Runner calls (batches) in flight per model slot: at most "
+                        "gateway.workers x gateway.batch_inflight per slot and instance, whatever the load. Not a load "
+                        "signal: scale and alert on triserve_deployment_pending_items.", ["slot"],
+                        multiprocess_mode="livesum")
+# The scaling signal (issue 19): the work a deployment holds in an instance, from admission to the runner's answer:
+# admitted items in the API worker's batcher queue, in a runner call (the runner's queue and compute), on either slot
+# (primary, fallback). Every API worker process exports its share (it holds its own admission, batcher and runner
+# calls; runner.placement=local runs the runner inside it); livesum adds the live workers of the instance up. Not
+# counted: requests still being parsed or preprocessed (the CPU metric sees those), shadow mirrors, and a runner call
+# still computing after every request in it gave up (504: their items leave the gauge when the request ends).
+# Items = requests for one-item requests, which is how the knee was measured (docs/bench/knee.md); items are what the
+# runner's cost follows when requests carry several. Targets derived from the knee: README "Autoscaling".
+PENDING_ITEMS = Gauge("triserve_deployment_pending_items", "Items (images, texts, series) of a deployment admitted and "
+                      "not yet answered by the runner: in the gateway batcher's queue or in a runner call (queued or "
+                      "computing), primary and fallback slots together; summed over the instance's API workers.",
+                      ["deployment"], multiprocess_mode="livesum")
+PENDING_REQUESTS = Gauge("triserve_deployment_pending_requests", "Requests of a deployment admitted and not yet "
+                         "answered by the runner (the requests that triserve_deployment_pending_items' items belong "
+                         "to); summed over the instance's API workers.", ["deployment"], multiprocess_mode="livesum")
 RUNNER_RETRIES = Counter("triserve_runner_retries_total", "Runner calls retried after a transport error.", ["slot"])
 DEGRADED = Counter("triserve_degraded_total", "Requests answered by a fallback model, by deployment and reason.",
                    ["deployment", "reason"])
@@ -34,6 +51,24 @@ def labelled(metric, *values: str):
     a lock on every .labels() call (~3 us); the dozen per request on the hot path were ~4% of the API worker's CPU
     under load (py-spy, docs/performance.md). Children are never removed here, so remembering them is safe."""
     return metric.labels(*values)
+
+
+def pending_declared(deployment: str) -> None:
+    """Export the deployment's pending gauges at 0 before its first request: an autoscaler metric with no series at
+    all is an error, and a Kubernetes HPA with an invalid metric never scales down."""
+    labelled(PENDING_ITEMS, deployment)
+    labelled(PENDING_REQUESTS, deployment)
+
+
+def pending_started(deployment: str, items: int) -> None:
+    """A request's items were admitted (called with admission's own count, paired with pending_finished)."""
+    labelled(PENDING_REQUESTS, deployment).inc()
+    labelled(PENDING_ITEMS, deployment).inc(items)
+
+
+def pending_finished(deployment: str, items: int) -> None:
+    labelled(PENDING_ITEMS, deployment).dec(items)
+    labelled(PENDING_REQUESTS, deployment).dec()
 
 
 def observe_timings(deployment: str, timings) -> None:

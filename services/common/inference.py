@@ -24,7 +24,7 @@ from services.common.admission import AdmissionControl
 from services.common.breaker import CircuitBreaker
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError, InvalidOutput
-from observability.metrics import DEGRADED, REJECTED, labelled
+from observability.metrics import DEGRADED, REJECTED, labelled, pending_declared, pending_finished, pending_started
 from services.common.request_context import StageClock
 from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 
@@ -57,6 +57,14 @@ class Protection:
         self.admission = AdmissionControl(settings.admission, slot_batch)
         self.breakers: dict[str, CircuitBreaker] = {}
         self.access = AccessControl(settings.access, workers=settings.gateway.workers)
+        self._declared: object | None = None  # the model repository whose deployments' gauges are exported
+
+    def declare(self, repository) -> None:
+        """Every deployment of the (immutable) repository exports its pending gauges, at 0 until its first request."""
+        if repository is not self._declared:
+            for dep in repository.deployments:
+                pending_declared(dep.name)
+            self._declared = repository
 
     def breaker(self, deployment: str) -> CircuitBreaker:
         b = self.breakers.get(deployment)
@@ -94,6 +102,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
     prot: Protection = ctx.protection
     family = ctx.family(dep)
     await ctx.routing.ensure_fresh(ctx.runner)
+    prot.declare(ctx.repository)
     plan = [(slot, None)] if slot else prot.plan(dep, choice)
     last_error: ApiError | None = None
     fallback_reason: str | None = None
@@ -120,6 +129,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
                     break
                 raise
             prot.admission.started(slot, len(xs))
+            pending_started(dep.name, len(xs))  # the scaling signal: admitted until the runner's answer
             items = None
             payload = [{"slot": slot, "x": x, "deadline": deadline.epoch, "rid": request_id, "version": version}
                        for x in xs]
@@ -147,6 +157,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
             finally:
                 first = items[0] if items else {}
                 prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
+                pending_finished(dep.name, len(xs))
                 clock.stage("runner")
             if any(it.get("error") == "version_unavailable" for it in items) and attempt == 0:
                 await ctx.routing.refresh(ctx.runner)

@@ -224,14 +224,16 @@ def test_k8s_wiring(monkeypatch):
     # service: HTTP 3000 + gRPC 3001 to the named container ports
     assert {(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
         ("http", 3000, "http"), ("grpc", 3001, "grpc")}
-    # HPA on the Deployment, queue depth metric as exported by the service
+    # HPA on the Deployment, on the pending-work gauge as exported by the service, one metric per deployment
+    # (targets and their derivation: tests/services/test_scaling_signal.py)
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": dep["metadata"]["name"]}
     assert hpa["spec"]["minReplicas"] > pdb["spec"]["minAvailable"]
-    from observability.metrics import RUNNER_INFLIGHT
+    from observability.metrics import PENDING_ITEMS
 
-    pods_metrics = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
-    assert pods_metrics == [RUNNER_INFLIGHT._name] == ["triserve_runner_queue_depth"]
+    pods_metrics = [m["pods"]["metric"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    assert {m["name"] for m in pods_metrics} == {PENDING_ITEMS._name} == {"triserve_deployment_pending_items"}
+    assert sorted(m["selector"]["matchLabels"]["deployment"] for m in pods_metrics) == ["coco", "intent", "series"]
 
 
 def test_prometheus_adapter_rule_serves_the_hpa_metric():
@@ -246,6 +248,9 @@ def test_prometheus_adapter_rule_serves_the_hpa_metric():
     assert rule["seriesQuery"].startswith(hpa_metric + "{")
     assert rule["resources"]["overrides"]["pod"]["resource"] == "pod"
     assert "<<.Series>>" in rule["metricsQuery"] and "<<.GroupBy>>" in rule["metricsQuery"]
+    assert "{<<.LabelMatchers>>}" in rule["metricsQuery"]  # the HPA's metric selector (deployment) reaches the query
+    (external,) = [r for r in config["externalRules"] if r["name"]["as"] == hpa_metric]  # Yatai's runner pods
+    assert external["seriesQuery"].startswith(hpa_metric + "{") and "{<<.LabelMatchers>>}" in external["metricsQuery"]
     assert _errors(validator, {"rules": [{"seriesQuery": "x", "nmae": {}}]})  # typo caught
 
 

@@ -37,6 +37,7 @@ WAIT_S = 30  # bound on every wait against Prometheus
 # Metric families the service exposes (the contract; histograms also as _bucket/_sum/_count).
 CONTRACT = {
     "triserve_requests_total", "triserve_stage_seconds", "triserve_runner_queue_depth", "triserve_runner_batch_size",
+    "triserve_deployment_pending_items", "triserve_deployment_pending_requests",
     "triserve_runner_batch_seconds", "triserve_degraded_total", "triserve_rejected_total", "triserve_breaker_state",
     "triserve_drift_psi", "triserve_process_rss_bytes", "triserve_inflight_requests", "triserve_model_info",
     "bentoml_service_request_total", "bentoml_service_request_duration_seconds",
