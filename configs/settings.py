@@ -73,6 +73,15 @@ class FaultInjection(_Section):
                             "run ('run'); the pool must continue on CPU.")
 
 
+class MemorySettings(_Section):
+    """The runner's memory budget (runners/memory.py): every model reserves its measured resident size plus its
+    per-item working memory times its batch cap; what does not fit is refused at load."""
+
+    budget_mb: float | None = Field(None, gt=0, description="Budget of the runner process in MB; default: "
+                                                            "`fraction` x (memory available at start + held).")
+    fraction: float = Field(0.8, gt=0, le=1, description="Share of the machine's memory the derived budget takes.")
+
+
 class RunnerSettings(_Section):
     providers: list[str] = Field(
         default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"],
@@ -106,6 +115,7 @@ class RunnerSettings(_Section):
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
     faults: FaultInjection = Field(default_factory=FaultInjection)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
     @model_validator(mode="after")
     def _local_needs_gateway_batching(self) -> "RunnerSettings":

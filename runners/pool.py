@@ -19,6 +19,7 @@ import families
 from configs.settings import RunnerSettings
 from models.manifest import Manifest, TensorSpec
 from models.registry import LocalRegistry
+from runners.memory import MB, Footprint, MemoryBudget, derived_budget_mb, rss_mb
 
 log = logging.getLogger("triserve.runner")
 
@@ -41,6 +42,8 @@ class LoadedModel:
     warm: bool = False
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    footprint: Footprint | None = None  # measured at load (runners/memory.py)
+    batch_cap: int = 1  # the largest batch its memory reservation covers (<= the slot's max_batch_size)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(self.output_names, feeds)
@@ -114,6 +117,22 @@ def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
     return feeds
 
 
+def _batch_of(feed: dict[str, np.ndarray]) -> int:
+    first = next(iter(feed.values()), None)
+    return int(first.shape[0]) if first is not None and first.ndim else 1
+
+
+def _footprint(rss_before: float, after_batch: dict[int, float]) -> Footprint:
+    """Resident: RSS after the batch-1 warm-up minus before loading; per item: the growth from batch 1 to the
+    largest warm-up batch, per extra item (runners/memory.py)."""
+    if not after_batch:
+        return Footprint(resident_mb=max(rss_mb() - rss_before, 0.0), per_item_mb=0.0, measured_batch=1)
+    small, large = min(after_batch), max(after_batch)
+    resident = max(after_batch[small] - rss_before, 0.0)
+    per_item = max(after_batch[large] - after_batch[small], 0.0) / (large - small) if large > small else 0.0
+    return Footprint(resident_mb=resident, per_item_mb=per_item, measured_batch=large)
+
+
 def fixed_batch(manifest: Manifest) -> bool:
     """A graph whose batch dimension is pinned to 1 (many users' ONNX exports): the runner feeds it item by item."""
     first = manifest.inputs[0].shape if manifest.inputs else []
@@ -134,10 +153,22 @@ class ModelPool:
         self.models: dict[str, LoadedModel] = {}  # slot -> active version
         self.versions: dict[str, dict[str, LoadedModel]] = {}  # slot -> version -> loaded
         self.errors: dict[str, str] = {}
+        self.memory = MemoryBudget(settings.memory.budget_mb or derived_budget_mb(settings.memory.fraction))
+        log.info("memory budget %.0f MB (%s)", self.memory.budget_mb,
+                 "configured" if settings.memory.budget_mb else f"{settings.memory.fraction:.0%} of the machine")
 
-    def load(self, slot: str, name: str, ref: str, activate: bool = True) -> LoadedModel:
+    @staticmethod
+    def memory_key(slot: str, version: str) -> str:
+        return f"{slot}@{version}"
+
+    def load(self, slot: str, name: str, ref: str, activate: bool = True, max_batch: int = 1) -> LoadedModel:
+        """Verify, load, warm and measure; reserve its memory for the largest batch <= max_batch that fits the
+        budget (MemoryRefused when not even one item fits: nothing stays loaded)."""
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
+        key = self.memory_key(slot, manifest.version)
+        self.memory.precheck(key, (directory / manifest.model_file).stat().st_size / MB)
+        rss_before = rss_mb()
         if manifest.engine == "numpy":
             session = families.runtime(manifest.task).numpy_session(manifest, directory / manifest.model_file)
             provider, fallback = NUMPY, None
@@ -149,9 +180,16 @@ class ModelPool:
         model = LoadedModel(slot=slot, manifest=manifest, directory=directory, session=session, provider=provider,
                             load_seconds=0.0, provider_fallback=fallback, input_names=input_names,
                             output_names=output_names)
+        after_batch: dict[int, float] = {}
         for feed in warmup_feeds(manifest):
             for _ in range(self.settings.warmup_runs):
                 self.run_model(model, feed)
+            after_batch[_batch_of(feed)] = rss_mb()
+        model.footprint = _footprint(rss_before, after_batch)
+        model.batch_cap = self.memory.reserve(key, model.footprint, max(max_batch, 1))
+        if model.batch_cap < max_batch:
+            log.warning("%s: memory budget caps its batch at %d (configured %d): %s", key, model.batch_cap,
+                        max_batch, model.footprint)
         model.warm = True
         model.load_seconds = time.monotonic() - started
         log.info("loaded %s = %s:%s on %s in %.2fs", slot, name, manifest.version, provider, model.load_seconds)
@@ -176,10 +214,17 @@ class ModelPool:
         if self.models.get(slot) is not None and self.models[slot].manifest.version == version:
             raise ValueError(f"{slot}:{version} is active")
         self.versions.get(slot, {}).pop(version, None)
+        self.memory.release(self.memory_key(slot, version))
 
     def install(self, slot: str, model: LoadedModel) -> None:
         """Make a model loaded elsewhere (a staging key) the slot's active version, replacing any entry of the same
         version string (another model may carry it)."""
+        staged_key, key = self.memory_key(model.slot, model.manifest.version), self.memory_key(slot,
+                                                                                                model.manifest.version)
+        if model.footprint is not None and staged_key != key:
+            self.memory.release(staged_key)
+            self.memory.release(key)  # the same version string from another model is replaced below
+            self.memory.reserve(key, model.footprint, model.batch_cap)
         model.slot = slot
         self.versions.setdefault(slot, {})[model.manifest.version] = model
         self.models[slot] = model
@@ -188,14 +233,16 @@ class ModelPool:
     def drop(self, slot: str) -> None:
         """Forget every version of a slot whose deployment was removed."""
         self.models.pop(slot, None)
-        self.versions.pop(slot, None)
+        for version in self.versions.pop(slot, {}):
+            self.memory.release(self.memory_key(slot, version))
         self.errors.pop(slot, None)
 
-    def load_all(self, slots: dict[str, tuple[str, str]]) -> None:
-        """Load every slot; a failure is recorded (and keeps the pool not ready) instead of crashing the process."""
-        for slot, (name, ref) in slots.items():
+    def load_all(self, slots: dict[str, tuple[str, str, int]]) -> None:
+        """Load every slot (name, ref, max batch); a failure (a memory refusal too) is recorded and keeps the pool
+        not ready, with the reason, instead of crashing the process."""
+        for slot, (name, ref, max_batch) in slots.items():
             try:
-                self.load(slot, name, ref)
+                self.load(slot, name, ref, max_batch=max_batch)
             except Exception as exc:  # noqa: BLE001 - any load failure must surface as not-ready with a reason
                 log.exception("failed to load %s (%s:%s)", slot, name, ref)
                 self.errors[slot] = f"{type(exc).__name__}: {exc}"
@@ -226,9 +273,13 @@ class ModelPool:
         return {
             "ready": self.ready,
             "errors": self.errors,
+            "memory": self.memory.describe(),
             "models": {
                 slot: {"name": m.manifest.name, "version": m.manifest.version, "provider": m.provider,
                        "load_seconds": round(m.load_seconds, 3), "provider_fallback": m.provider_fallback,
+                       "memory": None if m.footprint is None else {
+                           "resident_mb": round(m.footprint.resident_mb, 2),
+                           "per_item_mb": round(m.footprint.per_item_mb, 3), "batch_cap": m.batch_cap},
                        "sha256": m.manifest.file(m.manifest.model_file).sha256,
                        "loaded_versions": sorted(self.versions.get(slot, {}))}
                 for slot, m in self.models.items()

@@ -25,6 +25,7 @@ from configs.deployments import Deployment, ModelRepository, load_repository, sa
 from configs.settings import get_settings
 from models.cache import open_serving_registry
 from runners.faults import inject_faults
+from runners.memory import MB
 from runners.pool import LoadedModel, ModelPool, fixed_batch
 from runners.ragged import length_buckets
 from runners.wire import pickled_response, sent_pickle
@@ -73,6 +74,13 @@ MODEL_INFO = Gauge("triserve_model_info", "Loaded model per slot (value 1).", ["
                    "provider"], multiprocess_mode="max")
 LOAD_SECONDS = Gauge("triserve_model_load_seconds", "Load + verify + warm-up time per model.",
                      ["slot", "model", "version"], multiprocess_mode="max")
+MODEL_MEMORY = Gauge("triserve_model_memory_bytes", "Measured memory of each loaded model version: resident, per "
+                     "batch item, and reserved (resident + per item x batch cap; runners/memory.py).",
+                     ["slot", "version", "kind"], multiprocess_mode="max")
+MEMORY_BUDGET = Gauge("triserve_runner_memory_budget_bytes", "The runner's memory budget: total, reserved, free.",
+                      ["state"], multiprocess_mode="max")
+MEMORY_SPLITS = Counter("triserve_runner_memory_splits_total", "Runner batches split because they exceeded the "
+                        "model's memory batch cap.", ["slot"])
 BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
                           ["slot", "model"],
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
@@ -114,13 +122,15 @@ class ModelRunner:
             time.sleep(settings.runner.startup_delay_s)
         self.repository: ModelRepository = STARTUP_REPOSITORY
         self.pool = ModelPool(open_serving_registry(settings, self.repository), settings.runner)
-        self.pool.load_all({slot: (m.name, m.ref) for slot, m in self.repository.slots.items()})
+        self.pool.load_all({slot: (m.name, m.ref, m.batching.max_batch_size)
+                            for slot, m in self.repository.slots.items()})
         for dep in self.repository.deployments:
             self._check_loaded(dep)
         self.rollout: dict[str, dict] = {}  # slot -> {"canary": {"version", "weight"} | None, "shadow": version}
         self._control = threading.Lock()
         for slot, m in self.pool.models.items():
             self._model_info(slot, m)
+        self._memory_gauges()
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
 
@@ -143,6 +153,16 @@ class ModelRunner:
         MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
                           m.provider).set(1)
         LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
+        if m.footprint is not None:
+            fp = m.footprint
+            for kind, mb in (("resident", fp.resident_mb), ("per_item", fp.per_item_mb),
+                             ("reserved", fp.need(m.batch_cap))):
+                MODEL_MEMORY.labels(slot, m.manifest.version, kind).set(mb * MB)
+
+    def _memory_gauges(self) -> None:
+        budget = self.pool.memory
+        for state, mb in (("total", budget.budget_mb), ("reserved", budget.used_mb), ("free", budget.free_mb)):
+            MEMORY_BUDGET.labels(state).set(mb * MB)
 
     def __is_ready__(self) -> bool:
         return self.pool.ready
@@ -190,16 +210,21 @@ class ModelRunner:
         n = len(xs)
         started = time.perf_counter()
         inject_faults(slot, settings.runner.faults)
+        cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never run more at once
         if self._per_item(slot, model):
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
             out = [None] * n
-            for group in length_buckets(xs, settings.runner.bucket_call_cost_tokens):
-                rows = self.pool.run_model(model, self._feeds(model, [xs[i] for i in group]))[0]
-                for i, row in zip(group, rows):
-                    out[i] = row
+            for bucket in length_buckets(xs, settings.runner.bucket_call_cost_tokens):
+                for group in (bucket[k: k + cap] for k in range(0, len(bucket), cap)):
+                    rows = self.pool.run_model(model, self._feeds(model, [xs[i] for i in group]))[0]
+                    for i, row in zip(group, rows):
+                        out[i] = row
         else:
-            out = self.pool.run_model(model, self._feeds(model, xs))[0]
+            out = [row for k in range(0, n, cap)
+                   for row in self.pool.run_model(model, self._feeds(model, xs[k: k + cap]))[0]]
+            if n > cap:
+                MEMORY_SPLITS.labels(slot).inc()
         if slot in settings.runner.faults.nan_output:
             out = np.full_like(np.asarray(out, dtype=np.float32), np.nan)
         infer_ms = (time.perf_counter() - started) * 1000
@@ -247,7 +272,8 @@ class ModelRunner:
         try:
             name = self.repository.slots[slot].name
             with self._control:
-                model = self.pool.load(slot, name, ref, activate=False)
+                model = self.pool.load(slot, name, ref, activate=False,
+                                       max_batch=self.repository.max_batch(slot))
         except Exception as exc:  # noqa: BLE001 - reported to the caller, logged here
             log.error("staging %s:%s refused: %s: %s", slot, ref, type(exc).__name__, exc)
             return {"slot": slot, "error": f"{type(exc).__name__}: {exc}"}
@@ -260,6 +286,7 @@ class ModelRunner:
         with self._control:
             previous = self.pool.activate(slot, version)
             self._model_info(slot, self.pool.get(slot))
+            self._memory_gauges()
             roles = self.rollout.get(slot, {})
             if roles.get("canary") and roles["canary"]["version"] == version:
                 roles["canary"] = None
@@ -302,7 +329,8 @@ class ModelRunner:
         try:
             with self._control:
                 for slot, m in dep.slots.items():  # under a key of its own: nothing serving can reach it yet
-                    staged[slot] = self.pool.load(slot + STAGING, m.name, m.ref, activate=False)
+                    staged[slot] = self.pool.load(slot + STAGING, m.name, m.ref, activate=False,
+                                                  max_batch=m.batching.max_batch_size)
                 check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             with self._control:
@@ -316,6 +344,7 @@ class ModelRunner:
                 self.pool.install(slot, model)
                 self.pool.drop(slot + STAGING)
                 self._model_info(slot, model)
+            self._memory_gauges()
             self.repository = repo
             save_state(repo, settings.deployments_state_file)
         gone = set(old.slots) - set(dep.slots) if old else set()

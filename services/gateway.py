@@ -73,7 +73,7 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
                 continue
             routing = ctx.routing.table.get(slot, {})
             slots[role] = {"slot": slot, **{k: loaded.get(slot, {}).get(k)
-                                            for k in ("name", "version", "provider", "sha256")},
+                                            for k in ("name", "version", "provider", "sha256", "memory")},
                            "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
                            "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
         error = status.get("errors", {}).get(dep.name)

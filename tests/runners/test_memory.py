@@ -1,0 +1,52 @@
+"""Memory accounting (runners/memory.py) and the pool's use of it: measured footprints, reservations, batch caps,
+refusal with the numbers, release on unload."""
+from __future__ import annotations
+
+import pytest
+
+from configs.settings import RunnerSettings
+from runners.memory import Footprint, MemoryBudget, MemoryRefused, available_mb, derived_budget_mb, rss_mb
+from runners.pool import ModelPool
+
+
+def test_machine_readings_are_plausible():
+    assert 10 < rss_mb() < 100_000 and available_mb() > 0
+    assert 0 < derived_budget_mb(0.5) < derived_budget_mb(1.0)
+
+
+def test_reservation_caps_the_batch_to_what_fits_and_refuses_what_cannot():
+    budget = MemoryBudget(100)
+    fp = Footprint(resident_mb=30, per_item_mb=5, measured_batch=8)
+    assert budget.reserve("a@1", fp, max_batch=8) == 8 and budget.used_mb == 70  # 30 + 8 x 5
+    with pytest.raises(MemoryRefused, match=r"needs 35.0 MB at batch 1 .* 30.0 of 100.0 MB free .*a@1 70.0"):
+        budget.reserve("b@1", fp, max_batch=64)
+    assert "b@1" not in budget.reserved
+    budget.release("a@1")
+    assert budget.free_mb == 100
+    assert budget.reserve("d@1", fp, max_batch=64) == 14 and budget.used_mb == 100  # (100 - 30) // 5
+
+
+def test_precheck_refuses_weights_larger_than_what_is_free():
+    budget = MemoryBudget(50)
+    budget.reserve("a@1", Footprint(40, 0, 1), 1)
+    with pytest.raises(MemoryRefused, match="weights"):
+        budget.precheck("b@1", file_mb=20)
+    budget.precheck("a@1", file_mb=45)  # its own reservation does not count against itself
+
+
+def test_pool_measures_reserves_and_releases(tiny_registry):
+    pool = ModelPool(tiny_registry, RunnerSettings(memory={"budget_mb": 4000}))
+    model = pool.load("text", "minilm-intent", "stable", max_batch=64)
+    fp = model.footprint
+    assert fp is not None and fp.resident_mb >= 0 and fp.per_item_mb >= 0 and fp.measured_batch == 8
+    assert model.batch_cap == 64 and pool.memory.reserved == {f"text@{model.manifest.version}": fp.need(64)}
+    assert pool.describe()["models"]["text"]["memory"]["batch_cap"] == 64
+    pool.drop("text")
+    assert pool.memory.reserved == {}
+
+
+def test_pool_refuses_a_model_that_cannot_fit(tiny_registry):
+    pool = ModelPool(tiny_registry, RunnerSettings(memory={"budget_mb": 0.5}))
+    with pytest.raises(MemoryRefused):
+        pool.load("detection", "yolo-shapes", "stable", max_batch=16)
+    assert pool.versions == {} and pool.memory.reserved == {}
