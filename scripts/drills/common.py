@@ -149,9 +149,3 @@ def access_log(path) -> list[tuple[float, str, int, float]]:
         except (ValueError, KeyError, TypeError):
             continue
     return out
-    for line in lines:
-        m = _ACCESS.match(line)
-        if m:
-            ts = _dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S%z").timestamp()
-            out.append((ts, m.group(2), int(m.group(3)), float(m.group(4))))
-    return out
