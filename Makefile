@@ -6,11 +6,24 @@
 #   make image        bento + buildah image + push to $(REGISTRY) + skopeo inspect (scripts/containerize.py)
 #   make variants     INT8 (static QDQ / per-channel) and FP16 variants, gated and published (scripts/variants.py)
 #   make smoke-image  run the pushed image with podman against models in the same registry (scripts/smoke_image.py)
+#   make bentofiles   python.packages of bentofile*.yaml from pyproject.toml (the one source of the serving set)
+# ONNX Runtime: ORT=cpu (default: onnxruntime) or ORT=gpu (onnxruntime-gpu), never both (same `onnxruntime` import):
+#   make install ORT=gpu
+# Tools: every command below runs from the project's environment ($(VENV)/bin/...) or by absolute path; the only
+# lookup is the interpreter that creates the venv (SYSTEM_PYTHON, resolved once to an absolute path).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+SYSTEM_PYTHON ?= $(shell command -v python3)
+GIT ?= $(firstword $(wildcard /usr/local/bin/git /usr/bin/git /bin/git) git)
+ORT ?= cpu
+ifeq ($(filter $(ORT),cpu gpu),)
+$(error ORT must be cpu or gpu, not '$(ORT)')
+endif
+# the other flavour, uninstalled before this one is installed (switching ORT in an existing venv)
+ORT_OTHER := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
+STAMP := $(VENV)/.installed-$(ORT)-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 3000
 BENTOFILE ?= bentofile.yaml
@@ -22,14 +35,16 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models variants serve test lint clean-models bento image smoke-image
+.PHONY: install models variants serve test lint clean-models bento bentofiles image smoke-image
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: pip takes the local wheels (never an unpinned CUDA download).
 	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
-	$(PIP) install -q -e '.[export,dev]'
+	$(PIP) uninstall -q -y $(ORT_OTHER)
+	$(PIP) install -q -e '.[$(ORT),export,dev]'
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,12 +65,17 @@ test: install
 clean-models:
 	rm -rf models/store .cache/pipeline
 
+bentofiles: install
+	$(PY) -m scripts.containerize --sync-bentofiles
+
 bento: install
-	$(VENV)/bin/bentoml build -f $(BENTOFILE) --label git_commit=$$(git rev-parse HEAD)
+	$(PY) -m scripts.containerize --check-bentofiles
+	$(VENV)/bin/bentoml build -f $(BENTOFILE) --label git_commit=$$($(GIT) rev-parse HEAD)
 	$(VENV)/bin/bentoml list triserve
 
+# IMAGE_ARGS: more options for scripts/containerize.py (--build-only, --no-push, --check-tools, ...)
 image: install
-	$(PY) -m scripts.containerize --bentofile $(BENTOFILE) --registry $(REGISTRY)
+	$(PY) -m scripts.containerize --bentofile $(BENTOFILE) --registry $(REGISTRY) $(IMAGE_ARGS)
 
 smoke-image: install
-	$(PY) -m scripts.smoke_image --registry $(REGISTRY)
+	$(PY) -m scripts.smoke_image --registry $(REGISTRY) $(SMOKE_ARGS)

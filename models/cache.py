@@ -2,7 +2,8 @@
 
     fetch_verified("oci://127.0.0.1:5000/triserve", "minilm-intent", "stable", Path(".cache/models"))
 
-1. resolve the ref (alias or version) in the store, retrying connection failures with exponential backoff;
+1. resolve the ref (alias or version) in the store, retrying connection failures with exponential backoff and
+   jitter (tenacity: many workers starting together do not hit the registry in lockstep);
 2. a verified copy already in the cache is used as is (every file re-hashed); otherwise the version is pulled into a
    temp dir inside the cache, every file's size and sha256 checked against the manifest, and the directory renamed
    into `<cache>/<name>/versions/<version>` (atomic: readers see a whole version or none);
@@ -26,6 +27,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from models.manifest import Manifest, utcnow
 from models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, verify_artifact
@@ -109,31 +112,45 @@ def _fetch_online(store: RegistryStore, cache: LocalRegistry, name: str, ref: st
         return final, manifest
 
 
+def retrying(retries: int, backoff: float, jitter: float | None = None,
+             sleep: Callable[[float], None] | None = None,
+             before_sleep: Callable[[RetryCallState], None] | None = None) -> Retrying:
+    """tenacity policy of the startup pull: RegistryUnavailable retried `retries` times (retries + 1 attempts), the
+    n-th wait backoff * 2**(n-1) plus a uniform random jitter in [0, jitter] (default jitter = backoff), so workers
+    that start together spread out; any other error is raised at once; the last RegistryUnavailable is re-raised."""
+    return Retrying(stop=stop_after_attempt(max(0, retries) + 1),
+                    wait=wait_exponential_jitter(multiplier=backoff, exp_base=2,
+                                                 jitter=backoff if jitter is None else jitter),
+                    retry=retry_if_exception_type(RegistryUnavailable),
+                    sleep=sleep or time.sleep, before_sleep=before_sleep, reraise=True)
+
+
 def fetch_verified(store_uri: str | Path | RegistryStore, name: str, ref: str, cache_dir: Path | str,
                    retries: int = 4, backoff: float = 0.5, progress: bool = False,
                    sleep: Callable[[float], None] | None = None,
-                   on_unreachable: Callable[[Exception], None] | None = None) -> tuple[Path, Manifest]:
+                   on_unreachable: Callable[[Exception], None] | None = None,
+                   jitter: float | None = None) -> tuple[Path, Manifest]:
     """Resolve name:ref in the store and return (directory, manifest) of a verified copy in the cache.
 
-    `retries` extra attempts after a connection failure, waiting backoff * 2**attempt seconds between them;
+    `retries` extra attempts after a connection failure, waiting backoff * 2**attempt seconds plus a random jitter
+    of up to `jitter` seconds (default: backoff) between them (`retrying()`);
     `on_unreachable(error)` is called once they are spent, before the cache is consulted.
     Raises IntegrityError (tampered artifact, names the file), NotFound (no such model/ref in a reachable store) or
     NotReady (store unreachable and no verified cached copy)."""
-    sleep = sleep or time.sleep
     cache = LocalRegistry(cache_dir)
     cache.root.mkdir(parents=True, exist_ok=True)
     store = open_store(store_uri)
     last: RegistryUnavailable | None = None
+
+    def _log_retry(state: RetryCallState) -> None:
+        log.warning("%s:%s: %s; retry %d/%d in %.2fs", name, ref, state.outcome.exception(), state.attempt_number,
+                    retries, state.next_action.sleep if state.next_action else 0.0)
+
     try:
-        for attempt in range(retries + 1):
-            try:
-                return _fetch_online(store, cache, name, ref, progress)
-            except RegistryUnavailable as exc:
-                last = exc
-                if attempt < retries:
-                    delay = backoff * 2 ** attempt
-                    log.warning("%s:%s: %s; retry %d/%d in %.2fs", name, ref, exc, attempt + 1, retries, delay)
-                    sleep(delay)
+        return retrying(retries, backoff, jitter, sleep or time.sleep, _log_retry)(
+            _fetch_online, store, cache, name, ref, progress)
+    except RegistryUnavailable as exc:
+        last = exc
     finally:
         if store is not store_uri:
             store.close()  # opened here from a URI

@@ -3,9 +3,16 @@
     python -m scripts.containerize                                   # CPU: 127.0.0.1:5000/triserve:<bento version>
     python -m scripts.containerize --registry registry.internal:5000 --repository ml/triserve
     python -m scripts.containerize --bentofile bentofile.gpu.yaml --build-only   # GPU Bento (no image here)
+    python -m scripts.containerize --check-tools        # where each tool comes from (installs nothing, builds nothing)
+    python -m scripts.containerize --sync-bentofiles    # python.packages of the bentofiles from pyproject.toml
+
+Tools: never looked up on the caller's PATH. bentoml and uv are the project environment's (next to sys.executable),
+pip is `sys.executable -m pip`, system tools are resolved in /usr/local/sbin ... /bin (a missing one names its Debian
+package), and child processes get PATH = project environment + system directories (see "tool resolution" below).
 
 Steps (each printed with its time):
-  1. tools: buildah, skopeo, debootstrap, docker-registry; missing ones are installed with apt-get (says so);
+  1. tools: buildah, skopeo, debootstrap, docker-registry (+ chroot, git); missing ones are installed with apt-get
+     (says so);
   2. base image: the public base the Bento asks for (python:3.11-slim for bentofile.yaml) when reachable; else
      (no public container registry here) a local stand-in `localhost/triserve-base:bookworm-py3.11` bootstrapped
      with debootstrap: Debian bookworm minbase + python3 (3.11), upgraded from bookworm-updates/-security, with what
@@ -45,16 +52,207 @@ from urllib.parse import urlparse
 import yaml
 
 from scripts.imagetools import (BENTOML_HOME, CACHE, HOST_CA_BUNDLE, PROJECT_ROOT, StepFailed, Steps, container_env,
-                                die, ensure_registry, ensure_tools, git_commit, human, run, say)
+                                die, ensure_registry, human, run, say)
 
 WORK = CACHE / "containerize"
 LOCAL_BASE = "localhost/triserve-base:bookworm-py3.11"
 UV_VERSION = "0.13.4"  # the uv the generated Dockerfile installs when the base has none (hash-pinned there)
 WEIGHT_SUFFIXES = (".onnx", ".pt", ".pth", ".npz", ".safetensors", ".bin", ".ckpt", ".pb", ".tflite")
 MAX_BENTO_FILE = 5 * 2**20
-# the project's own bentoml (a newcomer's shell has no activated venv: `make image` from a fresh clone)
-BENTOML = str(Path(sys.executable).with_name("bentoml"))
-TOOLS = {"buildah": "buildah", "skopeo": "skopeo", "debootstrap": "debootstrap", "docker-registry": "docker-registry"}
+
+# ------------------------------------------------------------------------------------------------- tool resolution
+# Every tool this script (and scripts/smoke_image.py) runs is resolved to an absolute path, never looked up by a bare
+# name on the caller's PATH (a newcomer's shell has no activated venv, or another bentoml/uv first on PATH):
+#   * Python tools come from this interpreter's environment: `sys.executable -m pip`, and the console scripts
+#     (bentoml, uv) next to sys.executable;
+#   * system tools are looked up in the fixed system directories below, and a missing one is an error naming its
+#     Debian package (installed with apt-get when running as root, as before);
+#   * what third-party code looks up by name (BentoML's buildah backend and its `uv pip compile` for lock_packages,
+#     scripts/imagetools.py's docker-registry, git, apt-get) sees PATH = project environment + system directories only
+#     (`use_project_path()`), so it finds the same tools.
+VENV_BIN = Path(sys.executable).parent
+SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+PYTHON_TOOLS = ("bentoml", "uv")  # console scripts of the project's environment (uv: `bentoml build` locks with it)
+# binary -> Debian package
+TOOLS = {"buildah": "buildah", "skopeo": "skopeo", "debootstrap": "debootstrap", "docker-registry": "docker-registry",
+         "chroot": "coreutils", "git": "git"}
+_resolved: dict[str, str] = {}
+
+
+def project_path() -> str:
+    """PATH for child processes: the project's environment first, then the system directories; nothing else."""
+    return os.pathsep.join([str(VENV_BIN), *SYSTEM_BIN_DIRS])
+
+
+def use_project_path() -> None:
+    """This process and its children: PATH = project_path(); and, when the caller's environment names no CA bundle
+    (a clean shell: `env -i`), the system trust store for TLS (uv, which `bentoml build` locks packages with, trusts
+    only its bundled roots otherwise, and fails behind a TLS-intercepting proxy whose CA the system store holds)."""
+    os.environ["PATH"] = project_path()
+    if "SSL_CERT_FILE" not in os.environ and HOST_CA_BUNDLE.is_file():
+        os.environ["SSL_CERT_FILE"] = str(HOST_CA_BUNDLE)
+
+
+def venv_tool(name: str) -> str:
+    """A console script of the project's environment (next to sys.executable), by absolute path."""
+    path = VENV_BIN / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise StepFailed(f"{name} is not installed in the project's environment ({VENV_BIN}): run `make install`")
+    return str(path)
+
+
+def system_tool(name: str, package: str | None = None) -> str:
+    """Absolute path of a system tool, looked up in SYSTEM_BIN_DIRS only; a missing one names its Debian package."""
+    if name in _resolved:
+        return _resolved[name]
+    found = shutil.which(name, path=os.pathsep.join(SYSTEM_BIN_DIRS))
+    if found is None:
+        package = package or TOOLS.get(name, name)
+        raise StepFailed(f"{name} not found in {':'.join(SYSTEM_BIN_DIRS)}: install the Debian package {package} "
+                         f"(apt-get install -y {package})")
+    _resolved[name] = found
+    return found
+
+
+def tool(name: str) -> str:
+    """The absolute path to run `name` by: a project console script or a system tool."""
+    return venv_tool(name) if name in PYTHON_TOOLS else system_tool(name)
+
+
+def ensure_system_tools(tools: dict[str, str], *, allow_install: bool = True) -> dict[str, str]:
+    """tools: binary -> Debian package; returns binary -> absolute path. Missing ones are apt-get installed when
+    running as root (and said so), else an error names the packages."""
+    missing = {}
+    for name, package in tools.items():
+        try:
+            system_tool(name, package)
+        except StepFailed:
+            missing[name] = package
+    found = {b: _resolved[b] for b in tools if b not in missing}
+    if found:
+        say("found: " + ", ".join(f"{b} ({p})" for b, p in found.items()))
+    if not missing:
+        return found
+    pkgs = sorted(set(missing.values()))
+    hint = f"apt-get install -y {' '.join(pkgs)}"
+    if not allow_install:
+        raise StepFailed(f"missing tools {sorted(missing)} (not in {':'.join(SYSTEM_BIN_DIRS)}): {hint}")
+    if os.geteuid() != 0:
+        raise StepFailed(f"missing tools {sorted(missing)} and not root: sudo {hint}")
+    apt = system_tool("apt-get", "apt")
+    say(f"INSTALLING missing tools {sorted(missing)} with apt-get: packages {pkgs}")
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": project_path()}
+    res = run([apt, "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, check=False, tail=2,
+              timeout=1200)
+    if res.returncode != 0:
+        run([apt, "update", "-q"], env=env, tail=1, timeout=600)
+        run([apt, "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, tail=2, timeout=1200)
+    if "docker-registry" in pkgs:  # Debian's package starts its own daemon on :5000 (htpasswd): ours starts on demand
+        try:
+            subprocess.run([system_tool("service", "init-system-helpers"), "docker-registry", "stop"],
+                           capture_output=True, env={**os.environ, "PATH": project_path()})
+        except StepFailed:
+            pass
+    return {b: system_tool(b, p) for b, p in tools.items()}
+
+
+def check_tools(system: dict[str, str], python_tools: tuple[str, ...] = PYTHON_TOOLS) -> int:
+    """--check-tools: resolve (never install) every tool the steps run and ask each for its version; prints
+    `name  path` lines, `name  MISSING (Debian package P)` for absent system tools; 0 when all resolve."""
+    rows: list[tuple[str, str, str]] = [("python", sys.executable, "project environment (sys.executable)")]
+    bad = 0
+    for name in python_tools:
+        try:
+            rows.append((name, venv_tool(name), "project environment"))
+        except StepFailed as exc:
+            rows.append((name, "MISSING", str(exc)))
+            bad += 1
+    for name, package in system.items():
+        try:
+            rows.append((name, system_tool(name, package), f"system (Debian package {package})"))
+        except StepFailed:
+            rows.append((name, "MISSING", f"Debian package {package}: apt-get install -y {package}"))
+            bad += 1
+    env = {**os.environ, "PATH": project_path()}
+    for name, path, where in rows:
+        version = ""
+        if path != "MISSING":
+            cmd = [sys.executable, "-m", "pip", "--version"] if name == "python" else [path, "--version"]
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+                version = ((res.stdout or res.stderr).strip().splitlines() or [""])[0][:80]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                version = f"({exc})"
+        print(f"{name:<16} {path}  [{where}] {version}", flush=True)
+    print(f"PATH for child processes: {project_path()}")
+    return 1 if bad else 0
+
+
+def git_commit() -> tuple[str, bool]:
+    """(HEAD sha, working tree dirty?), with the system git."""
+    try:
+        git = tool("git")
+        sha = subprocess.run([git, "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = bool(subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                                    capture_output=True, text=True).stdout.strip())
+        return sha, dirty
+    except (OSError, subprocess.CalledProcessError, StepFailed):
+        return "unknown", False
+
+
+# ------------------------------------------------------------------------------------ bentofiles from pyproject.toml
+# pyproject.toml is the one source of truth for the serving dependencies: a bentofile's python.packages is
+# [project].dependencies followed by the extra named by its `labels.variant` (cpu: onnxruntime, gpu:
+# onnxruntime-gpu), same names, same version specifiers, same markers. `make bentofiles` rewrites them;
+# tests/configs/test_deploy.py and `make bento` / `make image` check them.
+PACKAGES_NOTE = "# generated by `make bentofiles` from pyproject.toml (dependencies + '{variant}' extra): do not edit\n"
+
+
+def serving_packages(variant: str, pyproject: Path | None = None) -> list[str]:
+    """[project].dependencies + optional-dependencies[variant] of pyproject.toml, in that order."""
+    import tomllib
+
+    project = tomllib.loads((pyproject or PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
+    if variant not in extras:
+        raise StepFailed(f"pyproject.toml has no [project.optional-dependencies] {variant!r} (bentofile variant)")
+    return [*project["dependencies"], *extras[variant]]
+
+
+def bentofile_variant(data: dict) -> str:
+    return str((data.get("labels") or {}).get("variant") or "cpu")
+
+
+def render_bentofile(text: str, packages: list[str], variant: str) -> str:
+    """The bentofile text with its python.packages block replaced (comments elsewhere kept)."""
+    lines = text.splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == "  packages:"
+                     and any(prev.rstrip() == "python:" for prev in lines[:i]))
+    except StopIteration:
+        raise StepFailed("no `  packages:` block under `python:`") from None
+    end = start + 1
+    while end < len(lines) and lines[end].startswith(("    - ", "    #")):
+        end += 1
+    block = ["  packages:\n", "    " + PACKAGES_NOTE.format(variant=variant)]
+    block += [f"    - {json.dumps(req)}\n" for req in packages]
+    return "".join(lines[:start] + block + lines[end:])
+
+
+def sync_bentofiles(check: bool = False, root: Path | None = None) -> list[Path]:
+    """Bentofiles whose python.packages differ from pyproject.toml (rewritten unless check)."""
+    root = root or PROJECT_ROOT
+    stale = []
+    for path in sorted(root.glob("bentofile*.yaml")):
+        text = path.read_text()
+        variant = bentofile_variant(yaml.safe_load(text))
+        want = render_bentofile(text, serving_packages(variant, root / "pyproject.toml"), variant)
+        if want != text:
+            stale.append(path)
+            if not check:
+                path.write_text(want)
+    return stale
 
 
 def public_base(bentofile: dict) -> str:
@@ -78,7 +276,7 @@ def image_reachable(ref: str, env: dict) -> bool:
     else:
         full = f"docker.io/{ref if '/' in ref else 'library/' + ref}"
     try:
-        res = run(["skopeo", "inspect", "--raw", "--retry-times", "0", f"docker://{full}"], env=env, check=False,
+        res = run([tool("skopeo"), "inspect", "--raw", "--retry-times", "0", f"docker://{full}"], env=env, check=False,
                   timeout=45, tail=0, quiet=True)
     except StepFailed:
         return False
@@ -89,7 +287,7 @@ def image_reachable(ref: str, env: dict) -> bool:
 
 
 def local_image_exists(ref: str, env: dict) -> bool:
-    return subprocess.run(["buildah", "inspect", "--type", "image", ref], env={**os.environ, **env},
+    return subprocess.run([tool("buildah"), "inspect", "--type", "image", ref], env={**os.environ, **env},
                           capture_output=True).returncode == 0
 
 
@@ -125,8 +323,8 @@ def fetch_uv(dest: Path) -> Path:
 def build_local_base(env: dict, mirror: str) -> None:
     rootfs = WORK / "base-rootfs"
     shutil.rmtree(rootfs, ignore_errors=True)
-    run(["debootstrap", "--variant=minbase", "--include=python3,ca-certificates", "bookworm", str(rootfs), mirror],
-        log=WORK / "debootstrap.log", tail=2, timeout=1800)
+    run([tool("debootstrap"), "--variant=minbase", "--include=python3,ca-certificates", "bookworm", str(rootfs),
+         mirror], log=WORK / "debootstrap.log", tail=2, timeout=1800)
     (rootfs / "etc/apt/sources.list").write_text(
         f"deb {mirror} bookworm main\ndeb {mirror} bookworm-updates main\n"
         f"deb {mirror.replace('/debian', '/debian-security')} bookworm-security main\n")
@@ -135,16 +333,16 @@ def build_local_base(env: dict, mirror: str) -> None:
             if p.is_file():
                 p.unlink()
     fetch_uv(rootfs / "usr/local/bin/uv")
-    py = subprocess.run(["chroot", str(rootfs), "python3", "-V"], capture_output=True, text=True).stdout.strip()
+    py = subprocess.run([tool("chroot"), str(rootfs), "python3", "-V"], capture_output=True, text=True).stdout.strip()
     say(f"rootfs {rootfs}: {py}, uv {UV_VERSION}")
     tar = WORK / "base-rootfs.tar"
     with tarfile.open(tar, "w") as tf:
         tf.add(rootfs, arcname=".")
     say(f"rootfs tarball {human(tar.stat().st_size)}")
-    ctr = run(["buildah", "from", "scratch"], env=env, tail=0, quiet=True).stdout.strip().splitlines()[-1]
+    ctr = run([tool("buildah"), "from", "scratch"], env=env, tail=0, quiet=True).stdout.strip().splitlines()[-1]
     try:
-        run(["buildah", "add", ctr, str(tar), "/"], env=env, tail=0)
-        cfg = ["buildah", "config",
+        run([tool("buildah"), "add", ctr, str(tar), "/"], env=env, tail=0)
+        cfg = [tool("buildah"), "config",
                "--env", "LANG=C.UTF-8",
                "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                # the OS trust store (Debian's ca-certificates): uv and pip verify TLS against it, not a vendored copy
@@ -161,14 +359,14 @@ def build_local_base(env: dict, mirror: str) -> None:
         # Dockerfile apt-installs (ca-certificates gnupg2 bash build-essential git), so that step is a no-op: an
         # upgraded ca-certificates would rewrite /etc/ssl/certs/ca-certificates.crt, which is the host bundle
         # bind-mounted read-only during the image build ("Device or resource busy").
-        run(["buildah", "run", "--isolation", "chroot", ctr, "--", "sh", "-c",
+        run([tool("buildah"), "run", "--isolation", "chroot", ctr, "--", "sh", "-c",
              "export DEBIAN_FRONTEND=noninteractive && apt-get update -q && apt-get upgrade -y -q && "
              "apt-get install -y -q --no-install-recommends ca-certificates gnupg2 bash build-essential git && "
              "apt-get clean && rm -rf /var/lib/apt/lists/*"], env=env, log=WORK / "base-apt.log", tail=2,
             timeout=1800)
-        run(["buildah", "commit", "--rm", "-q", ctr, LOCAL_BASE], env=env, tail=1)
+        run([tool("buildah"), "commit", "--rm", "-q", ctr, LOCAL_BASE], env=env, tail=1)
     except BaseException:
-        subprocess.run(["buildah", "rm", ctr], env={**os.environ, **env}, capture_output=True)
+        subprocess.run([tool("buildah"), "rm", ctr], env={**os.environ, **env}, capture_output=True)
         raise
     shutil.rmtree(rootfs, ignore_errors=True)
     tar.unlink()
@@ -238,7 +436,7 @@ def verify_bento(tag: str, env: dict) -> tuple[Path, int]:
     say(f"labels: {json.dumps(info.get('labels'), sort_keys=True)}")
     if weights or big or info.get("models"):
         raise StepFailed(f"the Bento carries weights: {weights or big or info.get('models')}")
-    run([BENTOML, "list", name], env=env, tail=8)
+    run([tool("bentoml"), "list", name], env=env, tail=8)
     return path, total
 
 
@@ -257,7 +455,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--build-only", action="store_true", help="stop after the Bento checks (no image)")
     ap.add_argument("--no-push", action="store_true", help="build the image, do not push")
     ap.add_argument("--verbose", action="store_true", help="stream the image build log")
+    ap.add_argument("--check-tools", action="store_true",
+                    help="resolve every tool the steps run (project environment / system directories, never the "
+                         "caller's PATH), print name, path and version, install nothing, exit 1 if one is missing")
+    ap.add_argument("--sync-bentofiles", action="store_true",
+                    help="rewrite python.packages of every bentofile*.yaml from pyproject.toml (make bentofiles)")
+    ap.add_argument("--check-bentofiles", action="store_true",
+                    help="exit 1 when a bentofile's python.packages differs from pyproject.toml")
     args = ap.parse_args(argv)
+    use_project_path()
+    if args.check_tools:
+        sys.exit(check_tools(TOOLS))
+    if args.sync_bentofiles or args.check_bentofiles:
+        stale = sync_bentofiles(check=args.check_bentofiles)
+        for path in stale:
+            print(f"{path.name}: python.packages {'differs from' if args.check_bentofiles else 'rewritten from'} "
+                  "pyproject.toml" + (" (run `make bentofiles`)" if args.check_bentofiles else ""))
+        if not stale:
+            print("bentofiles: python.packages follow pyproject.toml")
+        sys.exit(1 if stale and args.check_bentofiles else 0)
 
     bentofile = (PROJECT_ROOT / args.bentofile).resolve()
     bf = yaml.safe_load(bentofile.read_text())
@@ -267,9 +483,12 @@ def main(argv: list[str] | None = None) -> None:
     env = container_env()
     os.environ.update({k: env[k] for k in ("BENTOML_HOME", "BENTOML_DO_NOT_TRACK")})
 
-    with steps.step("tools (buildah, skopeo, debootstrap, docker-registry)"):
-        ensure_tools(TOOLS)
-        run(["buildah", "--version"], tail=1, quiet=False)
+    with steps.step("tools (buildah, skopeo, debootstrap, docker-registry; bentoml and uv of the project)"):
+        ensure_system_tools(TOOLS)
+        for name in PYTHON_TOOLS:
+            say(f"{name}: {venv_tool(name)}")
+        say(f"PATH of the child processes: {project_path()}")
+        run([tool("buildah"), "--version"], tail=1, quiet=False)
         say(f"storage: {env['CONTAINERS_STORAGE_CONF']} (driver vfs), isolation chroot, BENTOML_HOME {BENTOML_HOME}")
 
     with steps.step("base image"):
@@ -296,9 +515,11 @@ def main(argv: list[str] | None = None) -> None:
         bento_file = derived_bentofile(bentofile, base, index)
 
     with steps.step("bentoml build (label git_commit)"):
+        if bentofile.parent == PROJECT_ROOT and bentofile in sync_bentofiles(check=True):
+            raise StepFailed(f"{bentofile.name}: python.packages differ from pyproject.toml: run `make bentofiles`")
         sha, dirty = git_commit()
         labels = ["--label", f"git_commit={sha}"] + (["--label", "git_dirty=true"] if dirty else [])
-        res = run([BENTOML, "build", "-f", str(bento_file), *labels, "-o", "tag", str(PROJECT_ROOT)], env=env,
+        res = run([tool("bentoml"), "build", "-f", str(bento_file), *labels, "-o", "tag", str(PROJECT_ROOT)], env=env,
                   tail=1, cwd=PROJECT_ROOT, timeout=900)
         tag = next(line.split("__tag__:", 1)[1].strip() for line in res.stdout.splitlines() if "__tag__:" in line)
         version = tag.split(":", 1)[1]
@@ -316,7 +537,7 @@ def main(argv: list[str] | None = None) -> None:
     with steps.step(f"bentoml containerize --backend buildah -> {image}"):
         if not HOST_CA_BUNDLE.is_file():
             raise StepFailed(f"{HOST_CA_BUNDLE} missing")
-        cmd = [BENTOML, "containerize", tag, "--backend", "buildah", "-t", image,
+        cmd = [tool("bentoml"), "containerize", tag, "--backend", "buildah", "-t", image,
                "--opt", f"volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro",
                "--opt", "isolation=chroot",
                "--opt", f"label=org.opencontainers.image.revision={sha}",
@@ -335,10 +556,10 @@ def main(argv: list[str] | None = None) -> None:
             for line in res.stdout.splitlines():
                 if re.search(r"\bSTEP \d+/\d+:|COMMIT|Successfully (built|tagged)", line):
                     print("      | " + line.replace("INFO: ", "").strip()[:160], flush=True)
-        img = json.loads(run(["buildah", "inspect", "--type", "image", f"localhost/{image}"], env=env, tail=0,
+        img = json.loads(run([tool("buildah"), "inspect", "--type", "image", f"localhost/{image}"], env=env, tail=0,
                              quiet=True).stdout)
         say(f"image localhost/{image} id {img['FromImageID'][:12]}; full build log {log.relative_to(PROJECT_ROOT)}")
-        run(["buildah", "images", f"localhost/{image}"], env=env, tail=3)
+        run([tool("buildah"), "images", f"localhost/{image}"], env=env, tail=3)
 
     with steps.step(f"registry {args.registry}"):
         ensure_registry(args.registry)
@@ -349,19 +570,19 @@ def main(argv: list[str] | None = None) -> None:
     dest = f"{args.registry}/{args.repository}:{version}"
     with steps.step(f"buildah push -> docker://{dest}"):
         digest_file = WORK / f"digest-{version}"
-        run(["buildah", "push", f"--tls-verify={'true' if args.tls_verify else 'false'}", "--digestfile",
+        run([tool("buildah"), "push", f"--tls-verify={'true' if args.tls_verify else 'false'}", "--digestfile",
              str(digest_file), f"localhost/{image}", f"docker://{dest}"], env=env, tail=3, timeout=1800)
         say(f"pushed {dest}@{digest_file.read_text().strip()}")
 
     with steps.step(f"skopeo inspect docker://{dest}"):
-        res = run(["skopeo", "inspect", f"--tls-verify={'true' if args.tls_verify else 'false'}", f"docker://{dest}"],
-                  env=env, tail=0)
+        tls = f"--tls-verify={'true' if args.tls_verify else 'false'}"
+        res = run([tool("skopeo"), "inspect", tls, f"docker://{dest}"], env=env, tail=0)
         info = json.loads(res.stdout)
         shown = {k: info.get(k) for k in ("Name", "Digest", "RepoTags", "Created", "Architecture", "Os", "Labels")}
         shown["Env"] = [e for e in info.get("Env") or [] if e.startswith(("TRISERVE_", "BENTO"))]
         print(json.dumps(shown, indent=2), flush=True)
-        raw = json.loads(run(["skopeo", "inspect", "--raw", f"--tls-verify={'true' if args.tls_verify else 'false'}",
-                              f"docker://{dest}"], env=env, tail=0, quiet=True).stdout)
+        raw = json.loads(run([tool("skopeo"), "inspect", "--raw", tls, f"docker://{dest}"], env=env, tail=0,
+                             quiet=True).stdout)
         layer_bytes = sum(layer.get("size", 0) for layer in raw.get("layers", []))
         say(f"{len(raw.get('layers', []))} layers, {human(layer_bytes)} compressed; Bento {human(bento_size)}")
         (WORK / "last-image.json").write_text(json.dumps({"image": dest, "digest": info.get("Digest"),

@@ -37,10 +37,17 @@ import time
 
 import httpx
 
-from scripts.imagetools import (CACHE, PROJECT_ROOT, StepFailed, Steps, container_env, die, ensure_registry,
-                                ensure_tools, human, run, say)
+from scripts.containerize import check_tools, ensure_system_tools, system_tool, use_project_path
+from scripts.imagetools import (CACHE, PROJECT_ROOT, StepFailed, Steps, container_env, die, ensure_registry, human,
+                                run, say)
 
+# binary -> Debian package; resolved to absolute paths in the system directories, never on the caller's PATH
+# (scripts/containerize.py "tool resolution"); models.cli runs as `sys.executable -m models.cli`
 TOOLS = {"podman": "podman", "runc": "runc", "skopeo": "skopeo", "docker-registry": "docker-registry"}
+
+
+def tool(name: str) -> str:
+    return system_tool(name, TOOLS.get(name))
 
 
 def free_port() -> int:
@@ -131,7 +138,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--models-from", default="models/store", help="local registry to publish the models from")
     ap.add_argument("--ready-timeout", type=float, default=900)
     ap.add_argument("--keep", action="store_true", help="leave the container running")
+    ap.add_argument("--check-tools", action="store_true",
+                    help="resolve every tool the steps run, print name, path and version, install nothing, exit 1 if "
+                         "one is missing")
     args = ap.parse_args(argv)
+    use_project_path()
+    if args.check_tools:
+        sys.exit(check_tools(TOOLS, python_tools=()))
 
     image = args.image
     if image is None:
@@ -144,9 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     env = container_env("smoke-storage")  # a separate, initially empty storage: run what the registry holds
 
     with steps.step("tools (podman, runc, skopeo, docker-registry)"):
-        ensure_tools(TOOLS)
-        run(["podman", "--version"], tail=1)
-        run(["runc", "--version"], tail=1)
+        ensure_system_tools(TOOLS)
+        run([tool("podman"), "--version"], tail=1)
+        run([tool("runc"), "--version"], tail=1)
 
     with steps.step(f"registry {args.registry}"):
         ensure_registry(args.registry)
@@ -162,9 +175,9 @@ def main(argv: list[str] | None = None) -> None:
 
     with steps.step(f"podman pull {image} (separate storage)"):
         tls = "--tls-verify=false"
-        remote = json.loads(run(["skopeo", "inspect", tls, f"docker://{image}"], tail=0, quiet=True).stdout)
-        run(["podman", "pull", tls, f"docker://{image}"], env=env, tail=3, timeout=1800)
-        local = json.loads(run(["podman", "image", "inspect", image], env=env, tail=0, quiet=True).stdout)[0]
+        remote = json.loads(run([tool("skopeo"), "inspect", tls, f"docker://{image}"], tail=0, quiet=True).stdout)
+        run([tool("podman"), "pull", tls, f"docker://{image}"], env=env, tail=3, timeout=1800)
+        local = json.loads(run([tool("podman"), "image", "inspect", image], env=env, tail=0, quiet=True).stdout)[0]
         say(f"registry digest {remote['Digest']}; pulled image digest {local.get('Digest')}; "
             f"size {human(local.get('Size', 0))}")
         if local.get("Digest") != remote["Digest"]:
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
             "BENTOML_HOST": "127.0.0.1", "BENTOML_PORT": str(port),
             "TRISERVE_GRPC__HOST": "127.0.0.1", "TRISERVE_GRPC__PORT": str(grpc_port),
         }
-        cmd = ["podman", "run", "-d", "--name", name, "--network", "host"]
+        cmd = [tool("podman"), "run", "-d", "--name", name, "--network", "host"]
         for k, v in envs.items():
             cmd += ["-e", f"{k}={v}"]
         cid = run(cmd + [image], env=env, tail=1).stdout.strip().splitlines()[-1]
@@ -190,10 +203,10 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.monotonic()
             status = None
             while time.monotonic() - t0 < args.ready_timeout:
-                state = json.loads(run(["podman", "inspect", "--format", "{{json .State}}", cid], env=env, tail=0,
-                                       quiet=True).stdout)
+                state = json.loads(run([tool("podman"), "inspect", "--format", "{{json .State}}", cid], env=env,
+                                       tail=0, quiet=True).stdout)
                 if not state.get("Running"):
-                    run(["podman", "logs", "--tail", "60", cid], env=env, tail=60, check=False)
+                    run([tool("podman"), "logs", "--tail", "60", cid], env=env, tail=60, check=False)
                     raise StepFailed(f"container exited: {state.get('ExitCode')} {state.get('Error')}")
                 try:
                     status = httpx.get(f"{base}/readyz", timeout=2).status_code
@@ -203,16 +216,16 @@ def main(argv: list[str] | None = None) -> None:
                     break
                 time.sleep(2)
             else:
-                run(["podman", "logs", "--tail", "60", cid], env=env, tail=60, check=False)
+                run([tool("podman"), "logs", "--tail", "60", cid], env=env, tail=60, check=False)
                 raise StepFailed(f"/readyz not 200 after {args.ready_timeout}s (last {status})")
             say(f"/readyz 200 after {time.monotonic() - t0:.1f}s")
-            logs = run(["podman", "logs", cid], env=env, tail=0, quiet=True, check=False).stdout
+            logs = run([tool("podman"), "logs", cid], env=env, tail=0, quiet=True, check=False).stdout
             shown = [ln for ln in logs.splitlines() if re.search(
                 r"model cache|pull|verif|INTEGRITY|warm|Starting production|grpc", ln, re.I)]
             for line in shown[-15:]:
                 say("  log| " + line.strip()[:220])
             # weights: none in the image, six in the cache the container filled from the registry
-            run(["podman", "exec", cid, "sh", "-c",
+            run([tool("podman"), "exec", cid, "sh", "-c",
                  "echo \"*.onnx in the image's bento and venv (besides onnxruntime's own 3 tiny examples in "
                  "onnxruntime/datasets): $(find /home/bentoml/bento /app -name '*.onnx' "
                  "-not -path '*/site-packages/onnxruntime/datasets/*' | wc -l)\"; "
@@ -229,10 +242,10 @@ def main(argv: list[str] | None = None) -> None:
             say(f"--keep: container {cid[:12]} left running on {base}")
         else:
             with steps.step(f"stop container {cid[:12]}"):
-                run(["podman", "stop", "-t", "20", cid], env=env, tail=1, check=False, timeout=120)
-                run(["podman", "rm", cid], env=env, tail=1, check=False, timeout=120)
+                run([tool("podman"), "stop", "-t", "20", cid], env=env, tail=1, check=False, timeout=120)
+                run([tool("podman"), "rm", cid], env=env, tail=1, check=False, timeout=120)
                 # the pulled image too (vfs keeps full copies): the next run pulls from the registry again
-                run(["podman", "rmi", image], env=env, tail=1, check=False, timeout=300)
+                run([tool("podman"), "rmi", image], env=env, tail=1, check=False, timeout=300)
     steps.summary()
 
 

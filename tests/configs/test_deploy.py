@@ -1,8 +1,11 @@
 """Packaging and deployment configs, validated offline.
 
-* bentofile.yaml / bentofile.gpu.yaml: BentoML's own BentoBuildConfig (unknown keys are errors), the serving package
-  set of pyproject.toml, every TRISERVE_* env a valid Settings override, and a real `bentoml build` into a temp
-  BENTOML_HOME that must give a versioned Bento without weights.
+* bentofile.yaml / bentofile.gpu.yaml: BentoML's own BentoBuildConfig (unknown keys are errors), python.packages
+  == the serving set of pyproject.toml plus the variant's ONNX Runtime extra (names and versions), every TRISERVE_*
+  env a valid Settings override, and a real `bentoml build` into a temp BENTOML_HOME that must give a versioned Bento
+  without weights.
+* pyproject.toml / Makefile: onnxruntime (`cpu` extra) and onnxruntime-gpu (`gpu` extra) never both; `make install`
+  picks exactly one.
 * configs/deploy/k8s/*.yaml: the Kubernetes OpenAPI schemas shipped by kubernetes-validate (strict: unknown fields are
   errors) for the oldest and newest Kubernetes version tested, plus the wiring between them (selectors, ports,
   probes, GPU, cache volume, HPA metric == the metric the service exports == the prometheus-adapter rule).
@@ -98,14 +101,30 @@ def _service_names() -> set[str]:
 
 # ----------------------------------------------------------------------------------------------------- bentofiles
 
-def _pyproject_deps() -> list[str]:
+def _pyproject() -> dict:
     import tomllib
 
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _pyproject_deps() -> list[str]:
+    return _pyproject()["dependencies"]
 
 
 def _req_name(req: str) -> str:
     return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower()
+
+
+def _req_key(req: str) -> tuple[str, str, str]:
+    """(canonical name, version specifier, marker) of a requirement: what 'same package, same version' means."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    r = Requirement(req)
+    return canonicalize_name(r.name), str(r.specifier), str(r.marker or "")
+
+
+ORT = {"onnxruntime", "onnxruntime-gpu"}  # both install the `onnxruntime` import package
 
 
 @pytest.mark.parametrize("bentofile", ["bentofile.yaml", "bentofile.gpu.yaml"])
@@ -124,16 +143,136 @@ def test_bentofile_is_valid_for_bentoml(bentofile, monkeypatch):
         assert pattern in raw["include"], pattern
     for pattern in ("models/store/", ".cache/", ".venv/", "tests/", "scripts/", "*.onnx", "*.pt"):
         assert pattern in raw["exclude"], pattern
-    # the serving set of pyproject.toml, with onnxruntime-gpu in the GPU variant
-    want = {_req_name(r) for r in _pyproject_deps()}
-    got = {_req_name(r) for r in raw["python"]["packages"]}
     if bentofile == "bentofile.gpu.yaml":
-        want = (want - {"onnxruntime"}) | {"onnxruntime-gpu"}
-        assert raw["docker"]["cuda_version"].startswith("12")
-    assert got == want
+        assert raw["labels"]["variant"] == "gpu" and raw["docker"]["cuda_version"].startswith("12")
+    else:
+        assert raw["labels"]["variant"] == "cpu"
     envs = {e["name"]: str(e["value"]) for e in raw["envs"]}
     assert {"TRISERVE_REGISTRY_URI", "TRISERVE_MODEL_CACHE_DIR", "TRISERVE_SLOTS__INTENT__REF"} <= set(envs)
     _settings_env_ok(envs, monkeypatch)
+
+
+@pytest.mark.parametrize("bentofile", ["bentofile.yaml", "bentofile.gpu.yaml"])
+def test_bentofile_packages_are_pyproject_serving_set_names_and_versions(bentofile):
+    """pyproject.toml is the one source: python.packages == [project].dependencies + the variant's extra, with the
+    same names, version specifiers and markers, in that order (`make bentofiles` writes them)."""
+    from scripts.containerize import render_bentofile, serving_packages
+
+    raw = _load(ROOT / bentofile)
+    variant = raw["labels"]["variant"]
+    want = _pyproject_deps() + _pyproject()["optional-dependencies"][variant]
+    assert serving_packages(variant) == want
+    got = raw["python"]["packages"]
+    # names AND versions (and markers), as a map and as the exact list
+    assert {_req_key(r)[0]: _req_key(r)[1:] for r in got} == {_req_key(r)[0]: _req_key(r)[1:] for r in want}
+    assert got == want
+    # exactly one ONNX Runtime: the variant's
+    assert [_req_key(r)[0] for r in got if _req_key(r)[0] in ORT] == (
+        ["onnxruntime-gpu"] if variant == "gpu" else ["onnxruntime"])
+    # `make bentofiles` would leave the file as it is (its comments included)
+    text = (ROOT / bentofile).read_text()
+    assert render_bentofile(text, want, variant) == text
+
+
+def test_bentofile_check_catches_a_version_drift(tmp_path):
+    from scripts.containerize import sync_bentofiles
+
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    text = (ROOT / "bentofile.yaml").read_text()
+    assert '"bentoml==1.4.40"' in text
+    (tmp_path / "bentofile.yaml").write_text(text.replace('"bentoml==1.4.40"', '"bentoml==1.4.39"'))
+    assert sync_bentofiles(check=True, root=tmp_path) == [tmp_path / "bentofile.yaml"]
+    assert sync_bentofiles(root=tmp_path) == [tmp_path / "bentofile.yaml"]  # rewritten
+    assert (tmp_path / "bentofile.yaml").read_text() == text
+    assert sync_bentofiles(check=True, root=tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------- ONNX Runtime: one of two
+
+def test_cpu_and_gpu_extras_are_mutually_exclusive_onnxruntime_choices():
+    project = _pyproject()
+    extras = project["optional-dependencies"]
+    ort_in = {name: {_req_key(r)[0] for r in reqs} & ORT for name, reqs in extras.items()}
+    assert ort_in["cpu"] == {"onnxruntime"} and ort_in["gpu"] == {"onnxruntime-gpu"}
+    assert not {_req_key(r)[0] for r in project["dependencies"]} & ORT  # never in the base set
+    assert all(not found for name, found in ort_in.items() if name not in ("cpu", "gpu")), ort_in
+    # and nothing the other extras install pulls one in (requirements of what is installed here, transitively)
+    for extra in ("cpu", "gpu"):
+        assert _closure_ort(["triserve"], {extra, "export", "dev"}) == ({"onnxruntime"} if extra == "cpu"
+                                                                      else {"onnxruntime-gpu"}), extra
+
+
+def _closure_ort(roots: list[str], root_extras: set[str]) -> set[str]:
+    """ONNX Runtime distributions required by `roots[extras]`, following the installed distributions' metadata."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: set[str] = set()
+    seen: set[tuple[str, frozenset]] = set()
+    todo = [(canonicalize_name(r), frozenset(root_extras)) for r in roots]
+    while todo:
+        name, extras = todo.pop()
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        if name in ORT:
+            found.add(name)
+            continue
+        try:
+            requires = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            envs = [{"extra": e} for e in extras] or [{"extra": ""}]
+            if req.marker is not None and not any(req.marker.evaluate(env) for env in envs):
+                continue
+            todo.append((canonicalize_name(req.name), frozenset(req.extras)))
+    return found
+
+
+def _install_lines(*make_args: str) -> list[str]:
+    make = next(p for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make") if os.access(p, os.X_OK))
+    res = subprocess.run([make, "-n", "-B", "install", *make_args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    return [ln for ln in res.stdout.splitlines() if "pip install" in ln or "pip uninstall" in ln]
+
+
+@pytest.mark.skipif(not any(os.access(p, os.X_OK) for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make")),
+                    reason="make is not installed")
+def test_default_install_selects_exactly_one_onnxruntime():
+    """`make install` (what make serve / make test / .ci/run use) installs the cpu extra and removes the GPU build;
+    ORT=gpu the reverse; the installed environment holds exactly one of the two distributions."""
+    import importlib.metadata as md
+
+    extras = _pyproject()["optional-dependencies"]
+    for args, chosen, removed in (((), "cpu", "onnxruntime-gpu"), (("ORT=gpu",), "gpu", "onnxruntime")):
+        lines = _install_lines(*args)
+        project = [ln for ln in lines if " -e " in ln]
+        assert len(project) == 1, lines
+        selected = set(re.search(r"\.\[([^\]]*)\]", project[0]).group(1).split(","))
+        ort = {_req_key(r)[0] for e in selected for r in extras.get(e, [])} & ORT
+        assert ort == {chosen.replace("cpu", "onnxruntime").replace("gpu", "onnxruntime-gpu")}, project
+        uninstall = [ln for ln in lines if "pip uninstall" in ln]
+        assert uninstall and uninstall[0].split()[-1] == removed
+        assert lines.index(uninstall[0]) < lines.index(project[0])  # removed before the other is installed
+    make = next(p for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make") if os.access(p, os.X_OK))
+    bad = subprocess.run([make, "-n", "install", "ORT=both"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "ORT must be cpu or gpu" in bad.stderr
+    installed = set()
+    for name in ORT:
+        try:
+            md.distribution(name)
+            installed.add(name)
+        except md.PackageNotFoundError:
+            pass
+    assert len(installed) == 1, f"this environment has {installed or 'no'} ONNX Runtime distribution(s)"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r'"\$MAKE" test ORT=cpu', ci)
 
 
 def test_bentoml_build_gives_a_versioned_bento_without_weights(tmp_path):

@@ -1,5 +1,6 @@
-"""Startup pull into the verified cache: atomic landing, alias memory for offline starts, retries with backoff,
-tamper handling (remote refused; cache refused offline, quarantined and re-pulled online), serving registry."""
+"""Startup pull into the verified cache: atomic landing, alias memory for offline starts, retries with backoff and
+jitter (tenacity), tamper handling (remote refused; cache refused offline, quarantined and re-pulled online), serving
+registry."""
 from __future__ import annotations
 
 import json
@@ -78,12 +79,47 @@ def test_cached_copy_is_reused_and_alias_moves_are_followed(store, tmp_path):
     assert manifest.version == V2  # resolved offline from the last recorded move
 
 
+def _jittered(sleeps: list[float], base: list[float], jitter: float) -> bool:
+    """Each wait is the exponential base plus a jitter in [0, jitter]."""
+    return len(sleeps) == len(base) and all(b <= s <= b + jitter for s, b in zip(sleeps, base))
+
+
 def test_connection_failures_are_retried_with_exponential_backoff(store, tmp_path):
     sleeps: list[float] = []
     flaky = Flaky(store, failures=2)
     _, manifest = fetch_verified(flaky, "toy-model", "stable", tmp_path / "cache", retries=3, backoff=0.1,
-                                 sleep=sleeps.append)
+                                 sleep=sleeps.append, jitter=0)
     assert manifest.version == V1 and sleeps == [0.1, 0.2]
+
+
+def test_backoff_has_jitter_so_workers_do_not_retry_in_lockstep(store, tmp_path):
+    """Default jitter = backoff: wait n is backoff * 2**(n-1) + U(0, backoff); two workers' waits differ."""
+    runs = []
+    for worker in range(2):
+        sleeps: list[float] = []
+        flaky = Flaky(store, failures=3)
+        _, manifest = fetch_verified(flaky, "toy-model", "stable", tmp_path / f"cache{worker}", retries=3,
+                                     backoff=0.1, sleep=sleeps.append)
+        assert manifest.version == V1 and flaky.failures == 0 and flaky.pulls == 1
+        assert _jittered(sleeps, [0.1, 0.2, 0.4], 0.1), sleeps
+        runs.append(sleeps)
+    assert runs[0] != runs[1] and runs[0] != [0.1, 0.2, 0.4]
+
+
+def test_retries_only_connection_failures_and_only_as_many_times_as_asked(store, tmp_path):
+    sleeps: list[float] = []
+    with pytest.raises(NotFound):  # a reachable store that says no: raised at once, no retry
+        fetch_verified(store, "nope", "stable", tmp_path / "cache", retries=3, backoff=0.1, sleep=sleeps.append)
+    assert sleeps == []
+    flaky = Flaky(store, failures=99)
+    with pytest.raises(NotReady):
+        fetch_verified(flaky, "toy-model", "stable", tmp_path / "cache", retries=2, backoff=0.0,
+                       sleep=sleeps.append)
+    assert flaky.failures == 99 - 3 and sleeps == [0.0, 0.0]  # 3 attempts; backoff 0: no wait, no jitter
+    flaky = Flaky(store, failures=99)
+    with pytest.raises(NotReady, match="after 1 attempt"):
+        fetch_verified(flaky, "toy-model", "stable", tmp_path / "cache", retries=0, sleep=sleeps.append)
+    assert flaky.failures == 98 and sleeps == [0.0, 0.0]
 
 
 def test_unreachable_without_cache_is_not_ready_with_the_reason(store, tmp_path):
@@ -91,7 +127,7 @@ def test_unreachable_without_cache_is_not_ready_with_the_reason(store, tmp_path)
     with pytest.raises(NotReady) as info:
         fetch_verified(Flaky(store, failures=99), "toy-model", "stable", tmp_path / "cache", retries=3, backoff=0.5,
                        sleep=sleeps.append)
-    assert sleeps == [0.5, 1.0, 2.0]
+    assert _jittered(sleeps, [0.5, 1.0, 2.0], 0.5), sleeps
     message = str(info.value)
     assert "toy-model:stable not ready" in message and "unreachable after 4 attempt(s)" in message
     assert "connection refused (simulated)" in message and "holds no verified copy" in message
@@ -175,4 +211,5 @@ def test_serving_registry_waits_out_the_backoff_once(store, tmp_path, monkeypatc
     settings = _settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x")
     settings.registry_retries, settings.registry_backoff_s = 2, 0.25
     registry = open_serving_registry(settings, REPOSITORY)
-    assert sleeps == [0.25, 0.5] and len(registry.errors) == 2  # two distinct (name, ref) slots, one backoff
+    # two distinct (name, ref) slots, one backoff (with jitter)
+    assert _jittered(sleeps, [0.25, 0.5], 0.25) and len(registry.errors) == 2, sleeps

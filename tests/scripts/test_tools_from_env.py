@@ -1,0 +1,195 @@
+"""Every tool `make image` / `make smoke-image` / `make bento` runs comes from the project's environment or, for system
+tools, from an absolute path in the system directories: never from a bare name on the caller's PATH.
+
+From a clean shell (`env -i HOME=$HOME PATH=...`, no activated venv), with decoys first on PATH (executables named
+bentoml, uv, python, pip, buildah, skopeo, git, ... that leave a mark when run):
+  * `make -n -B image` (and bento, smoke-image, bentofiles) prints no command that starts with a bare tool name;
+  * `make image IMAGE_ARGS=--check-tools` (the real recipe, install step assumed done: `-o install`) runs
+    scripts/containerize.py, which resolves every tool its steps run and asks each for its version: Python tools
+    resolve next to sys.executable, system tools in /usr/local/sbin ... /bin or are reported missing with their
+    Debian package, and no decoy ever runs; the same for scripts/smoke_image.py;
+  * the project's bentoml answers `build --help` / `containerize --help` in that shell (steps 3 and 5);
+  * no subprocess call in scripts/containerize.py or scripts/smoke_image.py names a tool as a bare string.
+No image is built here (`make image` proper takes minutes; README "Packaging and deployment").
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import containerize
+from scripts.imagetools import StepFailed
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+MAKE = next((p for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make") if os.access(p, os.X_OK)), None)
+needs_make = pytest.mark.skipif(MAKE is None, reason="make is not installed (Debian package make)")
+# tools a script could pick up from PATH by mistake
+DECOYS = ("python", "python3", "pip", "pip3", "bentoml", "uv", "buildah", "skopeo", "debootstrap", "docker-registry",
+          "podman", "runc", "git", "chroot", "apt-get", "sudo", "promtool", "wrk", "k6")
+# first words a make recipe may use bare: shell builtins and coreutils
+SHELL_WORDS = {"test", "touch", "rm", "cd", "true", "false", "echo", "[", "exit", "set", "env", "cat", "mkdir"}
+
+
+@pytest.fixture()
+def decoys(tmp_path) -> tuple[Path, Path]:
+    """A directory of executables named like the tools, each appending its name to `marks` when run."""
+    bin_dir, marks = tmp_path / "decoy-bin", tmp_path / "marks"
+    bin_dir.mkdir()
+    for name in DECOYS:
+        exe = bin_dir / name
+        exe.write_text(f"#!/bin/sh\necho {name} >> {marks}\nexit 97\n")
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return bin_dir, marks
+
+
+def clean_env(path: str) -> dict[str, str]:
+    """What `env -i HOME=$HOME PATH=...` leaves."""
+    return {"HOME": os.environ.get("HOME", "/root"), "PATH": path}
+
+
+def _commands(recipe_line: str) -> list[list[str]]:
+    """The simple commands of one shell line (split on ;, &&, ||, |, and inside $(...))."""
+    line = recipe_line.replace("$(", " ; ").replace(")", " ; ")
+    out = []
+    for part in re.split(r"\|\||&&|;|\|", line):
+        words = shlex.split(part, posix=True) if part.strip() else []
+        while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):  # VAR=value prefix
+            words = words[1:]
+        if words:
+            out.append(words)
+    return out
+
+
+@needs_make
+@pytest.mark.parametrize("target", ["image", "smoke-image", "bento", "bentofiles", "install"])
+def test_make_dry_run_names_no_bare_tool(target, decoys):
+    bin_dir, marks = decoys
+    res = subprocess.run([MAKE, "-n", "-B", target], cwd=ROOT, env=clean_env(f"{bin_dir}:/usr/bin:/bin"),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines, res.stdout
+    for line in lines:
+        for words in _commands(line):
+            first = words[0]
+            assert "/" in first or first in SHELL_WORDS, f"bare tool {first!r} in `make -n {target}`: {line}"
+            if "/" in first and not first.startswith((".venv/", "/")):
+                pytest.fail(f"relative tool path {first!r} in `make -n {target}`: {line}")
+        # a decoy may be what a $(shell command -v python3) picked for the venv bootstrap, never anything else
+        for word in line.split():
+            if word.startswith(str(bin_dir)):
+                assert target == "install" or "-m venv" in line, line
+    assert not marks.exists(), marks.read_text()
+    if target == "image":
+        assert any(ln.startswith(".venv/bin/python -m scripts.containerize") for ln in lines), lines
+
+
+def _check_tools_rows(stdout: str) -> dict[str, str]:
+    rows = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and not line.startswith("PATH"):
+            rows[parts[0]] = parts[1]
+    return rows
+
+
+def _assert_resolved(res: subprocess.CompletedProcess, tools: dict[str, str], python_tools: tuple[str, ...],
+                     bin_dir: Path, marks: Path) -> None:
+    out = res.stdout + res.stderr
+    assert not marks.exists(), f"a decoy ran: {marks.read_text()}\n{out}"
+    rows = _check_tools_rows(res.stdout)
+    assert rows["python"] == sys.executable or Path(rows["python"]).parent == VENV_BIN, out
+    for name in python_tools:
+        assert rows[name] == str(VENV_BIN / name), out
+    missing = []
+    for name, package in tools.items():
+        path = rows[name]
+        if path == "MISSING":
+            missing.append(name)
+            assert re.search(rf"^{re.escape(name)}\s+MISSING.*apt-get install -y {re.escape(package)}\b", res.stdout,
+                             re.M), out
+        else:
+            assert Path(path).is_absolute() and str(Path(path).parent) in containerize.SYSTEM_BIN_DIRS, out
+            assert not path.startswith(str(bin_dir)), out
+    assert res.returncode == (1 if missing else 0), out
+    assert f"PATH for child processes: {VENV_BIN}:" in res.stdout and str(bin_dir) not in res.stdout.split(
+        "PATH for child processes:")[1], out
+
+
+@needs_make
+def test_make_image_resolves_every_tool_from_a_clean_shell(decoys):
+    """The real `make image` recipe (install assumed done) with --check-tools: resolve, print, install nothing."""
+    bin_dir, marks = decoys
+    res = subprocess.run([MAKE, "-o", "install", "image", "IMAGE_ARGS=--check-tools"], cwd=ROOT,
+                         env=clean_env(f"{bin_dir}:/usr/bin:/bin"), capture_output=True, text=True, timeout=180)
+    assert "scripts.containerize --bentofile bentofile.yaml" in res.stdout, res.stdout + res.stderr
+    # make reports the script's exit 1 (a missing system tool) as its own error; the rows say which and why
+    _assert_resolved(res if res.returncode == 0 else subprocess.CompletedProcess(res.args, 1, res.stdout, res.stderr),
+                     containerize.TOOLS, containerize.PYTHON_TOOLS, bin_dir, marks)
+
+
+def test_smoke_image_resolves_every_tool_from_a_clean_shell(decoys):
+    from scripts import smoke_image
+
+    bin_dir, marks = decoys
+    res = subprocess.run([str(VENV_BIN / "python"), "-m", "scripts.smoke_image", "--check-tools"], cwd=ROOT,
+                         env=clean_env(f"{bin_dir}:/usr/bin:/bin"), capture_output=True, text=True, timeout=120)
+    _assert_resolved(res, smoke_image.TOOLS, (), bin_dir, marks)
+
+
+def test_project_bentoml_answers_the_build_and_containerize_steps_from_a_clean_shell(decoys):
+    bin_dir, marks = decoys
+    env = {**clean_env(f"{bin_dir}:/usr/bin:/bin"), "BENTOML_DO_NOT_TRACK": "True"}
+    for step in ("build", "containerize"):
+        res = subprocess.run([containerize.venv_tool("bentoml"), step, "--help"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and "Usage:" in res.stdout, res.stdout + res.stderr
+    help_ = subprocess.run([sys.executable, "-m", "scripts.containerize", "--help"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert help_.returncode == 0 and "--check-tools" in help_.stdout
+    assert not marks.exists(), marks.read_text()
+
+
+def test_child_processes_get_the_project_path(monkeypatch):
+    monkeypatch.setenv("PATH", "/somewhere/else:/usr/bin")
+    monkeypatch.setenv("SSL_CERT_FILE", "/my/bundle.pem")  # (restored afterwards, whatever happens below)
+    containerize.use_project_path()
+    assert os.environ["PATH"].split(":") == [str(VENV_BIN), *containerize.SYSTEM_BIN_DIRS]
+    assert os.environ["SSL_CERT_FILE"] == "/my/bundle.pem"  # the caller's CA bundle is kept
+    monkeypatch.delenv("SSL_CERT_FILE")
+    containerize.use_project_path()  # a clean shell: uv (bentoml build's locker) gets the system trust store
+    assert os.environ.get("SSL_CERT_FILE") == (str(containerize.HOST_CA_BUNDLE)
+                                               if containerize.HOST_CA_BUNDLE.is_file() else None)
+
+
+def test_resolution_errors_name_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setattr(containerize, "SYSTEM_BIN_DIRS", (str(tmp_path),))
+    containerize._resolved.pop("no-such-tool-xyz", None)
+    with pytest.raises(StepFailed, match=r"install the Debian package some-pkg \(apt-get install -y some-pkg\)"):
+        containerize.system_tool("no-such-tool-xyz", "some-pkg")
+    with pytest.raises(StepFailed, match="not installed in the project's environment .*make install"):
+        containerize.venv_tool("no-such-console-script-xyz")
+    with pytest.raises(StepFailed, match=r"missing tools \['no-such-tool-xyz'\].*apt-get install -y some-pkg"):
+        containerize.ensure_system_tools({"no-such-tool-xyz": "some-pkg"}, allow_install=False)
+    assert containerize.tool("bentoml") == str(VENV_BIN / "bentoml")
+
+
+@pytest.mark.parametrize("script", ["scripts/containerize.py", "scripts/smoke_image.py"])
+def test_no_subprocess_names_a_tool_by_bare_string(script):
+    """A command list never starts with a literal tool name: tool()/venv_tool()/sys.executable resolve it."""
+    tree = ast.parse((ROOT / script).read_text())
+    bare = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                and node.elts[0].value in DECOYS:
+            bare.append(f"line {node.lineno}: {node.elts[0].value}")
+    assert not bare, bare
