@@ -2,9 +2,10 @@
 Gateway's BentoML lifecycle hooks (BentoML 1.4 serves no gRPC for new-style services).
 
 Services: triserve.v1.Triserve (typed task APIs), inference.GRPCInferenceService (Open Inference Protocol v2),
-grpc.health.v1.Health (SERVING only while the gateway is ready: the same check as /readyz, refreshed every
-grpc.health_interval_s) and server reflection. The port is bound with SO_REUSEPORT so that every API worker
-listens on the same address and the kernel spreads connections across them.
+grpc.health.v1.Health (SERVING only while the gateway is ready: Check runs the same check as /readyz at the
+moment of the call; Watch streams the status refreshed every grpc.health_interval_s) and server reflection. The port
+is bound with SO_REUSEPORT so that every API worker listens on the same address and the kernel spreads connections
+across them.
 
 Caveat of SO_REUSEPORT: a second triserve (same user) configured with the same port also binds and silently shares
 the traffic; give each instance its own grpc.port.
@@ -37,12 +38,28 @@ def bind_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+class ReadinessHealth(health.aio.HealthServicer):
+    """grpc.health.v1 whose Check asks the gateway's readiness at the moment of the call (the same check as
+    /readyz), so a probe that saw /readyz turn 200 never reads a stale NOT_SERVING; Watch streams the status the
+    watcher refreshes every grpc.health_interval_s."""
+
+    def __init__(self, server: GrpcServer):
+        super().__init__()
+        self._owner = server
+
+    async def Check(self, request, context):  # the gRPC method name
+        if not self._owner.stopping:
+            await self._owner.refresh_health()
+        return await super().Check(request, context)
+
+
 class GrpcServer:
     def __init__(self, gateway, cfg: GrpcSettings):
         self.gateway, self.cfg = gateway, cfg
         self.address = bind_address(cfg.host, cfg.port)
         self.server: grpc.aio.Server | None = None
-        self.health = health.aio.HealthServicer()
+        self.stopping = False
+        self.health = ReadinessHealth(self)
         self._watcher: asyncio.Task | None = None
         self._status: int | None = None
 
@@ -79,15 +96,18 @@ class GrpcServer:
                 await self.health.set(service, status)
             self._status = status
 
+    async def refresh_health(self) -> None:
+        ready = await oip.server_ready(self.gateway)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING if ready
+                               else health_pb2.HealthCheckResponse.NOT_SERVING)
+
     async def _watch_readiness(self) -> None:
-        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
         while True:
             try:
-                ready = await oip.server_ready(self.gateway)
-                await self._set_health(serving if ready else not_serving)
+                await self.refresh_health()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the watcher must outlive any single failed probe
+            except Exception:
                 log.exception("gRPC health refresh failed")
             await asyncio.sleep(self.cfg.health_interval_s)
 
@@ -98,6 +118,7 @@ class GrpcServer:
                 await self._watcher
             self._watcher = None
         if self.server is not None:
+            self.stopping = True
             await self.health.enter_graceful_shutdown()
             await self.server.stop(self.cfg.shutdown_grace_s)
             self.server = None
