@@ -62,6 +62,11 @@ serve: models
 test: install
 	$(PY) -m pytest -q tests
 
+# ruff + mypy, zero findings (configuration in pyproject.toml); .ci/run runs it before the tests
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
 clean-models:
 	rm -rf models/store .cache/pipeline
 
