@@ -5,7 +5,8 @@
 #   make bento        bentoml build: a versioned Bento without weights (BENTOFILE=bentofile.gpu.yaml for the GPU one)
 #   make image        bento + buildah image + push to $(REGISTRY) + skopeo inspect (scripts/containerize.py)
 #   make variants     INT8 (static QDQ / per-channel) and FP16 variants, gated and published (scripts/variants.py)
-#   make smoke-image  run the pushed image with podman against models in the same registry (scripts/smoke_image.py)
+#   make smoke-image  build the default models if missing, publish them to $(REGISTRY), run the pushed image with podman
+#                     against them (scripts/smoke_image.py)
 #   make bentofiles   python.packages of bentofile*.yaml from pyproject.toml (the one source of the serving set)
 # ONNX Runtime: ORT=cpu (default: onnxruntime) or ORT=gpu (onnxruntime-gpu), never both (same `onnxruntime` import):
 #   make install ORT=gpu
@@ -82,5 +83,5 @@ bento: install
 image: install
 	$(PY) -m scripts.containerize --bentofile $(BENTOFILE) --registry $(REGISTRY) $(IMAGE_ARGS)
 
-smoke-image: install
+smoke-image: models
 	$(PY) -m scripts.smoke_image --registry $(REGISTRY) $(SMOKE_ARGS)
