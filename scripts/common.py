@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from models.manifest import Manifest, ParityCheck
+from scripts.imagetools import StepFailed, system_tool
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("triserve.pipeline")
@@ -87,13 +88,26 @@ def data_fingerprint(*arrays_or_files: object) -> str:
 
 
 def git_commit() -> str:
+    """HEAD's sha (+ "-dirty"), with the system git (scripts/imagetools.py "tool resolution"); "unknown" without."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        git = system_tool("git")
+        out = subprocess.run([git, "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run([git, "status", "--porcelain"], cwd=PROJECT_ROOT, capture_output=True, text=True,
                                timeout=5).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError, StepFailed):
         return "unknown"
+
+
+def default_deployment(family: str) -> str:
+    """The deployment configs/models.yaml serves `family` with by default (what a request naming none reaches):
+    the runner slot benchmarks and drills measure or slow down."""
+    from configs.deployments import load_repository
+
+    deployment = load_repository().default_for(family)
+    if deployment is None:
+        raise LookupError(f"configs/models.yaml has no {family} deployment")
+    return deployment.name
 
 
 def seed_everything(seed: int) -> None:

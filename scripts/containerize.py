@@ -51,8 +51,27 @@ from urllib.parse import urlparse
 
 import yaml
 
-from scripts.imagetools import (BENTOML_HOME, CACHE, HOST_CA_BUNDLE, PROJECT_ROOT, StepFailed, Steps, container_env,
-                                die, ensure_registry, human, run, say)
+from scripts.imagetools import (
+    BENTOML_HOME,
+    CACHE,
+    HOST_CA_BUNDLE,
+    PROJECT_ROOT,
+    StepFailed,
+    Steps,
+    check_tools,
+    container_env,
+    die,
+    ensure_registry,
+    ensure_system_tools,
+    git_commit,
+    human,
+    project_path,
+    run,
+    say,
+    system_tool,
+    use_project_path,
+    venv_tool,
+)
 
 WORK = CACHE / "containerize"
 LOCAL_BASE = "localhost/triserve-base:bookworm-py3.11"
@@ -62,143 +81,19 @@ MAX_BENTO_FILE = 5 * 2**20
 
 # ------------------------------------------------------------------------------------------------- tool resolution
 # Every tool this script (and scripts/smoke_image.py) runs is resolved to an absolute path, never looked up by a bare
-# name on the caller's PATH (a newcomer's shell has no activated venv, or another bentoml/uv first on PATH):
-#   * Python tools come from this interpreter's environment: `sys.executable -m pip`, and the console scripts
-#     (bentoml, uv) next to sys.executable;
-#   * system tools are looked up in the fixed system directories below, and a missing one is an error naming its
-#     Debian package (installed with apt-get when running as root, as before);
-#   * what third-party code looks up by name (BentoML's buildah backend and its `uv pip compile` for lock_packages,
-#     scripts/imagetools.py's docker-registry, git, apt-get) sees PATH = project environment + system directories only
-#     (`use_project_path()`), so it finds the same tools.
-VENV_BIN = Path(sys.executable).parent
-SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# name on the caller's PATH: scripts/imagetools.py "tool resolution" (project console scripts next to sys.executable,
+# system tools in SYSTEM_BIN_DIRS, a missing one named with its Debian package; child processes and the third-party
+# code that looks tools up by name, BentoML's buildah backend and its `uv pip compile`, see PATH = project
+# environment + system directories only).
 PYTHON_TOOLS = ("bentoml", "uv")  # console scripts of the project's environment (uv: `bentoml build` locks with it)
 # binary -> Debian package
 TOOLS = {"buildah": "buildah", "skopeo": "skopeo", "debootstrap": "debootstrap", "docker-registry": "docker-registry",
          "chroot": "coreutils", "git": "git"}
-_resolved: dict[str, str] = {}
-
-
-def project_path() -> str:
-    """PATH for child processes: the project's environment first, then the system directories; nothing else."""
-    return os.pathsep.join([str(VENV_BIN), *SYSTEM_BIN_DIRS])
-
-
-def use_project_path() -> None:
-    """This process and its children: PATH = project_path(); and, when the caller's environment names no CA bundle
-    (a clean shell: `env -i`), the system trust store for TLS (uv, which `bentoml build` locks packages with, trusts
-    only its bundled roots otherwise, and fails behind a TLS-intercepting proxy whose CA the system store holds)."""
-    os.environ["PATH"] = project_path()
-    if "SSL_CERT_FILE" not in os.environ and HOST_CA_BUNDLE.is_file():
-        os.environ["SSL_CERT_FILE"] = str(HOST_CA_BUNDLE)
-
-
-def venv_tool(name: str) -> str:
-    """A console script of the project's environment (next to sys.executable), by absolute path."""
-    path = VENV_BIN / name
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise StepFailed(f"{name} is not installed in the project's environment ({VENV_BIN}): run `make install`")
-    return str(path)
-
-
-def system_tool(name: str, package: str | None = None) -> str:
-    """Absolute path of a system tool, looked up in SYSTEM_BIN_DIRS only; a missing one names its Debian package."""
-    if name in _resolved:
-        return _resolved[name]
-    found = shutil.which(name, path=os.pathsep.join(SYSTEM_BIN_DIRS))
-    if found is None:
-        package = package or TOOLS.get(name, name)
-        raise StepFailed(f"{name} not found in {':'.join(SYSTEM_BIN_DIRS)}: install the Debian package {package} "
-                         f"(apt-get install -y {package})")
-    _resolved[name] = found
-    return found
 
 
 def tool(name: str) -> str:
     """The absolute path to run `name` by: a project console script or a system tool."""
-    return venv_tool(name) if name in PYTHON_TOOLS else system_tool(name)
-
-
-def ensure_system_tools(tools: dict[str, str], *, allow_install: bool = True) -> dict[str, str]:
-    """tools: binary -> Debian package; returns binary -> absolute path. Missing ones are apt-get installed when
-    running as root (and said so), else an error names the packages."""
-    missing = {}
-    for name, package in tools.items():
-        try:
-            system_tool(name, package)
-        except StepFailed:
-            missing[name] = package
-    found = {b: _resolved[b] for b in tools if b not in missing}
-    if found:
-        say("found: " + ", ".join(f"{b} ({p})" for b, p in found.items()))
-    if not missing:
-        return found
-    pkgs = sorted(set(missing.values()))
-    hint = f"apt-get install -y {' '.join(pkgs)}"
-    if not allow_install:
-        raise StepFailed(f"missing tools {sorted(missing)} (not in {':'.join(SYSTEM_BIN_DIRS)}): {hint}")
-    if os.geteuid() != 0:
-        raise StepFailed(f"missing tools {sorted(missing)} and not root: sudo {hint}")
-    apt = system_tool("apt-get", "apt")
-    say(f"INSTALLING missing tools {sorted(missing)} with apt-get: packages {pkgs}")
-    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": project_path()}
-    res = run([apt, "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, check=False, tail=2,
-              timeout=1200)
-    if res.returncode != 0:
-        run([apt, "update", "-q"], env=env, tail=1, timeout=600)
-        run([apt, "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, tail=2, timeout=1200)
-    if "docker-registry" in pkgs:  # Debian's package starts its own daemon on :5000 (htpasswd): ours starts on demand
-        try:
-            subprocess.run([system_tool("service", "init-system-helpers"), "docker-registry", "stop"],
-                           capture_output=True, env={**os.environ, "PATH": project_path()})
-        except StepFailed:
-            pass
-    return {b: system_tool(b, p) for b, p in tools.items()}
-
-
-def check_tools(system: dict[str, str], python_tools: tuple[str, ...] = PYTHON_TOOLS) -> int:
-    """--check-tools: resolve (never install) every tool the steps run and ask each for its version; prints
-    `name  path` lines, `name  MISSING (Debian package P)` for absent system tools; 0 when all resolve."""
-    rows: list[tuple[str, str, str]] = [("python", sys.executable, "project environment (sys.executable)")]
-    bad = 0
-    for name in python_tools:
-        try:
-            rows.append((name, venv_tool(name), "project environment"))
-        except StepFailed as exc:
-            rows.append((name, "MISSING", str(exc)))
-            bad += 1
-    for name, package in system.items():
-        try:
-            rows.append((name, system_tool(name, package), f"system (Debian package {package})"))
-        except StepFailed:
-            rows.append((name, "MISSING", f"Debian package {package}: apt-get install -y {package}"))
-            bad += 1
-    env = {**os.environ, "PATH": project_path()}
-    for name, path, where in rows:
-        version = ""
-        if path != "MISSING":
-            cmd = [sys.executable, "-m", "pip", "--version"] if name == "python" else [path, "--version"]
-            try:
-                res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-                version = ((res.stdout or res.stderr).strip().splitlines() or [""])[0][:80]
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                version = f"({exc})"
-        print(f"{name:<16} {path}  [{where}] {version}", flush=True)
-    print(f"PATH for child processes: {project_path()}")
-    return 1 if bad else 0
-
-
-def git_commit() -> tuple[str, bool]:
-    """(HEAD sha, working tree dirty?), with the system git."""
-    try:
-        git = tool("git")
-        sha = subprocess.run([git, "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = bool(subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
-                                    capture_output=True, text=True).stdout.strip())
-        return sha, dirty
-    except (OSError, subprocess.CalledProcessError, StepFailed):
-        return "unknown", False
+    return venv_tool(name) if name in PYTHON_TOOLS else system_tool(name, TOOLS.get(name))
 
 
 # ------------------------------------------------------------------------------------ bentofiles from pyproject.toml
@@ -260,8 +155,11 @@ def public_base(bentofile: dict) -> str:
     docker = bentofile.get("docker") or {}
     if docker.get("base_image"):
         return docker["base_image"]
-    from bentoml._internal.container.frontend.dockerfile import (ALLOWED_CUDA_VERSION_ARGS, CONTAINER_METADATA,
-                                                                 get_cuda_base_image)
+    from bentoml._internal.container.frontend.dockerfile import (
+        ALLOWED_CUDA_VERSION_ARGS,
+        CONTAINER_METADATA,
+        get_cuda_base_image,
+    )
     distro = docker.get("distro") or "debian"
     if docker.get("cuda_version"):
         return get_cuda_base_image(distro, ALLOWED_CUDA_VERSION_ARGS[str(docker["cuda_version"])])
@@ -465,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     use_project_path()
     if args.check_tools:
-        sys.exit(check_tools(TOOLS))
+        sys.exit(check_tools(TOOLS, PYTHON_TOOLS))
     if args.sync_bentofiles or args.check_bentofiles:
         stale = sync_bentofiles(check=args.check_bentofiles)
         for path in stale:

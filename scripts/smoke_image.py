@@ -34,15 +34,29 @@ import re
 import socket
 import sys
 import time
+from typing import Any
 
 import httpx
 
-from scripts.containerize import check_tools, ensure_system_tools, system_tool, use_project_path
-from scripts.imagetools import (CACHE, PROJECT_ROOT, StepFailed, Steps, container_env, die, ensure_registry, human,
-                                run, say)
+from scripts.imagetools import (
+    CACHE,
+    PROJECT_ROOT,
+    StepFailed,
+    Steps,
+    check_tools,
+    container_env,
+    die,
+    ensure_registry,
+    ensure_system_tools,
+    human,
+    run,
+    say,
+    system_tool,
+    use_project_path,
+)
 
 # binary -> Debian package; resolved to absolute paths in the system directories, never on the caller's PATH
-# (scripts/containerize.py "tool resolution"); models.cli runs as `sys.executable -m models.cli`
+# (scripts/imagetools.py "tool resolution"); models.cli runs as `sys.executable -m models.cli`
 TOOLS = {"podman": "podman", "runc": "runc", "skopeo": "skopeo", "docker-registry": "docker-registry"}
 
 
@@ -71,7 +85,7 @@ def shapes_png() -> bytes:
 def requests(base: str) -> list[dict]:
     out = []
     series = [round(350 + 0.13 * i + 3 * math.sin(i * math.pi / 6), 2) for i in range(48)]
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("/v1/detect", {"images": [{"data": base64.b64encode(shapes_png()).decode()}], "conf_threshold": 0.3}),
         ("/v1/classify", {"texts": ["what is my account balance", "book a flight to paris"], "top_k": 3}),
         ("/v1/forecast", {"values": series, "start": "1996-01-01T00:00:00", "frequency": "MS", "horizon": 12}),
@@ -94,8 +108,8 @@ def requests(base: str) -> list[dict]:
                                     for t, res in zip(body["texts"], data["results"]))
             else:
                 pts = data["forecast"]
-                summary = f"{len(pts)} points: " + ", ".join(f"{p['timestamp'][:7]} {p['point']:.2f}" for p in pts[:3]) \
-                          + " ..."
+                first = ", ".join(f"{p['timestamp'][:7]} {p['point']:.2f}" for p in pts[:3])
+                summary = f"{len(pts)} points: {first} ..."
             say(f"POST {path} -> {r.status_code} in {ms:.0f} ms, model {model.get('name')}:{model.get('version')}, "
                 f"degraded={data.get('degraded')}, request_id={data.get('request_id')}")
             say(f"  {summary}")
@@ -195,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
         for k, v in envs.items():
             cmd += ["-e", f"{k}={v}"]
         cid = run(cmd + [image], env=env, tail=1).stdout.strip().splitlines()[-1]
-        say(f"container {cid[:12]} (stop: podman stop {cid[:12]}; with CONTAINERS_STORAGE_CONF={env['CONTAINERS_STORAGE_CONF']})")
+        say(f"container {cid[:12]} (stop: podman stop {cid[:12]}; with "
+            f"CONTAINERS_STORAGE_CONF={env['CONTAINERS_STORAGE_CONF']})")
 
     base = f"http://127.0.0.1:{port}"
     try:

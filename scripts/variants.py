@@ -53,7 +53,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from models.manifest import Manifest, Source, TensorSpec, utcnow
+from families.detection.manifest import DetectionPreprocess
+from families.forecast.manifest import ForecastPreprocess
+from families.text.manifest import TextPreprocess
+from models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
 from models.registry import LocalRegistry
 from scripts.common import (
     PROJECT_ROOT,
@@ -415,12 +418,12 @@ class DetectionTask(Task):
             self.warnings.append(f"{self.base_name}: the regenerated shapes set does not match the manifest's data "
                                  f"fingerprint (calibration and test images differ from the model's own)")
         self.test = labelled_split(self.dataset, "test")
-        self.imgsz = int(self.base.preprocess.imgsz)
+        self.imgsz = int(preprocess_as(self.base, DetectionPreprocess).imgsz)
 
     def calibration(self, n: int) -> list[dict[str, np.ndarray]]:
         """Letterboxed TRAIN images (never the test split the gate scores), one per calibration step."""
-        from scripts.detection.evaluate import read_rgb
         from families.detection.preprocess import preprocess_image
+        from scripts.detection.evaluate import read_rgb
 
         name = self.base.inputs[0].name
         return [{name: preprocess_image(read_rgb(p), self.imgsz)[0][None]}
@@ -462,15 +465,16 @@ class TextTask(Task):
         n = profile.text_eval or int(self.recipe.get("n_eval", RECIPES["default"]["n_eval"]))
         seed = self.base.source.seed if self.base.source.seed is not None else 0
         self.texts = evaluation_utterances(n, seed=int(seed))
-        self.tokenizer_file = self.base_dir / self.base.preprocess.tokenizer_file
+        self.pre = preprocess_as(self.base, TextPreprocess)
+        self.tokenizer_file = self.base_dir / self.pre.tokenizer_file
         self.eval_batch = int(self.recipe.get("eval_batch", RECIPES["default"]["eval_batch"]))
 
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         """Probabilities through the serving tokenizer (the base's unless given), pad-to-longest batches."""
-        from scripts.text.build import predict, top1_references
         from families.text.preprocess import TextTokenizer
+        from scripts.text.build import predict, top1_references
 
-        tok = TextTokenizer(tokenizer_file or self.tokenizer_file, max_length or self.base.preprocess.max_length)
+        tok = TextTokenizer(tokenizer_file or self.tokenizer_file, max_length or self.pre.max_length)
         probs = predict(ort_session(path, self.threads), tok, self.texts, self.eval_batch, f"text eval {path.name}")
         return Evaluation({"n_eval": float(len(self.texts))}, outputs=probs,
                           reference=top1_references(probs, len(self.base.labels)))
@@ -484,7 +488,7 @@ class TextTask(Task):
         """A median-length utterance alone, and the first N utterances padded to their longest."""
         from families.text.preprocess import TextTokenizer
 
-        tok = TextTokenizer(self.tokenizer_file, self.base.preprocess.max_length)
+        tok = TextTokenizer(self.tokenizer_file, self.pre.max_length)
         n = self.profile.batch[self.name]
         lengths = [len(ids) for ids in tok.encode(self.texts)]
         median_text = self.texts[int(np.argsort(lengths)[len(lengths) // 2])]
@@ -495,6 +499,7 @@ class TextTask(Task):
         return feeds
 
     def compare(self, base: Evaluation, variant: Evaluation, gates: Gates):
+        assert base.outputs is not None and variant.outputs is not None, "evaluate() keeps the probabilities"
         top_b, top_v = base.outputs.argmax(1), variant.outputs.argmax(1)
         agreement = float((top_b == top_v).mean())
         cmp = {"agreement_vs_primary": agreement, "agreement_vs_primary_base": 1.0,
@@ -513,6 +518,7 @@ class ForecastTask(Task):
         from scripts.forecast.build import load_corpus
         from scripts.forecast.corpus import corpus_fingerprint, last_window, split_corpus
 
+        self.pre = preprocess_as(self.base, ForecastPreprocess)
         r = self.recipe
         corpus = load_corpus(r)
         if corpus_fingerprint(corpus) != self.base.data_fingerprint:
@@ -522,14 +528,14 @@ class ForecastTask(Task):
         # two contexts per training series (its last window's history and the first half of it): the calibration
         # pool outnumbers the calibration samples even on the test-size corpus
         histories = [(s, h) for s in split.train for h in (last_window(s)[0], last_window(s)[0][: len(s) // 2])]
-        self.train_items = [self._item(s, h) for s, h in histories if len(h) >= self.base.preprocess.min_history]
+        self.train_items = [self._item(s, h) for s, h in histories if len(h) >= self.pre.min_history]
         self.input_names = [i.name for i in self.base.inputs]
         self.output_name = self.base.outputs[0].name
 
     def _item(self, series, history):
         from families.forecast.preprocess import model_item
 
-        return model_item(self.base.preprocess, history, series.frequency, series.next_timestamp(len(history))).x
+        return model_item(self.pre, history, series.frequency, series.next_timestamp(len(history))).x
 
     def _feeds(self, items) -> dict[str, np.ndarray]:
         import families
@@ -558,6 +564,7 @@ class ForecastTask(Task):
                 f"b{n}": self._feeds([self.train_items[i % len(self.train_items)] for i in range(n)])}
 
     def compare(self, base: Evaluation, variant: Evaluation, gates: Gates):
+        assert base.outputs is not None and variant.outputs is not None, "evaluate() keeps the scaled quantiles"
         b, v = base.metrics, variant.metrics
         rel = v["mase_ratio"] / b["mase_ratio"] - 1.0
         cmp = {"mase_ratio_base": b["mase_ratio"], "mase_ratio_delta": v["mase_ratio"] - b["mase_ratio"],
@@ -587,7 +594,9 @@ class ForecastTask(Task):
         return self.base.preprocess
 
 
-TASK_CLASSES: dict[str, type[Task]] = {"detection": DetectionTask, "text": TextTask, "forecast": ForecastTask}
+# name -> Task(registry, profile, threads, data_cache)
+TASK_CLASSES: dict[str, Callable[[LocalRegistry, Profile, int, Path], Task]] = {
+    "detection": DetectionTask, "text": TextTask, "forecast": ForecastTask}
 
 
 # -- one task ---------------------------------------------------------------------------------------------------------
@@ -729,9 +738,9 @@ def run_task(task_name: str, registry: LocalRegistry, profile_name: str = "defau
         served: dict[str, Evaluation] = {}
         for p in planned:  # an existing text model is also scored through its own served tokenizer
             if p.spec.existing and task_name == "text":
-                m = registry.manifest(p.name, p.version)
-                served[p.name] = task.evaluate(paths[p.name], paths[p.name].parent / m.preprocess.tokenizer_file,
-                                               m.preprocess.max_length)
+                pre = preprocess_as(registry.manifest(p.name, p.version), TextPreprocess)
+                served[p.name] = task.evaluate(paths[p.name], paths[p.name].parent / pre.tokenizer_file,
+                                               pre.max_length)
         log.info("%s: evaluated %d graphs in %.1fs", task_name, len(paths) + len(served), time.monotonic() - t0)
         feeds = task.speed_feeds()
         checks = {p.name: sanity(task.base_path, paths[p.name], feeds, threads, task.base.inputs, task.base.outputs,

@@ -36,12 +36,15 @@ from scripts.bench.knee import task_requests
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.tuning import cpu_seconds
+from scripts.imagetools import system_tool
 
 WORKTREES = ROOT / ".cache" / "bench" / "ab"
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    """The system git (scripts/imagetools.py "tool resolution"), never one first on the caller's PATH."""
+    return subprocess.run([system_tool("git"), *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def checkout(ref: str) -> tuple[Path, str]:
@@ -116,8 +119,8 @@ def measure_round(trees: dict[str, Path], cells: list[tuple[str, int]], args, tm
                 samples[side].append(measure_cell(peers[side], task, conc, args))
             for side, rows in samples.items():
                 out[side][key] = {m: round(statistics.fmean(r[m] for r in rows), 4) for m in rows[0]}
-                print(f"[ab] round {index + 1} {side} {key} " + ", ".join(f"{m} {v:g}" for m, v in out[side][key].items()),
-                      flush=True)
+                values = ", ".join(f"{m} {v:g}" for m, v in out[side][key].items())
+                print(f"[ab] round {index + 1} {side} {key} {values}", flush=True)
     finally:
         for peer in peers.values():
             peer.stop()

@@ -78,7 +78,7 @@ def metrics_snapshot(url: str, slot: str) -> dict:
 
     try:
         text = httpx.get(f"{url}/metrics", timeout=10).text
-    except Exception as exc:  # noqa: BLE001 - a missing snapshot is reported, never fatal
+    except Exception as exc:  # noqa: BLE001  # a missing snapshot is reported, never fatal
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {m: parse_histogram(text, m, slot) for m in BATCH_METRICS}
 
@@ -91,10 +91,10 @@ def snapshot_delta(after: dict, before: dict) -> dict:
 
 def around(url: str | None, slot: str, run: Callable[[], dict]) -> tuple[dict, dict | None]:
     """Runs one benchmark cell; with a server url, also the batch histograms' delta over it (else None)."""
-    before = metrics_snapshot(url, slot) if url else None
+    if not url:
+        return run(), None
+    before = metrics_snapshot(url, slot)
     cell = run()
-    if before is None:
-        return cell, None
     return cell, snapshot_delta(metrics_snapshot(url, slot), before)
 
 

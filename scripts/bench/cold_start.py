@@ -23,9 +23,9 @@ from pathlib import Path
 
 import httpx
 
-from scripts.drills.server import Server, free_port
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
+from scripts.drills.server import Server, free_port
 
 GOAL_S = 20.0
 REGISTRY = ROOT / "models" / "store"

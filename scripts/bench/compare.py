@@ -12,8 +12,8 @@ CPU execution provider, one text per request, top-3 labels back):
                     (--pytriton-python, default .cache/bench/pytriton-venv/bin/python); skipped with the reason if it
                     cannot start
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the text slot:
-                    TRISERVE_SLOTS__<TEXT DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call and ONNX
-                    Runtime call); --nobatch-env changes it
+                    TRISERVE_SLOTS__<TEXT DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call
+                    and ONNX Runtime call); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local: the runner's code inside the API worker, no
                     gateway->runner hop (runners/local.py; single-node CPU serving)
@@ -34,8 +34,8 @@ with its whole process tree.
 scripts/bench/k6_open_loop.js) after the closed-loop rounds.
 
 Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png, <out>_latency.png and
-<out>_batch_sizes.png; --profile also writes py-spy flame graphs of the triserve gateway and runner workers under c=32 load (<out>_profile_*.svg) plus the top
-self-time frames in the JSON/Markdown.
+<out>_batch_sizes.png; --profile also writes py-spy flame graphs of the triserve gateway and runner workers under
+c=32 load (<out>_profile_*.svg) plus the top self-time frames in the JSON/Markdown.
 """
 from __future__ import annotations
 
@@ -53,16 +53,20 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from configs.deployments import load_repository
+from scripts import imagetools
 from scripts.bench import batch_hist, wrk
-from scripts.bench.wrk import LOOPBACK
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.textmix import texts as mix_texts
+from scripts.bench.wrk import LOOPBACK
+from scripts.common import default_deployment
+from scripts.imagetools import StepFailed
 
 SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
@@ -71,10 +75,11 @@ HTTP_SYSTEMS = SYSTEMS[1:]
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
                  "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
                  "TRISERVE_GRPC__ENABLED": "false"}
-SLOT = load_repository().default_for("text").name  # the runner slot whose batch sizes are recorded
+SLOT = default_deployment("text")  # the runner slot whose batch sizes are recorded
 NOBATCH_ENV = f"TRISERVE_SLOTS__{SLOT.upper()}__BATCHING__MAX_BATCH_SIZE=1"
 GOALS = {  # name: (description, comparison, threshold)
-    "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=", 2.5),
+    "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=",
+                               2.5),
     "triserve_vs_naive_c32": ("triserve / naive FastAPI, throughput at c=32", ">=", 2.0),
     "triserve_vs_pytriton_c32": ("triserve / PyTriton, throughput at c=32", ">=", 1.2),
     "triserve_vs_ceiling_c32": ("triserve c=32 throughput / in-process ceiling", ">=", 0.75),
@@ -95,9 +100,12 @@ def free_port() -> int:
 
 
 def venv_tool(name: str) -> str | None:
-    """A console script on PATH, else next to this interpreter (.venv/bin is not on PATH when run as .venv/bin/python)."""
-    local = Path(sys.executable).parent / name
-    return shutil.which(name) or (str(local) if local.exists() else None)
+    """A console script of the project's environment (next to this interpreter), by absolute path, or None when it is
+    not installed there; the caller's PATH is never consulted (scripts/imagetools.py "tool resolution")."""
+    try:
+        return imagetools.venv_tool(name)
+    except StepFailed:
+        return None
 
 
 def pinned(cpu: int):
@@ -113,8 +121,8 @@ def inproc_measure(batch_sizes: list[int], seconds_per_size: float, n_texts: int
     runners.ragged.length_buckets first (one call per length group). The ceiling is the best of all of them."""
     import onnxruntime as ort
 
-    from runners.ragged import length_buckets, pad_sequences
     from families.text.preprocess import TextTokenizer
+    from runners.ragged import length_buckets, pad_sequences
 
     texts, _ = mix_texts(n_texts)
     d, manifest = model_dir()
@@ -279,6 +287,9 @@ class TriservePeer:
         self.server.stop()
 
 
+Servers = dict[str, tuple[Peer | TriservePeer, str]]  # name -> (the running server, its base URL)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # load
 # --------------------------------------------------------------------------------------------------------------------
@@ -326,11 +337,12 @@ async def closed_loop(requests: list[tuple[str, bytes]], concurrency: int, warmu
                 url, body = requests[i % len(requests)]
                 i += concurrency
                 t0 = time.perf_counter()
+                status: int | str
                 try:
                     async with session.post(url, data=body, headers=headers) as resp:
                         await resp.read()
                         status = resp.status
-                except Exception as exc:  # noqa: BLE001 - counted, never hidden
+                except Exception as exc:  # noqa: BLE001  # counted, never hidden
                     status = "transport_error"
                     errors[type(exc).__name__] += 1
                 t1 = time.perf_counter()
@@ -365,19 +377,21 @@ def load_cell(generator: str, requests: list[tuple[str, bytes]], concurrency: in
 # --------------------------------------------------------------------------------------------------------------------
 # orchestration
 # --------------------------------------------------------------------------------------------------------------------
-def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
+def start_servers(args, tmp: Path, log_dir: Path) -> tuple[Servers, dict[str, str]]:
     """name -> (peer, base url); name -> reason it is not measured."""
-    servers, skipped = {}, {}
+    servers: Servers = {}
+    skipped: dict[str, str] = {}
     d, _ = model_dir()
     wanted = [s for s in args.systems if s in HTTP_SYSTEMS]
     for name in wanted:
+        peer: Peer | TriservePeer
         try:
             if name == "naive":
                 port = free_port()
                 peer = Peer(name, [sys.executable, "-m", "uvicorn", "scripts.bench.peers.naive_fastapi:app",
                                    "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-                                   "--no-access-log"], {"TRISERVE_BENCH_INTRA_OP": str(args.intra_op)}, args.server_cpu, log_dir / "naive.log",
-                            f"http://127.0.0.1:{port}/readyz")
+                                   "--no-access-log"], {"TRISERVE_BENCH_INTRA_OP": str(args.intra_op)},
+                            args.server_cpu, log_dir / "naive.log", f"http://127.0.0.1:{port}/readyz")
                 url = f"http://127.0.0.1:{port}"
             elif name == "pytriton":
                 py = Path(args.pytriton_python)
@@ -408,12 +422,12 @@ def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
                 peer = TriservePeer(name, env, args.server_cpu, log_dir / f"{name}.log", home)
                 url = peer.url
             servers[name] = (peer, url)
-        except Exception as exc:  # noqa: BLE001 - the reason is reported
+        except Exception as exc:  # noqa: BLE001  # the reason is reported
             skipped[name] = f"{type(exc).__name__}: {exc}"
     for name, (peer, _) in list(servers.items()):
         try:
             print(f"[compare] {name} ready after {peer.wait_ready():.1f}s", file=sys.stderr)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001  # a peer that never gets ready is skipped with the reason
             skipped[name] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
             peer.stop()
             del servers[name]
@@ -435,7 +449,7 @@ def check_agreement(servers: dict, texts: list[str], n: int = 48) -> dict:
     names = list(labels)
     ref = names[0] if names else None
     return {"texts": min(n, len(texts)), "reference": ref,
-            "agreement_with_reference": {k: sum(a == b for a, b in zip(v, labels[ref])) / max(1, len(v))
+            "agreement_with_reference": {k: sum(a == b for a, b in zip(v, labels[names[0]])) / max(1, len(v))
                                          for k, v in labels.items()}}
 
 
@@ -444,7 +458,8 @@ def timings_probe(requests: list[tuple[str, bytes]], n: int = 200) -> dict:
     latency next to the server's own stage timings (medians over the answers with status 200)."""
     import httpx
 
-    client_ms, stages = [], {}
+    client_ms: list[float] = []
+    stages: dict[str, list[float]] = {}
     with httpx.Client(timeout=60) as client:
         for i in range(n):
             url, body = requests[i % len(requests)]
@@ -482,7 +497,8 @@ def open_loop(system: str, requests: list[tuple[str, bytes]], rate: int, duratio
             "latency_ms": {"p50": d.get("p(50)"), "p90": d.get("p(90)"), "p99": d.get("p(99)"), "max": d.get("max")}}
 
 
-def med_range(values: list[float]) -> dict:
+def med_range(values: Sequence[float | None]) -> dict:
+    """Median, min and max of the values present (None: a cell or round without the number)."""
     vals = [v for v in values if v is not None]
     if not vals:
         return {"median": None, "min": None, "max": None, "n": 0}
@@ -507,8 +523,8 @@ def ratios_for_round(r: dict) -> dict:
             "triserve_vs_naive_c32": div(tp("triserve", 32), tp("naive", 32)),
             "triserve_vs_pytriton_c32": div(tp("triserve", 32), tp("pytriton", 32)),
             "triserve_vs_ceiling_c32": div(tp("triserve", 32), ceiling),
-            "triserve_vs_padded_ceiling_c32": div(tp("triserve", 32),
-                                                  (r.get("inproc") or {}).get("ceiling_padded_same_threads_texts_per_s")),
+            "triserve_vs_padded_ceiling_c32": div(
+                tp("triserve", 32), (r.get("inproc") or {}).get("ceiling_padded_same_threads_texts_per_s")),
             "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None,
             "local_vs_naive_c32": div(tp("triserve_local", 32), tp("naive", 32)),
             "local_vs_pytriton_c32": div(tp("triserve_local", 32), tp("pytriton", 32)),
@@ -517,7 +533,7 @@ def ratios_for_round(r: dict) -> dict:
 
 
 def summarise(rounds: list[dict], args) -> dict:
-    table = {}
+    table: dict[str, dict] = {}
     for s in args.systems:
         if s == "inproc":
             table[s] = {"ceiling_texts_per_s": med_range([r["inproc"]["ceiling_texts_per_s"] for r in rounds
@@ -563,7 +579,8 @@ def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
         return {"skipped": "triserve not running or py-spy not installed (pip install py-spy)"}
     peer, _ = servers["triserve"]
     workers = peer.pids()
-    targets = {"gateway": (workers.get("triserve") or [None])[0], "runner": (workers.get("triserve-runner") or [None])[0]}
+    targets = {"gateway": (workers.get("triserve") or [None])[0],
+               "runner": (workers.get("triserve-runner") or [None])[0]}
     procs, files = {}, {}
     for role, pid in targets.items():
         if pid is None:
@@ -574,7 +591,8 @@ def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
         # two samplers per process: the flame graph (svg) and collapsed stacks (raw) for the text summary
         procs[role] = [subprocess.Popen([spy, "record", "--nonblocking", "-d", str(int(args.profile_seconds)),
                                          "-r", "50", "-p", str(pid), "-o", str(path), "-f", fmt],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pinned(args.load_cpu))
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        preexec_fn=pinned(args.load_cpu))
                        for path, fmt in ((svg, "flamegraph"), (raw, "raw"))]
     time.sleep(1.0)
     load = load_cell(args.load_generator, requests["triserve"], 32, 0.5, args.profile_seconds - 1, args.max_requests,
@@ -781,7 +799,8 @@ def main() -> None:
     ap.add_argument("--nobatch-env", default=NOBATCH_ENV,
                     help="comma list of VAR=VALUE that turns batching off for triserve_nobatch (default: text "
                          "max_batch_size 1, so every request is its own runner call). With runner.batching=runner "
-                         "use TRISERVE_SLOTS__<DEPLOYMENT>__BATCHING__PER_ITEM=true: BentoML 1.4 refuses max_batch_size=1")
+                         "use TRISERVE_SLOTS__<DEPLOYMENT>__BATCHING__PER_ITEM=true: BentoML 1.4 refuses "
+                         "max_batch_size=1")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))
@@ -810,7 +829,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="triserve_bench_"))
     log_dir = ROOT / ".cache" / "bench" / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    servers, skipped = {}, {}
+    servers: Servers = {}
+    skipped: dict[str, str] = {}
     rounds: list[dict] = []
     profile = None
     agreement = None
@@ -843,8 +863,8 @@ def main() -> None:
                 for c in args.concurrency:
                     cell, delta = batch_hist.around(
                         url if name in TRISERVE_SYSTEMS else None, SLOT,
-                        lambda: load_cell(args.load_generator, requests[name], c, args.warmup, args.duration,
-                                          args.max_requests, args.load_cpu))
+                        partial(load_cell, args.load_generator, requests[name], c, args.warmup, args.duration,
+                                args.max_requests, args.load_cpu))
                     rec[name][str(c)] = cell
                     if delta is not None:
                         rec["batch_histograms"].setdefault(name, {})[str(c)] = delta
@@ -866,7 +886,7 @@ def main() -> None:
         for name, (peer, _) in servers.items():
             try:
                 peer.stop()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001  # said, and the other servers are still stopped
                 print(f"[compare] stopping {name}: {exc}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -880,18 +900,20 @@ def main() -> None:
                          "load": f"closed loop, {args.load_generator}"},
            "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
            "concurrency": args.concurrency, "systems": args.systems, "skipped": skipped, "agreement": agreement,
-           "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "triserve_local_env": LOCAL_ENV, "summary": summarise(rounds, args), "raw_rounds": rounds,
-           "open_loop": open_cells, "c1_breakdown": breakdown, "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
+           "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env, "triserve_local_env": LOCAL_ENV,
+           "summary": summarise(rounds, args), "raw_rounds": rounds, "open_loop": open_cells, "c1_breakdown": breakdown,
+           "intra_op_threads": args.intra_op, "profile": profile, "notes": []}
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))  # first: a plotting failure loses nothing
+    # first: a plotting failure loses nothing
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
     try:
         res["plots"] = [_shown(Path(p)) for p in plot_rounds(res, out, "texts", "minilm-intent, 1 server CPU")]
         hist_png = batch_hist.plot(res["summary"]["batch_histograms"], out.with_name(out.name + "_batch_sizes.png"),
                                    "text batch sizes", command)
         if hist_png:
             res["plots"].append(_shown(Path(hist_png)))
-    except Exception as exc:  # noqa: BLE001 - the numbers are already saved
+    except Exception as exc:  # noqa: BLE001  # the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     write_report(out, res, to_markdown(res))
 

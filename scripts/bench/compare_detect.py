@@ -57,32 +57,35 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from configs.deployments import load_repository
+from scripts.bench import batch_hist
 from scripts.bench.compare import (
     LOCAL_ENV,
     RAISED_LIMITS,
     Peer,
+    Servers,
     TriservePeer,
     _fmt,
     _shown,
     default_generator,
-    load_cell,
     free_port,
+    load_cell,
     med_range,
     pinned,
     plot_rounds,
     timings_probe,
 )
-from scripts.bench import batch_hist
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT, model_dir
+from scripts.common import default_deployment
 
 MODEL = "yolo-shapes"
-SLOT = load_repository().default_for("detection").name
+SLOT = default_deployment("detection")
 SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
 HTTP_SYSTEMS = SYSTEMS[1:]
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
@@ -199,12 +202,12 @@ def run_pipeline(sess, manifest: dict, b64s: list[str]) -> tuple[list[list[tuple
     """What every server does for a batch of images: base64 + image decode, letterbox, one ONNX Runtime call,
     capped NMS, boxes back to original pixels (triserve's default limits and thresholds). Returns the detections per
     image and the milliseconds per stage."""
-    from configs.settings import DetectionLimits
     from families.detection.decode import decode_base64, decode_image
+    from families.detection.limits import Limits
     from families.detection.postprocess import NMSParams, nms
     from families.detection.preprocess import boxes_to_original, preprocess_image
 
-    lim = DetectionLimits()
+    lim = Limits()  # the family's defaults (configs/serving.yaml sets the same)
     pre = manifest["preprocess"]
     params = NMSParams(lim.conf_threshold, lim.iou_threshold, lim.pre_nms_topk, lim.max_detections, True)
     t0 = time.perf_counter()
@@ -235,7 +238,9 @@ def inproc_measure(b64s: list[str], batch_sizes: list[int], seconds_per_size: fl
         for b in (1, max(batch_sizes)):  # warm-up
             run_pipeline(sess, manifest, b64s[:b])
         for b in batch_sizes:
-            lat, stages, done, i = [], {}, 0, 0
+            lat: list[float] = []
+            stages: dict[str, list[float]] = {}
+            done, i = 0, 0
             end = time.perf_counter() + seconds_per_size
             started = time.perf_counter()
             while time.perf_counter() < end:
@@ -306,8 +311,10 @@ def agreement_summary(reference: list[list[tuple]], per_system: dict[str, list[l
     """per_system: name -> per image either detections or an error string (an HTTP failure never agrees)."""
     systems = {}
     for name, answers in per_system.items():
-        ok, worst, why = 0, 0.0, []
+        ok, worst = 0, 0.0
+        why: list[str] = []
         for i, (ref, got) in enumerate(zip(reference, answers)):
+            m: dict[str, Any]
             if isinstance(got, str):
                 m = {"agree": False, "max_box_diff_px": None, "reason": got}
             else:
@@ -340,7 +347,7 @@ def check_agreement(servers: dict, images: list[dict], n: int, tol_px: float, in
                 r = httpx.post(u, content=body, headers={"content-type": "application/json"}, timeout=60)
                 got.append(parse_detections(name, r.json()) if r.status_code == 200
                            else f"HTTP {r.status_code}: {r.text[:160]}")
-            except Exception as exc:  # noqa: BLE001 - reported as a disagreement
+            except Exception as exc:  # noqa: BLE001  # reported as a disagreement
                 got.append(f"{type(exc).__name__}: {exc}")
         per_system[name] = got
     return {"reference": "inproc batch 1", **agreement_summary(reference, per_system, tol_px)}
@@ -349,12 +356,14 @@ def check_agreement(servers: dict, images: list[dict], n: int, tol_px: float, in
 # --------------------------------------------------------------------------------------------------------------------
 # servers
 # --------------------------------------------------------------------------------------------------------------------
-def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
+def start_servers(args, tmp: Path, log_dir: Path) -> tuple[Servers, dict[str, str]]:
     """name -> (peer, base url); name -> reason it is not measured."""
-    servers, skipped = {}, {}
+    servers: Servers = {}
+    skipped: dict[str, str] = {}
     d, _ = model_dir(name=MODEL)
     for name in [s for s in args.systems if s in HTTP_SYSTEMS]:
         log = log_dir / f"detect_{name}.log"
+        peer: Peer | TriservePeer
         try:
             if name == "naive":
                 port = free_port()
@@ -393,12 +402,12 @@ def start_servers(args, tmp: Path, log_dir: Path) -> tuple[dict, dict]:
                 peer = TriservePeer(name, env, args.server_cpu, log, home)
                 url = peer.url
             servers[name] = (peer, url)
-        except Exception as exc:  # noqa: BLE001 - the reason is reported
+        except Exception as exc:  # noqa: BLE001  # the reason is reported
             skipped[name] = f"{type(exc).__name__}: {exc}"
     for name, (peer, _) in list(servers.items()):
         try:
             print(f"[compare_detect] {name} ready after {peer.wait_ready():.1f}s", file=sys.stderr)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001  # a peer that never gets ready is skipped with the reason
             skipped[name] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
             peer.stop()
             del servers[name]
@@ -583,7 +592,8 @@ def main() -> None:
     images_file.write_text(json.dumps(b64s))
     log_dir = ROOT / ".cache" / "bench" / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    servers, skipped = {}, {}
+    servers: Servers = {}
+    skipped: dict[str, str] = {}
     rounds: list[dict] = []
     agreement = None
     breakdown: dict = {}
@@ -619,8 +629,8 @@ def main() -> None:
                 for c in args.concurrency:
                     cell, delta = batch_hist.around(
                         url if name in TRISERVE_SYSTEMS else None, SLOT,
-                        lambda: load_cell(args.load_generator, requests[name], c, args.warmup, args.duration,
-                                          args.max_requests, args.load_cpu))
+                        partial(load_cell, args.load_generator, requests[name], c, args.warmup, args.duration,
+                                args.max_requests, args.load_cpu))
                     cell["images_per_s"] = cell.pop("texts_per_s")  # load_cell counts requests: 1 image each
                     rec[name][str(c)] = cell
                     if delta is not None:
@@ -636,7 +646,7 @@ def main() -> None:
         for name, (peer, _) in servers.items():
             try:
                 peer.stop()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001  # said, and the other servers are still stopped
                 print(f"[compare_detect] stopping {name}: {exc}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -659,7 +669,8 @@ def main() -> None:
            "c1_breakdown": breakdown, "notes": notes}
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))  # first: a plotting failure loses nothing
+    # first: a plotting failure loses nothing
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
     try:
         res["plots"] = [_shown(Path(p)) for p in plot_rounds(
             res, out, "images", f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")]
@@ -667,7 +678,7 @@ def main() -> None:
                                    "detection batch sizes", command)
         if hist_png:
             res["plots"].append(_shown(Path(hist_png)))
-    except Exception as exc:  # noqa: BLE001 - the numbers are already saved
+    except Exception as exc:  # noqa: BLE001  # the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     write_report(out, res, to_markdown(res))
 

@@ -37,11 +37,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from scripts.forecast.metrics import coverage, gmean, mase, seasonal_naive_forecast, smape, wql
+from scripts.imagetools import system_tool
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = PROJECT_ROOT / "docs" / "bench" / "forecast_accuracy"
@@ -60,6 +63,13 @@ def score_window(history, target, q, m: int, quantiles) -> dict:
             "wql": wql(target, q, quantiles),
             "cov50": coverage(target, q[:, quantiles.index(0.25)], q[:, quantiles.index(0.75)]),
             "cov90": coverage(target, q[:, quantiles.index(0.05)], q[:, quantiles.index(0.95)])}
+
+
+def scored(rows: Sequence[dict | None], idx: list[int]) -> list[dict]:
+    """rows[i] for each i in idx, which names scored windows only (a None there would be a bug upstream)."""
+    picked = [r for r in (rows[i] for i in idx) if r is not None]
+    assert len(picked) == len(idx), "a window that was not scored"
+    return picked
 
 
 def summarise(rows: list[dict], baseline: list[dict]) -> dict:
@@ -110,7 +120,7 @@ def sf_worker(inp: str, out: str) -> None:
                 q = np.stack([r["lo-90"], r["lo-80"], r["lo-50"], r["mean"], r["hi-50"], r["hi-80"], r["hi-90"]], 1)
                 if not np.all(np.isfinite(q)):
                     raise ValueError("non-finite forecast")
-            except Exception:  # noqa: BLE001 - a failed fit is scored as missing and counted
+            except Exception:  # noqa: BLE001  # a failed fit is scored as missing and counted
                 errors += 1
                 q = None
             times[i] = time.perf_counter() - t0
@@ -125,7 +135,7 @@ def run_statsforecast(windows, methods: dict[str, list[int]], history: int, budg
                       timeout_s: float) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
-        import statsforecast  # noqa: F401
+        import statsforecast  # noqa: F401  # a probe: when it does not import, the worker gets sf_path
     except ImportError:
         env["PYTHONPATH"] = os.pathsep.join([str(sf_path), str(PROJECT_ROOT), env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +144,7 @@ def run_statsforecast(windows, methods: dict[str, list[int]], history: int, budg
             pickle.dump({"windows": windows, "methods": methods, "history": history, "budget_s": budget_s}, fh)
         cmd = [sys.executable, "-m", "scripts.bench.forecast_accuracy", "--sf-worker", str(inp), str(out)]
         if sys.platform.startswith("linux"):
-            cmd = ["taskset", "-c", str(_this_core())] + cmd
+            cmd = [system_tool("taskset"), "-c", str(_this_core())] + cmd
         try:
             proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
                                   check=False)
@@ -185,9 +195,6 @@ def main(argv=None) -> dict:
         return {}
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from scripts.common import ort_session, stable_hash
-    from scripts.forecast.corpus import build_corpus, corpus_fingerprint, last_window, split_corpus
-    from families.forecast.theta import Z
     from families.forecast.features import (
         FREQUENCIES,
         MAX_HORIZON,
@@ -197,10 +204,13 @@ def main(argv=None) -> dict:
         prepare_batch,
         unscale,
     )
+    from families.forecast.theta import Z
+    from scripts.common import ort_session, stable_hash
+    from scripts.forecast.corpus import build_corpus, corpus_fingerprint, last_window, split_corpus
 
     corpus = build_corpus()
     split = split_corpus(corpus)
-    train_info = None
+    train_info: dict[str, Any] | None = None
     from models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
@@ -294,8 +304,8 @@ def main(argv=None) -> dict:
                                timeout_s=4 * args.sf_budget + 300)
         if sf:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            with cache.open("wb") as fh:
-                pickle.dump(sf, fh)
+            with cache.open("wb") as out:
+                pickle.dump(sf, out)
     sf_meta = {}
     for method in SF_METHODS:
         r = sf.get(method)
@@ -311,30 +321,30 @@ def main(argv=None) -> dict:
     scores = {m: [None if p[i] is None else score_window(hist[i], tgt[i], p[i], SEASON[freqs[i]], QUANTILES)
                   for i in range(n)] for m, p in preds.items()}
     base = scores["seasonal_naive"]
-    table = {}
+    table: dict[str, dict[str, dict]] = {}
     for m, rows in scores.items():
         table[m] = {}
         for f in (*FREQUENCIES, "overall"):
             idx = [i for i in range(n) if (f == "overall" or freqs[i] == f) and rows[i] is not None]
             if idx:
-                table[m][f] = summarise([rows[i] for i in idx], [base[i] for i in idx])
+                table[m][f] = summarise(scored(rows, idx), scored(base, idx))
     # the primary on the AutoARIMA subsample that was actually forecast (a fair pairing)
-    paired = {}
+    paired: dict[str, dict[str, Any]] = {}
     for method in ("AutoARIMA", "AutoETS", "AutoTheta"):
         if method in scores:
             idx = [i for i in range(n) if scores[method][i] is not None]
             paired[method] = {"series": len(idx),
-                              method: summarise([scores[method][i] for i in idx], [base[i] for i in idx]),
-                              "primary": summarise([scores["primary"][i] for i in idx], [base[i] for i in idx])}
+                              method: summarise(scored(scores[method], idx), scored(base, idx)),
+                              "primary": summarise(scored(scores["primary"], idx), scored(base, idx))}
 
     overall = table["primary"]["overall"]
-    per_freq = {f: table["primary"][f]["gmean_mase_ratio"] for f in FREQUENCIES if f in table["primary"]}
+    ratio_per_freq = {f: table["primary"][f]["gmean_mase_ratio"] for f in FREQUENCIES if f in table["primary"]}
     ets = table.get("AutoETS", {}).get("overall")
     goals = {
         "gmean_mase_ratio_overall<=0.80": {"value": overall["gmean_mase_ratio"],
                                            "met": overall["gmean_mase_ratio"] <= 0.80},
-        "gmean_mase_ratio<1.0_every_frequency": {"value": per_freq,
-                                                 "met": all(v < 1.0 for v in per_freq.values())},
+        "gmean_mase_ratio<1.0_every_frequency": {"value": ratio_per_freq,
+                                                 "met": all(v < 1.0 for v in ratio_per_freq.values())},
         "better_than_AutoETS_overall": {
             "value": {"primary": overall["gmean_mase_ratio"], "AutoETS": ets["gmean_mase_ratio"] if ets else None,
                       "paired_series": paired.get("AutoETS", {}).get("series")},
@@ -367,8 +377,9 @@ def end_to_end(registry: Path, series, hist, requests: int, concurrencies: list[
     """Series/s through a real `bentoml serve` of the registry (REST /v1/forecast, one held-out series per request,
     timestamps + inferred frequency, the default horizon): closed loop at each concurrency, 127.0.0.1 only, bounded
     in count (`requests`) and time (120 s per level)."""
-    import httpx
     from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
 
     from scripts.drills.server import Server
 
@@ -474,7 +485,7 @@ def write_report(report: dict, out: Path) -> None:
     print(md)
     try:
         plot(report, out.with_suffix(".png"))
-    except Exception as exc:  # noqa: BLE001 - the numbers are the report; the plot is a convenience
+    except Exception as exc:  # noqa: BLE001  # the numbers are the report; the plot is a convenience
         print(f"plot skipped: {exc}", file=sys.stderr)
 
 

@@ -20,6 +20,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from scripts.bench.compare import RAISED_LIMITS
 from scripts.bench.load_mix import run as run_mix
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             rss_b, second = rss_mb(srv), snapshot_all(srv, snaps)
         finally:
             srv.stop()
-        procs = {}
+        procs: dict[str, dict[str, Any]] = {}
         for pid, path in sorted(first.items()):
             name = names.get(pid, str(pid))
             traced, rows = top_growth(path, second[pid], args.top)

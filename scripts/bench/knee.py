@@ -2,7 +2,7 @@
 
     python -m scripts.bench.knee                       # text, detection, forecast; ~12 min; docs/bench/knee.*
     python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
-    python -m scripts.bench.knee --write-config        # also writes access.deployment_rate_per_s in configs/serving.yaml
+    python -m scripts.bench.knee --write-config   # also writes access.deployment_rate_per_s in configs/serving.yaml
 
 Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate (k6
 constant-arrival-rate, --no-usage-report) keeps sending, so the rate where p99 leaves the SLO is the real capacity.
@@ -94,15 +94,16 @@ def write_limits(limits: dict[str, int], config: Path = CONFIG) -> None:
 
 def to_markdown(res: dict) -> str:
     L = [f"# Latency knee per task ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
-         f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate (k6), rate x{res['factor']} per "
-         f"step; a step breaks on p99 > SLO, > 1% failed or > 1% dropped arrivals. Knee = median over "
+         f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate (k6), rate x{res['factor']} "
+         f"per step; a step breaks on p99 > SLO, > 1% failed or > 1% dropped arrivals. Knee = median over "
          f"{res['rounds']} ramps; limit = floor({LIMIT_SHARE} x knee).", "",
          "| task | SLO p99 ms | knee per round (req/s) | knee (median) | limit written |", "|---|---|---|---|---|"]
     for task, r in res["tasks"].items():
         L.append(f"| {task} | {SLO_MS[task]:g} | {', '.join(str(k) for k in r['knees'])} | {r['knee_rps']} | "
                  f"{r['limit_rps']} |")
-    L += ["", "Steps (every round):", "", "| task | round | offered req/s | achieved req/s | p50 ms | p90 ms | p99 ms | "
-          "failed | dropped | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    L += ["", "Steps (every round):", "",
+          "| task | round | offered req/s | achieved req/s | p50 ms | p90 ms | p99 ms | failed | dropped | verdict |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for task, r in res["tasks"].items():
         for i, rnd in enumerate(r["rounds"]):
             for c in rnd["steps"]:
@@ -222,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     write_report(args.out, res, to_markdown(res))
     # the requests carry no deployment: each family's default deployment is what was measured
     repo = load_repository()
-    limits = {repo.default_for(t).name: r["limit_rps"] for t, r in res["tasks"].items()
-              if r["limit_rps"] > 0 and repo.default_for(t) is not None}
+    limits = {dep.name: r["limit_rps"] for t, r in res["tasks"].items()
+              if r["limit_rps"] > 0 and (dep := repo.default_for(t)) is not None}
     if args.write_config and limits:
         write_limits(limits)
         print(f"wrote access.deployment_rate_per_s = {limits} into {CONFIG}")

@@ -15,6 +15,8 @@ import argparse
 import random
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +41,8 @@ def ratio_groups(seqs: list[np.ndarray], max_ratio: float = 1.5) -> list[list[in
 def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
-    from runners.ragged import length_buckets, pad_sequences
     from families.text.preprocess import TextTokenizer
+    from runners.ragged import length_buckets, pad_sequences
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch-sizes", default="8,16,32")
@@ -64,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         ids, mask = pad_sequences(group, tok.pad_token_id)
         sess.run(None, {"input_ids": ids, "attention_mask": mask})
 
-    strategies = {"ratio_1.5": ratio_groups, "one_call": lambda b: [list(range(len(b)))]}
+    strategies: dict[str, Callable[[list[np.ndarray]], list[list[int]]]] = {
+        "ratio_1.5": ratio_groups, "one_call": lambda b: [list(range(len(b)))]}
     for c in (float(x) for x in args.costs.split(",")):
-        strategies[f"cost_{c:g}"] = (lambda c: lambda b: length_buckets(b, c))(c)
+        strategies[f"cost_{c:g}"] = partial(length_buckets, call_cost_tokens=c)
     for _ in range(3):
         run(enc[:16])
     rng = random.Random(0)

@@ -44,7 +44,7 @@ def _image(seed: int) -> str:
 def payloads(seed: int = 0) -> list[tuple[str, dict]]:
     rng = random.Random(seed)
     images = [_image(i) for i in range(8)]
-    out = []
+    out: list[tuple[str, dict]] = []
     for i in range(64):
         out.append(("/v1/detect", {"images": [{"data": images[i % len(images)]}]}))
         out.append(("/v1/classify", {"texts": rng.sample(TEXTS, rng.randint(1, 4)), "top_k": 3}))
@@ -80,7 +80,7 @@ async def run(url: str, requests: int, concurrency: int, max_seconds: float) -> 
                         codes[resp.status] += 1
                         if resp.status >= 500:
                             errors[f"{resp.status}:{(await resp.text())[:120]}"] += 1
-                except Exception as exc:  # noqa: BLE001 - every failure is counted, none is hidden
+                except Exception as exc:  # noqa: BLE001  # every failure is counted, none is hidden
                     codes["transport_error"] += 1
                     errors[type(exc).__name__] += 1
                 latencies[path].append((time.perf_counter() - started) * 1000)

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "TRISERVE_MEMORY__TRIM_INTERVAL_S=0,TRISERVE_MEMORY__MALLOC_ARENA_MAX=0)")
     args = ap.parse_args(argv)
     started = time.monotonic()
-    samples, codes = [], Counter()
+    samples: list[dict[str, Any]] = []
+    codes: Counter[str] = Counter()  # load_mix's "status": code (as a string) -> count
     with tempfile.TemporaryDirectory(prefix="triserve-soak-") as d:
         env = {**RAISED_LIMITS, **dict(kv.split("=", 1) for kv in args.env.split(",") if kv)}
         srv = Server(ROOT / "models" / "store", env=env, log_path=Path(d) / "serve.log")
@@ -81,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
            "met": bool(growth) and all(g <= GOAL for g in growth.values()), "samples": samples}
     L = [f"# RSS over {res['requests']:,} requests ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
          f"Mixed load (scripts/bench/load_mix), concurrency {args.concurrency}, after {args.warmup:,} warm-up "
-         f"requests. Server env beyond compare.RAISED_LIMITS: {args.env or 'none'}. Status codes: {res['status']}.", "", "| process | RSS MB after warm-up | RSS MB at end | growth | "
-         "goal | met |", "|---|---|---|---|---|---|"]
+         f"requests. Server env beyond compare.RAISED_LIMITS: {args.env or 'none'}. Status codes: {res['status']}.", "",
+         "| process | RSS MB after warm-up | RSS MB at end | growth | goal | met |", "|---|---|---|---|---|---|"]
     for p, g in growth.items():
         L.append(f"| {p} | {first[p]} | {last[p]} | {g * 100:+.2f}% | <= {GOAL * 100:g}% | "
                  f"{'yes' if g <= GOAL else '**no**'} |")

@@ -67,7 +67,8 @@ def texts(n: int = 512, seed: int = 0) -> tuple[list[str], str]:
         got = replayed()
         if got:
             return got, f"replayed {PAYLOADS.relative_to(ROOT)} ({len(got)} texts)"
-    return generated(n, seed), f"generated mix (seed {seed}, {n} texts: 35% short commands, 35% medium, 30% 20-45 words)"
+    return generated(n, seed), (f"generated mix (seed {seed}, {n} texts: 35% short commands, 35% medium, "
+                                f"30% 20-45 words)")
 
 
 def model_dir(registry: Path | str = ROOT / "models" / "store", name: str = "minilm-intent", ref: str = "stable"

@@ -20,18 +20,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from configs.deployments import load_repository
+from families.detection.manifest import DetectionPreprocess
+from families.forecast.manifest import ForecastPreprocess
+from models.manifest import preprocess_as
 from scripts.bench.batch_hist import around
 from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, request_for
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
+from scripts.common import default_deployment
 
-TEXT = f"TRISERVE_SLOTS__{load_repository().default_for('text').name.upper()}__BATCHING__"
+TEXT = f"TRISERVE_SLOTS__{default_deployment('text').upper()}__BATCHING__"
 CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what it varies)
     "default": ({}, "runner.batching=gateway, gateway.batch_inflight=1, gateway.coalesce_wait_ms=2, text "
                     "max_batch_size 64, intra-op 0, 1 API worker"),
@@ -79,15 +83,16 @@ def model_inputs(task: str, batch: int) -> tuple[str, dict[str, np.ndarray]]:
     d, m = reg.load_verified(name, "stable")
     rng = np.random.default_rng(0)
     if task == "detection":
-        size = int(m.preprocess.imgsz)
+        size = int(preprocess_as(m, DetectionPreprocess).imgsz)
         return str(d / m.model_file), {m.inputs[0].name: rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)}
     if task == "text":
         ids = rng.integers(1000, 2000, (batch, 20)).astype(np.int64)
         return str(d / m.model_file), {"input_ids": ids, "attention_mask": np.ones_like(ids)}
-    ctx = int(m.preprocess.context)
+    pre = preprocess_as(m, ForecastPreprocess)
+    ctx = int(pre.context)
     return str(d / m.model_file), {"context": rng.normal(0, 1, (batch, ctx)).astype(np.float32),
                                    "mask": np.ones((batch, ctx), np.float32),
-                                   "freq": rng.integers(0, len(m.preprocess.frequencies), batch).astype(np.int64),
+                                   "freq": rng.integers(0, len(pre.frequencies), batch).astype(np.int64),
                                    "features": rng.uniform(-1, 1, (batch, 6)).astype(np.float32)}
 
 
@@ -177,8 +182,8 @@ def cpu_seconds(peer) -> dict[str, float]:
     return out
 
 
-def med(xs: list[float]) -> str:
-    xs = [x for x in xs if x is not None]
+def med(values: Sequence[float | None]) -> str:
+    xs = [x for x in values if x is not None]
     if not xs:
         return "n/a"
     return f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"
@@ -201,8 +206,8 @@ def _threads_table(res: dict) -> list[str]:
     for task in MODELS:
         for intra, inter, spin in THREADS:
             k = f"{task}/{_key(intra, inter, spin)}"
-            L.append(f"| {MODELS[task]} | {intra}, {inter}, {'on' if spin else 'off'} | {one[k + '/b1']} | {one[k + '/b8']} | "
-                     f"{allc[k + '/b1']} | {allc[k + '/b8']} |")
+            L.append(f"| {MODELS[task]} | {intra}, {inter}, {'on' if spin else 'off'} | {one[k + '/b1']} | "
+                     f"{one[k + '/b8']} | {allc[k + '/b1']} | {allc[k + '/b8']} |")
     return L
 
 
@@ -212,14 +217,17 @@ def _serving_table(res: dict) -> list[str]:
           "| config | what it changes | texts/s c=32 | p50 ms c=32 | p99 ms c=32 | p50 ms c=1 | CPU ms/request "
           "gateway, runner (c=32) | runner batch mean, share of calls with 1 text (c=32) | non-200 |",
           "|---|---|---|---|---|---|---|---|---|"]
+
+    def col(rows: list[dict], c: str, k: str) -> str:
+        return med([r[c][k] for r in rows])
+
     for name, rows in res["serving"].items():
-        def col(c, k):
-            return med([r[c][k] for r in rows])
         cpu = {svc: statistics.median(r["32"]["cpu_ms_per_request"].get(svc, 0.0) for r in rows)
                for svc in ("triserve", "triserve-runner")}
         batch = [r["32"].get("runner_batch") or {} for r in rows]
-        L.append(f"| {name} | {CONFIGS[name][1]} | {col('32', 'texts_per_s')} | {col('32', 'p50')} | "
-                 f"{col('32', 'p99')} | {col('1', 'p50')} | {cpu['triserve']:.2f}, {cpu['triserve-runner']:.2f} | "
+        L.append(f"| {name} | {CONFIGS[name][1]} | {col(rows, '32', 'texts_per_s')} | {col(rows, '32', 'p50')} | "
+                 f"{col(rows, '32', 'p99')} | {col(rows, '1', 'p50')} | "
+                 f"{cpu['triserve']:.2f}, {cpu['triserve-runner']:.2f} | "
                  f"{med([b.get('mean') for b in batch])}, "
                  f"{med([100 * b['lone_share'] for b in batch if b.get('lone_share') is not None])}% | "
                  f"{sum(r['32']['non_200'] + r['1']['non_200'] for r in rows)} |")

@@ -17,19 +17,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
+
+from scripts.imagetools import StepFailed, system_tool
 
 LUA = Path(__file__).with_name("wrk_replay.lua")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def available() -> str | None:
-    """The wrk binary (Debian: apt-get install -y wrk), or None."""
-    return shutil.which("wrk")
+    """The wrk binary, by absolute path in the system directories (Debian: apt-get install -y wrk), or None; never
+    one first on the caller's PATH (scripts/imagetools.py "tool resolution")."""
+    try:
+        return system_tool("wrk")
+    except StepFailed:
+        return None
 
 
 def _requests_file(requests: list[tuple[str, bytes]], path: Path) -> str:
@@ -52,9 +57,7 @@ def _requests_file(requests: list[tuple[str, bytes]], path: Path) -> str:
 def run_wrk(base: str, requests_file: Path, concurrency: int, seconds: float, max_requests: int,
             cpu: int | None = None, timeout_s: int = 30) -> dict:
     """One wrk run; returns the script's counters (latency in microseconds)."""
-    exe = available()
-    if not exe:
-        raise RuntimeError("wrk is not installed (apt-get install -y wrk)")
+    exe = system_tool("wrk")  # StepFailed (a RuntimeError) naming the Debian package when it is not installed
     cmd = [exe, "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", f"--timeout={timeout_s}s", "-s", str(LUA),
            base, "--", str(requests_file), str(max_requests)]
     pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None

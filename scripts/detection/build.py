@@ -202,6 +202,7 @@ def train(ctx: BuildContext, recipe: dict, dataset) -> Trained:
     )
     seconds = time.monotonic() - started
     trainer = model.trainer
+    assert trainer is not None, "model.train() leaves its trainer"
     best = Path(trainer.best) if Path(trainer.best).is_file() else Path(trainer.last)
     metrics = {k: float(v) for k, v in (trainer.metrics or {}).items() if isinstance(v, (int, float))}
     info = {"epochs": int(trainer.epoch) + 1, "seconds": round(seconds, 1),
@@ -290,6 +291,13 @@ def exported_head(onnx_path: Path, nc: int) -> tuple[str, tuple[int, ...]]:
     return ("end2end" if e2e else "anchors"), tuple(int(x) for x in out.shape)
 
 
+def _end2end_k(max_det: int | None) -> int:
+    """An end-to-end head's max_det (its TopK k): every end2end code path is given one."""
+    if max_det is None:
+        raise ValueError("an end2end head needs its max_det")
+    return int(max_det)
+
+
 def _pin_output_channels(onnx_path: Path, nc: int, head: str = "anchors", max_det: int | None = None) -> None:
     """The exporter leaves output0's non-batch axes symbolic ('Concatoutput0_dim_1', 'anchors'). They are 4 + nc by
     construction for an anchors head; for an end-to-end head they are [max_det, 6] (the TopK's k, fixed at export:
@@ -299,7 +307,7 @@ def _pin_output_channels(onnx_path: Path, nc: int, head: str = "anchors", max_de
     model = onnx.load(str(onnx_path))
     dims = model.graph.output[0].type.tensor_type.shape.dim
     changed = False
-    want = {1: 4 + nc} if head == "anchors" else {1: int(max_det), 2: 6}
+    want = {1: 4 + nc} if head == "anchors" else {1: _end2end_k(max_det), 2: 6}
     if len(dims) == 3:
         for axis, value in want.items():
             if dims[axis].dim_param or dims[axis].dim_value != value:
@@ -337,7 +345,7 @@ def check_graph_io(inputs: list[TensorSpec], outputs: list[TensorSpec], nc: int,
     want_in = [batch, 3, fixed_size, fixed_size] if fixed_size else ["batch", 3, "height", "width"]
     if len(inputs) != 1 or inputs[0].shape != want_in:
         raise GateFailed(f"unexpected ONNX inputs {[i.model_dump() for i in inputs]}")
-    want_out = [batch, 4 + nc, "anchors"] if head == "anchors" else [batch, max_det, 6]
+    want_out = [batch, 4 + nc, "anchors"] if head == "anchors" else [batch, _end2end_k(max_det), 6]
     if len(outputs) != 1 or outputs[0].shape != want_out:
         raise GateFailed(f"unexpected ONNX outputs {[o.model_dump() for o in outputs]} for nc={nc}, head {head}"
                          + (f" (expected {want_out})" if head == "end2end" else ""))
@@ -440,7 +448,7 @@ def check_parity(model, onnx_path: Path, sizes: Sequence[Sequence[int]], batches
             if got.shape != expected.shape:
                 raise GateFailed(f"parity {case}: shape {got.shape} != reference {expected.shape}")
             diff = compare_batch(expected, got, tolerance)
-            paired += diff["paired"]
+            paired += int(diff["paired"])  # a count of rows
             checks.append(ParityCheck(case=f"{case}/scores", max_abs_diff=diff["scores"], tolerance=tolerance,
                                       passed=diff["scores"] <= tolerance))
             checks.append(ParityCheck(case=f"{case}/boxes", max_abs_diff=diff["boxes"], tolerance=tolerance * side,
@@ -628,7 +636,7 @@ def _parity_sizes_for(model, sizes: Sequence[Sequence[int]], imgsz: int, head: s
     served: the service letterboxes to imgsz)."""
     out = [list(s) for s in sizes]
     if head == "end2end":
-        out = [s for s in out if anchor_count(model, s[0], s[1]) >= int(max_det)]
+        out = [s for s in out if anchor_count(model, s[0], s[1]) >= _end2end_k(max_det)]
         if [imgsz, imgsz] not in out:
             out.insert(0, [imgsz, imgsz])
     return out
@@ -689,7 +697,7 @@ def export_user_model(weights: Path, name: str, version: str, work_dir: Path, im
     inputs, outputs, opset = _tensor_specs(onnx_path)
     check_graph_io(inputs, outputs, len(labels), kind, max_det)
     if kind == "end2end":
-        set_end2end(model, max_det)
+        set_end2end(model, _end2end_k(max_det))
     parity_sizes = _parity_sizes_for(model, sizes or _default_parity_sizes(imgsz), imgsz, kind, max_det)
     parity = check_parity(model, onnx_path, parity_sizes, batches, tolerance, head=kind)
 
@@ -700,7 +708,10 @@ def export_user_model(weights: Path, name: str, version: str, work_dir: Path, im
         from scripts.importer.end2end import compare_batch
 
         session = ort_session(onnx_path, threads=1)
-        run = lambda feeds: session.run(None, feeds)  # noqa: E731
+
+        def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            return session.run(None, feeds)
+
         rows = parity_images(max(proof_batches), imgsz, imgsz, seed=1)
         proof = prove_dynamic_batch(run, run, "images", rows,
                                     {"boxes": (None, tolerance * imgsz), "scores": (None, tolerance)},

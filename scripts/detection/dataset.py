@@ -91,16 +91,21 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     return img
 
 
+def _rgb(c: np.ndarray) -> tuple[int, int, int]:
+    return int(c[0]), int(c[1]), int(c[2])
+
+
 def _contrasting_colour(rng: np.random.Generator, local: np.ndarray) -> tuple[int, int, int]:
     best, best_d = None, -1.0
     for _ in range(20):
         c = rng.integers(0, 256, 3)
         d = float(np.linalg.norm(c.astype(np.float64) - local))
         if d > 110:
-            return tuple(int(v) for v in c)
+            return _rgb(c)
         if d > best_d:
             best, best_d = c, d
-    return tuple(int(v) for v in best)
+    assert best is not None  # the first draw is always the best so far (a distance is >= 0)
+    return _rgb(best)
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:

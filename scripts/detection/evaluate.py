@@ -51,7 +51,10 @@ def read_rgb(path: Path) -> np.ndarray:
 
 def yolo_labels(image: Path, label: Path) -> LabeledImage:
     """A YOLO-format label file ("cls cx cy w h", normalised) -> pixel boxes for `image`."""
-    h, w = cv2.imread(str(image), cv2.IMREAD_UNCHANGED).shape[:2]
+    img = cv2.imread(str(image), cv2.IMREAD_UNCHANGED)
+    if img is None:
+        raise FileNotFoundError(image)
+    h, w = img.shape[:2]
     has_rows = label.is_file() and label.stat().st_size > 0  # a missing or empty file is an image without objects
     rows = np.loadtxt(label, ndmin=2, dtype=np.float64) if has_rows else np.zeros((0, 5))
     cls, cx, cy, bw, bh = (rows[:, i] for i in range(5))

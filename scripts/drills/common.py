@@ -94,7 +94,7 @@ async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, 
                     if isinstance(details, dict):
                         row.slot = details.get("slot")
             return row
-    except Exception as exc:  # noqa: BLE001 - every failure is a row, none is hidden
+    except Exception as exc:  # noqa: BLE001  # every failure is a row, none is hidden
         return Row(path, sent, time.monotonic() - t0, type(exc).__name__, code=str(exc)[:120] or None)
 
 
@@ -135,7 +135,7 @@ def access_log(path) -> list[tuple[float, str, int, float]]:
     """(epoch seconds, path, status, server-side ms) of each task request the gateway logged: its triserve.requests
     JSON lines (observability.request_log), timed from the app receiving the request to the response, i.e. without
     the wait before the event loop got to it."""
-    out = []
+    out: list[tuple[float, str, int, float]] = []
     try:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:

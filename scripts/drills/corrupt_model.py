@@ -19,25 +19,26 @@ from pathlib import Path
 
 import httpx
 
-from client import NO_RETRY, TriserveAPIError, TriserveClient, TriserveError
+from client import NO_RETRY, ClassifyResponse, ForecastResponse, TriserveAPIError, TriserveClient, TriserveError
 from models.registry import LocalRegistry
 from scripts.drills.common import assert_loopback, base_parser, log_path, save
 from scripts.drills.server import Server
 
 NAME = "corrupt_model"
-FORECAST = {"values": [round(340 + 0.1 * i + 3 * ((i % 12) - 6) / 6, 3) for i in range(48)],
-            "start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6}
-PROBES = {"/v1/classify": {"texts": ["what is my account balance"]}, "/v1/forecast": FORECAST}
+TEXTS = ["what is my account balance"]
+SERIES = [round(340 + 0.1 * i + 3 * ((i % 12) - 6) / 6, 3) for i in range(48)]
+PROBES = ("/v1/classify", "/v1/forecast")
 
 
 def probe(api: TriserveClient, path: str) -> tuple[str, dict]:
     """One inference probe through the client (no retries: each poll is one request): ("<status>:<error code>",
     the answer or the error model as JSON)."""
     try:
+        answer: ClassifyResponse | ForecastResponse
         if path == "/v1/classify":
-            answer = api.classify(**PROBES[path])
+            answer = api.classify(TEXTS)
         else:
-            answer = api.forecast(**PROBES[path])
+            answer = api.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=6)
         return "200:", answer.model_dump(mode="json")
     except TriserveAPIError as err:
         return f"{err.status}:{err.code}", {"error": err.error.model_dump(mode="json")}
@@ -60,7 +61,10 @@ def restore(path: Path, info: dict) -> None:
 
 def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
     assert_loopback(srv.url)
-    readyz, livez, models_status = Counter(), Counter(), Counter()
+    # status code, or the transport failure's name -> count
+    readyz: Counter[int | str] = Counter()
+    livez: Counter[int | str] = Counter()
+    models_status: Counter[int | str] = Counter()
     inference: dict[str, Counter] = {p: Counter() for p in PROBES}
     models_body = None
     inference_body: dict[str, dict] = {}

@@ -17,8 +17,18 @@ import time
 import aiohttp
 
 from scripts.bench.load_mix import payloads
-from scripts.drills.common import (Row, assert_loopback, base_parser, by_status, degraded_reasons, lat, log_path,
-                                   post, save, text_body)
+from scripts.drills.common import (
+    Row,
+    assert_loopback,
+    base_parser,
+    by_status,
+    degraded_reasons,
+    lat,
+    log_path,
+    post,
+    save,
+    text_body,
+)
 from scripts.drills.server import Server
 
 NAME = "kill_runner"
@@ -57,10 +67,11 @@ async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, m
             last = None
             while time.monotonic() < stop_at + 2:
                 pids = srv.runner_pids()
+                ready: int | str  # the status, or the failure's name
                 try:
                     async with session.get(srv.url + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as r:
                         ready = r.status
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001  # a failed probe is a state of the timeline
                     ready = type(exc).__name__
                 state = (tuple(pids), ready)
                 if state != last:
@@ -114,7 +125,7 @@ def analyse(rows: list[Row], timeline: list[dict], events: dict, elapsed: float,
     after = [r for r in rows if kill is not None and r.done >= kill]
     failed = [r for r in after if not r.ok]
     last_fail = max((r.done for r in failed), default=None)
-    first_ok_sent_after = min((r.done for r in after if r.ok and r.sent >= kill), default=None)
+    first_ok_sent_after = min((r.done for r in after if r.ok and kill is not None and r.sent >= kill), default=None)
     recovered = (min((r.done for r in after if r.ok and r.done > last_fail), default=None)
                  if last_fail is not None else first_ok_sent_after)
     in_flight = [r for r in rows if kill is not None and r.sent < kill <= r.done]

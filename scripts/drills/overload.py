@@ -25,8 +25,21 @@ import aiohttp
 import numpy as np
 
 from scripts.bench.load_mix import payloads
-from scripts.drills.common import (Row, access_log, assert_loopback, base_parser, by_status, degraded_reasons, lat,
-                                   log_path, pct, post, save, text_body, transport_errors)
+from scripts.drills.common import (
+    Row,
+    access_log,
+    assert_loopback,
+    base_parser,
+    by_status,
+    degraded_reasons,
+    lat,
+    log_path,
+    pct,
+    post,
+    save,
+    text_body,
+    transport_errors,
+)
 from scripts.drills.server import Server
 
 NAME = "overload"

@@ -22,7 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -51,6 +54,7 @@ def run_cli(url: str, args, report: Path) -> dict:
         cmd += ["--include-name", name]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "scripts.drills.api_checks", "PYTHONPATH": str(ROOT)}
     started = time.monotonic()
+    rc: int | str  # the exit code, or "timeout"
     try:
         # cwd: the CLI keeps a .schemathesis/ cache in its working directory; keep it out of the repository
         proc = subprocess.run(cmd, cwd=report.parent, env=env, capture_output=True, text=True,
@@ -106,7 +110,7 @@ def _strategies():
     text = st.fixed_dictionaries({"texts": st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=70)},
                                  optional={"top_k": st.integers(1, 12),
                                            "model": st.sampled_from(["auto", "primary", "fallback"])})
-    tz = st.sampled_from([None, timezone.utc, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))])
+    tz = st.sampled_from([None, UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))])
     when = st.datetimes(min_value=__import__("datetime").datetime(1900, 1, 1),
                         max_value=__import__("datetime").datetime(2200, 1, 1), timezones=tz)
     freq = st.sampled_from(["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"])
@@ -158,14 +162,42 @@ def _strategies():
 
 def valid_phase(url: str, examples: int, seed: int) -> dict:
     import schemathesis
-    from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+    from schemathesis.core.result import Err
 
     from scripts.drills.api_checks import CHECKS, error_model_on_4xx
 
     assert_loopback(url)
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
-    ops = {f"{o.method.upper()} {o.path}": o for o in (r.ok() for r in schema.get_all_operations())}
-    out = {}
+    ops = {}
+    for result in schema.get_all_operations():
+        if isinstance(result, Err):  # an operation schemathesis cannot read: its reason, not an AttributeError
+            raise result.err()
+        operation = result.ok()
+        ops[f"{operation.method.upper()} {operation.path}"] = operation
+    def fuzz(op: Any, media_type: str, strategy: Any, checks: list, statuses: dict[str, int]) -> Callable[[], None]:
+        """One hypothesis run of `op` with bodies from `strategy`, counting answers by status (+ error code) into
+        `statuses` (what it closes over is bound here, per operation and check set)."""
+
+        @hseed(seed)
+        @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+                  phases=[Phase.generate, Phase.shrink])
+        @given(body=strategy)
+        def run(body: Any) -> None:
+            response = op.Case(body=body, media_type=media_type).call_and_validate(
+                base_url=url, checks=checks, timeout=60)
+            key = str(response.status_code)
+            if response.status_code >= 400:
+                try:
+                    key += ":" + json.loads(response.content)["error"]["code"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+            statuses[key] = statuses.get(key, 0) + 1
+
+        return run
+
+    out: dict[str, Any] = {}
     for label, (strategy, media_type) in _strategies().items():
         op = ops.get(label.split(" (")[0])
         if op is None:
@@ -176,26 +208,11 @@ def valid_phase(url: str, examples: int, seed: int) -> dict:
                              ([schemathesis.checks.not_a_server_error, error_model_on_4xx], "without 2xx schema")):
             statuses: dict[str, int] = {}
             failure = None
-
-            @hseed(seed)
-            @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-                      phases=[Phase.generate, Phase.shrink])
-            @given(body=strategy)
-            def run(body):
-                response = op.Case(body=body, media_type=media_type).call_and_validate(
-                    base_url=url, checks=checks, timeout=60)
-                key = str(response.status_code)
-                if response.status_code >= 400:
-                    try:
-                        key += ":" + json.loads(response.content)["error"]["code"]
-                    except (ValueError, KeyError, TypeError):
-                        pass
-                statuses[key] = statuses.get(key, 0) + 1
-
+            run = fuzz(op, media_type, strategy, checks, statuses)
             started = time.monotonic()
             try:
                 run()
-            except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - FailureGroup is a BaseExceptionGroup
+            except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001  # FailureGroup is a BaseExceptionGroup
                 failure = str(exc)[:6000]
             runs.append({"checks": name, "statuses": dict(sorted(statuses.items())), "failed": failure is not None,
                          "failure": failure, "seconds": round(time.monotonic() - started, 1)})

@@ -120,12 +120,12 @@ class Server:
                 p.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        if self._log is not subprocess.DEVNULL:
+        if not isinstance(self._log, int):  # a log file of ours (else subprocess.DEVNULL)
             self._log.close()
             self._log = subprocess.DEVNULL
         shutil.rmtree(self.home, ignore_errors=True)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 
 import grpc
 import httpx
@@ -33,6 +34,8 @@ import numpy as np
 import yaml
 
 from client import TriserveClient
+from families.text.manifest import TextPreprocess
+from models.manifest import preprocess_as
 from scripts.drills.common import save
 from scripts.drills.server import ROOT, Server
 
@@ -85,13 +88,21 @@ def served_boxes(doc: dict):
                 np.array([d.get("class_id", 0) for d in dets], dtype=np.int64))
 
 
+class DetectOptions(TypedDict):
+    """The detection options every transport is asked with."""
+
+    conf_threshold: float
+    iou_threshold: float
+    max_detections: int
+
+
 def detect_three_ways(srv: Server, deployment: str, photo: Path) -> list[dict]:
     """One image through REST, typed gRPC and the OIP pipeline of the deployment: three result documents."""
     from services.protocols.generated import triserve_pb2 as tpb
     from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
     raw = photo.read_bytes()
-    opts = {"conf_threshold": CONF, "iou_threshold": IOU, "max_detections": 100}
+    opts: DetectOptions = {"conf_threshold": CONF, "iou_threshold": IOU, "max_detections": 100}
     with TriserveClient(srv.url, timeout=120) as api:  # the multipart upload endpoint, as the README's curl
         rest = api.detect(photo, upload=True, deployment=deployment, **opts)
     with grpc.insecure_channel(srv.grpc_target) as channel:
@@ -181,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("yolov8n-coco", "minilm-intent"):
         if not base.versions(name):
             sys.exit(f"{args.registry} has no {name}: run `make models` first")
-    with tempfile.TemporaryDirectory(prefix="triserve-side-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="triserve-side-") as tmp_name:
+        tmp = Path(tmp_name)
         registry_dir = tmp / "registry"
         shutil.copytree(args.registry, registry_dir)
         imports = import_models(registry_dir, args.hf_dir)
@@ -199,15 +210,17 @@ def main(argv: list[str] | None = None) -> int:
 
         head = load_intent_head()
         intent_ref = st_probabilities(SentenceTransformer(str(encoder_dir()), device="cpu"), head.estimator,
-                                      INTENT_TEXTS, intent.preprocess.max_length)
-        review_ref = pipeline_probabilities(args.hf_dir, review_texts, reviews.labels, reviews.preprocess.max_length)
+                                      INTENT_TEXTS, preprocess_as(intent, TextPreprocess).max_length)
+        review_ref = pipeline_probabilities(args.hf_dir, review_texts, reviews.labels,
+                                            preprocess_as(reviews, TextPreprocess).max_length)
         with Server(registry_dir, env=env, log_path=tmp / "serve.log") as srv:
             srv.wait_ready(timeout=600)
             with TriserveClient(srv.url, timeout=30) as api:
                 models = api.models().deployments
-            result = {
+            result: dict[str, Any] = {
                 "imports": imports,
-                "deployments": [{"name": d.name, "family": d.family, "default": d.default, "model": d.model.name}
+                "deployments": [{"name": d.name, "family": d.family, "default": d.default,
+                                 "model": d.model.name if d.model is not None else None}
                                 for d in models],
                 "detection": [check_detection(srv, "coco", coco_source(CACHE), photos, 640),
                               check_detection(srv, "plates", Path(imports["plates"]["weights"]), photos, 640)],

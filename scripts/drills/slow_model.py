@@ -19,15 +19,25 @@ import time
 
 import aiohttp
 
-from scripts.drills.common import Row, assert_loopback, base_parser, by_status, degraded_reasons, lat, log_path, post, save
-from configs.deployments import load_repository
+from scripts.common import default_deployment
+from scripts.drills.common import (
+    Row,
+    assert_loopback,
+    base_parser,
+    by_status,
+    degraded_reasons,
+    lat,
+    log_path,
+    post,
+    save,
+)
 from scripts.drills.server import Server
 
 NAME = "slow_model"
 DEADLINES = (300, 1000, 3000)
 MODELS = ("primary", "auto")
 TEXT = "what is my account balance"
-DEPLOYMENT = load_repository().default_for("text").name  # the slot made slow: the text family's default
+DEPLOYMENT = default_deployment("text")  # the slot made slow: the text family's default
 
 
 async def breaker(session, url: str, key: str) -> dict | None:
@@ -39,7 +49,7 @@ async def breaker(session, url: str, key: str) -> dict | None:
                 return {"text": (d["breakers"].get(DEPLOYMENT) or {}).get("state", "closed"),
                         "text_queue_ms_per_item": d["queues"].get(DEPLOYMENT, {}).get("ms_per_item")}
             return {"status": r.status}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001  # a failed status probe is recorded, never fatal
         return {"error": type(exc).__name__}
 
 
@@ -79,7 +89,8 @@ def analyse(records: list[dict], slack_ms: float, elapsed: float) -> dict:
     for phase in ("sequential", "burst"):
         for deadline in DEADLINES:
             for model in MODELS:
-                recs = [r for r in records if (r["phase"], r["deadline_ms"], r["model_choice"]) == (phase, deadline, model)]
+                recs = [r for r in records
+                        if (r["phase"], r["deadline_ms"], r["model_choice"]) == (phase, deadline, model)]
                 rows = [r["row"] for r in recs]
                 if not rows:
                     continue

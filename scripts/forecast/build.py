@@ -29,16 +29,32 @@ from dataclasses import replace
 import numpy as np
 
 import families
-from families.forecast.features import (CONTEXT, CONTEXT_BY_FREQ, FREQUENCIES, H_MAX, MAX_HORIZON, MIN_HISTORY,
-                                        N_FEATURES, QUANTILES, SEASON)
+from families.forecast.features import (
+    CONTEXT,
+    CONTEXT_BY_FREQ,
+    FREQUENCIES,
+    H_MAX,
+    MAX_HORIZON,
+    MIN_HISTORY,
+    N_FEATURES,
+    QUANTILES,
+    SEASON,
+)
 from families.forecast.manifest import ForecastPreprocess
 from families.forecast.postprocess import quantile_forecast
 from families.forecast.preprocess import model_item, reads_history
 from families.forecast.theta import fallback_forecast
-from models.manifest import Manifest, ParityCheck, Source, TensorSpec, utcnow
+from models.manifest import Manifest, ParityCheck, Source, TensorSpec, preprocess_as, utcnow
 from scripts.common import Artifact, BuildContext, GateFailed, histogram_reference, ort_session, package_versions
-from scripts.forecast.corpus import (WHEELS, Series, build_corpus, corpus_fingerprint, last_window, split_corpus,
-                                     synthetic_corpus)
+from scripts.forecast.corpus import (
+    WHEELS,
+    Series,
+    build_corpus,
+    corpus_fingerprint,
+    last_window,
+    split_corpus,
+    synthetic_corpus,
+)
 from scripts.forecast.global_model import INPUT_NAMES, OPSET, OUTPUT_NAME, ModelConfig, train_and_export
 from scripts.forecast.metrics import coverage, gmean, mase, seasonal_naive_forecast
 
@@ -103,7 +119,7 @@ class Served:
         self.manifest, self.session, self.input_names = manifest_like, session, input_names
 
     def forecast(self, histories, frequencies, next_timestamps, horizons) -> list[np.ndarray]:
-        pre = self.manifest.preprocess
+        pre = preprocess_as(self.manifest, ForecastPreprocess)
         raw = reads_history(self.input_names)
         items = [model_item(pre, h, f, t, raw) for h, f, t in zip(histories, frequencies, next_timestamps)]
         outs = []

@@ -210,7 +210,7 @@ def _segments(values: np.ndarray, frequency: str) -> list[tuple[int, np.ndarray]
 
 
 class _Builder:
-    def __init__(self):
+    def __init__(self) -> None:
         self.series: list[Series] = []
         self.dropped: dict[str, int] = {}
 
@@ -283,7 +283,7 @@ def _decimal_time(t, frequency: str):
 
 def _fpp3(b: _Builder, w: _Wheels) -> None:
     d = w.csv("tourism")
-    for (r, s, p), g in d.groupby(["Region", "State", "Purpose"]):
+    for (r, _state, p), g in d.groupby(["Region", "State", "Purpose"]):
         b.add(f"tourism/{r}/{p}", "QS", _quarter(g.Quarter), g.Trips, f"tourism/{r}/{p}", "fpp3.tourism")
     d = w.csv("prison")
     for key, g in d.groupby(["State", "Gender", "Legal", "Indigenous"]):

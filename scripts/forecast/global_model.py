@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.forecast.corpus import Series, last_window
 from families.forecast.features import (
     CONTEXT,
     CONTEXT_BY_FREQ,
@@ -56,6 +55,7 @@ from families.forecast.features import (
     seasonal_index_table,
     series_features,
 )
+from scripts.forecast.corpus import Series, last_window
 
 log = logging.getLogger("triserve.forecast.global_model")
 OPSET = 17
@@ -418,10 +418,10 @@ def export_onnx(model, path: Path) -> Path:
     for dim, value in zip(dims[1:], (H_MAX, len(QUANTILES))):
         dim.Clear()
         dim.dim_value = value
-    m.doc_string = ("triserve global forecaster: context/mask float32 [batch, %d] (scaled), freq int64 [batch] "
-                    "(index into %s), features float32 [batch, %d] -> quantiles float32 [batch, %d, %d] (scaled) "
-                    "for quantiles %s" % (CONTEXT, ",".join(FREQUENCIES), N_FEATURES, H_MAX, len(QUANTILES),
-                                          ",".join(map(str, QUANTILES))))
+    m.doc_string = (f"triserve global forecaster: context/mask float32 [batch, {CONTEXT:d}] (scaled), freq int64 "
+                    f"[batch] (index into {','.join(FREQUENCIES)}), features float32 [batch, {N_FEATURES:d}] -> "
+                    f"quantiles float32 [batch, {H_MAX:d}, {len(QUANTILES):d}] (scaled) "
+                    f"for quantiles {','.join(map(str, QUANTILES))}")
     for k, v in contract_metadata().items():
         m.metadata_props.add(key=k, value=v)
     onnx.checker.check_model(m, full_check=True)

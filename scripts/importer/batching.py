@@ -25,14 +25,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from models.manifest import ParityCheck
 
+if TYPE_CHECKING:
+    import onnx
+
 BATCH = "batch"
-NO_RESULT = 1e30  # a ParityCheck's max_abs_diff when there is nothing to compare (the run failed, NaN/Inf, wrong shape):
+# a ParityCheck's max_abs_diff when there is nothing to compare (the run failed, NaN/Inf, wrong shape):
 # finite so the manifest stays standard JSON (json.dumps would write `Infinity`, which strict JSON parsers reject)
+NO_RESULT = 1e30
 _PINNING_OPS = {"Expand", "Tile", "ConstantOfShape", "Resize"}
 _AXIS0_OPS = {"Slice", "Split", "Gather", "Concat", "Squeeze", "Unsqueeze", "Flatten"}
 
@@ -68,7 +73,7 @@ def _graph_inputs(model) -> list:
     return [v for v in model.graph.input if v.name not in inits]
 
 
-def make_batch_dynamic(model) -> tuple[object, Rewrite]:
+def make_batch_dynamic(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Rewrite]:
     """A copy of `model` (onnx.ModelProto) with a symbolic leading batch dim; see the module docstring."""
     import onnx
     from onnx import numpy_helper
@@ -211,7 +216,7 @@ def prove_dynamic_batch(original: Runner, rewritten: Runner, input_name: str, ro
         case = f"batch{b}-vs-original-batch1"
         try:
             got = rewritten({input_name: rows[:b]})[0]
-        except Exception as exc:  # noqa: BLE001 - any runtime failure at this batch size refutes the rewrite
+        except Exception as exc:  # noqa: BLE001  # any runtime failure at this batch size refutes the rewrite
             reason = reason or f"{case}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             for part, (_, tol) in parts.items():
                 checks.append(ParityCheck(case=f"{case}/{part}", max_abs_diff=NO_RESULT, tolerance=tol,

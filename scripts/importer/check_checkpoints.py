@@ -28,7 +28,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from families.detection.manifest import DetectionPreprocess
+from models.manifest import preprocess_as
 from scripts.common import PROJECT_ROOT, BuildContext
 
 log = logging.getLogger("triserve.importer.check")
@@ -63,7 +66,8 @@ WHEEL_MODELS = (
 # ~2.5 min of training on one core: the DESIGN recipe (AdamW lr0 0.003, warmup 1, batch 8, 240 train images) with
 # the shapes drawn at 160 px and trained at 128, mosaic off for the last 8 epochs. Measured: 18 epochs, val mAP50
 # 0.17 (the same time at 192/160 px with close_mosaic 3: 11 epochs, 0.03; at 256 an epoch takes ~4x longer)
-YOLO26_SHAPES = {"model": "yolo26n.yaml", "image_size": 160, "imgsz": 128, "time_cap_minutes": 2.5, "close_mosaic": 8}
+YOLO26_SHAPES: dict[str, Any] = {"model": "yolo26n.yaml", "image_size": 160, "imgsz": 128, "time_cap_minutes": 2.5,
+                                 "close_mosaic": 8}
 
 
 def train_yolo26(cache: Path):
@@ -105,15 +109,16 @@ def check_pt(name: str, weights: Path, registry, cache: Path, photos=None, imgsz
                                           cache_dir=cache)
         registry.publish(art.staging, art.manifest)
         m = art.manifest
+        pre = preprocess_as(m, DetectionPreprocess)
         return {"name": name, "result": "published", "seconds": round(time.monotonic() - started, 1),
-                "head": m.preprocess.head, "imgsz": m.preprocess.imgsz, "labels": m.labels,
+                "head": pre.head, "imgsz": pre.imgsz, "labels": m.labels,
                 "outputs": m.outputs[0].shape, "gates": m.gates, "parity_worst": report["parity_worst"],
                 "map50": m.metrics.get("map50"), "map50_95": m.metrics.get("map50_95"),
                 "ms_per_image": m.metrics.get("ms_per_image"), "served_as": report["checkpoint"]["served_as"],
                 "task": report["checkpoint"]["task"], "head_class": report["checkpoint"]["head"],
                 "notes": report["checkpoint"]["notes"], "agreement": _summary(_rows(report)),
                 "per_photo": _rows(report), "timings_s": report["timings_s"]}
-    except Exception as exc:  # noqa: BLE001 - a refusal or a failed gate is a result to report
+    except Exception as exc:  # noqa: BLE001  # a refusal or a failed gate is a result to report
         return {"name": name, "result": f"refused: {type(exc).__name__}: {exc}",
                 "seconds": round(time.monotonic() - started, 1)}
     finally:
@@ -130,10 +135,11 @@ def check_onnx(name: str, model: Path, registry, cache: Path, photos=None) -> di
         publish(registry, result)
         m = result.primary.manifest
         rows = result.report["ultralytics"] if isinstance(result.report["ultralytics"], list) else []
+        pre = preprocess_as(m, DetectionPreprocess)
         return {"name": name, "result": "published", "seconds": round(time.monotonic() - started, 1),
-                "head": m.preprocess.head, "imgsz": m.preprocess.imgsz, "labels": m.labels,
+                "head": pre.head, "imgsz": pre.imgsz, "labels": m.labels,
                 "outputs": m.outputs[0].shape, "gates": m.gates, "agreement": _summary(rows), "per_photo": rows}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001  # a refusal or a failed gate is a result to report
         return {"name": name, "result": f"refused: {type(exc).__name__}: {exc}",
                 "seconds": round(time.monotonic() - started, 1)}
     finally:
@@ -235,9 +241,9 @@ def write_markdown(results: list[dict], context: dict, out: Path) -> None:
         if "agreement" not in r:
             lines += [f"{r['result']}", ""]
             continue
-        facts = {k: r.get(k) for k in ("task", "head_class", "served_as", "head", "imgsz", "outputs", "labels",
-                                       "gates", "parity_worst", "map50", "map50_95", "ms_per_image", "notes",
-                                       "timings_s") if r.get(k) is not None}
+        keys = ("task", "head_class", "served_as", "head", "imgsz", "outputs", "labels", "gates", "parity_worst",
+                "map50", "map50_95", "ms_per_image", "notes", "timings_s")
+        facts: dict[str, Any] = {k: r.get(k) for k in keys if r.get(k) is not None}
         if len(facts.get("labels", [])) > 10:
             facts["labels"] = f"{len(facts['labels'])} classes"
         lines += ["```", json.dumps(facts, indent=1, default=str), "```", "",

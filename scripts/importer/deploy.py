@@ -45,7 +45,7 @@ def add_deployment(new: dict, path: Path | None = None) -> Path:
     updated = text.rstrip("\n") + "\n" + "".join(f"  {line}\n" for line in block.splitlines())
     try:
         ModelRepository.model_validate(yaml.safe_load(updated))
-    except Exception as exc:  # noqa: BLE001 - any reason the service would not start: refused, file unchanged
+    except Exception as exc:  # any reason the service would not start: refused, file unchanged
         raise DeploymentRefused(f"the entry would make {path} invalid: {exc}") from exc
     path.write_text(updated)
     log.info("deployment %s added to %s (served from the next start; or PUT /admin/deployments/%s now)",

@@ -1,6 +1,7 @@
 """Import an ultralytics-exported ONNX detector: checked, made batch-dynamic (and proved), verified, published.
 
-    python -m scripts.importer detection-onnx --model best.onnx --name my-det --version 1.0.0 [--fallback-name my-det-int8]
+    python -m scripts.importer detection-onnx --model best.onnx --name my-det --version 1.0.0 \
+        [--fallback-name my-det-int8]
     python -m scripts.importer coco-default        # the default COCO-80 detector (yolov8n-coco + yolov8n-coco-int8)
 
 What is accepted: one input `images[b, 3, S, S]` float32 RGB in 0..1 and one output, either
@@ -217,7 +218,7 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     path = Path(path)
     try:
         model = onnx.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - any parse failure is a refusal
+    except Exception as exc:  # any parse failure is a refusal
         raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     meta = {p.key: p.value for p in model.metadata_props}
     task = meta.get("task", "").strip().lower()
@@ -278,7 +279,7 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
             raise ImportRefused(f"{path.name}: metadata imgsz {v} is not square; the detection family letterboxes "
                                 f"to a square input")
         meta_size = int(v[0])
-    if not dynamic_spatial:
+    if isinstance(h, int) and isinstance(w, int):  # not dynamic_spatial
         if h != w:
             raise ImportRefused(f"{path.name}: input {h}x{w} is not square; the detection family letterboxes to a "
                                 f"square input")
@@ -301,7 +302,7 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
         session = ort_session(path, threads=1)
         probe = np.full((1, 3, size, size), 114 / 255.0, np.float32)
         outs = session.run(None, {inp.name: probe})
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{path.name}: ONNX Runtime cannot run it at 1x3x{size}x{size}: "
                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
     shapes = [tuple(o.shape) for o in outs]
@@ -350,9 +351,10 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     if scores.size and (not np.isfinite(outs[0]).all() or scores.min() < -1e-3 or scores.max() > 1 + 1e-3):
         raise ImportRefused(f"{path.name}: class scores outside [0, 1] (range {scores.min():.3g}..{scores.max():.3g}): "
                             f"the head has no sigmoid; not an ultralytics Detect export")
-    return DetectorInfo(path=path, sha256=sha256_file(path), input_name=inp.name, output_name=session.get_outputs()[0].name,
-                        imgsz=size, labels=list(labels), batch=batch, dynamic_spatial=dynamic_spatial, opset=opset,
-                        head_shape=tuple(int(x) for x in head), metadata=meta, labels_from=labels_from)
+    return DetectorInfo(path=path, sha256=sha256_file(path), input_name=inp.name,
+                        output_name=session.get_outputs()[0].name, imgsz=size, labels=list(labels), batch=batch,
+                        dynamic_spatial=dynamic_spatial, opset=opset, head_shape=tuple(int(x) for x in head),
+                        metadata=meta, labels_from=labels_from)
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------------
@@ -549,7 +551,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
         rewritten, rewrite = batching.make_batch_dynamic(onnx.load(str(model_path)))
         rewritten.metadata_props.add(key="triserve_batch", value="dynamic (scripts/importer/batching.py)")
         batching.save(rewritten, candidate)
-    except Exception as exc:  # noqa: BLE001 - a failed rewrite means: serve the original, unbatched
+    except Exception as exc:  # noqa: BLE001  # a failed rewrite means: serve the original, unbatched
         rewrite_error = f"rewrite failed: {type(exc).__name__}: {exc}"
     rows = _proof_rows(imgs.agreement + imgs.calibration, pre, max(params.proof_batches))
     parts, compare = _proof_parts(info, params)
@@ -559,7 +561,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
     else:
         try:
             rewritten_session = ort_session(candidate, threads=1)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001  # a rewrite ONNX Runtime cannot load fails the proof
             proof = batching.BatchProof(False, [], f"rewritten graph does not load: {type(exc).__name__}: {exc}")
         else:
             proof = batching.prove_dynamic_batch(_runner(original), _runner(rewritten_session), info.input_name,
@@ -710,6 +712,7 @@ def _build_fallback(served: Path, info: DetectorInfo, pre: DetectionPreprocess, 
     def judge(agree: Agreement, speedup: float, size_variant: bool) -> tuple[dict[str, bool], list[str]]:
         ok = {"cheaper": speedup >= gates.min_speedup,
               "agreement_evidence": agree.reference_boxes >= gates.min_reference_boxes}
+        bars: tuple[float | str, float | str, float]  # share, mean IoU ("-": not gated), confident recall
         if size_variant:
             ok["agreement"] = (agree.share >= gates.min_size_share
                                and agree.confident_recall >= gates.min_size_confident_recall)
@@ -734,7 +737,7 @@ def _build_fallback(served: Path, info: DetectorInfo, pre: DetectionPreprocess, 
         started = time.monotonic()
         try:
             method = quantize_int8(served, path, cal_feeds, work / f"q-{keep.replace('+', '-')}", keep)
-        except Exception as exc:  # noqa: BLE001 - a quantiser failure is a refused attempt, not a crash
+        except Exception as exc:  # noqa: BLE001  # a quantiser failure is a refused attempt, not a crash
             attempts.append({"method": f"int8-qdq keep {keep} FP32", "passed": False,
                              "reason": f"quantize_static failed: {type(exc).__name__}: {exc}"})
             continue
@@ -823,7 +826,7 @@ def _runs_at_size(session, info: DetectorInfo, size: int, dynamic: bool, params:
     try:
         y = session.run(None, {info.input_name: x})[0]
         singles = [session.run(None, {info.input_name: x[i:i + 1]})[0] for i in range(n)]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001  # any failure to run at this size is the answer
         return f"the graph does not run at {size}x{size}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     if info.head == "end2end":  # [n, max_det, 6]: the top-k's k is fixed, the rows may reorder on near ties
         if tuple(y.shape) != (n, info.head_shape[1], 6):
@@ -897,7 +900,8 @@ def coco_source(cache_dir: Path) -> Path:
 
 def coco_version(source: Path) -> str:
     """'8.0.0-<8 hex>': the source file's sha256 and this importer's code, so either change makes a new version."""
-    return f"{COCO_VERSION_PREFIX}-{stable_hash({'source': sha256_file(source), 'code': source_digest([CODE_DIR])})[:8]}"
+    digest = stable_hash({"source": sha256_file(source), "code": source_digest([CODE_DIR])})
+    return f"{COCO_VERSION_PREFIX}-{digest[:8]}"
 
 
 def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
@@ -1024,8 +1028,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--registry", type=Path, default=default_registry(),
                    help="registry root (default: $TRISERVE_REGISTRY_DIR or models/store)")
     p.add_argument("--alias", default=None, help="also point this alias (e.g. canary) at the new version(s)")
-    p.add_argument("--fallback-name", default=None, help="also build, gate and publish a cheaper fallback (INT8, or a smaller "
-                                                         "size) under this name")
+    p.add_argument("--fallback-name", default=None,
+                   help="also build, gate and publish a cheaper fallback (INT8, or a smaller size) under this name")
     p.add_argument("--images", type=Path, default=None,
                    help="photos of the model's own domain for calibration/agreement (default: package photos)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="wheel and photo cache")

@@ -46,7 +46,8 @@ import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from models.manifest import Manifest, Source, sha256_file
+from families.detection.manifest import DetectionPreprocess
+from models.manifest import Manifest, Source, preprocess_as, sha256_file
 from scripts.common import Artifact, GateFailed, ort_session, package_versions
 from scripts.importer.detection_onnx import PARAMS, ImportParams, ImportRefused
 
@@ -115,7 +116,7 @@ def _stub_module(name: str) -> types.ModuleType:
             classes[attr] = type(attr, (_Stub,), {"__module__": name})
         return classes[attr]
 
-    mod.__getattr__ = getattr_
+    mod.__dict__["__getattr__"] = getattr_  # the module's own __getattr__ (PEP 562)
     return mod
 
 
@@ -149,8 +150,8 @@ def _stubbed(packages: tuple[str, ...]):
     finally:
         sys.meta_path.remove(finder)
         for name in [m for m in sys.modules if m.split(".")[0] in packages]:
-            if isinstance(sys.modules[name], types.ModuleType) and getattr(sys.modules[name], "__spec__", None) and \
-                    sys.modules[name].__spec__.loader is finder:
+            spec = getattr(sys.modules[name], "__spec__", None)
+            if isinstance(sys.modules[name], types.ModuleType) and spec is not None and spec.loader is finder:
                 del sys.modules[name]
 
 
@@ -203,7 +204,7 @@ def load_checkpoint_dict(weights: Path) -> tuple[dict, list[str]]:
             ckpt, _ = torch_safe_load(str(weights))
     except ImportRefused:
         raise
-    except Exception as exc:  # noqa: BLE001 - unreadable, foreign (YOLOv5 repo), TorchScript, ...
+    except Exception as exc:  # unreadable, foreign (YOLOv5 repo), TorchScript, ...
         raise ImportRefused(f"{Path(weights).name}: not a loadable ultralytics checkpoint: {type(exc).__name__}: "
                             f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc!r}") from exc
     model = ckpt.get("ema") or ckpt.get("model")
@@ -284,7 +285,7 @@ def detection_only(model, task: str):
         with contextlib.suppress(Exception):  # only read to name the task: keep the rest as it was
             det.yaml["head"][-1] = [*det.yaml["head"][-1][:2], "Detect", list(det.yaml["head"][-1][3])[:1]]
         det.yaml.pop("kpt_shape", None)
-    head.triserve_dropped = dropped
+    head.__dict__["triserve_dropped"] = dropped  # a plain attribute (nn.Module's setattr types tensors/modules)
     return det
 
 
@@ -322,7 +323,9 @@ def inspect_checkpoint(weights: Path, work_dir: Path, cache_dir: Path | None = N
         raise ImportRefused(f"{weights}: no such file")
     setup_ultralytics(Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "triserve-importer")
     ckpt, notes = load_checkpoint_dict(weights)
-    model = (ckpt.get("ema") or ckpt.get("model")).float().eval()
+    loaded = ckpt.get("ema") or ckpt.get("model")
+    assert loaded is not None, "load_checkpoint_dict refuses a checkpoint without one"
+    model = loaded.float().eval()
     model_class = type(model).__name__
     if model_class in REFUSED_MODELS:
         raise ImportRefused(f"{weights.name}: {REFUSED_MODELS[model_class]}")
@@ -459,8 +462,9 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
                          packages=package_versions("torch", "ultralytics", "onnx", "onnxruntime"))})
     Manifest.model_validate(manifest.model_dump())
     lap("describe")
-    report = {"name": name, "version": version, "checkpoint": info.describe(), "head": m.preprocess.head,
-              "imgsz": m.preprocess.imgsz, "classes": len(m.labels), "dynamic_batch": gates.get("dynamic_batch"),
+    pre = preprocess_as(m, DetectionPreprocess)
+    report = {"name": name, "version": version, "checkpoint": info.describe(), "head": pre.head,
+              "imgsz": pre.imgsz, "classes": len(m.labels), "dynamic_batch": gates.get("dynamic_batch"),
               "parity_worst": _worst(m.parity), "ultralytics": ultra.report() if ultra is not None else "skipped",
               "photos_missing": photo_set.missing if photo_set is not None else [], "timings_s": timings}
     return Artifact(staging=art.staging, manifest=manifest), report
@@ -527,8 +531,9 @@ def _cmd(args) -> int:
         log.error("nothing published: %s", exc)
         return 2
     log_report(report)
-    print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels, "head": m.preprocess.head,
-                      "imgsz": m.preprocess.imgsz, "inputs": [i.model_dump() for i in m.inputs],
+    pre = preprocess_as(m, DetectionPreprocess)
+    print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels, "head": pre.head,
+                      "imgsz": pre.imgsz, "inputs": [i.model_dump() for i in m.inputs],
                       "outputs": [o.model_dump() for o in m.outputs], "gates": m.gates,
                       "metrics": {k: round(v, 6) for k, v in m.metrics.items()},
                       "parity_max_abs_diff": max((c.max_abs_diff for c in m.parity), default=None),

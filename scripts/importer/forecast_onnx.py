@@ -62,7 +62,7 @@ def inspect(path: Path, context: int | None, horizon: int | None, quantiles: lis
 
     try:
         model = onnx.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - an unreadable file is a refusal
+    except Exception as exc:  # an unreadable file is a refusal
         raise ImportRefused(f"{Path(path).name}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     inits = {i.name for i in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits]
@@ -78,7 +78,8 @@ def inspect(path: Path, context: int | None, horizon: int | None, quantiles: lis
         raise ImportRefused(f"input {inp.name!r} must be [batch, context], has {in_dims}")
     want_rank = 3 if quantiles else 2
     if len(out_dims) != want_rank:
-        raise ImportRefused(f"output {out.name!r} must be {'[batch, horizon, quantiles]' if quantiles else '[batch, horizon]'}"
+        shape = "[batch, horizon, quantiles]" if quantiles else "[batch, horizon]"
+        raise ImportRefused(f"output {out.name!r} must be {shape}"
                             f" ({'--quantiles given' if quantiles else 'no --quantiles: a point forecast'}), has "
                             f"{out_dims}")
     context = _resolve("context", context, in_dims[1])
@@ -114,7 +115,7 @@ def prove(path: Path, pre: ForecastPreprocess, info: dict) -> tuple[list[ParityC
     """Served path vs the graph by hand, and batch invariance; refuses on any miss."""
     try:
         session = ort_session(path, threads=1)
-    except Exception as exc:  # noqa: BLE001 - a graph ONNX Runtime cannot load is a refusal
+    except Exception as exc:  # a graph ONNX Runtime cannot load is a refusal
         raise ImportRefused(f"ONNX Runtime cannot load the graph ({type(exc).__name__}: {exc})") from exc
     manifest = SimpleNamespace(preprocess=pre)
     runtime = families.runtime("forecast")
@@ -174,7 +175,7 @@ def import_forecast_onnx(model: Path, name: str, version: str, work: Path, *, fr
     staging.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(model, staging / MODEL_FILE)
     checks, report = prove(staging / MODEL_FILE, pre, info)
-    out_shape: list[int | str] = ["batch", pre.horizon] + ([len(quantiles)] if quantiles else [])
+    out_shape: list[int | str] = ["batch", pre.horizon, *([len(quantiles)] if quantiles else [])]
     manifest = Manifest(
         name=name, version=version, task="forecast", variant="primary", model_file=MODEL_FILE, files=[],
         opset=info["opset"], preprocess=pre,

@@ -42,10 +42,12 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from models.manifest import Manifest, Source, sha256_file
+from families.text.manifest import TextPreprocess
+from models.manifest import Manifest, Source, preprocess_as, sha256_file
 from scripts.common import package_versions
 from scripts.importer.detection_onnx import ImportRefused, ImportResult, read_labels
 from scripts.importer.text_onnx import (
@@ -66,13 +68,17 @@ from scripts.importer.text_onnx import (
     stage_tokenizer,
 )
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 log = logging.getLogger("triserve.importer")
 
 OPSET = 17
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
 GENERIC_LABEL = "LABEL_"
 
 
@@ -107,14 +113,14 @@ def _config_labels(cfg: dict, where: str) -> list[str]:
     return [str(id2label[str(i)] if str(i) in id2label else id2label[i]) for i in ids]
 
 
-def fast_tokenizer(model_dir: Path, work_dir: Path) -> tuple[Path, bool, object]:
+def fast_tokenizer(model_dir: Path, work_dir: Path) -> tuple[Path, bool, PreTrainedTokenizerBase]:
     """(tokenizer.json, converted?, the transformers tokenizer). Only slow files: AutoTokenizer(use_fast=True) builds
     the fast one and its tokenizer.json is saved into work_dir; when it cannot, the import is refused."""
     from transformers import AutoTokenizer
 
     try:
         hf_tok = AutoTokenizer.from_pretrained(str(model_dir), use_fast=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{model_dir.name}: transformers cannot load its tokenizer: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:300]}") from exc
     own = model_dir / TOKENIZER_FILE
@@ -221,7 +227,7 @@ def load_model(model_dir: Path, info: HFInfo):
     try:
         model, loading = AutoModelForSequenceClassification.from_pretrained(
             str(model_dir), attn_implementation="eager", dtype=torch.float32, output_loading_info=True)
-    except Exception as exc:  # noqa: BLE001 - e.g. a classifier of another width than id2label (size mismatch)
+    except Exception as exc:  # e.g. a classifier of another width than id2label (size mismatch)
         raise ImportRefused(f"{model_dir.name}: AutoModelForSequenceClassification cannot load it: "
                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}") from exc
     missing = sorted(loading.get("missing_keys") or [])
@@ -290,7 +296,9 @@ def pipeline_probabilities(model_dir: Path, texts: Sequence[str], config_labels:
     clf = pipeline("text-classification", model=str(model_dir), tokenizer=str(model_dir), top_k=None, device="cpu")
     index = {lab: i for i, lab in enumerate(config_labels)}
     out = np.zeros((len(texts), len(config_labels)), dtype=np.float64)
-    answers = clf(list(texts), truncation=True, max_length=int(max_length), batch_size=batch_size)
+    # top_k=None: each answer is the list of every label's score (the pipeline's annotation says one dict per text)
+    answers = cast(list[list[dict[str, Any]]],
+                   clf(list(texts), truncation=True, max_length=int(max_length), batch_size=batch_size))
     for row, answer in zip(out, answers):
         for item in answer:
             row[index[item["label"]]] = float(item["score"])
@@ -308,7 +316,7 @@ def compare_with_pipeline(model_dir: Path, artifact_dir: Path, manifest: Manifes
     cfg = json.loads((model_dir / "config.json").read_text())
     config_labels = _config_labels(cfg, model_dir.name)
     texts = list(texts)
-    ref = pipeline_probabilities(model_dir, texts, config_labels, manifest.preprocess.max_length)
+    ref = pipeline_probabilities(model_dir, texts, config_labels, preprocess_as(manifest, TextPreprocess).max_length)
     got = served_probabilities(artifact_dir, manifest, texts)
     return compare_probabilities(ref, got, texts, list(manifest.labels), tolerance)
 
@@ -352,7 +360,7 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
     reference = torch_reference(wrapped, info.input_names)
     try:
         probe = reference(example)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{model_dir.name}: the model does not run on the tokenizer's ids: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:300]}") from exc
     if probe.shape[1] != len(info.config_labels) or out_width != len(info.config_labels):
@@ -360,7 +368,7 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
                             f"{len(info.config_labels)}")
     try:
         export_probabilities(wrapped, staging / MODEL_FILE, info.input_names, example)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{model_dir.name}: torch.onnx export failed for model_type {info.model_type!r}: "
                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
 
@@ -370,7 +378,8 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
             key="pipeline", description="transformers.pipeline('text-classification', top_k=None)",
             probabilities=lambda texts: pipeline_probabilities(model_dir, texts, info.config_labels, info.max_length))
     files = _source_files(model_dir)
-    source = Source(kind="user", packages=package_versions("torch", "transformers", "tokenizers", "onnx", "onnxruntime"),
+    source = Source(kind="user",
+                    packages=package_versions("torch", "transformers", "tokenizers", "onnx", "onnxruntime"),
                     description=(
                         f"Hugging Face {'/'.join(info.architectures) or 'AutoModelForSequenceClassification'} "
                         f"(model_type {info.model_type!r}) from {model_dir.name}/ ({len(info.labels)} labels); "

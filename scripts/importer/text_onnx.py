@@ -42,10 +42,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 
-from models.manifest import Manifest, Source, TensorSpec, TextPreprocess, sha256_file, utcnow
+from families.text.manifest import TextPreprocess
+from models.manifest import Manifest, Source, TensorSpec, preprocess_as, sha256_file, utcnow
 from scripts.common import (
     Artifact,
     GateFailed,
@@ -131,7 +133,7 @@ def stage_tokenizer(src: Path, dst: Path, max_length: int) -> Path:
 
     try:
         return write_tokenizer(Path(src), Path(dst), max_length)
-    except Exception as exc:  # noqa: BLE001 - an unreadable tokenizer is a refusal
+    except Exception as exc:  # an unreadable tokenizer is a refusal
         raise ImportRefused(f"{Path(src).name}: not a readable tokenizers file ({type(exc).__name__}: {exc})") from exc
 
 
@@ -203,8 +205,8 @@ def check_served_graph(path: Path, n_labels: int) -> list[str]:
     inputs = [v for v in graph.input if v.name not in inits]
     names = [v.name for v in inputs]
     if "input_ids" not in names or "attention_mask" not in names:
-        raise GateFailed(f"{path.name}: inputs {names}: input_ids and attention_mask are both required (a graph without "
-                         f"attention_mask cannot be padded per batch)")
+        raise GateFailed(f"{path.name}: inputs {names}: input_ids and attention_mask are both required (a graph "
+                         f"without attention_mask cannot be padded per batch)")
     for v in inputs:
         if v.name not in TEXT_INPUTS:
             raise GateFailed(f"{path.name}: input {v.name!r} is not one the runner feeds ({TEXT_INPUTS})")
@@ -224,7 +226,9 @@ def _feeds(pad_token_id: int, input_names: list[str], xs: list[np.ndarray]) -> d
     """The runner's feeds (families/text/runtime.feeds) for ragged id rows."""
     from families.text import runtime
 
-    return runtime.feeds(SimpleNamespace(preprocess=SimpleNamespace(pad_token_id=pad_token_id)), input_names, xs)
+    # a stand-in for the manifest with what feeds() reads of it: the preprocessing record's pad_token_id
+    manifest = cast(Manifest, SimpleNamespace(preprocess=SimpleNamespace(pad_token_id=pad_token_id)))
+    return runtime.feeds(manifest, input_names, xs)
 
 
 def long_text(tokenizer, pool: Sequence[str]) -> str:
@@ -283,7 +287,8 @@ def served_probabilities(artifact_dir: Path, manifest: Manifest, texts: Sequence
 
     clean_text = gateway_clean_text()
     artifact_dir = Path(artifact_dir)
-    tok = TextTokenizer(artifact_dir / manifest.preprocess.tokenizer_file, manifest.preprocess.max_length)
+    pre = preprocess_as(manifest, TextPreprocess)
+    tok = TextTokenizer(artifact_dir / pre.tokenizer_file, pre.max_length)
     sess = session or ort_session(artifact_dir / manifest.model_file, threads=1)
     names = [i.name for i in sess.get_inputs()]
     out = []
@@ -293,7 +298,7 @@ def served_probabilities(artifact_dir: Path, manifest: Manifest, texts: Sequence
         for k, row in enumerate(y):
             try:
                 check_probabilities(row, len(manifest.labels))
-            except Exception as exc:  # noqa: BLE001 - services' InvalidOutput
+            except Exception as exc:  # services' InvalidOutput
                 raise GateFailed(f"served output for text {i + k} fails the family's check: {exc}") from exc
         out.append(np.asarray(y, dtype=np.float64))
     return np.concatenate(out, axis=0)
@@ -416,7 +421,7 @@ def finish_import(staging: Path, job: TextImport) -> ImportResult:
                              output_name=OUTPUT)
     except GateFailed as exc:
         raise GateFailed(f"{job.name}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - a graph that does not run on these inputs
+    except Exception as exc:  # a graph that does not run on these inputs
         raise ImportRefused(f"{job.name}: the graph does not run on padded batches up to max_length "
                             f"{job.max_length}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
     worst = max(parity, key=lambda c: c.max_abs_diff)
@@ -432,7 +437,8 @@ def finish_import(staging: Path, job: TextImport) -> ImportResult:
                      files=[], opset=_opset(model_path), inputs=inputs, outputs=outputs, preprocess=preprocess,
                      labels=labels, source=job.source.model_copy(update={"recipe": recipe}),
                      data_fingerprint=data_fingerprint(*job.fingerprint, *([job.eval_csv] if job.eval_csv else [])),
-                     recipe_hash=stable_hash({"recipe": recipe, "code": source_digest([f for f in CODE_FILES if f.is_file()])}),
+                     recipe_hash=stable_hash({"recipe": recipe,
+                                              "code": source_digest([f for f in CODE_FILES if f.is_file()])}),
                      created_at=utcnow(), git_commit=git_commit())
     served = served_probabilities(staging, draft, texts, p.batch, session=session)
     inv_diff, inv_agree = padding_invariance(staging, draft, texts, served, session=session)
@@ -452,7 +458,8 @@ def finish_import(staging: Path, job: TextImport) -> ImportResult:
         sc = job.source_check
         cmp = compare_probabilities(sc.probabilities(texts), served, texts, labels, p.source_tolerance, p.tie_gap)
         report[sc.key] = cmp
-        metrics.update({f"{sc.key}_top1_agreement": cmp["top1_agreement"], f"{sc.key}_max_abs_diff": cmp["max_abs_diff"],
+        metrics.update({f"{sc.key}_top1_agreement": cmp["top1_agreement"],
+                        f"{sc.key}_max_abs_diff": cmp["max_abs_diff"],
                         f"{sc.key}_n": float(cmp["n"]), f"{sc.key}_ties": float(cmp["ties"])})
         gates[f"{sc.key}_agreement"] = cmp["passed"]
         log.info("text %s: vs %s on %d texts: top-1 agreement %.4f (%d ties), max |p diff| %.2e", job.name,
@@ -480,8 +487,9 @@ def finish_import(staging: Path, job: TextImport) -> ImportResult:
 
     from scripts.text.build import top1_references
 
-    final = Manifest.model_validate({**draft.model_dump(), "metrics": metrics, "parity": [c.model_dump() for c in parity],
-                                     "gates": gates, "reference": top1_references(ref_probs, n)})
+    final = Manifest.model_validate({**draft.model_dump(), "metrics": metrics,
+                                     "parity": [c.model_dump() for c in parity], "gates": gates,
+                                     "reference": top1_references(ref_probs, n)})
     for extra in staging.iterdir():  # only the served files are published
         if extra.name not in (MODEL_FILE, TOKENIZER_FILE):
             shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
@@ -530,7 +538,7 @@ def inspect_text_onnx(path: Path, labels: Sequence[str], outputs: str, tokenizer
         raise ImportRefused(f"--outputs must be 'logits' or 'probabilities', got {outputs!r}")
     try:
         model = onnx.load(str(path))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{path.name}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     inits = {t.name for t in model.graph.initializer}
     inputs = [v for v in model.graph.input if v.name not in inits]
@@ -575,7 +583,7 @@ def inspect_text_onnx(path: Path, labels: Sequence[str], outputs: str, tokenizer
     # one probe at batch 2 and max_length: the real class count, the graph runs at that length, logits vs probabilities
     try:
         tok = TextTokenizer(tokenizer_path, max_length)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{Path(tokenizer_path).name}: not a readable tokenizers file ({type(exc).__name__}: "
                             f"{exc})") from exc
     texts = check_texts(8)
@@ -583,7 +591,7 @@ def inspect_text_onnx(path: Path, labels: Sequence[str], outputs: str, tokenizer
     try:
         session = ort_session(path, threads=1)
         y = session.run(None, feeds)[0]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{path.name}: ONNX Runtime cannot run it on [2, {max_length}] ids: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:300]} (a graph with fewer positions than max_length? pass "
                             f"--max-length)") from exc
@@ -596,8 +604,8 @@ def inspect_text_onnx(path: Path, labels: Sequence[str], outputs: str, tokenizer
     rows_are_dists = bool(y.min() >= -1e-6 and y.max() <= 1 + 1e-6 and np.allclose(y.sum(1), 1.0, atol=1e-4))
     if outputs == "probabilities" and not rows_are_dists:
         raise ImportRefused(f"{path.name}: --outputs probabilities, but output rows are not distributions (range "
-                            f"{y.min():.3g}..{y.max():.3g}, row sums {np.round(y.sum(1), 4).tolist()}); these look like "
-                            f"logits: pass --outputs logits")
+                            f"{y.min():.3g}..{y.max():.3g}, row sums {np.round(y.sum(1), 4).tolist()}); these look "
+                            f"like logits: pass --outputs logits")
     if outputs == "logits" and rows_are_dists:
         raise ImportRefused(f"{path.name}: --outputs logits, but every output row is already a distribution in [0, 1] "
                             f"summing to 1; a second softmax would flatten it: pass --outputs probabilities")

@@ -108,7 +108,7 @@ def load_sentence_transformer(st_dir: Path):
 
     try:
         return SentenceTransformer(str(st_dir), device="cpu")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{Path(st_dir).name}: sentence-transformers cannot load it: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:300]}") from exc
 
@@ -207,12 +207,12 @@ def load_classifier(path: Path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # InconsistentVersionWarning: pickled with another scikit-learn
             return joblib.load(path)
-    except Exception as joblib_exc:  # noqa: BLE001
+    except Exception as joblib_exc:  # noqa: BLE001  # whatever joblib fails on, plain pickle is tried next
         try:
             with open(path, "rb") as fh, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return pickle.load(fh)  # noqa: S301 - documented: trusted files only
-        except Exception:  # noqa: BLE001
+                return pickle.load(fh)  # documented: trusted files only
+        except Exception:  # noqa: BLE001  # neither loader reads it: a refusal, with joblib's reason
             raise ImportRefused(f"{path.name}: cannot be loaded with joblib or pickle: {type(joblib_exc).__name__}: "
                                 f"{joblib_exc}") from joblib_exc
 
@@ -261,17 +261,17 @@ def inspect_classifier(estimator, dim: int, probe: np.ndarray, where: str = "cla
                             f"one-vs-one, e.g. SVC): its probabilities are not one linear layer away")
     try:
         proba = np.asarray(estimator.predict_proba(probe), dtype=np.float64)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{where}: {kind}.predict_proba fails on {dim}-d embeddings: {type(exc).__name__}: "
                             f"{exc}") from exc
     diffs = {name: float(np.abs(proba - p).max()) for name, p in closed_forms(coef, intercept, len(classes),
                                                                               probe).items()}
-    best = min(diffs, key=diffs.get) if diffs else None
+    best = min(diffs, key=lambda k: diffs[k]) if diffs else None
     if best is None or diffs[best] > FORM_TOLERANCE:
+        per_form = {k: f"{v:.2g}" for k, v in diffs.items()}
         raise ImportRefused(f"{where}: {kind}.predict_proba is not a closed form of its linear scores (max diff per "
-                            f"form: { {k: f'{v:.2g}' for k, v in diffs.items()} }); SVC(probability=True) and calibrated "
-                            f"classifiers fit their probabilities separately. Use LogisticRegression or "
-                            f"SGDClassifier(loss='log_loss')")
+                            f"form: {per_form}); SVC(probability=True) and calibrated classifiers fit their "
+                            f"probabilities separately. Use LogisticRegression or SGDClassifier(loss='log_loss')")
     return LinearHead(coef=coef, intercept=intercept, classes=classes, form=best, form_max_abs_diff=diffs[best],
                       estimator=estimator)
 
@@ -327,7 +327,7 @@ def load_encoder(info: STInfo):
     try:
         return AutoModel.from_pretrained(str(info.transformer_dir), attn_implementation="eager",
                                          dtype=torch.float32).eval()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{info.st_dir.name}: transformers cannot load the encoder: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:300]}") from exc
 
@@ -384,13 +384,14 @@ def import_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, ver
     model = fused_model(load_encoder(info), info, head)
     try:
         export_onnx(model, staging / MODEL_FILE, opset=OPSET)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ImportRefused(f"{encoder_dir.name}: torch.onnx export failed: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:300]}") from exc
 
     def reference(feeds: dict[str, np.ndarray]) -> np.ndarray:
         with torch.no_grad():
-            return model(torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"])).double().numpy()
+            out = model(torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
+            return out.double().numpy()
 
     source_check = SourceCheck(key="sentence_transformers",
                                description="SentenceTransformer.encode -> predict_proba",

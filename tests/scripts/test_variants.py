@@ -10,13 +10,14 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("statsmodels")
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+pytest.importorskip("onnx")
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts import variants  # noqa: E402
-from scripts.common import ort_session  # noqa: E402
-from scripts.pipeline import build_task  # noqa: E402
+from models.registry import LocalRegistry
+from scripts import variants
+from scripts.common import ort_session
+from scripts.pipeline import build_task
 
 QDQ, FP16 = "forecast-global-int8-qdq", "forecast-global-fp16"
 

@@ -17,8 +17,8 @@ import onnxruntime as ort
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from scripts.bench.textmix import model_dir
 from families.text.preprocess import TextTokenizer
+from scripts.bench.textmix import model_dir
 
 _dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
 MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir()
@@ -49,7 +49,7 @@ def classify(body: ClassifyRequest) -> dict:  # a plain def: FastAPI runs it on 
     ids, mask = TOKENIZER.encode_padded(body.texts)
     probs = SESSION.run(None, {"input_ids": ids, "attention_mask": mask})[0]
     results = []
-    for row, seq in zip(probs, ids):
+    for row in probs:
         top = np.argsort(-row, kind="stable")[: body.top_k]
         results.append({"label": LABELS[top[0]], "score": round(float(row[top[0]]), 6),
                         "top_k": [{"label": LABELS[j], "score": round(float(row[j]), 6)} for j in top]})

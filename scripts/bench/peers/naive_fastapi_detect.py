@@ -19,13 +19,13 @@ import onnxruntime as ort
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from configs.settings import DetectionLimits
-from scripts.bench.textmix import model_dir
-from services.common.errors import ApiError
 from families.detection.decode import decode_base64, decode_image
+from families.detection.limits import Limits
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.detection.schemas import DetectRequest
+from scripts.bench.textmix import model_dir
+from services.common.errors import ApiError
 
 _dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
 MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir(name="yolo-shapes")
@@ -33,7 +33,7 @@ if MANIFEST is None:
     MANIFEST = json.loads((MODEL_DIR / "manifest.json").read_text())
 PRE = MANIFEST["preprocess"]
 LABELS = MANIFEST["labels"]
-LIMITS = DetectionLimits()  # triserve's defaults (configs/serving.yaml does not override them)
+LIMITS = Limits()  # the detection family's defaults (configs/serving.yaml sets the same)
 
 opts = ort.SessionOptions()  # as runners/pool.py with configs/serving.yaml: all graph optimisations, intra 0, inter 1
 opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

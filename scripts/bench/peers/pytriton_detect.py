@@ -7,7 +7,8 @@ Runs in its own venv (nvidia-pytriton pins numpy<2; the project venv keeps numpy
 (scripts/bench/peers/pytriton_text.py) it needs the image and project imports:
 
     .cache/bench/pytriton-venv/bin/pip install "opencv-python-headless<4.12" "numpy==1.26.4" pillow fastapi
-    LD_LIBRARY_PATH=$(.cache/bench/pytriton-venv/bin/python -c "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))") \
+    LD_LIBRARY_PATH=$(.cache/bench/pytriton-venv/bin/python \
+                      -c "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))") \
         .cache/bench/pytriton-venv/bin/python scripts/bench/peers/pytriton_detect.py --http-port 8200 --model-dir DIR
 
 (opencv-python-headless 4.12+ requires numpy>=2.)
@@ -25,20 +26,21 @@ import logging
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))  # the project's detection functions (numpy, OpenCV, Pillow; errors.py needs fastapi)
-
 import numpy as np
 import onnxruntime as ort
 from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
+# run as a script from its own venv: the project's detection functions (numpy, OpenCV, Pillow; errors.py needs
+# fastapi) are imported from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
 from families.detection.decode import decode_base64, decode_image
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
 
-# triserve's DetectionLimits defaults (configs/settings.py), spelt out: configs.settings needs pydantic-settings
+# the detection family's default limits (families/detection/limits.py), spelt out
 MAX_IMAGE_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000
 NMS = NMSParams(conf_threshold=0.25, iou_threshold=0.45, pre_nms_topk=1000, max_detections=100, class_aware=True)
 

@@ -6,7 +6,8 @@ Runs in its own venv (nvidia-pytriton pins numpy<2; the project venv keeps numpy
 
     python -m venv .cache/bench/pytriton-venv && .cache/bench/pytriton-venv/bin/pip install nvidia-pytriton \
         onnxruntime==1.32.0 tokenizers==0.23.3
-    LD_LIBRARY_PATH=$(.cache/bench/pytriton-venv/bin/python -c "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))") \
+    LD_LIBRARY_PATH=$(.cache/bench/pytriton-venv/bin/python \
+                      -c "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))") \
         .cache/bench/pytriton-venv/bin/python scripts/bench/peers/pytriton_text.py --http-port 8200 --model-dir DIR
 
 HTTP (KServe v2): POST /v2/models/intent/infer {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",

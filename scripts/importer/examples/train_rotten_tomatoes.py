@@ -37,7 +37,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from scripts.common import PROJECT_ROOT  # noqa: E402
+from scripts.common import PROJECT_ROOT
 
 log = logging.getLogger("triserve.examples.rt")
 

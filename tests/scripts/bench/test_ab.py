@@ -1,12 +1,12 @@
 """The paired A/B harness: cells parse strictly, drift shared by a round cancels, refs check out once."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
 from scripts.bench import ab
+from scripts.imagetools import StepFailed, system_tool
 
 
 def test_cells_parse_and_bad_ones_are_refused():
@@ -56,9 +56,16 @@ def test_markdown_shows_every_metric_with_its_paired_difference():
     assert "| text:1 | per_s |" in md and "| text:1 | non_200 |" not in md
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def _system_git() -> str | None:
+    try:
+        return system_tool("git")
+    except StepFailed:
+        return None
+
+
+@pytest.mark.skipif(_system_git() is None, reason="needs git (Debian package git)")
 def test_a_ref_is_checked_out_once_into_its_own_worktree(tmp_path, monkeypatch):
-    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ab.ROOT, capture_output=True).returncode != 0:
+    if subprocess.run([system_tool("git"), "rev-parse", "HEAD"], cwd=ab.ROOT, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
     monkeypatch.setattr(ab, "WORKTREES", tmp_path / "ab")
     tree, sha = ab.checkout("HEAD")

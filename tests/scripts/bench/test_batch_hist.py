@@ -5,7 +5,6 @@ import math
 
 from scripts.bench import batch_hist
 
-
 METRICS_BEFORE = """# HELP triserve_runner_batch_size Items per ONNX Runtime call, per model slot.
 triserve_runner_batch_size_bucket{le="1.0",model="yolo-shapes",slot="detection"} 2.0
 triserve_runner_batch_size_bucket{le="2.0",model="yolo-shapes",slot="detection"} 2.0
@@ -60,7 +59,8 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_bucket_labels_sort_by_their_lower_bound():
-    assert sorted([">128", "3-4", "1", "129-256", "2"], key=batch_hist.bucket_low) == ["1", "2", "3-4", ">128", "129-256"]
+    labels = [">128", "3-4", "1", "129-256", "2"]
+    assert sorted(labels, key=batch_hist.bucket_low) == ["1", "2", "3-4", ">128", "129-256"]
 
 
 def test_around_a_cell_takes_the_delta_only_for_a_server(monkeypatch):

@@ -20,7 +20,7 @@ class _Echo(ThreadingHTTPServer):
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
 
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):  # http.server's naming
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 server.bodies.append(body)
                 code = 200 if self.path == "/ok" else 503
@@ -50,7 +50,8 @@ needs_wrk = pytest.mark.skipif(not wrk.available(), reason="wrk not installed (a
 @needs_wrk
 def test_replays_the_mix_and_counts_failed_statuses(echo):
     base = f"http://127.0.0.1:{echo.server_port}"
-    mix = [(f"{base}/ok", json.dumps({"texts": ["a"]}).encode()), (f"{base}/bad", json.dumps({"texts": ["b"]}).encode())]
+    mix = [(f"{base}/ok", json.dumps({"texts": ["a"]}).encode()),
+           (f"{base}/bad", json.dumps({"texts": ["b"]}).encode())]
     cell = wrk.closed_loop(mix, concurrency=1, warmup_s=0, duration_s=1, max_requests=40)
     assert cell["generator"] == "wrk"
     assert cell["sent_total"] >= 10

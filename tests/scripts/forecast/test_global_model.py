@@ -3,12 +3,12 @@ torch within 1e-4 (scripts.common.parity_gate)."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("torch")
+pytest.importorskip("onnx")
+import onnx
+import torch
 
-from scripts.common import ort_session, parity_gate  # noqa: E402
-from scripts.forecast.corpus import Series  # noqa: E402
-from families.forecast.features import (  # noqa: E402
+from families.forecast.features import (
     CONTEXT,
     FREQUENCIES,
     H_MAX,
@@ -18,7 +18,9 @@ from families.forecast.features import (  # noqa: E402
     OUTPUT_NAME,
     QUANTILES,
 )
-from scripts.forecast.global_model import (  # noqa: E402
+from scripts.common import ort_session, parity_gate
+from scripts.forecast.corpus import Series
+from scripts.forecast.global_model import (
     ModelConfig,
     WindowSampler,
     export_onnx,
@@ -51,7 +53,10 @@ def test_trains_and_exports_the_contract(tiny):
     m = onnx.load(str(path))
     ins = {i.name: i for i in m.graph.input}
     assert list(ins) == list(INPUT_NAMES) and [o.name for o in m.graph.output] == [OUTPUT_NAME]
-    shape = lambda v: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]  # noqa: E731
+
+    def shape(v):
+        return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+
     assert shape(ins["context"]) == ["batch", CONTEXT] and shape(ins["mask"]) == ["batch", CONTEXT]
     assert shape(ins["freq"]) == ["batch"] and ins["freq"].type.tensor_type.elem_type == onnx.TensorProto.INT64
     assert shape(ins["features"]) == ["batch", N_FEATURES]

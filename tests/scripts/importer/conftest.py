@@ -33,7 +33,8 @@ def build_detector(path: Path, nc: int = 2, size: int = 32, batch: int | str = 1
         numpy_helper.from_array((rng.standard_normal((ch, 3, 8, 8)) * 0.05).astype(np.float32), "w"),
         numpy_helper.from_array((rng.standard_normal(ch) * 0.5).astype(np.float32), "b"),
         numpy_helper.from_array(np.array([1, ch, -1], np.int64), "/model.22/Constant_output_0"),
-        numpy_helper.from_array(np.array([1, 4, anchors if baked else -1], np.int64), "/model.22/dfl/Constant_output_0"),
+        numpy_helper.from_array(np.array([1, 4, anchors if baked else -1], np.int64),
+                                "/model.22/dfl/Constant_output_0"),
         numpy_helper.from_array(np.array([4, ch - 4], np.int64), "split"),
         numpy_helper.from_array(np.array(float(size), np.float32), "scale"),
     ]

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from models.registry import LocalRegistry
 from scripts.common import ort_session
@@ -38,7 +40,8 @@ def _import(path: Path, tmp_path: Path, photo_dir: Path, name: str = "tiny-det",
 def test_rewrite_makes_fixed_batch_graph_dynamic(make_detector):
     path = make_detector()
     original = onnx.load(str(path))
-    with pytest.raises(Exception):  # the original really is pinned: batch 2 cannot pass its Reshape constants
+    # the original really is pinned: its input (and its Reshape constants) say batch 1, so batch 2 is refused
+    with pytest.raises(InvalidArgument, match="invalid dimensions for input: images"):
         ort_session(path, threads=1).run(None, {"images": _rows(2)})
     rewritten, rw = batching.make_batch_dynamic(original)
     assert rw.io == ["images[0]: 1 -> batch", "output0[0]: 1 -> batch"]
@@ -54,7 +57,10 @@ def test_rewrite_makes_fixed_batch_graph_dynamic(make_detector):
     out = path.with_name("dyn.onnx")
     batching.save(rewritten, out)
     a, b = ort_session(path, threads=1), ort_session(out, threads=1)
-    run = lambda s: (lambda feeds: s.run(None, feeds))  # noqa: E731
+
+    def run(s):
+        return partial(s.run, None)
+
     proof = batching.prove_dynamic_batch(run(a), run(b), "images", _rows(4),
                                          {"boxes": (slice(0, 4), 32e-4), "scores": (slice(4, None), 1e-4)})
     assert proof.passed, proof.reason
@@ -146,7 +152,8 @@ def test_labels_file_and_imgsz_replace_missing_metadata(make_detector, tmp_path,
     labels = tmp_path / "labels.txt"
     labels.write_text("cat\ndog\n")
     info = inspect_detector(path, labels=read_labels(labels), imgsz=32)
-    assert (info.labels, info.imgsz, info.labels_from, info.dynamic_spatial) == (["cat", "dog"], 32, "labels file", True)
+    assert (info.labels, info.imgsz, info.labels_from, info.dynamic_spatial) == (["cat", "dog"], 32, "labels file",
+                                                                                 True)
     result = _import(path, tmp_path, photo_dir, labels=read_labels(labels), imgsz=32)
     assert result.primary.manifest.inputs[0].shape == ["batch", 3, "height", "width"]
     assert result.primary.manifest.labels == ["cat", "dog"]

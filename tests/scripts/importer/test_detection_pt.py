@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import ort_session  # noqa: E402
-from scripts.importer.detection_onnx import ImportRefused  # noqa: E402
-from scripts.importer.detection_pt import PtParams, import_detection_pt, inspect_checkpoint  # noqa: E402
-from scripts.importer.photos import user_photos  # noqa: E402
+from models.registry import LocalRegistry
+from scripts.common import ort_session
+from scripts.importer.detection_onnx import ImportRefused
+from scripts.importer.detection_pt import PtParams, import_detection_pt, inspect_checkpoint
+from scripts.importer.photos import user_photos
 
 FAST = PtParams(parity_batches=(1, 2), parity_sizes=((64, 64),), proof_batches=(4, 2))
 pytestmark = pytest.mark.timeout(300)

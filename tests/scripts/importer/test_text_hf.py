@@ -12,13 +12,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.common import GateFailed, ort_session  # noqa: E402
-from scripts.importer.__main__ import main  # noqa: E402
-from scripts.importer.detection_onnx import ImportRefused  # noqa: E402
-from scripts.importer.text_hf import compare_with_pipeline, pipeline_probabilities, publish_text_hf  # noqa: E402
-from scripts.importer.text_onnx import served_probabilities  # noqa: E402
-from tests.scripts.importer.conftest import TEXT_LABELS, edit_config, minilm_dir  # noqa: E402
+from models.registry import LocalRegistry
+from scripts.common import GateFailed, ort_session
+from scripts.importer.__main__ import main
+from scripts.importer.detection_onnx import ImportRefused
+from scripts.importer.text_hf import compare_with_pipeline, pipeline_probabilities, publish_text_hf
+from scripts.importer.text_onnx import served_probabilities
+from tests.scripts.importer.conftest import TEXT_LABELS, edit_config, minilm_dir
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("sklearn")
-joblib = pytest.importorskip("joblib")
+pytest.importorskip("joblib")
+import joblib
 
-from models.registry import LocalRegistry  # noqa: E402
-from scripts.importer.detection_onnx import ImportRefused  # noqa: E402
-from scripts.importer.text_onnx import check_texts, served_probabilities  # noqa: E402
-from scripts.importer.text_sklearn import publish_text_sklearn, st_probabilities  # noqa: E402
-from tests.scripts.importer.conftest import TEXT_LABELS  # noqa: E402
+from models.registry import LocalRegistry
+from scripts.importer.detection_onnx import ImportRefused
+from scripts.importer.text_onnx import check_texts, served_probabilities
+from scripts.importer.text_sklearn import publish_text_sklearn, st_probabilities
+from tests.scripts.importer.conftest import TEXT_LABELS
 
 
 @pytest.fixture(scope="module")
