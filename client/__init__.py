@@ -16,8 +16,14 @@ backoff (tenacity; RetryPolicy). Deadlines: `timeout=` seconds, sent as X-Reques
 from client._base import DEFAULT_URL, NO_RETRY, RetryPolicy
 from client.aio import AsyncTriserveClient
 from client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
-from client.models import (ClassifyResponse, DeploymentStatus, DetectResponse, ForecastResponse, ModelsListing,
-                           SlotStatus)
+from client.models import (
+    ClassifyResponse,
+    DeploymentStatus,
+    DetectResponse,
+    ForecastResponse,
+    ModelsListing,
+    SlotStatus,
+)
 from client.sync import TriserveClient
 
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",

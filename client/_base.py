@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 import tenacity
@@ -21,6 +21,9 @@ from pydantic import BaseModel
 
 from client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13
 
 T = TypeVar("T")
 
@@ -31,8 +34,8 @@ API_KEY_HEADER = "X-API-Key"
 USER_AGENT = f"triserve-client/0.1 httpx/{httpx.__version__}"
 
 # An image: raw bytes, a path (pathlib.Path, or a str naming an existing file), or a base64 str / data: URL.
-ImageLike = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
-Timestamp = Union[str, datetime, date]
+ImageLike = bytes | bytearray | memoryview | str | os.PathLike[str]
+Timestamp = str | datetime | date
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class RetryPolicy:
     max_retry_after: float = 30.0
     transport_errors: bool = True
     min_attempt_s: float = 0.05
+    _backoff: tenacity.wait.wait_base = field(init=False, repr=False, compare=False)  # set in __post_init__
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -75,7 +79,7 @@ class RetryPolicy:
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None:
             return retry_after * (1.0 + random.uniform(0.0, self.jitter)) or random.uniform(0.0, self.backoff_initial)
-        return self._backoff(state)  # type: ignore[attr-defined]
+        return self._backoff(state)
 
     def tenacity_kwargs(self, deadline: float | None) -> dict[str, Any]:
         """Arguments for tenacity.Retrying / AsyncRetrying for one call whose deadline (time.monotonic()) is given."""
@@ -191,7 +195,7 @@ class ClientCore:
     def detect_call(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
                     iou_threshold: float | None, max_detections: int | None, class_aware: bool | None,
                     model: str | None, deployment: str | None, upload: bool) -> Call[DetectResponse]:
-        items = [images] if _is_one_image(images) else list(images)  # type: ignore[arg-type]
+        items = [images] if _is_one_image(images) else list(images)
         opts = _options(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
                         class_aware=class_aware, model=model, deployment=deployment)
         if not upload:
@@ -256,7 +260,7 @@ def _timestamp(t: Any) -> str:
     return str(t)  # str, numpy.datetime64
 
 
-def _is_one_image(images: Any) -> bool:
+def _is_one_image(images: object) -> TypeIs[ImageLike]:
     return isinstance(images, (bytes, bytearray, memoryview, str, os.PathLike))
 
 

@@ -107,14 +107,15 @@ class AsyncTriserveClient:
                         raise core.transport_error(exc, rid) from exc
                     return core.answer(call, response, rid)
                 except TriserveError as exc:
-                    raise core.annotate(exc, n, rid)
+                    core.annotate(exc, n, rid)  # on the error itself: its cause stays the failure it came from
+                    raise
         raise AssertionError("unreachable: tenacity returns or reraises")  # pragma: no cover
 
     async def aclose(self) -> None:
         if self._own:
             await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncTriserveClient":
+    async def __aenter__(self) -> AsyncTriserveClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -45,7 +45,7 @@ class TriserveAPIError(TriserveError):
         return ErrorBody(code=self.code, message=self.message, details=self.details, request_id=self.request_id or "")
 
     @classmethod
-    def from_response(cls, response: httpx.Response, request_id: str | None = None) -> "TriserveAPIError":
+    def from_response(cls, response: httpx.Response, request_id: str | None = None) -> TriserveAPIError:
         retry_after = parse_retry_after(response.headers.get("retry-after"))
         rid = response.headers.get("x-request-id") or request_id
         try:

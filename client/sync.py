@@ -113,14 +113,15 @@ class TriserveClient:
                         raise core.transport_error(exc, rid) from exc
                     return core.answer(call, response, rid)
                 except TriserveError as exc:
-                    raise core.annotate(exc, n, rid)
+                    core.annotate(exc, n, rid)  # on the error itself: its cause stays the failure it came from
+                    raise
         raise AssertionError("unreachable: tenacity returns or reraises")  # pragma: no cover
 
     def close(self) -> None:
         if self._own:
             self._http.close()
 
-    def __enter__(self) -> "TriserveClient":
+    def __enter__(self) -> TriserveClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -47,7 +47,7 @@ class Deployment(BaseModel):
     description: str = Field("", max_length=500)
 
     @model_validator(mode="after")
-    def _check(self) -> "Deployment":
+    def _check(self) -> Deployment:
         if self.family not in families.names():
             raise ValueError(f"deployment {self.name!r}: unknown family {self.family!r}; known: "
                              f"{', '.join(families.names())}")
@@ -80,7 +80,7 @@ class ModelRepository(BaseModel):
                                                                        "deployment.")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelRepository":
+    def _check(self) -> ModelRepository:
         seen: set[str] = set()
         for d in self.deployments:
             if d.name in seen:
@@ -124,13 +124,13 @@ class ModelRepository(BaseModel):
             raise KeyError(slot)
         return dep, "fallback" if slot != base else "primary"
 
-    def with_deployment(self, dep: Deployment) -> "ModelRepository":
+    def with_deployment(self, dep: Deployment) -> ModelRepository:
         """A copy with `dep` added, or replacing the deployment of the same name."""
         rest = [d for d in self.deployments if d.name != dep.name]
         index = next((i for i, d in enumerate(self.deployments) if d.name == dep.name), len(rest))
         return ModelRepository(deployments=rest[:index] + [dep] + rest[index:], defaults=self.defaults)
 
-    def without(self, name: str) -> "ModelRepository":
+    def without(self, name: str) -> ModelRepository:
         """A copy without deployment `name` (refused when it is a family's last or explicit default)."""
         dep = self.find(name)
         if dep is None:

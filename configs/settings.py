@@ -73,7 +73,7 @@ class FaultInjection(_Section):
                             "run ('run'); the pool must continue on CPU.")
 
 
-class MemorySettings(_Section):
+class RunnerMemory(_Section):
     """The runner's memory budget (runners/memory.py): every model reserves its measured resident size plus its
     per-item working memory times its batch cap; what does not fit is refused at load."""
 
@@ -115,10 +115,10 @@ class RunnerSettings(_Section):
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
     faults: FaultInjection = Field(default_factory=FaultInjection)
-    memory: MemorySettings = Field(default_factory=MemorySettings)
+    memory: RunnerMemory = Field(default_factory=RunnerMemory)
 
     @model_validator(mode="after")
-    def _local_needs_gateway_batching(self) -> "RunnerSettings":
+    def _local_needs_gateway_batching(self) -> RunnerSettings:
         if self.placement == "local" and self.batching != "gateway":
             raise ValueError("runner.placement='local' has no BentoML dispatcher to batch in: use "
                              "runner.batching='gateway'")
@@ -135,8 +135,8 @@ class GatewaySettings(_Section):
                                     "accelerators with idle time between calls.")
     coalesce_wait_ms: float = Field(
         2.0, ge=0, le=100, description="runner.batching=gateway: how long a batch for an idle slot may wait for "
-                                       "requests of its deployment that this API worker has already admitted and is still "
-                                       "parsing or preprocessing (0: never wait). Nobody is on the way at "
+                                       "requests of its deployment that this API worker has already admitted and is "
+                                       "still parsing or preprocessing (0: never wait). Nobody is on the way at "
                                        "concurrency 1, so a lone request still leaves at once.")
     runner_retries: int = Field(3, ge=0, le=10, description="Retries of an idempotent runner call on a transport "
                                                             "error (connection reset, closed connector).")
@@ -250,7 +250,7 @@ class Observability(_Section):
                                                              "(scripts/bench/heap_diff). Slows every process.")
 
     @model_validator(mode="after")
-    def _traces_need_a_destination(self) -> "Observability":
+    def _traces_need_a_destination(self) -> Observability:
         if self.trace_sample_rate > 0 and not self.otlp_endpoint:
             raise ValueError("observability.trace_sample_rate > 0 needs observability.otlp_endpoint (where spans go)")
         return self
@@ -325,7 +325,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
-    def _known_family_limits(self) -> "Settings":
+    def _known_family_limits(self) -> Settings:
         import families  # the registry only; family modules load lazily
 
         for name, values in self.limits.items():

@@ -13,7 +13,8 @@ Adding a fourth family = one new folder `families/<name>/` with four modules and
   manifest says `engine: numpy` (a statistical method with no graph, e.g. the forecast family's Theta fallback);
 - `family.py`  `FAMILY`: the gateway-side contract (families/base.py), with its REST router.
 
-Public: `names()`, `limits_model()`, `preprocess_model()`, `runtime()`, `family()`. The family folders' other modules are theirs.
+Public: `names()`, `limits_model()`, `preprocess_model()`, `runtime()`, `family()`. The family folders' other modules
+are theirs.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from families.base import Family
     from pydantic import BaseModel
+
+    from families.base import Family
 
 # family name -> package. The registration.
 FAMILIES: dict[str, str] = {
@@ -47,13 +49,13 @@ def _module(family_name: str, module: str) -> ModuleType:
 
 
 @cache
-def limits_model(family_name: str) -> "type[BaseModel]":
+def limits_model(family_name: str) -> type[BaseModel]:
     """The family's typed request limits (configs validate `limits.<family>` against it)."""
     return _module(family_name, "limits").Limits
 
 
 @cache
-def preprocess_model(family_name: str) -> "type[BaseModel]":
+def preprocess_model(family_name: str) -> type[BaseModel]:
     """What the family records in a manifest (`preprocess`, discriminated by `kind` = the family name)."""
     return _module(family_name, "manifest").Preprocess
 
@@ -65,6 +67,6 @@ def runtime(family_name: str) -> ModuleType:
 
 
 @cache
-def family(family_name: str) -> "Family":
+def family(family_name: str) -> Family:
     """The gateway-side contract object of a family."""
     return _module(family_name, "family").FAMILY

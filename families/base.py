@@ -66,28 +66,28 @@ class Family(ABC):
 
     @property
     @abstractmethod
-    def router(self) -> "APIRouter":
+    def router(self) -> APIRouter:
         """The family's REST endpoints."""
 
     @abstractmethod
-    def pipeline(self, ctx: "ServingContext", deployment: "Deployment") -> Any:
+    def pipeline(self, ctx: ServingContext, deployment: Deployment) -> Any:
         """The request lifecycle of one deployment (cached by the context per deployment)."""
 
     @abstractmethod
-    def check_outputs(self, manifest: "Manifest", outputs: list[np.ndarray]) -> None:
+    def check_outputs(self, manifest: Manifest, outputs: list[np.ndarray]) -> None:
         """Raise services.common.errors.InvalidOutput when a model's raw outputs must not reach a client."""
 
     @abstractmethod
-    def agreement(self, manifest: "Manifest", served: np.ndarray, shadow: np.ndarray) -> float:
+    def agreement(self, manifest: Manifest, served: np.ndarray, shadow: np.ndarray) -> float:
         """Agreement in [0, 1] of a shadow version's raw output with the served one (1 = identical)."""
 
     @abstractmethod
-    def oip_tensor_items(self, ctx: "ServingContext", deployment: "Deployment", served: "ServedModel",
+    def oip_tensor_items(self, ctx: ServingContext, deployment: Deployment, served: ServedModel,
                          tensors: dict[str, Any], batch_cap: int) -> list[np.ndarray]:
         """OIP tensor-model inputs (decoded, named) -> one runner item per row, validated against the model."""
 
     @abstractmethod
-    async def oip_infer(self, ctx: "ServingContext", deployment: "Deployment", inputs: dict[str, Any],
+    async def oip_infer(self, ctx: ServingContext, deployment: Deployment, inputs: dict[str, Any],
                         parameters: dict[str, Any], call: Any) -> tuple[list[Any], Any]:
         """The pipeline as an OIP model: decoded input tensors + request parameters -> (output tensors, the REST
         response model the outputs came from)."""
@@ -101,5 +101,5 @@ class Family(ABC):
         """The typed gRPC request message -> the REST request model (the same validation)."""
 
     @abstractmethod
-    async def handle(self, ctx: "ServingContext", request: Any, call: Any) -> Any:
+    async def handle(self, ctx: ServingContext, request: Any, call: Any) -> Any:
         """Run a REST request model through the deployment it names (or the family default)."""

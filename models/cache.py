@@ -24,9 +24,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -143,8 +143,9 @@ def fetch_verified(store_uri: str | Path | RegistryStore, name: str, ref: str, c
     last: RegistryUnavailable | None = None
 
     def _log_retry(state: RetryCallState) -> None:
-        log.warning("%s:%s: %s; retry %d/%d in %.2fs", name, ref, state.outcome.exception(), state.attempt_number,
-                    retries, state.next_action.sleep if state.next_action else 0.0)
+        error = state.outcome.exception() if state.outcome is not None else None  # set before every sleep
+        log.warning("%s:%s: %s; retry %d/%d in %.2fs", name, ref, error, state.attempt_number, retries,
+                    state.next_action.sleep if state.next_action else 0.0)
 
     try:
         return retrying(retries, backoff, jitter, sleep or time.sleep, _log_retry)(

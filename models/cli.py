@@ -93,7 +93,8 @@ def cmd_show(store: RegistryStore, args) -> None:
     print(f"  store      {store.uri}")
     print(f"  task       {manifest.task} / {manifest.variant}"
           + (f" for {manifest.fallback_for}" if manifest.fallback_for else ""))
-    print(f"  created    {manifest.created_at.isoformat()}  commit {manifest.git_commit}  recipe {manifest.recipe_hash[:12]}")
+    print(f"  created    {manifest.created_at.isoformat()}  commit {manifest.git_commit}  "
+          f"recipe {manifest.recipe_hash[:12]}")
     print(f"  source     {manifest.source.kind}: {manifest.source.description}")
     print(f"  metrics    {json.dumps(manifest.metrics, sort_keys=True)}")
     print("  files")

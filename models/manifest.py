@@ -5,17 +5,19 @@ weights came from, what data they saw and how well they did are written once at 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from datetime import datetime, timezone
+import operator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Final, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import families
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # also a valid OCI tag
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
@@ -40,15 +42,25 @@ class TensorSpec(_Strict):
     shape: list[int | str] = Field(description="Static sizes as ints, dynamic axes by name (e.g. 'batch').")
 
 
-
-
-
-
-
-
 # Every family's preprocessing record (families/<family>/manifest.py), told apart by its `kind` (the family name).
 _PREPROCESS = {cls.__name__: cls for cls in (families.preprocess_model(n) for n in families.names())}
-Preprocess = Annotated[Union[tuple(_PREPROCESS.values())], Field(discriminator="kind")]
+if TYPE_CHECKING:
+    # What the registry above assembles at run time, spelled out for the type checker: one member per family.
+    from families.detection.manifest import DetectionPreprocess
+    from families.forecast.manifest import ForecastPreprocess
+    from families.text.manifest import TextPreprocess
+
+    Preprocess: TypeAlias = DetectionPreprocess | TextPreprocess | ForecastPreprocess
+else:
+    Preprocess = Annotated[functools.reduce(operator.or_, _PREPROCESS.values()), Field(discriminator="kind")]
+P = TypeVar("P", bound=BaseModel)
+
+
+def preprocess_as(manifest: Manifest, record: type[P]) -> P:
+    """`manifest.preprocess` typed as the record of the family asking (families/<family>/manifest.py). A family's
+    code is only reached through its own models (families.runtime(manifest.task), deployments of its family), so
+    this narrows the union for the type checker and checks nothing at run time."""
+    return cast(P, manifest.preprocess)
 
 
 def __getattr__(name: str):
@@ -104,7 +116,8 @@ class Manifest(_Strict):
     gates: dict[str, bool] = Field(default_factory=dict, description="Quality gates applied and their outcome.")
     reference: dict[str, dict[str, list[float]]] = Field(
         default_factory=dict,
-        description="Reference distributions for drift, by signal (e.g. 'top1_prob'): {'edges': [...], 'fractions': [...]}.",
+        description="Reference distributions for drift, by signal (e.g. 'top1_prob'): "
+                    "{'edges': [...], 'fractions': [...]}.",
     )
     recipe_hash: str = Field(description="sha256 of the recipe that produced it; the build cache key.")
     created_at: datetime
@@ -138,7 +151,7 @@ class Manifest(_Strict):
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True)
 
     @classmethod
-    def load(cls, path: Path) -> "Manifest":
+    def load(cls, path: Path) -> Manifest:
         return cls.model_validate_json(Path(path).read_text())
 
 
@@ -155,12 +168,13 @@ def describe_files(directory: Path) -> list[FileEntry]:
     entries = []
     for p in sorted(Path(directory).rglob("*")):
         if p.is_file() and p.name != "manifest.json":
-            entries.append(FileEntry(path=p.relative_to(directory).as_posix(), sha256=sha256_file(p), size=p.stat().st_size))
+            entries.append(FileEntry(path=p.relative_to(directory).as_posix(), sha256=sha256_file(p),
+                                     size=p.stat().st_size))
     return entries
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def json_schema() -> dict:

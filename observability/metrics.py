@@ -122,17 +122,23 @@ def settle_heap(service: str) -> None:
     _pause_service = service  # the process's last settled role names its pauses
     if any(getattr(cb, "triserve_pause_timer", False) for cb in gc.callbacks):
         return  # one timer per process (runner.placement=local settles the runner inside the API worker)
-    started: dict[int, float] = {}
+    gc.callbacks.append(_PauseTimer())
 
-    def timer(phase: str, info: dict) -> None:
+
+class _PauseTimer:
+    """The gc callback of settle_heap: each collection's pause appended to _gc_pauses (nothing else)."""
+
+    triserve_pause_timer = True  # how settle_heap recognises one already installed
+
+    def __init__(self) -> None:
+        self.started: dict[int, float] = {}
+
+    def __call__(self, phase: str, info: dict) -> None:
         gen = info.get("generation", 0)
         if phase == "start":
-            started[gen] = time.perf_counter()
-        elif gen in started and len(_gc_pauses) < 10_000:
-            _gc_pauses.append((_pause_service, str(gen), time.perf_counter() - started.pop(gen)))
-
-    timer.triserve_pause_timer = True
-    gc.callbacks.append(timer)
+            self.started[gen] = time.perf_counter()
+        elif gen in self.started and len(_gc_pauses) < 10_000:
+            _gc_pauses.append((_pause_service, str(gen), time.perf_counter() - self.started.pop(gen)))
 
 
 def _drain_gc_pauses() -> None:

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 class _AsyncApis:
     """runner.to_async.<api>(*args, **kwargs) -> awaitable, like RemoteProxy's, without serialisation or HTTP."""
 
-    def __init__(self, runner: "LocalRunner"):
+    def __init__(self, runner: LocalRunner):
         self._runner = runner
 
     def __getattr__(self, name: str) -> Callable[..., Any]:

@@ -84,7 +84,7 @@ def make_session(model_path: Path, settings: RunnerSettings) -> tuple[ort.Infere
         if settings.faults.provider_fault == "load":
             raise ProviderFault("injected: accelerator provider failed to initialise")
         session = _session(model_path, settings, providers)
-    except Exception as exc:  # noqa: BLE001 - any provider failure -> CPU
+    except Exception as exc:  # any provider failure -> CPU
         if providers == [CPU] and settings.faults.provider_fault != "load":
             raise
         log.error("provider %s failed at load (%s); continuing on CPU", providers[0], exc)
@@ -243,7 +243,7 @@ class ModelPool:
         for slot, (name, ref, max_batch) in slots.items():
             try:
                 self.load(slot, name, ref, max_batch=max_batch)
-            except Exception as exc:  # noqa: BLE001 - any load failure must surface as not-ready with a reason
+            except Exception as exc:  # any load failure must surface as not-ready with a reason
                 log.exception("failed to load %s (%s:%s)", slot, name, ref)
                 self.errors[slot] = f"{type(exc).__name__}: {exc}"
 
@@ -261,7 +261,7 @@ class ModelPool:
                     and model.provider != NUMPY:
                 raise ProviderFault("injected: accelerator provider failed at run time")
             return model.run(feeds)
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             if model.provider in (CPU, NUMPY) and not isinstance(exc, ProviderFault):
                 raise
             log.error("provider %s failed at run time for %s (%s); moving to CPU", model.provider, model.slot, exc)

@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from typing import Any
 
 import bentoml
 import numpy as np
@@ -24,15 +25,15 @@ import families
 from configs.deployments import Deployment, ModelRepository, load_repository, save_state
 from configs.settings import get_settings
 from models.cache import open_serving_registry
+from observability import heapdump, memory
+from observability.metrics import observe_rss, settle_heap
+from observability.request_log import stdout_json_logger
+from observability.tracing import service_tracing
 from runners.faults import inject_faults
 from runners.memory import MB
 from runners.pool import LoadedModel, ModelPool, fixed_batch
 from runners.ragged import length_buckets
 from runners.wire import pickled_response, sent_pickle
-from observability import heapdump, memory
-from observability.metrics import observe_rss, settle_heap
-from observability.request_log import stdout_json_logger
-from observability.tracing import service_tracing
 
 log = logging.getLogger("triserve.runner")
 batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch
@@ -179,7 +180,7 @@ class ModelRunner:
             if not it.get("deadline") or it["deadline"] > now:
                 groups.setdefault((it["slot"], it.get("version")), []).append(i)
         expired: dict[str, int] = {}
-        for i, it in enumerate(items):
+        for it in items:
             if it.get("deadline") and it["deadline"] <= now:
                 expired[it["slot"]] = expired.get(it["slot"], 0) + 1
         for slot, n in expired.items():
@@ -211,6 +212,7 @@ class ModelRunner:
         started = time.perf_counter()
         inject_faults(slot, settings.runner.faults)
         cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never run more at once
+        out: list[Any] | np.ndarray  # a row per item
         if self._per_item(slot, model):
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order

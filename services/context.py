@@ -107,5 +107,5 @@ class ServingContext:
         try:
             await self.runner.to_async.set_canary(slot=slot, version=None)
             await self.routing.refresh(self.runner)
-        except Exception:  # noqa: BLE001 - logged; the next judgement retries
+        except Exception:  # logged; the next judgement retries
             log.exception("could not withdraw the canary of %s", slot)

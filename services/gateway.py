@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 import bentoml
 from fastapi import Depends, FastAPI
@@ -18,17 +19,17 @@ import families
 from configs.deployments import load_repository
 from configs.settings import get_settings
 from models.cache import open_serving_registry
+from observability import heapdump, memory
+from observability.metrics import settle_heap
+from observability.request_log import RequestLog
+from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner
-from observability import heapdump, memory
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
-from observability.metrics import settle_heap
 from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
-from observability.request_log import RequestLog
 from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from observability.tracing import service_tracing
 from services.context import ServingContext
 from services.gateway_deps import admin_guard, loaded_context
 from services.protocols.grpc_server import start_grpc
@@ -105,14 +106,16 @@ class Gateway:
     def __init__(self) -> None:
         self.settings = settings
         if settings.runner.placement == "local":
-            self.runner = LocalRunner(ModelRunner.inner, ("infer",))
+            # mypy keeps a class decorator's class as it was: @bentoml.service made ModelRunner a Service
+            runner_service = cast("bentoml.Service[ModelRunner]", ModelRunner)
+            self.runner = LocalRunner(runner_service.inner, ("infer",))
         self.loaded = False
         self.load_error: str | None = None
         self.ctx: ServingContext | None = None
         try:
             self.ctx = self._context()
             self.loaded = True
-        except Exception as exc:  # noqa: BLE001 - stay up and not-ready with the reason instead of crash-looping
+        except Exception as exc:  # stay up and not-ready with the reason instead of crash-looping
             log.exception("gateway failed to load model metadata")
             self.load_error = f"{type(exc).__name__}: {exc}"
         settle_heap("gateway")
@@ -141,8 +144,9 @@ class Gateway:
 
     @bentoml.on_shutdown
     async def _stop_grpc(self) -> None:
-        if getattr(self, "_grpc", None) is not None:
-            await self._grpc.stop()
+        grpc_server = getattr(self, "_grpc", None)  # absent or None: no gRPC server was started
+        if grpc_server is not None:
+            await grpc_server.stop()
 
     async def __is_ready__(self) -> bool:
         """Ready = our metadata loaded and the runner answered its readiness probe quickly (it turns ready only after

@@ -8,10 +8,10 @@ from typing import Any
 import bentoml
 from fastapi import Depends, Request
 
+from observability.metrics import observe_timings
 from services.common.access import Client
 from services.common.deadlines import HEADER, Deadline
 from services.common.errors import ApiError
-from observability.metrics import observe_timings
 from services.context import ServingContext
 
 

@@ -63,7 +63,7 @@ def _store(ctx: ServingContext):
 async def _call(ctx: ServingContext, method: str, **kwargs):
     try:
         return await getattr(ctx.runner.to_async, method)(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - runner-side failures (missing version, integrity) become a clear 409
+    except Exception as exc:  # runner-side failures (missing version, integrity) become a clear 409
         raise ApiError(409, "rollout_failed", f"{method} failed: {exc}"[:500], {"slot": kwargs.get("slot")}) from exc
 
 

@@ -53,6 +53,7 @@ def tiny_png_b64() -> str:
 
 @pytest.fixture(scope="session")
 def server(tiny_registry, tmp_path_factory):
-    with Server(tiny_registry.root, env=NO_CAPACITY_LIMITS, log_path=tmp_path_factory.mktemp("logs") / "serve.log") as srv:
+    log_path = tmp_path_factory.mktemp("logs") / "serve.log"
+    with Server(tiny_registry.root, env=NO_CAPACITY_LIMITS, log_path=log_path) as srv:
         srv.wait_ready()
         yield srv

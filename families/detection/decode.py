@@ -52,8 +52,7 @@ def decode_image(raw: bytes, index: int, max_bytes: int, max_pixels: int) -> np.
                                f"image {index} has {w}x{h} pixels, above the cap of {max_pixels}",
                                {"index": index, "width": w, "height": h, "max_pixels": max_pixels})
             img.load()
-            img = ImageOps.exif_transpose(img)
-            rgb = img.convert("RGB")
+            rgb = ImageOps.exif_transpose(img).convert("RGB")
     except ApiError:
         raise
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError,

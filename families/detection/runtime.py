@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from families.detection.manifest import DetectionPreprocess
 from families.detection.preprocess import network_input
-from models.manifest import Manifest
+from models.manifest import Manifest, preprocess_as
 
 
 def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Letterboxed uint8 images (from the gateway) are tensorised with this version's scale and colour order; float
     [3, S, S] tensors (from OIP clients) pass as they are."""
-    pre = manifest.preprocess
+    pre = preprocess_as(manifest, DetectionPreprocess)
     tensors = [network_input(x, pre.scale, pre.color_order) for x in xs]
     return {input_names[0]: np.ascontiguousarray(np.stack(tensors), dtype=np.float32)}
 
 
 def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     """Dynamic axes as served: the letterboxed square side only (also what OIP metadata shows for them)."""
-    return {"height": (manifest.preprocess.imgsz,), "width": (manifest.preprocess.imgsz,)}
+    side = preprocess_as(manifest, DetectionPreprocess).imgsz
+    return {"height": (side,), "width": (side,)}

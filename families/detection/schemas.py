@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
+from services.common.schemas import ModelChoice, ServedBy, deployment_field
 
 
 class ImageInput(BaseModel):
@@ -19,7 +19,7 @@ class DetectOptions(BaseModel):
     max_detections: int | None = Field(None, ge=1, description="Detections per image (capped by config).")
     class_aware: bool = Field(True, description="Suppress overlaps only within the same class.")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = Field(**DEPLOYMENT_FIELD)
+    deployment: str | None = deployment_field()
 
 
 class DetectRequest(DetectOptions):

@@ -2,27 +2,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 
 from configs.deployments import Deployment
+from families.detection.decode import decode_base64, decode_image
 from families.detection.limits import Limits
+from families.detection.manifest import DetectionPreprocess
+from families.detection.postprocess import NMSParams, decode
+from families.detection.preprocess import boxes_to_original, letterbox
+from families.detection.schemas import Detection, DetectOptions, DetectRequest, DetectResponse, ImageResult
+from models.manifest import preprocess_as
+from observability.metrics import ITEMS, labelled
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from observability.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelChoice, ModelInfo
-from families.detection.decode import decode_base64, decode_image
-from families.detection.postprocess import NMSParams, decode
-from families.detection.preprocess import boxes_to_original, letterbox
-from families.detection.schemas import DetectOptions, DetectRequest, DetectResponse, Detection, ImageResult
 from services.context import ServingContext
 from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["detection"])
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
 @dataclass
@@ -63,7 +66,7 @@ class DetectionPipeline:
         prepared: dict[ServedModel, tuple[list[np.ndarray], list]] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
-            pre = model.manifest.preprocess
+            pre = preprocess_as(model.manifest, DetectionPreprocess)
             # uint8 across the hop; the runner applies this version's scale and colour order (network_input)
             tensors, metas = zip(*(letterbox(im, pre.imgsz, pre.pad_value) for im in images))
             prepared[model] = (list(tensors), list(metas))
@@ -74,13 +77,14 @@ class DetectionPipeline:
         params = self.nms_params(opts)
         labels = result.served.manifest.labels
         metas = prepared[result.served][1]
+        head = preprocess_as(result.served.manifest, DetectionPreprocess).head
         out = []
-        observe = opts.conf_threshold is None and ctx.quality is not None  # reference uses default thresholds
+        quality = ctx.quality if opts.conf_threshold is None else None  # the reference uses default thresholds
         for raw, meta in zip(result.outputs, metas):
-            det = decode(np.asarray(raw), result.served.manifest.preprocess.head, params)
-            if observe:
-                ctx.quality.observe(result.model, "confidence", det.scores)
-                ctx.quality.observe(result.model, "boxes_per_image", [len(det.scores)])
+            det = decode(np.asarray(raw), head, params)
+            if quality is not None:
+                quality.observe(result.model, "confidence", det.scores)
+                quality.observe(result.model, "boxes_per_image", [len(det.scores)])
             boxes = boxes_to_original(det.boxes, meta)
             out.append(ImageResult(width=meta.orig_w, height=meta.orig_h, candidates=det.candidates, detections=[
                 Detection(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),

@@ -23,6 +23,7 @@ observed fraction of the context and log10(scale / (|loc| + scale)) / 4 clipped 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -222,12 +223,13 @@ def scale_targets(targets: np.ndarray, loc: np.ndarray, scale: np.ndarray) -> np
     return np.clip(z, -1e30, 1e30).astype(np.float32)
 
 
-def unscale(quantiles: np.ndarray, loc: np.ndarray, scale: np.ndarray, horizons=None) -> np.ndarray | list:
+def unscale(quantiles: np.ndarray, loc: np.ndarray, scale: np.ndarray,
+            horizons: int | np.integer | Sequence[int] | np.ndarray | None = None) -> np.ndarray | list:
     """Scaled [batch, H_MAX, Q] -> original units (float64). With `horizons` (int or one per row): cut to them
     (a list of [h_i, Q] arrays when they differ)."""
     q = np.asarray(quantiles, np.float64) * scale[:, None, None] + loc[:, None, None]
     if horizons is None:
         return q
-    if np.isscalar(horizons):
+    if isinstance(horizons, int | float | np.number):  # one horizon for every row
         return q[:, : int(horizons)]
     return [q[i, : int(h)] for i, h in enumerate(horizons)]

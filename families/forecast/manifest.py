@@ -38,7 +38,7 @@ class ForecastPreprocess(BaseModel):
     season: dict[str, int] = Field(default_factory=dict, description="Seasonal period per frequency.")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ForecastPreprocess":
+    def _consistent(self) -> ForecastPreprocess:
         unknown = sorted(set(self.frequencies) - set(FREQUENCIES))
         if unknown:
             raise ValueError(f"unsupported frequencies {unknown}; known: {list(FREQUENCIES)}")

@@ -17,8 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.forecast.features import (FREQ_INDEX, FREQUENCIES, N_FEATURES, calendar_features, left_pad,
-                                        scale_context, scaling_stats, series_features, step_timestamps)
+from families.forecast.features import (
+    FREQ_INDEX,
+    FREQUENCIES,
+    N_FEATURES,
+    calendar_features,
+    left_pad,
+    scale_context,
+    scaling_stats,
+    series_features,
+    step_timestamps,
+)
 from families.forecast.manifest import ForecastPreprocess
 
 _MONTHS_PER_STEP = {"YS": 12, "QS": 3, "MS": 1}
@@ -121,7 +130,9 @@ def pack_global(context: np.ndarray, mask: np.ndarray, freq: int, features: np.n
                 scale: float, history: np.ndarray | None = None) -> np.ndarray:
     """[context C | mask C | freq | features F | loc | scale (| history C)]: the graph inputs plus what a numpy
     method reads to work in original units (loc/scale, and the raw left-padded history when it asks for it)."""
-    parts = [context, mask, [float(freq)], features, [loc, scale]] + ([history] if history is not None else [])
+    parts: list[np.ndarray | list[float]] = [context, mask, [float(freq)], features, [loc, scale]]
+    if history is not None:
+        parts.append(history)
     return np.concatenate(parts).astype(np.float64)
 
 
@@ -129,10 +140,11 @@ def unpack_global(rows: np.ndarray, context: int) -> dict[str, np.ndarray]:
     """[n, 2C + F + 3 (+ C)] -> the global feeds, "scaling" [n, 2] (loc, scale) and, when packed, "history" [n, C]
     (raw values, float64)."""
     c, f = context, N_FEATURES
-    feeds = {"context": rows[:, :c].astype(np.float32), "mask": rows[:, c: 2 * c].astype(np.float32),
-             "freq": rows[:, 2 * c].astype(np.int64),
-             "features": rows[:, 2 * c + 1: 2 * c + 1 + f].astype(np.float32),
-             "scaling": rows[:, 2 * c + 1 + f: 2 * c + 3 + f]}
+    feeds: dict[str, np.ndarray] = {
+        "context": rows[:, :c].astype(np.float32), "mask": rows[:, c: 2 * c].astype(np.float32),
+        "freq": rows[:, 2 * c].astype(np.int64),
+        "features": rows[:, 2 * c + 1: 2 * c + 1 + f].astype(np.float32),
+        "scaling": rows[:, 2 * c + 1 + f: 2 * c + 3 + f]}
     if rows.shape[1] == 3 * c + f + 3:
         feeds["history"] = rows[:, 2 * c + 3 + f:]
     return feeds

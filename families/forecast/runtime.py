@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from families.forecast.features import FREQUENCIES
+from families.forecast.manifest import ForecastPreprocess
 from families.forecast.preprocess import unpack_global
 from families.forecast.theta import fallback_forecast
-from models.manifest import Manifest
+from models.manifest import Manifest, preprocess_as
 
 NUMPY_METHODS = ("theta",)
 
@@ -18,8 +19,9 @@ def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> d
     """Items (families/forecast/preprocess.model_item) stacked into the graph's inputs: the global layout unpacked
     into the inputs the graph declares, a window as [n, context] float32."""
     rows = np.stack([np.asarray(x, dtype=np.float64) for x in xs])
-    if manifest.preprocess.contract == "global":
-        unpacked = unpack_global(rows, manifest.preprocess.context)
+    pre = preprocess_as(manifest, ForecastPreprocess)
+    if pre.contract == "global":
+        unpacked = unpack_global(rows, pre.context)
         return {name: unpacked[name] for name in input_names}
     return {input_names[0]: np.ascontiguousarray(rows, dtype=np.float32)}
 
@@ -35,7 +37,7 @@ class ThetaSession:
     series itself) and the scaling (loc, scale) that the service undoes."""
 
     def __init__(self, manifest: Manifest):
-        self.pre = manifest.preprocess
+        self.pre = preprocess_as(manifest, ForecastPreprocess)
         self.quantiles = len(self.pre.quantiles)
 
     def run(self, output_names, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -63,6 +65,6 @@ def numpy_session(manifest: Manifest, method_file: Path) -> ThetaSession:
     method = json.loads(Path(method_file).read_text()).get("method")
     if method not in NUMPY_METHODS:
         raise ValueError(f"unknown forecast method {method!r}; known: {list(NUMPY_METHODS)}")
-    if manifest.preprocess.contract != "global":
+    if preprocess_as(manifest, ForecastPreprocess).contract != "global":
         raise ValueError("the numpy forecast methods read the global contract")
     return ThetaSession(manifest)

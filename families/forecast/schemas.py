@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
+from services.common.schemas import ModelChoice, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
 
@@ -29,10 +29,10 @@ class ForecastRequest(BaseModel):
     horizon: int | None = Field(None, ge=1, description="Steps to forecast; default and maximum: the model's "
                                                          "horizon for the frequency (e.g. 24 months, 48 hours).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = Field(**DEPLOYMENT_FIELD)
+    deployment: str | None = deployment_field()
 
     @model_validator(mode="after")
-    def _one_time_axis(self) -> "ForecastRequest":
+    def _one_time_axis(self) -> ForecastRequest:
         if (self.timestamps is None) == (self.start is None):
             raise ValueError("give exactly one of 'timestamps' or 'start'")
         if self.start is not None and self.frequency is None:

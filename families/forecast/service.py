@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends
@@ -12,9 +13,17 @@ from families.forecast.features import infer_frequency
 from families.forecast.limits import Limits
 from families.forecast.manifest import ForecastPreprocess
 from families.forecast.postprocess import bands, quantile_forecast
-from families.forecast.preprocess import (Item, SeriesError, future_timestamps, model_item, reads_history,
-                                          regularize, series_timestamps)
+from families.forecast.preprocess import (
+    Item,
+    SeriesError,
+    future_timestamps,
+    model_item,
+    reads_history,
+    regularize,
+    series_timestamps,
+)
 from families.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
+from models.manifest import preprocess_as
 from observability.metrics import ITEMS, labelled
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
@@ -25,17 +34,18 @@ from services.context import ServingContext
 from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["forecast"])
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
 def _utc(t: datetime) -> np.datetime64:
-    return np.datetime64(t if t.tzinfo is None else t.astimezone(timezone.utc).replace(tzinfo=None), "s")
+    return np.datetime64(t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None), "s")
 
 
 def _frequency(body: ForecastRequest) -> tuple[str, bool]:
     """(frequency, inferred?): as given, or from the median spacing of the timestamps."""
     if body.frequency is not None:
         return body.frequency, False
+    assert body.timestamps is not None  # ForecastRequest: 'start' needs 'frequency', so here timestamps are given
     stamps = np.array([_utc(t) for t in body.timestamps], dtype="datetime64[s]")
     if len(np.unique(stamps)) < 2:
         raise ApiError(422, "frequency_required", "give 'frequency': it cannot be inferred from fewer than two "
@@ -55,7 +65,7 @@ class ForecastPipeline:
     @property
     def contract(self) -> ForecastPreprocess:
         """The primary's contract: what every request to this deployment is checked against."""
-        return self.ctx.served(self.deployment.name).manifest.preprocess
+        return preprocess_as(self.ctx.served(self.deployment.name).manifest, ForecastPreprocess)
 
     def _check(self, body: ForecastRequest) -> tuple[str, bool]:
         lim = self.limits
@@ -78,8 +88,11 @@ class ForecastPipeline:
         ctx, dep, lim, contract = self.ctx, self.deployment, self.limits, self.contract
         frequency, inferred = self._check(body)
         values = np.array([np.nan if v is None else v for v in body.values], dtype=np.float64)
-        stamps = (np.array([_utc(t) for t in body.timestamps], dtype="datetime64[s]") if body.timestamps is not None
-                  else series_timestamps(_utc(body.start), frequency, len(values)))
+        if body.timestamps is not None:
+            stamps = np.array([_utc(t) for t in body.timestamps], dtype="datetime64[s]")
+        else:
+            assert body.start is not None  # ForecastRequest: exactly one of 'timestamps' or 'start'
+            stamps = series_timestamps(_utc(body.start), frequency, len(values))
         try:
             regular, last_ts, report = regularize(values, stamps, frequency, lim.max_points, lim.max_gap_fraction)
         except SeriesError as exc:
@@ -99,7 +112,7 @@ class ForecastPipeline:
         items: dict[ServedModel, Item] = {}
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
-            pre = model.manifest.preprocess
+            pre = preprocess_as(model.manifest, ForecastPreprocess)
             if frequency not in pre.frequencies or len(regular) < pre.min_history:
                 raise ApiError(422, "unsupported_by_model", f"{model.manifest.name} cannot forecast this series "
                                f"({frequency}, {len(regular)} points)", {"model": model.manifest.name})
@@ -112,12 +125,12 @@ class ForecastPipeline:
         item = items[result.served]
         if ctx.quality is not None:
             ctx.quality.observe(result.model, "relative_spread", [item.scale / (abs(item.loc) + item.scale)])
-        levels, q = quantile_forecast(result.outputs[0], result.served.manifest.preprocess, item.loc, item.scale,
-                                      horizon)
+        served_pre = preprocess_as(result.served.manifest, ForecastPreprocess)
+        levels, q = quantile_forecast(result.outputs[0], served_pre, item.loc, item.scale, horizon)
         median = q[:, levels.index(0.5)]
         band = bands(levels, q)
         keys = [f"{level:g}" for level in levels]
-        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=timezone.utc),
+        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=UTC),
                                 point=float(median[i]),
                                 **{k: None if v is None else float(v[i]) for k, v in band.items()},
                                 quantiles={k: float(q[i, j]) for j, k in enumerate(keys)})

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.manifest import Manifest
+from families.text.manifest import TextPreprocess
+from models.manifest import Manifest, preprocess_as
 from runners.ragged import pad_sequences
 
 
 def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Ragged token-id rows padded to the longest in the call, with the attention mask; token_type_ids (BERT-style
     graphs) are all zero for single-sequence classification."""
-    ids, mask = pad_sequences(xs, manifest.preprocess.pad_token_id)
+    ids, mask = pad_sequences(xs, preprocess_as(manifest, TextPreprocess).pad_token_id)
     out = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in input_names:
         out["token_type_ids"] = np.zeros_like(ids)
@@ -19,5 +20,5 @@ def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> d
 
 def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     """Short, medium and the longest sequences the tokenizer produces."""
-    longest = manifest.preprocess.max_length
+    longest = preprocess_as(manifest, TextPreprocess).max_length
     return {"sequence": tuple(sorted({min(8, longest), min(64, longest), longest}))}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.common.schemas import DEPLOYMENT_FIELD, ModelChoice, ServedBy
+from services.common.schemas import ModelChoice, ServedBy, deployment_field
 
 
 class ClassifyRequest(BaseModel):
@@ -14,7 +14,7 @@ class ClassifyRequest(BaseModel):
                                                         "hard length limit).")
     top_k: int = Field(3, ge=1, description="Labels returned per text, best first (capped by config).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = Field(**DEPLOYMENT_FIELD)
+    deployment: str | None = deployment_field()
 
 
 class LabelScore(BaseModel):

@@ -2,26 +2,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends
 
 from configs.deployments import Deployment
 from families.text.limits import Limits
+from families.text.manifest import TextPreprocess
+from families.text.postprocess import top_k
+from families.text.preprocess import TextTokenizer, prepare_text
+from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
+from models.manifest import preprocess_as
+from observability.metrics import ITEMS, labelled
 from services.common.errors import ApiError, ErrorResponse
 from services.common.inference import run_task
-from observability.metrics import ITEMS, labelled
 from services.common.request_context import StageClock
 from services.common.rollout import ServedModel
 from services.common.schemas import ModelInfo
 from services.context import ServingContext
 from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
-from families.text.postprocess import top_k
-from families.text.preprocess import TextTokenizer, prepare_text
-from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 
 router = APIRouter(prefix="/v1", tags=["text"])
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
 @dataclass
@@ -35,8 +38,9 @@ class TextPipeline:
 
     def tokenizer(self, model: ServedModel) -> TextTokenizer:
         if model not in self.tokenizers:
-            pre = model.manifest.preprocess
-            self.tokenizers[model] = TextTokenizer(model.directory / pre.tokenizer_file, pre.max_length, pre.pad_token_id)
+            pre = preprocess_as(model.manifest, TextPreprocess)
+            self.tokenizers[model] = TextTokenizer(model.directory / pre.tokenizer_file, pre.max_length,
+                                                   pre.pad_token_id)
         return self.tokenizers[model]
 
     def validate(self, body: ClassifyRequest) -> list[str]:

@@ -17,8 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .base import (IntegrityError, NotFound, ReadOnlyStore, RegistryError, RegistryStore, RegistryUnavailable,
-                   VersionExists)
+from .base import (
+    IntegrityError,
+    NotFound,
+    ReadOnlyStore,
+    RegistryError,
+    RegistryStore,
+    RegistryUnavailable,
+    VersionExists,
+)
 
 __all__ = ["open_store", "RegistryStore", "RegistryError", "RegistryUnavailable", "ReadOnlyStore", "NotFound",
            "VersionExists", "IntegrityError"]

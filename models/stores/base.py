@@ -12,11 +12,11 @@ import hashlib
 import os
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from models.manifest import FileEntry, Manifest, describe_files, utcnow
-from models.registry import IntegrityError, NotFound, RegistryError, VersionExists  # noqa: F401 - re-exported
+from models.registry import IntegrityError, NotFound, RegistryError, VersionExists  # also re-exported
 
 CHUNK = 1 << 20
 
@@ -182,7 +182,7 @@ class RegistryStore(ABC):
     def _set_alias(self, name: str, alias: str, version: str, by: str | None) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: stores that hold connections override it
         pass
 
     def __repr__(self) -> str:

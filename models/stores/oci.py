@@ -77,9 +77,10 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Literal, overload
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import oras.auth.utils
@@ -90,8 +91,18 @@ import requests
 
 from models.manifest import NAME_PATTERN, VERSION_PATTERN, FileEntry, Manifest
 
-from .base import (CHUNK, IntegrityError, NotFound, RegistryAuthError, RegistryError, RegistryStore,
-                   RegistryUnavailable, VersionExists, alias_entry, progress_bar)
+from .base import (
+    CHUNK,
+    IntegrityError,
+    NotFound,
+    RegistryAuthError,
+    RegistryError,
+    RegistryStore,
+    RegistryUnavailable,
+    VersionExists,
+    alias_entry,
+    progress_bar,
+)
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +355,7 @@ class _OrasRegistry(oras.provider.Registry):
         """The registry still says 401 with the answer to its own challenge."""
         credentials = self.store.credentials
         path = urlsplit(url).path
-        if answer.startswith("Basic "):
+        if answer.startswith("Basic ") and credentials is not None:  # a Basic answer is made of the credentials
             return RegistryAuthError(f"{self.store.uri}: authentication failed for registry {self.store.host}: it "
                                      f"refused the credentials ({credentials.describe()}; HTTP 401 on {method} "
                                      f"{path})")
@@ -437,8 +448,17 @@ class OciStore(RegistryStore):
     def _url(self, path: str) -> str:
         return path if path.startswith("http") else self.base + path
 
+    @overload
+    def _request(self, method: str, url: str, ok: Iterable[int] = ..., allow_404: Literal[False] = ...,
+                 content: Any = ..., headers: dict | None = ...) -> requests.Response: ...
+
+    @overload
+    def _request(self, method: str, url: str, ok: Iterable[int] = ..., *, allow_404: bool,
+                 content: Any = ..., headers: dict | None = ...) -> requests.Response | None: ...
+
     def _request(self, method: str, url: str, ok: Iterable[int] = (200,), allow_404: bool = False,
-                 content=None, headers: dict | None = None) -> requests.Response | None:
+                 content: Any = None, headers: dict | None = None) -> requests.Response | None:
+        """The registry's answer when its status is in `ok`, None for a 404 when `allow_404`; else raises."""
         url = self._url(url)
         response = self.oras.do_request(url, method, data=content, headers=headers)
         return self._checked(response, method, url, ok, allow_404)
@@ -514,7 +534,8 @@ class OciStore(RegistryStore):
         self._checked(self.oras.upload_manifest(manifest, self._container(name, tag)), "PUT", url, (201,), False)
 
     def _paged(self, path: str, key: str) -> list[str]:
-        out, url = [], self._url(path)
+        out: list[str] = []
+        url: str | None = self._url(path)
         while url:
             response = self._request("GET", url, allow_404=True)
             if response is None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 from models.manifest import NAME_PATTERN
@@ -23,8 +23,8 @@ from .tree import TreeStore
 try:  # optional extra: pip install 'triserve[s3]'
     import boto3
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
-    from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, ReadTimeoutError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 except ImportError:  # pragma: no cover - exercised only without the extra
     boto3 = None
 
@@ -39,12 +39,13 @@ class S3Store(TreeStore):
         self.bucket = parts.netloc
         self.prefix = parts.path.strip("/")
         query = parse_qs(parts.query)
-        self.endpoint_url = (endpoint_url or (query.get("endpoint_url") or [None])[0]
+        self.endpoint_url = (endpoint_url or (query.get("endpoint_url") or [""])[0]
                              or os.environ.get("TRISERVE_S3_ENDPOINT_URL") or None)
         self.uri = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.client = client or boto3.client(
             "s3", endpoint_url=self.endpoint_url,
-            config=Config(connect_timeout=connect_timeout, read_timeout=60, retries={"max_attempts": 2, "mode": "standard"}))
+            config=Config(connect_timeout=connect_timeout, read_timeout=60,
+                          retries={"max_attempts": 2, "mode": "standard"}))
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -53,7 +54,8 @@ class S3Store(TreeStore):
         try:
             return fn(Bucket=self.bucket, **kwargs)
         except (EndpointConnectionError, BotoConnectionError, ReadTimeoutError) as exc:
-            raise RegistryUnavailable(f"{self.uri} unreachable ({self.endpoint_url or 'default endpoint'}): {exc}") from exc
+            where = self.endpoint_url or "default endpoint"
+            raise RegistryUnavailable(f"{self.uri} unreachable ({where}): {exc}") from exc
         except ClientError as exc:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if status >= 500:
@@ -114,7 +116,8 @@ class S3Store(TreeStore):
                 self._call(self.client.put_object, Key=self._key(key), Body=body, ContentLength=size,
                            Metadata={"sha256": sha256}, IfNoneMatch="*")
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                code = exc.response.get("Error", {}).get("Code")
+                if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
                     raise RegistryError(f"{self.uri}: {exc}") from exc
                 head = self._call(self.client.head_object, Key=self._key(key))
                 if head.get("Metadata", {}).get("sha256") != sha256:  # someone else's bytes: not ours to overwrite

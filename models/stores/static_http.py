@@ -7,7 +7,7 @@ return what cannot be listed as empty. Writes raise ReadOnlyStore: publish to th
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import unquote, urljoin
 
 import httpx

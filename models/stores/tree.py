@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from models.manifest import Manifest
 

@@ -22,10 +22,10 @@ from services.common.errors import ApiError
 @dataclass
 class SlotLoad:
     inflight_items: int = 0
-    batches: deque = field(default_factory=lambda: deque(maxlen=64))  # recent (batch size, seconds)
+    batches: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=64))  # recent (size, seconds)
     per_batch: float = 0.0  # fitted fixed cost of one runner call
     per_item: float = 0.0  # fitted cost of each item in it
-    _sums: list = field(default_factory=lambda: [0.0] * 5)  # n, sum x, sum y, sum xx, sum xy over `batches`
+    _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, sum x, sum y, sum xx, sum xy over `batches`
 
     def observe(self, size: int, seconds: float) -> None:
         """O(1) per call (it runs once per request): running sums over the window, closed-form least squares."""

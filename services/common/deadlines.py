@@ -21,13 +21,13 @@ class Deadline:
     epoch: float  # time.time() at expiry (for other processes)
 
     @classmethod
-    def from_budget(cls, budget_ms: int, since: tuple[float, float] | None = None) -> "Deadline":
+    def from_budget(cls, budget_ms: int, since: tuple[float, float] | None = None) -> Deadline:
         """`since`: (monotonic, epoch) of the request's arrival; default now."""
         mono, epoch = since or (time.monotonic(), time.time())
         return cls(budget_ms, mono + budget_ms / 1000, epoch + budget_ms / 1000)
 
     @classmethod
-    def from_header(cls, value: str | None, cfg: Deadlines, since: tuple[float, float] | None = None) -> "Deadline":
+    def from_header(cls, value: str | None, cfg: Deadlines, since: tuple[float, float] | None = None) -> Deadline:
         if value is None or value == "":
             return cls.from_budget(cfg.default_ms, since)
         try:

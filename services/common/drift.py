@@ -76,8 +76,13 @@ class QualityMonitor:
         self._since[key] = self._since.get(key, 0) + len(values)
         if self._since[key] >= self.every and len(win.values) >= self.min_values:
             self._since[key] = 0
-            PSI.labels(self.tasks[model], model, signal).set(win.psi())
+            value = win.psi()
+            if value is not None:  # None only for an empty window
+                PSI.labels(self.tasks[model], model, signal).set(value)
 
     def snapshot(self) -> dict:
-        return {f"{m}/{s}": {"values": len(w.values), "psi": None if len(w.values) < self.min_values else
-                             round(w.psi(), 4)} for (m, s), w in self.windows.items()}
+        return {f"{m}/{s}": {"values": len(w.values), "psi": self._shown_psi(w)} for (m, s), w in self.windows.items()}
+
+    def _shown_psi(self, window: SignalWindow) -> float | None:
+        value = window.psi() if len(window.values) >= self.min_values else None
+        return None if value is None else round(value, 4)

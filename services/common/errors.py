@@ -6,6 +6,7 @@ malformed, may surface as a 500. Validation failures are 422 with the offending 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -60,7 +61,7 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
                422: "validation_error", 429: "rate_limited", 503: "unavailable", 504: "deadline_exceeded"}
 
 
-def _jsonable_errors(errors: list[dict]) -> list[dict]:
+def _jsonable_errors(errors: Iterable[Mapping[str, Any]]) -> list[dict]:
     out = []
     for e in errors:
         out.append({"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),

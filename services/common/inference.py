@@ -19,12 +19,12 @@ import numpy as np
 
 from configs.deployments import Deployment
 from configs.settings import Settings
+from observability.metrics import DEGRADED, REJECTED, labelled, pending_declared, pending_finished, pending_started
 from services.common.access import AccessControl
 from services.common.admission import AdmissionControl
 from services.common.breaker import CircuitBreaker
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError, InvalidOutput
-from observability.metrics import DEGRADED, REJECTED, labelled, pending_declared, pending_finished, pending_started
 from services.common.request_context import StageClock
 from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 
@@ -92,7 +92,7 @@ class Protection:
         return [(primary, None), (fallback, "primary_failed")]
 
 
-async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],
+async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],
                    choice: str, clock: StageClock, deadline: Deadline, request_id: str = "",
                    route_key: str = "", arrived: Callable[[], None] | None = None,
                    slot: str | None = None) -> RunnerResult:
@@ -137,7 +137,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
             try:
                 items = await asyncio.wait_for(ctx.runner_client.call(slot, payload, arrived),
                                                timeout=max(deadline.remaining(), 0.001))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if breaker:
                     breaker.record(False)
                 ctx.canary.record(slot, role, False, time.perf_counter() - started)
@@ -198,7 +198,7 @@ async def run_task(ctx: "ServingContext", dep: Deployment, items_for: Callable[[
     raise last_error
 
 
-def _count(ctx: "ServingContext", slot: str, version: str, role: str, ok: bool, started: float) -> None:
+def _count(ctx: ServingContext, slot: str, version: str, role: str, ok: bool, started: float) -> None:
     """Per-version metrics, and the canary verdict: a canary worse than allowed is withdrawn on the spot."""
     seconds = time.perf_counter() - started
     labelled(VERSION_REQUESTS, slot, version, role, "ok" if ok else "error").inc()

@@ -12,14 +12,13 @@ import time
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
-
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.common.batcher import approaching
-from services.common.errors import ErrorBody, ErrorResponse
 from observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
 from observability.request_log import RequestLog
+from services.common.batcher import approaching
+from services.common.errors import ErrorBody, ErrorResponse
 
 _tracer: trace.Tracer | None = None  # BentoML's, on first use (its provider is not OpenTelemetry's global one)
 
@@ -112,8 +111,10 @@ class RequestContextMiddleware:
         task = self.family_by_path.get(scope.get("path", ""))
         started = time.perf_counter()
         status = [0]
-        keep_body = bool(task and self.log and self.log.payloads is not None
-                         and random.random() < self.log.cfg.payload_sample_rate)
+        request_log = self.log
+        keep_body = bool(task and request_log and request_log.payloads is not None
+                         and random.random() < request_log.cfg.payload_sample_rate)
+        kept_max = request_log.cfg.payload_max_bytes + 1 if request_log else 0
         body_parts: list[bytes] = []
 
         async def send_with_id(message: Message) -> None:
@@ -141,7 +142,7 @@ class RequestContextMiddleware:
                 if received > self.max_body_bytes:
                     too_large = True
                     raise _BodyTooLarge()
-                if keep_body and received <= self.log.cfg.payload_max_bytes + 1:
+                if keep_body and received <= kept_max:
                     body_parts.append(message.get("body", b""))
             return message
 
@@ -166,19 +167,21 @@ class RequestContextMiddleware:
                 labelled(INFLIGHT, task).dec()
                 self.inflight[task] -= 1
                 observe_rss("gateway")
-                if self.log:
-                    self._log(task, scope, state, rid, status[0], started, body_parts if keep_body else None)
+                if request_log:
+                    self._log(request_log, task, scope, state, rid, status[0], started,
+                              body_parts if keep_body else None)
 
-    def _log(self, task: str, scope: Scope, state: dict, rid: str, status: int, started: float,
+    @staticmethod
+    def _log(request_log: RequestLog, task: str, scope: Scope, state: dict, rid: str, status: int, started: float,
              body_parts: list[bytes] | None) -> None:
         record = {"request_id": rid, "task": task, "method": scope.get("method"), "path": scope.get("path"),
                   "status": status, "duration_ms": round((time.perf_counter() - started) * 1000, 3)}
         record.update(state.get("outcome", {}))
         if "error_code" in state:
             record["error_code"] = state["error_code"]
-        self.log.request(record)
+        request_log.request(record)
         if body_parts is not None and status == 200:
-            self.log.payload(task, scope.get("path", ""), rid, b"".join(body_parts))
+            request_log.payload(task, scope.get("path", ""), rid, b"".join(body_parts))
 
     async def _reject(self, send: Send, rid: str, size: int) -> None:
         await _send_error(send, 413, "payload_too_large", f"request body exceeds {self.max_body_bytes} bytes",

@@ -13,9 +13,10 @@ import hashlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from prometheus_client import Counter, Histogram
@@ -25,8 +26,8 @@ from configs.settings import Rollout
 from families.base import Family
 from models.manifest import Manifest
 from models.registry import LocalRegistry
-from services.common.errors import ApiError
 from observability.metrics import LATENCY_BUCKETS
+from services.common.errors import ApiError
 
 log = logging.getLogger("triserve.rollout")
 
@@ -101,7 +102,7 @@ class RoutingTable:
         if not self.table:
             try:
                 await self.refresh(runner)
-            except Exception as exc:  # noqa: BLE001 - no table yet means no answer: a clean 503, never a 500
+            except Exception as exc:  # no table yet means no answer: a clean 503, never a 500
                 raise ApiError(503, "runner_unavailable", "the model runner is not reachable",
                                {"reason": type(exc).__name__}, headers={"Retry-After": "1"}) from exc
         elif time.monotonic() - self.fetched_at > self.cfg.refresh_s and (
@@ -129,6 +130,11 @@ class RoutingTable:
         return self.table.get(slot, {}).get("shadow")
 
 
+def _p50_ok(window: Iterable[tuple[bool, float]]) -> float:
+    """Median seconds of the successful calls of a window (0 without any)."""
+    return float(np.median([s for ok, s in window if ok] or [0.0]))
+
+
 class CanaryGuard:
     """Withdraws a canary whose error rate or latency is worse than allowed, compared with the stable version."""
 
@@ -150,8 +156,7 @@ class CanaryGuard:
             return "error_rate"
         stable = self.calls.get((slot, "stable"))
         if stable and len(stable) >= self.cfg.canary_min_calls:
-            p50 = lambda w: float(np.median([s for ok, s in w if ok] or [0.0]))  # noqa: E731
-            if p50(canary) > self.cfg.canary_max_latency_ratio * max(p50(stable), 1e-4):
+            if _p50_ok(canary) > self.cfg.canary_max_latency_ratio * max(_p50_ok(stable), 1e-4):
                 return "latency"
         return None
 

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
 from services.common.batcher import SlotBatcher, approaching
 from services.common.errors import ApiError
-from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
 
 log = logging.getLogger("triserve.runner_client")
 
@@ -31,25 +32,41 @@ def _is_transport_error(exc: BaseException) -> bool:
     return any(m in text for m in _TRANSPORT_MARKERS)
 
 
+def _retried(exc: BaseException) -> bool:
+    return isinstance(exc, Exception) and _is_transport_error(exc)  # never a cancellation
+
+
+def runner_retrying(slot: str, retries: int, backoff_ms: int) -> AsyncRetrying:
+    """tenacity policy of one runner call: transport errors retried `retries` times (retries + 1 attempts), the n-th
+    wait backoff_ms * 2**(n-1) plus a uniform random jitter in [0, backoff_ms], so the API workers that lost the same
+    runner connection do not come back in step; anything else is raised at once, and so is the last transport error."""
+    backoff = backoff_ms / 1000.0
+
+    def count_retry(state: RetryCallState) -> None:
+        RUNNER_RETRIES.labels(slot).inc()
+        error = state.outcome.exception() if state.outcome is not None else None  # set before every sleep
+        log.warning("runner %s transport error (%s); retry %d/%d in %.3fs", slot, error, state.attempt_number,
+                    retries, state.upcoming_sleep)
+
+    return AsyncRetrying(stop=stop_after_attempt(max(0, retries) + 1),
+                         wait=wait_exponential_jitter(multiplier=backoff, exp_base=2, jitter=backoff),
+                         retry=retry_if_exception(_retried), before_sleep=count_retry, reraise=True)
+
+
 async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backoff_ms: int) -> list[dict]:
     """runner.infer(payload) (items of `slot`) with bounded retries on transport errors; failures become a 503."""
     method = runner.to_async.infer
-    attempt = 0
+
+    async def attempt() -> list[dict]:  # BentoML's proxy methods return awaitables without being coroutine functions
+        return await method(payload)
+
     labelled(RUNNER_INFLIGHT, slot).inc()
     try:
-        while True:
-            try:
-                return await method(payload)
-            except Exception as exc:  # noqa: BLE001 - classified below
-                if attempt < retries and _is_transport_error(exc):
-                    attempt += 1
-                    RUNNER_RETRIES.labels(slot).inc()
-                    log.warning("runner %s transport error (%s); retry %d/%d", slot, exc, attempt, retries)
-                    await asyncio.sleep(backoff_ms * (2 ** (attempt - 1)) / 1000.0)
-                    continue
-                log.error("runner %s failed: %s", slot, exc)
-                raise ApiError(503, "runner_unavailable", f"model runner for {slot} failed",
-                               {"slot": slot, "reason": type(exc).__name__}, headers={"Retry-After": "1"}) from exc
+        return await runner_retrying(slot, retries, backoff_ms)(attempt)
+    except Exception as exc:  # the last attempt's failure, whatever it is, is the runner failing this call
+        log.error("runner %s failed: %s", slot, exc)
+        raise ApiError(503, "runner_unavailable", f"model runner for {slot} failed",
+                       {"slot": slot, "reason": type(exc).__name__}, headers={"Retry-After": "1"}) from exc
     finally:
         labelled(RUNNER_INFLIGHT, slot).dec()
 

@@ -1,15 +1,19 @@
 """Response parts every task shares."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from services.common.request_context import Timings
 
 ModelChoice = Literal["auto", "primary", "fallback"]
-DEPLOYMENT_FIELD = dict(default=None, min_length=1, max_length=63,
-                        description="Deployment to run (GET /v1/models lists them); default: the family's default.")
+
+
+def deployment_field() -> Any:
+    """The `deployment: str | None` field of every family's request model."""
+    return Field(None, min_length=1, max_length=63,
+                 description="Deployment to run (GET /v1/models lists them); default: the family's default.")
 
 
 class ModelInfo(BaseModel):

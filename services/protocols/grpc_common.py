@@ -25,8 +25,7 @@ from services.common.deadlines import HEADER as TIMEOUT_HEADER
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError
 from services.common.request_context import new_request_id
-from services.gateway_deps import CallContext
-from services.gateway_deps import ready_context
+from services.gateway_deps import CallContext, ready_context
 from services.protocols.calls import ErrorInfo, describe_error
 
 REQUEST_ID_KEY = "x-request-id"
@@ -132,11 +131,11 @@ async def handle(context, gateway, work: Callable[[RpcScope], Awaitable[T]], whe
             raise ApiError(504, "deadline_exceeded", "the gRPC deadline had passed before the request was processed",
                            {"stage": "arrival"})
         result = await work(RpcScope(gateway, context, metadata, request_id))
-    except Exception as exc:  # noqa: BLE001 - mapped to a status below; CancelledError is not an Exception
+    except Exception as exc:  # mapped to a status below; CancelledError is not an Exception
         info = describe_error(exc, where)
         await context.abort(grpc_status(info.status, info.code), f"{info.code}: {info.message}",
                             trailing_metadata=error_metadata(info, request_id))
-        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+        raise AssertionError("unreachable: abort raises") from exc  # pragma: no cover
     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
     return result
 

@@ -67,12 +67,13 @@ def request_from_pb(msg: pb.ModelInferRequest) -> oip.InferRequest:
             data = oip.array_from_raw(t.name, t.datatype, shape, raw[i])
         else:
             field = CONTENTS_FIELD.get(t.datatype)
-            if field is None:
-                if t.datatype in oip.DATATYPES:
-                    raise ApiError(400, "invalid_request", f"input {t.name!r}: {t.datatype} needs raw_input_contents",
-                                   {"input": t.name})
-                oip.array_from_values(t.name, t.datatype, shape, [])  # raises unsupported_datatype
-            data = oip.array_from_values(t.name, t.datatype, shape, list(getattr(t.contents, field)))
+            if field is not None:
+                data = oip.array_from_values(t.name, t.datatype, shape, list(getattr(t.contents, field)))
+            elif t.datatype in oip.DATATYPES:
+                raise ApiError(400, "invalid_request", f"input {t.name!r}: {t.datatype} needs raw_input_contents",
+                               {"input": t.name})
+            else:
+                data = oip.array_from_values(t.name, t.datatype, shape, [])  # raises unsupported_datatype
         inputs.append(oip.Tensor(t.name, t.datatype, shape, data, _params(t.parameters)))
     outputs = [oip.RequestedOutput(o.name, _params(o.parameters)) for o in msg.outputs] or None
     return oip.InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id or None,

@@ -107,7 +107,7 @@ class GrpcServer:
                 await self.refresh_health()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception:  # the watcher must outlive any single failed probe
                 log.exception("gRPC health refresh failed")
             await asyncio.sleep(self.cfg.health_interval_s)
 

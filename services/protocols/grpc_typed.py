@@ -15,7 +15,7 @@ from services.protocols.generated import triserve_pb2, triserve_pb2_grpc
 from services.protocols.grpc_common import RpcScope, handle
 
 SERVICE_NAME = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"].full_name
-_CHOICES = {triserve_pb2.MODEL_CHOICE_AUTO: "auto", triserve_pb2.MODEL_CHOICE_PRIMARY: "primary",
+_CHOICES: dict[int, str] = {triserve_pb2.MODEL_CHOICE_AUTO: "auto", triserve_pb2.MODEL_CHOICE_PRIMARY: "primary",
             triserve_pb2.MODEL_CHOICE_FALLBACK: "fallback"}
 
 

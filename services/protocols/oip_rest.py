@@ -87,7 +87,7 @@ async def model_ready(request: Request, name: str, version: str = ""):
         entry = await oip.resolve(_ctx(), name, version)
         ready = await oip.model_ready(_gateway(), entry)
         return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
         return oip_error(request, exc)
 
 
@@ -97,7 +97,7 @@ async def model_config(request: Request, name: str, version: str = ""):
     try:
         ctx = _ctx()
         return oip.model_config(ctx, await oip.resolve(ctx, name, version))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
         return oip_error(request, exc)
 
 
@@ -121,7 +121,7 @@ async def repository_index(request: Request):
         index = await oip.repository_index(_ctx(), _gateway(), ready_only=_index_body(body))
         # Triton writes `reason` only for a model that is not ready
         return [{k: v for k, v in i.items() if k != "reason" or v} for i in index]
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
         return oip_error(request, exc)
 
 

@@ -7,13 +7,24 @@ import base64
 import math
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
-from client import (NO_RETRY, AsyncTriserveClient, ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing,
-                    RetryPolicy, TriserveAPIError, TriserveClient, TriserveTimeoutError, TriserveTransportError)
+from client import (
+    NO_RETRY,
+    AsyncTriserveClient,
+    ClassifyResponse,
+    DetectResponse,
+    ForecastResponse,
+    ModelsListing,
+    RetryPolicy,
+    TriserveAPIError,
+    TriserveClient,
+    TriserveTimeoutError,
+    TriserveTransportError,
+)
 from tests.conftest import free_port
 from tests.services.test_gateway import png_bytes
 
@@ -89,7 +100,7 @@ def test_forecast(ts):
     assert isinstance(r, ForecastResponse) and r.request_id == "client-fc-1" and len(r.forecast) == 6
     assert r.input.frequency == "MS" and not r.input.frequency_inferred
     # datetimes as timestamps (frequency inferred), NaN and None as missing points
-    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
     values = [50_000 + 4_000 * math.sin(i * math.pi / 12) for i in range(96)]
     values[10], values[20] = float("nan"), None
     hourly = ts.forecast(values, timestamps=[t0 + timedelta(hours=i) for i in range(96)], horizon=12)
@@ -250,7 +261,7 @@ def test_retry_after_is_honoured_async():
 
 
 def test_http_date_retry_after_and_backoff_without_one():
-    when = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    when = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%a, %d %b %Y %H:%M:%S GMT")
     fake = Fake((429, {"Retry-After": when}), (503, {}))
     with TriserveClient(transport=fake.transport, retry=RetryPolicy(backoff_initial=0.05)) as ts:
         ts.classify("hi")

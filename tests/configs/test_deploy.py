@@ -333,10 +333,12 @@ def test_kustomization_lists_every_manifest():
 
 def test_k8s_wiring(monkeypatch):
     docs = _docs()
-    dep, svc, pdb, hpa = docs["Deployment"], docs["Service"], docs["PodDisruptionBudget"], docs["HorizontalPodAutoscaler"]
+    dep, svc = docs["Deployment"], docs["Service"]
+    pdb, hpa = docs["PodDisruptionBudget"], docs["HorizontalPodAutoscaler"]
     pod = dep["spec"]["template"]
     labels = pod["metadata"]["labels"]
-    for sel in (dep["spec"]["selector"]["matchLabels"], pdb["spec"]["selector"]["matchLabels"], svc["spec"]["selector"]):
+    for sel in (dep["spec"]["selector"]["matchLabels"], pdb["spec"]["selector"]["matchLabels"],
+                svc["spec"]["selector"]):
         assert sel.items() <= labels.items()
     assert {d["metadata"]["namespace"] for d in (dep, svc, pdb, hpa)} == {docs["Namespace"]["metadata"]["name"]}
     (ctr,) = pod["spec"]["containers"]

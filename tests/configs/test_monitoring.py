@@ -26,8 +26,17 @@ ALERTS = ROOT / "configs" / "prometheus" / "alerts.yml"
 ALERT_TESTS = ROOT / "configs" / "prometheus" / "alerts.test.yml"
 PROM_CONFIG = ROOT / "configs" / "prometheus" / "prometheus.yml"
 
-PROMTOOL = shutil.which("promtool")
-PROMETHEUS = shutil.which("prometheus")
+# Looked up by absolute path in the system directories only, as .ci/run does (never on whatever PATH the run has).
+SYSTEM_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def system_tool(name: str) -> str | None:
+    """Absolute path of an installed system tool (Debian's prometheus package), or None."""
+    return shutil.which(name, path=os.pathsep.join(SYSTEM_DIRS))
+
+
+PROMTOOL = system_tool("promtool")
+PROMETHEUS = system_tool("prometheus")
 INSTALL_HINT = "install it with `apt-get install prometheus` (Debian; .ci/run does this)"
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason=f"promtool is not installed; {INSTALL_HINT}")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason=f"prometheus is not installed; {INSTALL_HINT}")

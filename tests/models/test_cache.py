@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -182,7 +184,8 @@ REPOSITORY = ModelRepository.model_validate({"deployments": [
 def test_serving_registry_without_uri_is_the_registry_dir(store, tmp_path):
     registry = open_serving_registry(_settings(tmp_path, None), REPOSITORY)
     assert type(registry) is LocalRegistry and registry.root == tmp_path / "remote"
-    assert open_serving_registry(_settings(tmp_path, store.uri), REPOSITORY).root == store.registry.root  # local: no copy
+    local = open_serving_registry(_settings(tmp_path, store.uri), REPOSITORY)
+    assert local.root == store.registry.root  # local: no copy
 
 
 def test_serving_registry_pulls_configured_slots_into_the_cache(store, tmp_path, http_root):
@@ -207,7 +210,15 @@ def test_serving_registry_waits_out_the_backoff_once(store, tmp_path, monkeypatc
     import models.cache as cache_module
 
     sleeps: list[float] = []
-    monkeypatch.setattr(cache_module.time, "sleep", sleeps.append)
+    real_sleep, main = time.sleep, threading.main_thread()
+
+    def recorded(seconds: float) -> None:  # time.sleep is global: other threads (log writers) really sleep
+        if threading.current_thread() is main:
+            sleeps.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(cache_module.time, "sleep", recorded)
     settings = _settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x")
     settings.registry_retries, settings.registry_backoff_s = 2, 0.25
     registry = open_serving_registry(settings, REPOSITORY)

@@ -61,4 +61,5 @@ def test_preprocess_is_discriminated_by_task_kind():
 
 def test_committed_schema_file_is_current():
     path = Path(__file__).resolve().parents[2] / "models" / "manifest.schema.json"
-    assert json.loads(path.read_text()) == json_schema(), "regenerate: python -m models.manifest > models/manifest.schema.json"
+    assert json.loads(path.read_text()) == json_schema(), \
+        "regenerate: python -m models.manifest > models/manifest.schema.json"

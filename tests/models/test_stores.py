@@ -4,9 +4,9 @@ local directory, OCI (docker-registry: anonymous, behind htpasswd Basic auth, be
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -6,8 +6,8 @@ import signal
 import time
 import tracemalloc
 
-from scripts.bench.heap_diff import top_growth
 from observability import heapdump
+from scripts.bench.heap_diff import top_growth
 
 _kept: list[bytes] = []
 

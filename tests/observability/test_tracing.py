@@ -38,7 +38,8 @@ def test_a_sample_rate_without_an_endpoint_is_refused():
 
     with pytest.raises(ValueError, match="otlp_endpoint"):
         Observability(trace_sample_rate=0.5)
-    assert Observability(trace_sample_rate=0.5, otlp_endpoint="http://127.0.0.1:4318/v1/traces").trace_sample_rate == 0.5
+    configured = Observability(trace_sample_rate=0.5, otlp_endpoint="http://127.0.0.1:4318/v1/traces")
+    assert configured.trace_sample_rate == 0.5
 
 
 class _Collector(ThreadingHTTPServer):
@@ -49,14 +50,15 @@ class _Collector(ThreadingHTTPServer):
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):  # http.server's naming
                 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 req = ExportTraceServiceRequest()
                 req.ParseFromString(body)
                 for rs in req.resource_spans:
-                    service = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), "")
+                    service = next((a.value.string_value for a in rs.resource.attributes
+                                    if a.key == "service.name"), "")
                     for ss in rs.scope_spans:
                         collector.spans.extend((service, s) for s in ss.spans)
                 self.send_response(200)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from families.detection.preprocess import letterbox, preprocess_image
 from scripts.common import ort_session
 from scripts.drills.server import RUNNER_SERVICE
-from families.detection.preprocess import letterbox, preprocess_image
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 from tests.services import test_gateway as golden
 

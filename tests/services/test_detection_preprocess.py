@@ -1,7 +1,13 @@
 import numpy as np
 import pytest
 
-from families.detection.preprocess import boxes_to_network, boxes_to_original, letterbox, network_input, preprocess_image
+from families.detection.preprocess import (
+    boxes_to_network,
+    boxes_to_original,
+    letterbox,
+    network_input,
+    preprocess_image,
+)
 
 
 @pytest.mark.parametrize("h,w", [(480, 640), (640, 480), (333, 1000), (17, 23), (256, 256), (1, 999)])

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from scripts.common import ort_session
+import families
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
-import families
 from families.forecast.features import MAX_HORIZON
 from families.forecast.postprocess import quantile_forecast
 from families.forecast.preprocess import model_item
 from families.text.preprocess import TextTokenizer
+from scripts.common import ort_session
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",
          "set an alarm for 7am", "how do I say thank you in french", "transfer $100 from checking to savings",
@@ -309,7 +309,8 @@ def test_openapi_documents_schemas_and_examples(server):
     spec = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
     assert {"/v1/detect", "/v1/detect/upload", "/v1/classify", "/v1/forecast"} <= set(spec["paths"])
     schemas = spec["components"]["schemas"]
-    assert schemas["ClassifyRequest"]["examples"] and "description" in schemas["ForecastRequest"]["properties"]["values"]
+    assert schemas["ClassifyRequest"]["examples"]
+    assert "description" in schemas["ForecastRequest"]["properties"]["values"]
 
 
 def test_models_endpoint_reports_provider(server):

@@ -14,6 +14,7 @@ from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ADMIN, APP, LIMITED = "admin-secret", "app-key", "slow-client-key"
 SERIES = [340.0 + 0.1 * i for i in range(48)]
+MONTHLY = {"start": "2000-01-01T00:00:00", "frequency": "MS"}  # the time axis of every forecast body here
 SLOW_MS = 3000  # far above every bound asserted below, so the assertions distinguish behaviour, not speed
 
 
@@ -71,14 +72,14 @@ def test_admin_endpoints_need_an_admin_key(faulty):
 
 def test_rate_limit_per_key_answers_429_with_retry_after(faulty):
     codes = [post(faulty, "/v1/forecast", {"X-API-Key": LIMITED},
-                  json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS", "model": "fallback"}).status_code
+                  json={"values": SERIES, **MONTHLY, "model": "fallback"}).status_code
              for _ in range(5)]
     assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
-    resp = post(faulty, "/v1/forecast", {"X-API-Key": LIMITED}, json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS"})
+    resp = post(faulty, "/v1/forecast", {"X-API-Key": LIMITED}, json={"values": SERIES, **MONTHLY})
     assert resp.json()["error"]["code"] == "rate_limited" and int(resp.headers["retry-after"]) >= 1
     # other clients are unaffected
     assert post(faulty, "/v1/forecast", {"X-API-Key": APP},
-                json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS", "model": "fallback"}).status_code == 200
+                json={"values": SERIES, **MONTHLY, "model": "fallback"}).status_code == 200
 
 
 def test_deployment_capacity_limit_answers_429_over_capacity_for_that_deployment_only(tiny_registry, tmp_path):
@@ -86,7 +87,7 @@ def test_deployment_capacity_limit_answers_429_over_capacity_for_that_deployment
     env = {"TRISERVE_ACCESS__DEPLOYMENT_RATE_PER_S": json.dumps({"forecast": 0.5}),
            "TRISERVE_ACCESS__DEPLOYMENT_BURST_S": "2"}
     srv = Server(tiny_registry.root, env=env, log_path=tmp_path / "capacity.log")
-    body = {"values": [float(i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "frequency": "MS", "horizon": 3}
+    body = {"values": [float(i % 12) for i in range(60)], **MONTHLY, "horizon": 3}
     try:
         srv.wait_ready()
         first = post(srv, "/v1/forecast", json=body)
@@ -121,10 +122,10 @@ def test_breaker_opens_routes_to_fallback_then_probes(faulty):
 
 
 def test_nan_output_never_reaches_the_client(faulty):
-    auto = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS"}).json()
+    auto = post(faulty, "/v1/forecast", json={"values": SERIES, **MONTHLY}).json()
     assert auto["degraded_reason"] == "invalid_output" and auto["model"]["name"] == "forecast-theta"
     assert all(isinstance(p["point"], float) for p in auto["forecast"])
-    primary = post(faulty, "/v1/forecast", json={"values": SERIES, "start": "2000-01-01T00:00:00", "frequency": "MS", "model": "primary"})
+    primary = post(faulty, "/v1/forecast", json={"values": SERIES, **MONTHLY, "model": "primary"})
     assert primary.status_code == 503 and primary.json()["error"]["code"] == "invalid_model_output"
 
 

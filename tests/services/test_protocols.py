@@ -21,10 +21,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from families.text.preprocess import TextTokenizer
 from scripts.common import ort_session
 from services.protocols.generated import triserve_pb2 as tpb
 from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
-from families.text.preprocess import TextTokenizer
 from tests.services.test_gateway import png_bytes
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi"]
@@ -193,7 +193,8 @@ def test_detect_and_forecast_pipelines_match_rest(server, http_client, grpc_clie
     rest = httpx.post(f"{server.url}/v1/forecast", json=body, timeout=60).json()
     values = thttp.InferInput("VALUES", [len(SERIES)], "FP64")
     values.set_data_from_numpy(np.array(SERIES, dtype=np.float64))
-    oip = http_client.infer("forecast", [values], parameters={"start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6})
+    oip = http_client.infer("forecast", [values],
+                            parameters={"start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6})
     assert oip.as_numpy("POINT").tolist() == [p["point"] for p in rest["forecast"]]  # FP64: exact
     assert oip.as_numpy("UPPER_90").tolist() == [p["upper_90"] for p in rest["forecast"]]
     levels = json.loads(oip.get_response()["parameters"]["quantile_levels"])

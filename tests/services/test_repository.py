@@ -23,7 +23,8 @@ from tests.services.test_gateway import png_bytes
 
 ADMIN = "repository-admin"
 HEADERS = {"X-API-Key": ADMIN}
-SERIES = {"values": [340.0 + 0.1 * i + (i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "frequency": "MS", "horizon": 3}
+SERIES = {"values": [340.0 + 0.1 * i + (i % 12) for i in range(60)], "start": "2000-01-01T00:00:00", "frequency": "MS",
+          "horizon": 3}
 REPOSITORY = {
     "defaults": {"text": "text"},
     "deployments": [
@@ -232,7 +233,7 @@ class Load:
                 if r.status_code != 200:
                     self.errors.append(r.text[:300])
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         for t in self._threads:
             t.start()
         return self

@@ -19,7 +19,8 @@ from services.common.rollout import sticky_fraction
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ADMIN = "rollout-admin"
-SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00", "frequency": "MS"}
+SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00",
+          "frequency": "MS"}
 
 
 def publish_variant(reg: LocalRegistry, name: str, version: str, scale: float | None = None) -> str:

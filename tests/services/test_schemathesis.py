@@ -17,11 +17,11 @@ import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
 
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis.errors import Unsatisfiable  # noqa: E402
-from schemathesis import GenerationMode  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402 - schemathesis' dependency: after the skip
+from hypothesis.errors import Unsatisfiable  # noqa: E402 - schemathesis' dependency: after the skip
+from schemathesis import GenerationMode  # noqa: E402 - after the skip
 
-from scripts.drills.api_checks import CHECKS, selected  # noqa: E402
+from scripts.drills.api_checks import CHECKS, selected  # noqa: E402 - imports schemathesis: after the skip
 
 MAX_EXAMPLES = 15
 EXPECTED = {"POST /v1/detect", "POST /v1/detect/upload", "POST /v1/classify", "POST /v1/forecast", "GET /v1/models"}
@@ -45,32 +45,36 @@ def test_selected_operations(operations):
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["positive", "negative"])
 def test_api_contract(server, operations, mode):
-    failures = []
     calls: dict[str, int] = {}
     statuses: dict[int, int] = {}
-    for op in operations:
-        label = f"{op.method.upper()} {op.path}"
-
-        @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate, Phase.shrink])
-        @given(case=op.as_strategy(generation_mode=mode))
-        def run(case):
-            response = case.call_and_validate(base_url=server.url, checks=CHECKS, timeout=30)
-            calls[label] = calls.get(label, 0) + 1
-            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
-
-        try:
-            run()
-        except Unsatisfiable:
-            # nothing to negate (GET /v1/models takes no parameters): no negative case exists
-            assert mode == GenerationMode.NEGATIVE and not op.body and not list(op.iter_parameters()), label
-        except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - schemathesis' FailureGroup is a
-            # BaseExceptionGroup; collect every operation's failure, then report them together
-            failures.append(f"--- {label} ({mode.value}) ---\n{exc}")
+    failures = [failure for op in operations if (failure := _exercise(server, op, mode, calls, statuses))]
     assert not failures, "\n\n".join(failures)
     if mode == GenerationMode.POSITIVE:  # the run really exercised every operation
         assert set(calls) == {f"{op.method.upper()} {op.path}" for op in operations}, calls
     print(f"{mode.value}: calls per operation {calls}, statuses {dict(sorted(statuses.items()))}")
+
+
+def _exercise(server, op, mode, calls: dict[str, int], statuses: dict[int, int]) -> str | None:
+    """The generated cases of one operation, counted into `calls` and `statuses`; its failure report, or None."""
+    label = f"{op.method.upper()} {op.path}"
+
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate, Phase.shrink])
+    @given(case=op.as_strategy(generation_mode=mode))
+    def run(case):
+        response = case.call_and_validate(base_url=server.url, checks=CHECKS, timeout=30)
+        calls[label] = calls.get(label, 0) + 1
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+
+    try:
+        run()
+    except Unsatisfiable:
+        # nothing to negate (GET /v1/models takes no parameters): no negative case exists
+        assert mode == GenerationMode.NEGATIVE and not op.body and not list(op.iter_parameters()), label
+    except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - every operation's failure is reported at the end
+        # (schemathesis' FailureGroup is a BaseExceptionGroup)
+        return f"--- {label} ({mode.value}) ---\n{exc}"
+    return None
 
 
 def _png() -> bytes:
@@ -83,7 +87,9 @@ def _png() -> bytes:
     return buf.getvalue()
 
 
-VALID = {  # generated cases rarely pass the semantic limits (e.g. 'start' needs 'frequency'), so each 2xx schema is also checked here
+# Generated cases rarely pass the semantic limits (e.g. 'start' needs 'frequency'), so each 2xx schema is also
+# checked here with a valid request.
+VALID = {
     "POST /v1/classify": ({"texts": ["what is my account balance", "book a flight"], "top_k": 2}, "application/json"),
     "POST /v1/forecast": ({"values": [340 + 0.1 * i + (i % 12) for i in range(48)], "start": "1990-01-01T00:00:00",
                            "frequency": "MS", "horizon": 6}, "application/json"),
