@@ -14,8 +14,10 @@ loaded while traffic runs can see other models' transient memory: the measuremen
 
 The budget: `runner.memory.budget_mb`, or derived from the machine at start: `fraction` x (memory available now +
 what the process already holds), the cgroup v2 limit included when one is set. Each model reserves
-resident + per_item x its batch cap; the cap is the configured max_batch_size, lowered to what fits (never below 1);
-a model that does not fit even at batch 1 is refused (MemoryRefused, with the numbers).
+resident + per_item x its batch cap; a model that does not fit even at batch 1 is refused (MemoryRefused, with the
+numbers). At startup every model is first reserved at batch 1, then the rest of the budget is shared among them
+(share_caps: everyone's configured max_batch_size when all fit, else the same share of each one's wish); a model
+added later (admin API) gets the largest batch <= its max_batch_size that fits in what is free.
 """
 from __future__ import annotations
 
@@ -77,6 +79,20 @@ def derived_budget_mb(fraction: float) -> float:
     return fraction * (available_mb() + rss_mb())
 
 
+def share_caps(models: dict[str, tuple[Footprint, int]], free_mb: float) -> dict[str, int]:
+    """Batch caps for models already reserved at batch 1, sharing `free_mb` among them: every model gets its
+    configured max batch when all fit; otherwise each gets the same share of its wish (the memory of its extra items),
+    so the first model loaded no longer takes what the last one needs. models: key -> (footprint, max_batch)."""
+    wish = {k: fp.per_item_mb * (max(mb, 1) - 1) for k, (fp, mb) in models.items()}
+    total = sum(wish.values())
+    share = 1.0 if total <= max(free_mb, 0.0) else max(free_mb, 0.0) / total
+    caps = {}
+    for key, (fp, mb) in models.items():
+        extra = mb - 1 if fp.per_item_mb <= 0 else int(wish[key] * share // fp.per_item_mb + 1e-9)
+        caps[key] = max(1, min(mb, 1 + extra))
+    return caps
+
+
 class MemoryBudget:
     """Reservations of the loaded models against one budget (thread-safe: loads and unloads come from the control
     API while batches run)."""
@@ -121,6 +137,11 @@ class MemoryBudget:
     def release(self, key: str) -> None:
         with self._lock:
             self.reserved.pop(key, None)
+
+    def set_cap(self, key: str, footprint: Footprint, cap: int) -> None:
+        """Re-reserve a loaded model at another batch cap (share_caps decided it fits)."""
+        with self._lock:
+            self.reserved[key] = footprint.need(cap)
 
     def describe(self) -> dict:
         with self._lock:

@@ -19,7 +19,7 @@ import families
 from configs.settings import RunnerSettings
 from models.manifest import Manifest, TensorSpec
 from models.registry import LocalRegistry
-from runners.memory import MB, Footprint, MemoryBudget, derived_budget_mb, rss_mb
+from runners.memory import MB, Footprint, MemoryBudget, derived_budget_mb, rss_mb, share_caps
 
 log = logging.getLogger("triserve.runner")
 
@@ -239,13 +239,24 @@ class ModelPool:
 
     def load_all(self, slots: dict[str, tuple[str, str, int]]) -> None:
         """Load every slot (name, ref, max batch); a failure (a memory refusal too) is recorded and keeps the pool
-        not ready, with the reason, instead of crashing the process."""
-        for slot, (name, ref, max_batch) in slots.items():
+        not ready, with the reason, instead of crashing the process. Every model is reserved at batch 1 first, then
+        the rest of the budget is shared (runners/memory.share_caps), so load order decides nothing."""
+        for slot, (name, ref, _max_batch) in slots.items():
             try:
-                self.load(slot, name, ref, max_batch=max_batch)
+                self.load(slot, name, ref, max_batch=1)
             except Exception as exc:  # any load failure must surface as not-ready with a reason
                 log.exception("failed to load %s (%s:%s)", slot, name, ref)
                 self.errors[slot] = f"{type(exc).__name__}: {exc}"
+        loaded = {slot: (self.models[slot], slots[slot][2]) for slot in slots if slot in self.models}
+        keys = {slot: self.memory_key(slot, m.manifest.version) for slot, (m, _) in loaded.items()}
+        caps = share_caps({keys[s]: (m.footprint or Footprint(0.0, 0.0, 1), mb) for s, (m, mb) in loaded.items()},
+                          self.memory.free_mb)
+        for slot, (model, max_batch) in loaded.items():
+            model.batch_cap = caps[keys[slot]]
+            self.memory.set_cap(keys[slot], model.footprint or Footprint(0.0, 0.0, 1), model.batch_cap)
+            if model.batch_cap < max_batch:
+                log.warning("%s: memory budget caps its batch at %d (configured %d)", keys[slot], model.batch_cap,
+                            max_batch)
 
     @property
     def ready(self) -> bool:

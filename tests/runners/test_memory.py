@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from configs.settings import RunnerSettings
-from runners.memory import Footprint, MemoryBudget, MemoryRefused, available_mb, derived_budget_mb, rss_mb
+from runners.memory import (
+    Footprint,
+    MemoryBudget,
+    MemoryRefused,
+    available_mb,
+    derived_budget_mb,
+    rss_mb,
+    share_caps,
+)
 from runners.pool import ModelPool
 
 
@@ -24,6 +32,25 @@ def test_reservation_caps_the_batch_to_what_fits_and_refuses_what_cannot():
     budget.release("a@1")
     assert budget.free_mb == 100
     assert budget.reserve("d@1", fp, max_batch=64) == 14 and budget.used_mb == 100  # (100 - 30) // 5
+
+
+def test_share_caps_gives_everyone_its_max_when_all_fit_else_the_same_share_of_its_wish():
+    a, b = Footprint(10, 2, 8), Footprint(5, 1, 8)
+    models = {"a@1": (a, 16), "b@1": (b, 64), "c@1": (Footprint(1, 0, 1), 256)}  # c: no per-item growth
+    assert share_caps(models, free_mb=1000) == {"a@1": 16, "b@1": 64, "c@1": 256}
+    # wishes: a 2 x 15 = 30 MB, b 1 x 63 = 63 MB; 46.5 MB free = half of each wish
+    assert share_caps(models, free_mb=46.5) == {"a@1": 8, "b@1": 32, "c@1": 256}
+    assert share_caps(models, free_mb=0) == {"a@1": 1, "b@1": 1, "c@1": 256}
+
+
+def test_pool_startup_shares_the_budget_instead_of_first_come(tiny_registry):
+    """Three slots at batch 1 first, then the rest shared: with room for all, everyone gets its configured batch."""
+    pool = ModelPool(tiny_registry, RunnerSettings(memory={"budget_mb": 4000}))
+    pool.load_all({"text": ("minilm-intent", "stable", 64), "forecast": ("forecast-global", "stable", 256),
+                   "forecast_fallback": ("forecast-theta", "stable", 64)})
+    assert not pool.errors
+    assert {s: m.batch_cap for s, m in pool.models.items()} == {"text": 64, "forecast": 256, "forecast_fallback": 64}
+    assert pool.memory.used_mb == pytest.approx(sum(m.footprint.need(m.batch_cap) for m in pool.models.values()))
 
 
 def test_precheck_refuses_weights_larger_than_what_is_free():
