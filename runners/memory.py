@@ -88,7 +88,10 @@ def share_caps(models: dict[str, tuple[Footprint, int]], free_mb: float) -> dict
     share = 1.0 if total <= max(free_mb, 0.0) else max(free_mb, 0.0) / total
     caps = {}
     for key, (fp, mb) in models.items():
-        extra = mb - 1 if fp.per_item_mb <= 0 else int(wish[key] * share // fp.per_item_mb + 1e-9)
+        if fp.per_item_mb <= 0 or share >= 1.0:
+            extra = mb - 1
+        else:  # the tolerance keeps float rounding (254.99999 items) from costing an item
+            extra = int(wish[key] * share / fp.per_item_mb + 1e-9)
         caps[key] = max(1, min(mb, 1 + extra))
     return caps
 

@@ -41,6 +41,9 @@ def test_share_caps_gives_everyone_its_max_when_all_fit_else_the_same_share_of_i
     # wishes: a 2 x 15 = 30 MB, b 1 x 63 = 63 MB; 46.5 MB free = half of each wish
     assert share_caps(models, free_mb=46.5) == {"a@1": 8, "b@1": 32, "c@1": 256}
     assert share_caps(models, free_mb=0) == {"a@1": 1, "b@1": 1, "c@1": 256}
+    odd = {"x@1": (Footprint(3, 0.1, 8), 256)}  # 0.1 x 255 = 25.499999999999996 in floats: still 256 when it fits
+    assert share_caps(odd, free_mb=25.5) == {"x@1": 256}
+    assert share_caps(odd, free_mb=12.75) == {"x@1": 128}
 
 
 def test_pool_startup_shares_the_budget_instead_of_first_come(tiny_registry):
