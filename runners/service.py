@@ -213,7 +213,10 @@ class ModelRunner:
         inject_faults(slot, settings.runner.faults)
         cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never run more at once
         out: list[Any] | np.ndarray  # a row per item
-        if self._per_item(slot, model):
+        per_item = self._per_item(slot, model)
+        if n > cap and not per_item:
+            MEMORY_SPLITS.labels(slot).inc()
+        if per_item:
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
             out = [None] * n
@@ -225,8 +228,6 @@ class ModelRunner:
         else:
             out = [row for k in range(0, n, cap)
                    for row in self.pool.run_model(model, self._feeds(model, xs[k: k + cap]))[0]]
-            if n > cap:
-                MEMORY_SPLITS.labels(slot).inc()
         if slot in settings.runner.faults.nan_output:
             out = np.full_like(np.asarray(out, dtype=np.float32), np.nan)
         infer_ms = (time.perf_counter() - started) * 1000

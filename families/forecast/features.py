@@ -192,12 +192,15 @@ class Batch:
     feeds: dict[str, np.ndarray]  # context float32 [b, C], mask float32 [b, C], freq int64 [b], features f32 [b, F]
     loc: np.ndarray  # [b] float64
     scale: np.ndarray  # [b] float64
+    raw: np.ndarray  # [b, C] float64: the kept history, left-padded with 0 (what a numpy method reads)
 
 
-def prepare_batch(histories, frequencies, next_timestamps, context: int = CONTEXT) -> Batch:
+def prepare_batch(histories, frequencies, next_timestamps, context: int = CONTEXT,
+                  context_by_freq: dict[str, int] | None = None) -> Batch:
     """Raw histories (each the series up to its last observation) -> feeds of the ONNX graph.
 
-    next_timestamps: the timestamp of each series' first forecast step (for the calendar features).
+    next_timestamps: the timestamp of each series' first forecast step (for the calendar features);
+    context_by_freq: history points read per frequency (default CONTEXT_BY_FREQ; a manifest states its own).
     """
     frequencies = list(frequencies)
     if len(frequencies) != len(histories) or len(next_timestamps) != len(histories):
@@ -205,7 +208,8 @@ def prepare_batch(histories, frequencies, next_timestamps, context: int = CONTEX
     unknown = sorted(set(frequencies) - set(FREQUENCIES))
     if unknown:
         raise ValueError(f"unsupported frequencies {unknown}")
-    histories = [np.asarray(h, dtype=np.float64)[-min(context, CONTEXT_BY_FREQ[f]):]
+    read = CONTEXT_BY_FREQ if context_by_freq is None else context_by_freq
+    histories = [np.asarray(h, dtype=np.float64)[-min(context, read.get(f, context)):]
                  for h, f in zip(histories, frequencies)]
     raw, mask = left_pad(histories, context)
     loc, scale = scaling_stats(raw, mask)
@@ -213,7 +217,7 @@ def prepare_batch(histories, frequencies, next_timestamps, context: int = CONTEX
                                series_features(mask, loc, scale)], axis=1)
     feeds = {"context": scale_context(raw, mask, loc, scale), "mask": mask.astype(np.float32),
              "freq": np.array([FREQ_INDEX[f] for f in frequencies], dtype=np.int64), "features": features}
-    return Batch(feeds=feeds, loc=loc, scale=scale)
+    return Batch(feeds=feeds, loc=loc, scale=scale, raw=raw)
 
 
 def scale_targets(targets: np.ndarray, loc: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -52,12 +52,12 @@ class ForecastPreprocess(BaseModel):
             raise ValueError("quantiles must be increasing levels in (0, 1)")
         if self.quantiles and 0.5 not in self.quantiles:
             raise ValueError("a quantile output must include the median (0.5): it is the point forecast")
+        if self.contract == "global" and self.scaling != "mean_abs":
+            raise ValueError("the global contract scales each series by its mean and mean absolute deviation "
+                             "(scaling mean_abs)")
         if self.contract == "window" and self.min_history < self.context:
             raise ValueError("a window model needs min_history >= context (it has no padding mask)")
         return self
-
-    def horizon_for(self, frequency: str) -> int:
-        return self.max_horizon[frequency]
 
 
 Preprocess = ForecastPreprocess

@@ -17,17 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.forecast.features import (
-    FREQ_INDEX,
-    FREQUENCIES,
-    N_FEATURES,
-    calendar_features,
-    left_pad,
-    scale_context,
-    scaling_stats,
-    series_features,
-    step_timestamps,
-)
+from families.forecast.features import FREQUENCIES, N_FEATURES, prepare_batch, scaling_stats, step_timestamps
 from families.forecast.manifest import ForecastPreprocess
 
 _MONTHS_PER_STEP = {"YS": 12, "QS": 3, "MS": 1}
@@ -163,19 +153,12 @@ def model_item(pre: ForecastPreprocess, history: np.ndarray, frequency: str, nex
         window = history[-pre.context:]
         loc, scale = _window_scaling(window, pre.scaling)
         return Item(x=(window - loc) / scale, loc=loc, scale=scale, used=len(window), padded=0)
-    kept = history[-min(pre.context, pre.context_by_frequency.get(frequency, pre.context)):]
-    raw, mask = left_pad([kept], pre.context)
-    if pre.scaling == "none":
-        loc_a, scale_a = np.zeros(1), np.ones(1)
-        z = np.where(mask > 0, raw, 0.0)
-    else:
-        loc_a, scale_a = scaling_stats(raw, mask)
-        z = scale_context(raw, mask, loc_a, scale_a)
-    features = np.concatenate([calendar_features([next_timestamp], [frequency]),
-                               series_features(mask, loc_a, scale_a)], axis=1)
-    x = pack_global(z[0], mask[0], FREQ_INDEX[frequency], features[0], float(loc_a[0]), float(scale_a[0]),
-                    raw[0] if raw_history else None)
-    return Item(x=x, loc=float(loc_a[0]), scale=float(scale_a[0]), used=len(kept), padded=pre.context - len(kept))
+    b = prepare_batch([history], [frequency], [next_timestamp], pre.context, pre.context_by_frequency or None)
+    f = b.feeds
+    x = pack_global(f["context"][0], f["mask"][0], int(f["freq"][0]), f["features"][0], float(b.loc[0]),
+                    float(b.scale[0]), b.raw[0] if raw_history else None)
+    used = min(len(history), pre.context, pre.context_by_frequency.get(frequency, pre.context))
+    return Item(x=x, loc=float(b.loc[0]), scale=float(b.scale[0]), used=used, padded=pre.context - used)
 
 
 def _window_scaling(window: np.ndarray, scaling: str) -> tuple[float, float]:

@@ -41,15 +41,14 @@ def _utc(t: datetime) -> np.datetime64:
     return np.datetime64(t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None), "s")
 
 
-def _frequency(body: ForecastRequest) -> tuple[str, bool]:
-    """(frequency, inferred?): as given, or from the median spacing of the timestamps."""
+def _frequency(body: ForecastRequest, stamps: np.ndarray | None) -> tuple[str, bool]:
+    """(frequency, inferred?): as given, or from the median spacing of the client's timestamps (UTC)."""
     if body.frequency is not None:
         return body.frequency, False
-    assert body.timestamps is not None  # ForecastRequest: 'start' needs 'frequency', so here timestamps are given
-    stamps = np.array([_utc(t) for t in body.timestamps], dtype="datetime64[s]")
+    assert stamps is not None  # ForecastRequest: 'start' needs 'frequency', so here timestamps are given
     if len(np.unique(stamps)) < 2:
         raise ApiError(422, "frequency_required", "give 'frequency': it cannot be inferred from fewer than two "
-                       "distinct timestamps", {"timestamps": len(body.timestamps)})
+                       "distinct timestamps", {"timestamps": len(stamps)})
     return infer_frequency(stamps), True
 
 
@@ -67,7 +66,8 @@ class ForecastPipeline:
         """The primary's contract: what every request to this deployment is checked against."""
         return preprocess_as(self.ctx.served(self.deployment.name).manifest, ForecastPreprocess)
 
-    def _check(self, body: ForecastRequest) -> tuple[str, bool]:
+    def _check(self, body: ForecastRequest) -> tuple[str, bool, np.ndarray | None]:
+        """(frequency, inferred?, the client's timestamps in UTC or None when it gave `start`)."""
         lim = self.limits
         if len(body.values) > lim.max_points:
             raise ApiError(422, "series_too_long", f"{len(body.values)} points exceed the limit of {lim.max_points}",
@@ -75,22 +75,22 @@ class ForecastPipeline:
         if body.timestamps is not None and len(body.timestamps) != len(body.values):
             raise ApiError(422, "length_mismatch", "values and timestamps must have the same length",
                            {"values": len(body.values), "timestamps": len(body.timestamps)})
-        frequency, inferred = _frequency(body)
+        stamps = None if body.timestamps is None else np.array([_utc(t) for t in body.timestamps],
+                                                                dtype="datetime64[s]")
+        frequency, inferred = _frequency(body, stamps)
         served = self.contract.frequencies
         if frequency not in served:
             raise ApiError(422, "unsupported_frequency", f"deployment {self.deployment.name!r} does not forecast "
                            f"frequency {frequency!r}", {"frequency": frequency, "supported": served,
                                                         "inferred": inferred})
-        return frequency, inferred
+        return frequency, inferred, stamps
 
     async def forecast(self, body: ForecastRequest, call: CallContext) -> ForecastResponse:
         clock = StageClock()
         ctx, dep, lim, contract = self.ctx, self.deployment, self.limits, self.contract
-        frequency, inferred = self._check(body)
+        frequency, inferred, stamps = self._check(body)
         values = np.array([np.nan if v is None else v for v in body.values], dtype=np.float64)
-        if body.timestamps is not None:
-            stamps = np.array([_utc(t) for t in body.timestamps], dtype="datetime64[s]")
-        else:
+        if stamps is None:
             assert body.start is not None  # ForecastRequest: exactly one of 'timestamps' or 'start'
             stamps = series_timestamps(_utc(body.start), frequency, len(values))
         try:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,7 +41,7 @@ from families.forecast.preprocess import model_item
 from models.manifest import Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
 from scripts.common import Artifact, data_fingerprint, git_commit, ort_session, package_versions, source_digest
 from scripts.importer.detection_onnx import ImportRefused, ImportResult
-from scripts.importer.text_onnx import publish_staged, refuse_existing, run_cli
+from scripts.importer.text_onnx import import_and_publish, run_cli
 
 log = logging.getLogger("triserve.importer")
 
@@ -195,13 +194,8 @@ def import_forecast_onnx(model: Path, name: str, version: str, work: Path, *, fr
 
 def publish_forecast_onnx(model: Path, name: str, version: str, registry, *, alias: str | None = None, **kw):
     """import_forecast_onnx + publish; (published manifests, report). Nothing is published on refusal."""
-    refuse_existing(registry, name, version)
-    work = Path(tempfile.mkdtemp(prefix="triserve-forecast-onnx-"))
-    try:
-        result = import_forecast_onnx(model, name, version, work, **kw)
-        return publish_staged(registry, result, alias, by="scripts.importer forecast-onnx"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "forecast-onnx",
+                              lambda work: import_forecast_onnx(model, name, version, work, **kw))
 
 
 def _floats(text: str | None) -> list[float]:

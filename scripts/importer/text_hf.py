@@ -36,8 +36,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,8 +59,7 @@ from scripts.importer.text_onnx import (
     check_eval_args,
     compare_probabilities,
     finish_import,
-    publish_staged,
-    refuse_existing,
+    import_and_publish,
     run_cli,
     served_probabilities,
     stage_tokenizer,
@@ -405,16 +402,10 @@ def publish_text_hf(model_dir: Path, name: str, version: str, registry, *, label
                     max_length: int | None = None, eval_csv: Path | None = None, min_accuracy: float | None = None,
                     alias: str | None = None, verify_pipeline: bool = True, params: TextParams = PARAMS):
     """import_text_hf + publish into `registry`; (published manifests, report). Nothing is published on refusal."""
-    refuse_existing(registry, name, version)
     labels = read_labels(labels_file) if labels_file else None
-    work = Path(tempfile.mkdtemp(prefix="triserve-text-hf-"))
-    try:
-        result = import_text_hf(model_dir, name, version, work, labels=labels, max_length=max_length,
-                                eval_csv=eval_csv, min_accuracy=min_accuracy, verify_pipeline=verify_pipeline,
-                                params=params)
-        return publish_staged(registry, result, alias, by="scripts.importer text-hf"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "text-hf", lambda work: import_text_hf(
+        model_dir, name, version, work, labels=labels, max_length=max_length, eval_csv=eval_csv,
+        min_accuracy=min_accuracy, verify_pipeline=verify_pipeline, params=params))
 
 
 def _cmd(args) -> int:

@@ -500,9 +500,18 @@ def finish_import(staging: Path, job: TextImport) -> ImportResult:
     return ImportResult(primary=Artifact(staging=staging, manifest=final), fallback=None, report=report)
 
 
-def publish_staged(registry, result: ImportResult, alias: str | None, by: str):
-    """Publish (immutable) and move the alias (scripts.importer.detection_onnx.publish)."""
-    return publish(registry, result, alias, by=by)
+def import_and_publish(registry, name: str, version: str, alias: str | None, importer: str,
+                       build: Callable[[Path], ImportResult]) -> tuple[list, dict]:
+    """The last mile of every text and forecast import: refuse an existing version before any work, build the
+    import in a scratch folder (build(work) -> ImportResult), publish it (immutable) and move the alias; (published
+    manifests, report). Nothing is published on refusal; the scratch folder is always removed."""
+    refuse_existing(registry, name, version)
+    work = Path(tempfile.mkdtemp(prefix=f"triserve-{importer}-"))
+    try:
+        result = build(work)
+        return publish(registry, result, alias, by=f"scripts.importer {importer}"), result.report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def refuse_existing(registry, name: str, version: str) -> None:
@@ -717,16 +726,10 @@ def publish_text_onnx(model_path: Path, tokenizer_path: Path, labels_file: Path,
                       eval_csv: Path | None = None, min_accuracy: float | None = None, alias: str | None = None,
                       params: TextParams = PARAMS):
     """import_text_onnx + publish into `registry`; (published manifests, report). Nothing is published on refusal."""
-    refuse_existing(registry, name, version)
     labels = read_labels(labels_file)
-    work = Path(tempfile.mkdtemp(prefix="triserve-text-onnx-"))
-    try:
-        result = import_text_onnx(model_path, tokenizer_path, labels, name, version, work, outputs=outputs,
-                                  max_length=max_length, pad_token_id=pad_token_id, eval_csv=eval_csv,
-                                  min_accuracy=min_accuracy, params=params)
-        return publish_staged(registry, result, alias, by="scripts.importer text-onnx"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "text-onnx", lambda work: import_text_onnx(
+        model_path, tokenizer_path, labels, name, version, work, outputs=outputs, max_length=max_length,
+        pad_token_id=pad_token_id, eval_csv=eval_csv, min_accuracy=min_accuracy, params=params))
 
 
 # -- CLI --------------------------------------------------------------------------------------------------------------

@@ -36,8 +36,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,8 +56,7 @@ from scripts.importer.text_onnx import (
     add_common_arguments,
     check_eval_args,
     finish_import,
-    publish_staged,
-    refuse_existing,
+    import_and_publish,
     run_cli,
     stage_tokenizer,
     tokenizer_lowercases,
@@ -423,16 +420,10 @@ def publish_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, ve
                          labels_file: Path | None = None, max_length: int | None = None, eval_csv: Path | None = None,
                          min_accuracy: float | None = None, alias: str | None = None, params: TextParams = PARAMS):
     """import_text_sklearn + publish into `registry`; (published manifests, report). Nothing published on refusal."""
-    refuse_existing(registry, name, version)
     labels = read_labels(labels_file) if labels_file else None
-    work = Path(tempfile.mkdtemp(prefix="triserve-text-sklearn-"))
-    try:
-        result = import_text_sklearn(encoder_dir, classifier_path, name, version, work, labels=labels,
-                                     max_length=max_length, eval_csv=eval_csv, min_accuracy=min_accuracy,
-                                     params=params)
-        return publish_staged(registry, result, alias, by="scripts.importer text-sklearn"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "text-sklearn", lambda work: import_text_sklearn(
+        encoder_dir, classifier_path, name, version, work, labels=labels, max_length=max_length, eval_csv=eval_csv,
+        min_accuracy=min_accuracy, params=params))
 
 
 def _cmd(args) -> int:

@@ -92,6 +92,11 @@ def test_contract_validation(kw, message):
         window_contract(**kw)
 
 
+def test_global_contract_is_always_mean_abs_scaled():
+    with pytest.raises(ValueError, match="mean_abs"):
+        ForecastPreprocess.model_validate({**primary_contract().model_dump(), "scaling": "none"})
+
+
 def test_theta_session_answers_in_scaled_units_like_the_method_in_original_units():
     from families.forecast.theta import fallback_forecast
 
