@@ -19,7 +19,7 @@ import json
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -45,6 +45,15 @@ class Deployment(BaseModel):
     limits: dict[str, Any] = Field(default_factory=dict, description="Overrides of the family's request limits "
                                                                      "(serving.yaml `limits.<family>`).")
     description: str = Field("", max_length=500)
+    residency: Literal["always", "on_demand"] = Field(
+        "always", description="'always': loaded at startup, the service is not ready without it. 'on_demand': "
+                              "loaded (and warmed) on its first request, evicted least-recently-used when the "
+                              "runner's memory budget is needed for another on-demand deployment (runners/"
+                              "residency.py); the service is ready without it.")
+    memory_mb: float | None = Field(None, gt=0, description="This deployment's own memory budget (MB, primary and "
+                                                             "fallback together) inside the runner's: its batch caps "
+                                                             "are derived from it; it is refused at load when even "
+                                                             "batch 1 does not fit. None: only the runner's budget.")
 
     @model_validator(mode="after")
     def _check(self) -> Deployment:

@@ -121,11 +121,19 @@ class MemoryBudget:
             raise MemoryRefused(f"{key}: its weights ({file_mb:.1f} MB) exceed the free memory budget "
                                 f"({free:.1f} of {self.budget_mb:.1f} MB free)")
 
-    def reserve(self, key: str, footprint: Footprint, max_batch: int) -> int:
+    def reserve(self, key: str, footprint: Footprint, max_batch: int, limit_mb: float | None = None) -> int:
         """Reserve resident + per_item x batch for the largest batch <= max_batch that fits; returns that batch cap.
-        Raises MemoryRefused when not even one item fits."""
+        limit_mb: the model's deployment budget left for it (Deployment.memory_mb), when it has one. Raises
+        MemoryRefused when not even one item fits."""
         with self._lock:
             free = self.budget_mb - sum(v for k, v in self.reserved.items() if k != key)
+            if limit_mb is not None and limit_mb < free:
+                if footprint.need(1) > limit_mb:
+                    raise MemoryRefused(
+                        f"{key}: needs {footprint.need(1):.1f} MB at batch 1 (resident {footprint.resident_mb:.1f} MB "
+                        f"+ {footprint.per_item_mb:.2f} MB per item), {limit_mb:.1f} MB left of its deployment's "
+                        f"memory_mb")
+                free = limit_mb
             cap = max_batch
             if footprint.per_item_mb > 0:
                 cap = min(max_batch, int((free - footprint.resident_mb) // footprint.per_item_mb))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class LoadedModel:
     output_names: list[str] = field(default_factory=list)
     footprint: Footprint | None = None  # measured at load (runners/memory.py)
     batch_cap: int = 1  # the largest batch its memory reservation covers (<= the slot's max_batch_size)
+    item_len: int = 0  # ragged models: the longest warm-up sequence, the length per_item was measured at
+    peak_batch: int = 0  # the largest batch it has run (its peak memory: resident + per item x this)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(self.output_names, feeds)
@@ -133,6 +136,16 @@ def _footprint(rss_before: float, after_batch: dict[int, float]) -> Footprint:
     return Footprint(resident_mb=resident, per_item_mb=per_item, measured_batch=large)
 
 
+def _ragged_len(manifest: Manifest) -> int:
+    """The longest warm-up size of the first input's second axis when it is dynamic (token ids: the sequence length
+    per_item was measured at, so a batch cap in items is one in padded tokens too); 0 otherwise."""
+    shape = manifest.inputs[0].shape if manifest.inputs else []
+    if len(shape) < 2 or isinstance(shape[1], int):
+        return 0
+    sizes = families.runtime(manifest.task).warmup_sizes(manifest).get(shape[1], ())
+    return max(sizes, default=0)
+
+
 def fixed_batch(manifest: Manifest) -> bool:
     """A graph whose batch dimension is pinned to 1 (many users' ONNX exports): the runner feeds it item by item."""
     first = manifest.inputs[0].shape if manifest.inputs else []
@@ -153,6 +166,7 @@ class ModelPool:
         self.models: dict[str, LoadedModel] = {}  # slot -> active version
         self.versions: dict[str, dict[str, LoadedModel]] = {}  # slot -> version -> loaded
         self.errors: dict[str, str] = {}
+        self.measured: dict[str, Footprint] = {}  # "name:version" -> its last measurement (estimates for reloads)
         self.memory = MemoryBudget(settings.memory.budget_mb or derived_budget_mb(settings.memory.fraction))
         log.info("memory budget %.0f MB (%s)", self.memory.budget_mb,
                  "configured" if settings.memory.budget_mb else f"{settings.memory.fraction:.0%} of the machine")
@@ -161,13 +175,21 @@ class ModelPool:
     def memory_key(slot: str, version: str) -> str:
         return f"{slot}@{version}"
 
-    def load(self, slot: str, name: str, ref: str, activate: bool = True, max_batch: int = 1) -> LoadedModel:
+    def load(self, slot: str, name: str, ref: str, activate: bool = True, max_batch: int = 1,
+             limit_mb: float | None = None, make_room: Callable[[float], None] | None = None) -> LoadedModel:
         """Verify, load, warm and measure; reserve its memory for the largest batch <= max_batch that fits the
-        budget (MemoryRefused when not even one item fits: nothing stays loaded)."""
+        budget (MemoryRefused when not even one item fits: nothing stays loaded). limit_mb: what its deployment's
+        own budget leaves for it; make_room(mb): asked to free that much of the budget (evicting on-demand
+        deployments) before loading, with an estimate (its last measurement, else its weights), and again with the
+        measured need at its max batch before reserving."""
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
         key = self.memory_key(slot, manifest.version)
-        self.memory.precheck(key, (directory / manifest.model_file).stat().st_size / MB)
+        weights_mb = (directory / manifest.model_file).stat().st_size / MB
+        if make_room is not None:
+            known = self.measured.get(f"{name}:{manifest.version}")
+            make_room(known.need(max_batch) if known else weights_mb)
+        self.memory.precheck(key, weights_mb)
         rss_before = rss_mb()
         if manifest.engine == "numpy":
             session = families.runtime(manifest.task).numpy_session(manifest, directory / manifest.model_file)
@@ -186,7 +208,11 @@ class ModelPool:
                 self.run_model(model, feed)
             after_batch[_batch_of(feed)] = rss_mb()
         model.footprint = _footprint(rss_before, after_batch)
-        model.batch_cap = self.memory.reserve(key, model.footprint, max(max_batch, 1))
+        model.item_len = _ragged_len(manifest)
+        self.measured[f"{name}:{manifest.version}"] = model.footprint
+        if make_room is not None:
+            make_room(model.footprint.need(max(max_batch, 1)))
+        model.batch_cap = self.memory.reserve(key, model.footprint, max(max_batch, 1), limit_mb)
         if model.batch_cap < max_batch:
             log.warning("%s: memory budget caps its batch at %d (configured %d): %s", key, model.batch_cap,
                         max_batch, model.footprint)
@@ -237,20 +263,38 @@ class ModelPool:
             self.memory.release(self.memory_key(slot, version))
         self.errors.pop(slot, None)
 
-    def load_all(self, slots: dict[str, tuple[str, str, int]]) -> None:
+    def load_all(self, slots: dict[str, tuple[str, str, int]],
+                 budgets: dict[str, tuple[list[str], float]] | None = None, keep_free_mb: float = 0.0) -> None:
         """Load every slot (name, ref, max batch); a failure (a memory refusal too) is recorded and keeps the pool
         not ready, with the reason, instead of crashing the process. Every model is reserved at batch 1 first, then
-        the rest of the budget is shared (runners/memory.share_caps), so load order decides nothing."""
+        the rest of the budget is shared (runners/memory.share_caps), so load order decides nothing. budgets:
+        deployment -> (its slots, its memory_mb): its slots share that budget the same way (refused when their
+        batch-1 needs exceed it). keep_free_mb: left out of the sharing (room for on-demand deployments)."""
         for slot, (name, ref, _max_batch) in slots.items():
             try:
                 self.load(slot, name, ref, max_batch=1)
             except Exception as exc:  # any load failure must surface as not-ready with a reason
                 log.exception("failed to load %s (%s:%s)", slot, name, ref)
                 self.errors[slot] = f"{type(exc).__name__}: {exc}"
+        for dep, (members, budget_mb) in (budgets or {}).items():
+            needs = {s: self.models[s].footprint or Footprint(0.0, 0.0, 1) for s in members if s in self.models}
+            if sum(fp.need(1) for fp in needs.values()) > budget_mb:
+                for s in members:
+                    self.drop(s)
+                self.errors[dep] = (f"MemoryRefused: {dep}: its models need "
+                                    f"{sum(fp.need(1) for fp in needs.values()):.1f} MB at batch 1 ("
+                                    + ", ".join(f"{s} {fp.need(1):.1f}" for s, fp in needs.items())
+                                    + f"), more than its memory_mb {budget_mb:.1f}")
+                log.error("REFUSED: %s", self.errors[dep])
         loaded = {slot: (self.models[slot], slots[slot][2]) for slot in slots if slot in self.models}
         keys = {slot: self.memory_key(slot, m.manifest.version) for slot, (m, _) in loaded.items()}
         caps = share_caps({keys[s]: (m.footprint or Footprint(0.0, 0.0, 1), mb) for s, (m, mb) in loaded.items()},
-                          self.memory.free_mb)
+                          self.memory.free_mb - keep_free_mb)
+        for members, budget_mb in (budgets or {}).values():
+            group = {keys[s]: (loaded[s][0].footprint or Footprint(0.0, 0.0, 1), loaded[s][1])
+                     for s in members if s in loaded}
+            own = share_caps(group, budget_mb - sum(fp.need(1) for fp, _ in group.values()))
+            caps.update({k: min(caps[k], cap) for k, cap in own.items()})
         for slot, (model, max_batch) in loaded.items():
             model.batch_cap = caps[keys[slot]]
             self.memory.set_cap(keys[slot], model.footprint or Footprint(0.0, 0.0, 1), model.batch_cap)

@@ -54,3 +54,24 @@ def length_buckets(seqs: Sequence[np.ndarray], call_cost_tokens: float = 12.0) -
         groups.append(order[start[j]:j])
         j = start[j]
     return groups[::-1]
+
+
+def token_groups(indices: Sequence[int], lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive runs of `indices` whose padded size (items x longest length) stays within `max_tokens`.
+
+    Why: a text model's working memory follows the padded token count, not the item count; its memory batch cap
+    (runners/memory.py) is measured at the longest sequence, so `cap x longest` tokens is what its reservation covers
+    and a run of short texts may hold more items than the cap. An item alone always fits (texts are truncated to the
+    longest sequence)."""
+    groups: list[list[int]] = []
+    group: list[int] = []
+    longest = 0
+    for i in indices:
+        if group and (len(group) + 1) * max(longest, lengths[i]) > max_tokens:
+            groups.append(group)
+            group, longest = [], 0
+        group.append(i)
+        longest = max(longest, lengths[i])
+    if group:
+        groups.append(group)
+    return groups

@@ -22,7 +22,7 @@ import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
 import families
-from configs.deployments import Deployment, ModelRepository, load_repository, save_state
+from configs.deployments import FALLBACK_SUFFIX, Deployment, ModelRepository, load_repository, save_state
 from configs.settings import get_settings
 from models.cache import open_serving_registry
 from observability import heapdump, memory
@@ -32,7 +32,8 @@ from observability.tracing import service_tracing
 from runners.faults import inject_faults
 from runners.memory import MB
 from runners.pool import LoadedModel, ModelPool, fixed_batch
-from runners.ragged import length_buckets
+from runners.ragged import length_buckets, token_groups
+from runners.residency import REFUSED, RESIDENT, UNLOADED, Residency
 from runners.wire import pickled_response, sent_pickle
 
 log = logging.getLogger("triserve.runner")
@@ -80,6 +81,15 @@ MODEL_MEMORY = Gauge("triserve_model_memory_bytes", "Measured memory of each loa
                      ["slot", "version", "kind"], multiprocess_mode="max")
 MEMORY_BUDGET = Gauge("triserve_runner_memory_budget_bytes", "The runner's memory budget: total, reserved, free.",
                       ["state"], multiprocess_mode="max")
+MODEL_RESIDENT = Gauge("triserve_model_resident", "1 while a slot's model is loaded in the runner, 0 when it is not "
+                       "(on-demand deployments: runners/residency.py).", ["slot"], multiprocess_mode="max")
+MODEL_LOADS = Counter("triserve_model_loads_total", "Model loads per slot by trigger (startup, on_demand, admin) and "
+                      "outcome (ok, refused).", ["slot", "trigger", "outcome"])
+MODEL_EVICTIONS = Counter("triserve_model_evictions_total", "On-demand models unloaded to make room or by the admin "
+                          "API.", ["slot"])
+LOAD_DURATION = Histogram("triserve_model_load_duration_seconds", "Pull-verify-load-warm time of a model load, "
+                          "per slot (an on-demand deployment's first requests wait this long).", ["slot"],
+                          buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120))
 MEMORY_SPLITS = Counter("triserve_runner_memory_splits_total", "Runner batches split because they exceeded the "
                         "model's memory batch cap.", ["slot"])
 BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
@@ -122,15 +132,30 @@ class ModelRunner:
         if settings.runner.startup_delay_s:
             time.sleep(settings.runner.startup_delay_s)
         self.repository: ModelRepository = STARTUP_REPOSITORY
+        self._control = threading.Lock()
         self.pool = ModelPool(open_serving_registry(settings, self.repository), settings.runner)
-        self.pool.load_all({slot: (m.name, m.ref, m.batching.max_batch_size)
-                            for slot, m in self.repository.slots.items()})
-        for dep in self.repository.deployments:
+        self.residency = Residency(self._load_on_demand, self._unload_deployment, lambda: self.pool.memory.free_mb,
+                                   self._observe_residency)
+        self.on_demand_versions: dict[str, str] = {}  # slot of an on-demand deployment -> the version it will load
+        room = self._sync_residency()
+        always = [d for d in self.repository.deployments if d.residency == "always"]
+        self.pool.load_all({slot: (m.name, m.ref, m.batching.max_batch_size) for d in always
+                            for slot, m in d.slots.items()},
+                           budgets={d.name: (list(d.slots), d.memory_mb) for d in always if d.memory_mb},
+                           keep_free_mb=room)
+        for dep in always:
             self._check_loaded(dep)
         self.rollout: dict[str, dict] = {}  # slot -> {"canary": {"version", "weight"} | None, "shadow": version}
-        self._control = threading.Lock()
-        for slot, m in self.pool.models.items():
-            self._model_info(slot, m)
+        for dep in self.repository.deployments:
+            for slot in dep.slots:
+                loaded = self.pool.models.get(slot)
+                MODEL_RESIDENT.labels(slot).set(loaded is not None)
+                if loaded is not None:
+                    self._model_info(slot, loaded)
+                    MODEL_LOADS.labels(slot, "startup", "ok").inc()
+                    LOAD_DURATION.labels(slot).observe(loaded.load_seconds)
+                elif dep.residency == "always":
+                    MODEL_LOADS.labels(slot, "startup", "refused").inc()
         self._memory_gauges()
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
@@ -166,7 +191,93 @@ class ModelRunner:
             MEMORY_BUDGET.labels(state).set(mb * MB)
 
     def __is_ready__(self) -> bool:
-        return self.pool.ready
+        return self._ready()
+
+    def _ready(self) -> bool:
+        """Every 'always' deployment loaded (on-demand ones load on use: the service is ready without them)."""
+        return not self.pool.errors and bool(self.pool.models or self.residency.entries)
+
+    # --- on-demand residency (runners/residency.py) ------------------------------------------------------------
+    def _sync_residency(self) -> float:
+        """Follow the repository's on-demand deployments: their versions resolved (the gateway preprocesses for
+        them before they load), forgotten ones dropped. Returns the room kept free for them at startup: the largest
+        one's memory_mb, else twice its weights (an estimate: it is measured when it loads)."""
+        for dep in self.residency.sync(self.repository):
+            for slot in dep.slots:
+                if slot not in self.repository.slots:
+                    self.pool.drop(slot)
+        self.on_demand_versions, room = {}, 0.0
+        for dep in self.repository.deployments:
+            if dep.residency != "on_demand":
+                continue
+            weights = 0.0
+            for slot, m in dep.slots.items():
+                try:
+                    directory, manifest = self.pool.registry.load_verified(m.name, m.ref)
+                except Exception as exc:  # noqa: BLE001 - the deployment is refused with the reason, the rest serves
+                    self.residency.entries[dep.name].state = REFUSED
+                    self.residency.entries[dep.name].error = f"{type(exc).__name__}: {exc}"
+                    self.residency.entries[dep.name].failed_at = time.monotonic()
+                    continue
+                self.on_demand_versions[slot] = manifest.version
+                weights += (directory / manifest.model_file).stat().st_size / MB
+            room = max(room, dep.memory_mb or 2 * weights)
+        return room
+
+    def _load_on_demand(self, dep: Deployment, make_room) -> None:
+        """Load, warm and reserve every model of an on-demand deployment (make_room evicts others when needed), check
+        the pair, then install them in one step: nothing is routed to a half-loaded deployment."""
+        with self._control:
+            staged: dict[str, LoadedModel] = {}
+            try:
+                for slot, m in dep.slots.items():
+                    limit = None
+                    if dep.memory_mb:
+                        limit = dep.memory_mb - sum(self.pool.memory.reserved.get(
+                            self.pool.memory_key(s, x.manifest.version), 0.0) for s, x in staged.items())
+                    staged[slot] = self.pool.load(slot, m.name, m.ref, activate=False,
+                                                  max_batch=m.batching.max_batch_size, limit_mb=limit,
+                                                  make_room=make_room)
+                check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
+            except Exception:
+                for slot in staged:
+                    self.pool.drop(slot)
+                self._memory_gauges()
+                raise
+            for slot, model in staged.items():
+                self.pool.install(slot, model)
+                self._model_info(slot, model)
+                MODEL_RESIDENT.labels(slot).set(1)
+                LOAD_DURATION.labels(slot).observe(model.load_seconds)
+            self._memory_gauges()
+
+    def _unload_deployment(self, dep: Deployment) -> None:
+        for slot in dep.slots:
+            for version in list(self.pool.versions.get(slot, {})):
+                MODEL_MEMORY.labels(slot, version, "reserved").set(0)
+            self.pool.drop(slot)
+            MODEL_RESIDENT.labels(slot).set(0)
+        self._memory_gauges()
+
+    def _observe_residency(self, event: str, name: str, **info) -> None:
+        dep = self.repository.find(name)
+        for slot in dep.slots if dep else ():
+            if event == "load":
+                MODEL_LOADS.labels(slot, info["trigger"], info["outcome"]).inc()
+            elif event == "evict":
+                MODEL_EVICTIONS.labels(slot).inc()
+
+    def _not_resident(self, slot: str) -> dict:
+        """The answer for items of a slot that is not loaded: an on-demand deployment starts loading ("loading":
+        the gateway resends them) or says why it cannot ("model_unavailable"); anything else is a version the
+        gateway must re-route ("version_unavailable")."""
+        name = slot.removesuffix(FALLBACK_SUFFIX)
+        if not self.residency.knows(name) or slot in self.pool.models:
+            return {"error": "version_unavailable"}
+        entry = self.residency.request(name)
+        if entry.state == REFUSED:
+            return {"error": "model_unavailable", "reason": entry.error}
+        return {"error": "loading", "state": entry.state}
 
     def _serve(self, items: list[dict]) -> list[dict]:
         """Items are {"slot": a slot key, "x": one tensor (or ragged token ids), "deadline": epoch seconds or None,
@@ -189,9 +300,11 @@ class ModelRunner:
             try:
                 model = self.pool.get(slot, version)
             except KeyError:
+                answer = self._not_resident(slot)
                 for i in idx:
-                    results[i] = {"error": "version_unavailable"}
+                    results[i] = answer
                 continue
+            self.residency.touch(slot.removesuffix(FALLBACK_SUFFIX))
             for i, out in zip(idx, self._run(slot, model, [items[i]["x"] for i in idx])):
                 results[i] = out
             batch_log.info(json.dumps({"event": "batch", "slot": slot, "version": model.manifest.version,
@@ -214,20 +327,34 @@ class ModelRunner:
         cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never run more at once
         out: list[Any] | np.ndarray  # a row per item
         per_item = self._per_item(slot, model)
-        if n > cap and not per_item:
-            MEMORY_SPLITS.labels(slot).inc()
+        largest = 1
         if per_item:
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
         elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
             out = [None] * n
+            lengths = [len(x) for x in xs]
+            max_tokens = cap * model.item_len  # the reservation covers cap items of the longest sequence
+            split = False
             for bucket in length_buckets(xs, settings.runner.bucket_call_cost_tokens):
-                for group in (bucket[k: k + cap] for k in range(0, len(bucket), cap)):
+                groups = (token_groups(bucket, lengths, max_tokens) if max_tokens else
+                          [bucket[k: k + cap] for k in range(0, len(bucket), cap)])
+                split = split or len(groups) > 1
+                for group in groups:
+                    largest = max(largest, len(group))
                     rows = self.pool.run_model(model, self._feeds(model, [xs[i] for i in group]))[0]
                     for i, row in zip(group, rows):
                         out[i] = row
+            if split:
+                MEMORY_SPLITS.labels(slot).inc()
         else:
+            if n > cap:
+                MEMORY_SPLITS.labels(slot).inc()
+            largest = min(n, cap)
             out = [row for k in range(0, n, cap)
                    for row in self.pool.run_model(model, self._feeds(model, xs[k: k + cap]))[0]]
+        if largest > model.peak_batch and model.footprint is not None:  # the memory it has really needed
+            model.peak_batch = largest
+            MODEL_MEMORY.labels(slot, model.manifest.version, "peak").set(model.footprint.need(largest) * MB)
         if slot in settings.runner.faults.nan_output:
             out = np.full_like(np.asarray(out, dtype=np.float32), np.nan)
         infer_ms = (time.perf_counter() - started) * 1000
@@ -248,8 +375,38 @@ class ModelRunner:
 
     @bentoml.api
     def status(self) -> dict:
-        """Loaded models, their versions and providers, and load errors (the reason behind not-ready)."""
-        return self.pool.describe()
+        """Loaded models, their versions and providers, load errors (the reason behind not-ready), and every
+        configured slot's residency (state: resident, unloaded, loading, refused)."""
+        out = self.pool.describe()
+        on_demand = self.residency.describe()
+        slots = {}
+        for dep in self.repository.deployments:
+            entry = on_demand.get(dep.name, {})
+            for slot in dep.slots:
+                state = RESIDENT if slot in self.pool.models else entry.get("state") or (
+                    REFUSED if dep.name in self.pool.errors or slot in self.pool.errors else UNLOADED)
+                slots[slot] = {"state": state, "residency": dep.residency, "last_used_s": entry.get("last_used_s")}
+        refused = {name: e["error"] for name, e in on_demand.items() if e["state"] == REFUSED and e["error"]}
+        return {**out, "ready": self._ready(), "errors": {**out["errors"], **refused}, "slots": slots}
+
+    @bentoml.api
+    def load_deployment(self, name: str) -> dict:
+        """Explicit model control (Triton's load): start loading an on-demand deployment now; returns its state
+        (poll `status` for 'resident' or 'refused')."""
+        if not self.residency.knows(name):
+            return {"error": f"{name!r} is not an on-demand deployment"}
+        entry = self.residency.request(name, trigger="admin")
+        return {"deployment": name, "state": entry.state, "reason": entry.error}
+
+    @bentoml.api
+    def unload_deployment(self, name: str) -> dict:
+        """Explicit model control (Triton's unload): evict a resident on-demand deployment; its next request (or
+        load_deployment) loads it again."""
+        if not self.residency.knows(name):
+            return {"error": f"{name!r} is not an on-demand deployment"}
+        with self._control:
+            evicted = self.residency.evict(name, reason="admin")
+        return {"deployment": name, "evicted": evicted, "state": self.residency.state(name)}
 
     # --- rollout control (called by the gateway's admin API) ---------------------------------------------------
     @bentoml.api
@@ -260,12 +417,16 @@ class ModelRunner:
 
     def _routing(self) -> dict:
         # a plain method: API methods must not call each other (BentoML serialises sync APIs on one thread)
-        return {"slots": {slot: self._slot_routing(slot) for slot in self.pool.models},
-                "repository": self.repository.model_dump(mode="json")}
+        slots = {slot: self._slot_routing(slot) for slot in list(self.pool.models)}
+        for slot, version in self.on_demand_versions.items():  # not loaded yet: routed, loaded on first use
+            slots.setdefault(slot, {"active": version, "loaded": [], "resident": False, "batch_cap": None,
+                                    "canary": None, "shadow": None})
+        return {"slots": slots, "repository": self.repository.model_dump(mode="json")}
 
     def _slot_routing(self, slot: str) -> dict:
         m = self.pool.models[slot]
-        return {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})),
+        return {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})), "resident": True,
+                "batch_cap": None if self._per_item(slot, m) else m.batch_cap,
                 **self.rollout.get(slot, {"canary": None, "shadow": None})}
 
     @bentoml.api
@@ -328,6 +489,8 @@ class ModelRunner:
         except ValueError as exc:
             return {"error": f"invalid deployment: {exc}"[:2000]}
         old = self.repository.find(dep.name)
+        if dep.residency == "on_demand":
+            return self._add_on_demand(dep, repo, old)
         staged: dict[str, LoadedModel] = {}
         try:
             with self._control:
@@ -350,6 +513,10 @@ class ModelRunner:
             self._memory_gauges()
             self.repository = repo
             save_state(repo, settings.deployments_state_file)
+            self._sync_residency()
+        for slot in staged:
+            MODEL_RESIDENT.labels(slot).set(1)
+            MODEL_LOADS.labels(slot, "admin", "ok").inc()
         gone = set(old.slots) - set(dep.slots) if old else set()
         for slot, version in previous.items():
             if version != staged[slot].manifest.version:
@@ -361,6 +528,29 @@ class ModelRunner:
         return {"deployment": dep.name, "action": "updated" if old else "added",
                 "versions": {s: m.manifest.version for s, m in staged.items()},
                 "load_seconds": round(sum(m.load_seconds for m in staged.values()), 3)}
+
+    def _add_on_demand(self, dep: Deployment, repo: ModelRepository, old: Deployment | None) -> dict:
+        """An on-demand deployment is verified (its files, in the registry) but not loaded: its first request (or
+        load_deployment) loads it. A previous deployment of the name stops serving at once (in-flight batches finish
+        on the models they hold)."""
+        try:
+            versions = {slot: self.pool.registry.load_verified(m.name, m.ref)[1].version
+                        for slot, m in dep.slots.items()}
+        except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
+            log.error("deployment %s refused: %s: %s", dep.name, type(exc).__name__, exc)
+            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        with self._control:
+            if old is not None and old != dep:
+                for slot in old.slots:
+                    self.pool.drop(slot)
+                    MODEL_RESIDENT.labels(slot).set(0)
+            self.repository = repo
+            save_state(repo, settings.deployments_state_file)
+            self._sync_residency()
+            self._memory_gauges()
+        log.info("deployment %s %s (on demand): %s", dep.name, "updated" if old else "added", versions)
+        return {"deployment": dep.name, "action": "updated" if old else "added", "versions": versions,
+                "residency": "on_demand", "load_seconds": 0.0}
 
     @bentoml.api
     def remove_deployment(self, name: str, retire_after_s: float = 10.0) -> dict:
@@ -375,6 +565,7 @@ class ModelRunner:
         with self._control:
             self.repository = repo
             save_state(repo, settings.deployments_state_file)
+            self._sync_residency()
         for slot in dep.slots:
             threading.Timer(retire_after_s, self._drop_slot, args=(slot,)).start()
         log.info("deployment %s removed", name)

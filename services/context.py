@@ -52,7 +52,7 @@ class ServingContext:
         return self._runner_client
 
     def slot_batch(self, slot: str) -> int:
-        return self.repository.max_batch(slot)
+        return self.routing.batch_limit(slot)
 
     def slot_family(self, slot: str) -> str:
         return self.repository.owner(slot)[0].family

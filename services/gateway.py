@@ -73,14 +73,19 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
             if slot is None:
                 continue
             routing = ctx.routing.table.get(slot, {})
+            residency = status.get("slots", {}).get(slot, {})
             slots[role] = {"slot": slot, **{k: loaded.get(slot, {}).get(k)
                                             for k in ("name", "version", "provider", "sha256", "memory")},
+                           "state": residency.get("state"), "last_used_s": residency.get("last_used_s"),
                            "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
                            "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
         error = status.get("errors", {}).get(dep.name)
-        ready = error is None and all(s["version"] for s in slots.values())
+        # ready: requests are served now (resident) or on their first use (an on-demand deployment not loaded yet)
+        ready = error is None and all(s["state"] in ("resident", "unloaded", "loading") and not s["error"]
+                                      for s in slots.values())
         out.append({"name": dep.name, "family": dep.family, "default": defaults[dep.name],
-                    "description": dep.description, "ready": ready, **slots, "error": error})
+                    "description": dep.description, "residency": dep.residency, "ready": ready, **slots,
+                    "error": error})
     return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded}
 
 
@@ -132,7 +137,7 @@ class Gateway:
             manifests.append(catalog.get(slot, manifest.version).manifest)
         obs = settings.observability
         quality = QualityMonitor(manifests, obs.drift_window, obs.drift_every, obs.drift_min_values)
-        protection = Protection(settings, lambda slot: routing.repository.max_batch(slot))
+        protection = Protection(settings, routing.batch_limit)
         return ServingContext(settings=settings, runner=self.runner, registry=registry, routing=routing,
                               catalog=catalog, protection=protection, canary=CanaryGuard(settings.rollout),
                               shadow=ShadowMirror(settings.rollout), quality=quality)

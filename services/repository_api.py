@@ -3,18 +3,24 @@
     GET    /admin/deployments              the repository as served (deployments + family defaults)
     PUT    /admin/deployments/{name}       body: a deployment without its name (family, model, fallback, limits)
     DELETE /admin/deployments/{name}
+    POST   /admin/deployments/{name}/load     on-demand deployments: load (and warm) now, wait until resident
+    POST   /admin/deployments/{name}/unload   on-demand deployments: evict now (its next request loads it again)
 
 PUT stages every model of the deployment next to what serves (pull, verify sha256, load, warm), checks that the
 fallback belongs to the family and answers with the primary's labels, then swaps the runner's repository in one step
 and persists it (Settings.deployments_state_file), so requests never see a half-loaded deployment and a restart
 serves the same set. A refusal (unknown model, tampered file, other label set) changes nothing. DELETE stops routing
-to the deployment at once and unloads its models once the requests already on their way have finished.
+to the deployment at once and unloads its models once the requests already on their way have finished. A deployment
+with `residency: on_demand` is verified but not loaded by PUT: its first request or /load loads it
+(runners/residency.py; Triton's explicit model control).
 """
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from configs.deployments import Deployment
@@ -36,6 +42,8 @@ class DeploymentSpec(BaseModel):
     fallback: ModelSlot | None = None
     limits: dict = Field(default_factory=dict)
     description: str = ""
+    residency: Literal["always", "on_demand"] = "always"
+    memory_mb: float | None = None
 
 
 @router.get("", summary="The model repository as served")
@@ -74,3 +82,45 @@ async def delete_deployment(name: str, client: Client = Depends(admin_guard),
                        f"{name}: {result['error']}"[:1000], {"deployment": name, "known": known})
     await ctx.routing.refresh(ctx.runner)
     return {**result, "by": client.id}
+
+
+def _control_error(name: str, result: dict, ctx: ServingContext) -> ApiError:
+    known = {d.name: d.residency for d in ctx.repository.deployments}
+    if name not in known:
+        return ApiError(404, "unknown_deployment", f"no deployment {name!r}", {"deployment": name,
+                                                                              "known": sorted(known)})
+    return ApiError(409, "not_on_demand", f"{name}: {result['error']}; only on-demand deployments are loaded and "
+                    "unloaded explicitly", {"deployment": name, "residency": known[name]})
+
+
+@router.post("/{name}/load", summary="Load an on-demand deployment now and wait (bounded) until it is resident")
+async def load_deployment(name: str, wait_s: float = Query(60.0, ge=0, le=600), _: Client = Depends(admin_guard),
+                          ctx: ServingContext = Depends(loaded_context)) -> dict:
+    started = time.perf_counter()
+    result = await ctx.runner.to_async.load_deployment(name=name)
+    if "error" in result:
+        raise _control_error(name, result, ctx)
+    dep = ctx.repository.find(name)
+    slots = list(dep.slots) if dep else [name]
+    while True:
+        states = (await ctx.runner.to_async.status()).get("slots", {})
+        state = "resident" if all(states.get(s, {}).get("state") == "resident" for s in slots) else \
+            states.get(name, {}).get("state")
+        if state == "refused":
+            reason = (await ctx.runner.to_async.status()).get("errors", {}).get(name)
+            raise ApiError(409, "deployment_refused", f"{name}: {reason}"[:1000], {"deployment": name})
+        if state == "resident" or time.perf_counter() - started >= wait_s:
+            break
+        await asyncio.sleep(0.1)
+    await ctx.routing.refresh(ctx.runner)
+    return {"deployment": name, "state": state, "seconds": round(time.perf_counter() - started, 3)}
+
+
+@router.post("/{name}/unload", summary="Evict an on-demand deployment now (its next request loads it again)")
+async def unload_deployment(name: str, _: Client = Depends(admin_guard),
+                            ctx: ServingContext = Depends(loaded_context)) -> dict:
+    result = await ctx.runner.to_async.unload_deployment(name=name)
+    if "error" in result:
+        raise _control_error(name, result, ctx)
+    await ctx.routing.refresh(ctx.runner)
+    return result

@@ -117,6 +117,14 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             deadline.check("preprocess")
             xs = items_for(model)
             clock.stage("preprocess")
+            cap = ctx.routing.memory_cap(slot)
+            if cap is not None and len(xs) > cap:  # never split silently: the client learns the limit (Triton's rule)
+                if breaker:
+                    breaker.release()
+                REJECTED.labels(dep.family, dep.name, "exceeds_memory_cap").inc()
+                raise ApiError(413, "exceeds_memory_cap", f"{len(xs)} items in one request exceed the {cap} that "
+                               f"{slot}'s memory budget allows in one model call; send at most {cap}",
+                               {"slot": slot, "items": len(xs), "memory_batch_cap": cap})
             try:
                 prot.admission.admit(slot, len(xs), deadline)
             except ApiError as exc:
@@ -159,6 +167,21 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
                 prot.admission.finished(slot, len(xs), first.get("infer_ms"), first.get("batch"))
                 pending_finished(dep.name, len(xs))
                 clock.stage("runner")
+            unavailable = next((it for it in items if it.get("error") in ("loading", "model_unavailable")), None)
+            if unavailable is not None:  # an on-demand deployment still loading at the deadline, or refused
+                if breaker:
+                    breaker.release()
+                loading = unavailable["error"] == "loading"
+                refusal = ApiError(503, "model_loading" if loading else "model_unavailable",
+                               f"{slot} is loading on demand; retry shortly" if loading else
+                               f"{slot} cannot be loaded: {unavailable.get('reason')}",
+                               {"slot": slot, "reason": unavailable.get("reason") or unavailable.get("state")},
+                               headers={"Retry-After": "1" if loading else "10"})
+                REJECTED.labels(dep.family, dep.name, refusal.code).inc()
+                if has_next:
+                    last_error, fallback_reason = refusal, "primary_unavailable"
+                    break
+                raise refusal
             if any(it.get("error") == "version_unavailable" for it in items) and attempt == 0:
                 await ctx.routing.refresh(ctx.runner)
                 if breaker:

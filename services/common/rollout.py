@@ -129,6 +129,18 @@ class RoutingTable:
     def shadow(self, slot: str) -> str | None:
         return self.table.get(slot, {}).get("shadow")
 
+    def memory_cap(self, slot: str) -> int | None:
+        """The most items the slot's memory reservation covers in one call (runners/memory.py), when it is loaded
+        and batches; None: unknown (not loaded yet) or not limited (the model runs item by item)."""
+        cap = self.table.get(slot, {}).get("batch_cap")
+        return int(cap) if cap else None
+
+    def batch_limit(self, slot: str) -> int:
+        """The slot's configured max batch size, lowered to its memory cap when that is smaller."""
+        cap = self.memory_cap(slot)
+        configured = self.repository.max_batch(slot)
+        return min(configured, cap) if cap else configured
+
 
 def _p50_ok(window: Iterable[tuple[bool, float]]) -> float:
     """Median seconds of the successful calls of a window (0 without any)."""

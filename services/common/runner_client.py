@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ log = logging.getLogger("triserve.runner_client")
 
 _TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ServerDisconnectedError, ConnectionError,
                      asyncio.IncompleteReadError)
+LOADING_FIRST_PAUSE_S, LOADING_MAX_PAUSE_S = 0.05, 0.5  # resending items of a deployment that is loading
 _TRANSPORT_MARKERS = ("Connector is closed", "Server disconnected", "Connection reset", "Cannot connect")
 
 
@@ -102,10 +104,26 @@ class RunnerClient:
         return send
 
     async def call(self, slot: str, payload: list[dict], arrived: Callable[[], None] | None = None) -> list[dict]:
-        """`arrived`: see SlotBatcher.submit."""
+        """`arrived`: see SlotBatcher.submit. A slot whose on-demand deployment is still loading answers "loading"
+        (runners/residency.py): the items are sent again, with growing pauses, until they are answered or their
+        deadline is too close for another try (the caller then reports the load)."""
+        pause = LOADING_FIRST_PAUSE_S
+        while True:
+            items = await self._send_once(slot, payload, arrived)
+            arrived = None
+            if not any(it.get("error") == "loading" for it in items):
+                return items
+            deadline = payload[0].get("deadline") if payload else None
+            if deadline is not None and deadline - time.time() <= pause:
+                return items
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, LOADING_MAX_PAUSE_S)
+
+    async def _send_once(self, slot: str, payload: list[dict], arrived: Callable[[], None] | None) -> list[dict]:
         batcher = self.batcher(slot)
         if batcher is None:
             if arrived is not None:
                 arrived()
             return await call_runner(self.runner, slot, payload, self._retries, self._backoff)
+        batcher.max_batch_size = self._max_batch(slot)  # follows the memory cap of the model loaded now
         return await batcher.submit(payload, arrived)
