@@ -51,10 +51,18 @@ CONTRACT = {
     "triserve_drift_psi", "triserve_process_rss_bytes", "triserve_inflight_requests", "triserve_model_info",
     "bentoml_service_request_total", "bentoml_service_request_duration_seconds",
     "bentoml_service_adaptive_batch_size",
+    # runner memory and residency (runners/service.py; issue 20)
+    "triserve_model_memory_bytes", "triserve_runner_memory_budget_bytes", "triserve_runner_memory_splits_total",
+    "triserve_model_resident", "triserve_model_loads_total", "triserve_model_evictions_total",
+    "triserve_model_load_duration_seconds",
+    # devices (observability/device.py): only where NVML sees a GPU
+    "triserve_device_memory_bytes", "triserve_device_utilization_ratio", "triserve_device_info",
 }
 HISTOGRAMS = {"triserve_stage_seconds", "triserve_runner_batch_size", "triserve_runner_batch_seconds",
+              "triserve_model_load_duration_seconds",
               "bentoml_service_request_duration_seconds", "bentoml_service_adaptive_batch_size"}
 REQUIRED_ALERTS = {"TriserveLatencyP99High", "TriserveErrorRateHigh", "TriserveQueueSaturated", "TriserveMemoryGrowth",
+                   "TriserveMemoryLeakTrend", "TriserveDeviceMemoryHigh", "TriserveModelThrashing",
                    "TriserveDriftHigh", "TriserveBreakerOpen", "TriserveDegradedShareHigh"}
 # Grafana variables -> what a query for "All" becomes.
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$deployment": ".*", "$slot": ".*"}
@@ -141,6 +149,29 @@ def test_dashboard_covers_the_required_views():
     breaker = next(p for t, p in panels.items() if "breaker" in t.lower())
     texts = {v["text"] for m in breaker["fieldConfig"]["defaults"]["mappings"] for v in m["options"].values()}
     assert texts == {"closed", "half-open", "open"}
+
+
+def test_dashboard_shows_memory_residency_and_devices_with_the_alert_lines():
+    """Runner memory, residency, loads and devices have panels, and the lines drawn on them are the alerts' own
+    thresholds (one number, not two that drift apart)."""
+    panels = {p["title"]: p for p in all_panels(dashboard())}
+    exprs = " ".join(t["expr"] for p in panels.values() for t in p.get("targets", []))
+    for q in ("0.5", "0.99"):
+        assert f"histogram_quantile({q}, sum by (slot, le) (rate(triserve_model_load_duration_seconds_bucket" in exprs
+    assert "sum by (slot, trigger, outcome) (rate(triserve_model_loads_total" in exprs
+    residency = panels["Model residency per slot"]
+    texts = {v["text"] for m in residency["fieldConfig"]["defaults"]["mappings"] for v in m["options"].values()}
+    assert texts == {"loaded", "not loaded"}
+    rules = {r["alert"]: r["expr"] for r in alert_rules()}
+
+    def line(title_part: str) -> float:
+        panel = next(p for t, p in panels.items() if title_part in t)
+        steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "line"
+        return next(s["value"] for s in steps if s["color"] == "red")
+
+    assert f"> {line('Device memory used share')}" in rules["TriserveDeviceMemoryHigh"]
+    assert f"* 3600 > {line('RSS growth per process')}" in rules["TriserveMemoryLeakTrend"]
 
 
 def test_alert_rules_are_complete():
