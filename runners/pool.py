@@ -136,6 +136,14 @@ def _footprint(rss_before: float, after_batch: dict[int, float]) -> Footprint:
     return Footprint(resident_mb=resident, per_item_mb=per_item, measured_batch=large)
 
 
+def _at_least(measured: Footprint, weights_mb: float, before: Footprint | None) -> Footprint:
+    """RSS deltas undercount when the allocator reuses memory a model evicted a moment ago left behind (an on-demand
+    reload can measure ~0): a model holds at least its weights, and at least what it measured the first time."""
+    resident = max(measured.resident_mb, weights_mb, before.resident_mb if before else 0.0)
+    per_item = max(measured.per_item_mb, before.per_item_mb if before else 0.0)
+    return Footprint(resident_mb=resident, per_item_mb=per_item, measured_batch=measured.measured_batch)
+
+
 def _ragged_len(manifest: Manifest) -> int:
     """The longest warm-up size of the first input's second axis when it is dynamic (token ids: the sequence length
     per_item was measured at, so a batch cap in items is one in padded tokens too); 0 otherwise."""
@@ -207,7 +215,8 @@ class ModelPool:
             for _ in range(self.settings.warmup_runs):
                 self.run_model(model, feed)
             after_batch[_batch_of(feed)] = rss_mb()
-        model.footprint = _footprint(rss_before, after_batch)
+        model.footprint = _at_least(_footprint(rss_before, after_batch), weights_mb,
+                                    self.measured.get(f"{name}:{manifest.version}"))
         model.item_len = _ragged_len(manifest)
         self.measured[f"{name}:{manifest.version}"] = model.footprint
         if make_room is not None:

@@ -60,3 +60,14 @@ def test_call_cost_trades_calls_for_padding():
     assert len(length_buckets(seqs, call_cost_tokens=0)) == 6  # calls are free: no padding at all
     assert len(length_buckets(seqs, call_cost_tokens=10_000)) == 1  # calls are dear: one padded call
     assert [sorted(len(seqs[i]) for i in g) for g in length_buckets(seqs, 12)] == [[3, 4], [10, 11], [30, 31]]
+
+
+def test_token_groups_keep_padded_tokens_within_the_budget():
+    from runners.ragged import token_groups
+
+    lengths = [4, 4, 4, 4, 30, 30, 64]
+    groups = token_groups(range(len(lengths)), lengths, max_tokens=64)
+    assert groups == [[0, 1, 2, 3], [4, 5], [6]]  # 4 x 4 = 16 fits; adding 30 would pad 5 x 30 = 150
+    for g in groups:
+        assert len(g) * max(lengths[i] for i in g) <= 64
+    assert token_groups([0], [500], max_tokens=64) == [[0]]  # an item alone always goes
