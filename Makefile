@@ -85,3 +85,12 @@ image: install
 
 smoke-image: models
 	$(PY) -m scripts.smoke_image --registry $(REGISTRY) $(SMOKE_ARGS)
+
+# The tiers apart (scripts/tiers.py): RUNNERS runner replicas behind haproxy (Debian package haproxy), GATEWAYS
+# gateways pointing at it by BENTOML_SERVE_DEPENDS, haproxy in front of the gateways too; Ctrl-C stops everything.
+# TIERS_ARGS: more options (--deployments intent, --gateway-workers 2, --seconds 60, ...)
+RUNNERS ?= 2
+GATEWAYS ?= 2
+.PHONY: tiers
+tiers: models
+	$(PY) -m scripts.tiers --runners $(RUNNERS) --gateways $(GATEWAYS) --gateway-lb $(TIERS_ARGS)

@@ -1,0 +1,110 @@
+"""The tiers apart (scripts/tiers.py): two runner replicas behind haproxy, one gateway pointing at it by
+BENTOML_SERVE_DEPENDS, on the tiny models. Requests through the gateway reach the runner tier (never a runner in the
+gateway's own process), and when one runner replica dies under load every request still succeeds.
+
+haproxy comes from Debian (`apt-get install haproxy`); .ci/run installs it, so in CI this test runs. Where it is
+missing the live test skips with that reason; the static checks below never skip.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scripts.drills.loadgen import open_loop, phase
+from scripts.tiers import (
+    DEPENDS_ENV,
+    Backend,
+    BalancerConfig,
+    Tiers,
+    TiersConfig,
+    haproxy_binary,
+    haproxy_config,
+    subset_models_file,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_haproxy = pytest.mark.skipif(haproxy_binary() is None, reason="haproxy is not installed; install it with "
+                                   "`apt-get install haproxy` (Debian; .ci/run does this)")
+TEXTS = ["book a flight to paris", "what is my balance", "set a timer", "play some jazz", "tell me a joke"]
+
+
+def test_ci_installs_haproxy():
+    """The live test below must not silently skip in CI: .ci/run installs haproxy with the other system tools."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^system_tool haproxy >/dev/null \|\| missing\+=\(haproxy\)$", ci, re.M)
+
+
+def test_haproxy_config_retries_connection_failures_and_checks_readiness(tmp_path):
+    cfg = BalancerConfig()
+    text = haproxy_config([Backend("runners", 4000, (("runner-1", 4001), ("runner-2", 4002)))], cfg, 4009)
+    assert "bind 127.0.0.1:4000" in text and "bind 127.0.0.1:4009" in text
+    assert re.search(r"^\s+bind (?!127\.0\.0\.1:)", text, re.M) is None  # loopback only
+    assert "option httpchk GET /readyz" in text and "http-check expect status 200" in text
+    assert "retry-on conn-failure empty-response junk-response" in text and "option redispatch 1" in text
+    assert "server runner-1 127.0.0.1:4001 check" in text and "server runner-2 127.0.0.1:4002 check" in text
+    binary = haproxy_binary()
+    if binary is not None:  # haproxy's own parser accepts it
+        import subprocess
+
+        (tmp_path / "h.cfg").write_text(text)
+        res = subprocess.run([binary, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True,
+                             timeout=30)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_subset_models_file(tmp_path):
+    out = subset_models_file(ROOT / "configs" / "models.yaml", ["intent"], tmp_path / "m.yaml")
+    import yaml
+
+    raw = yaml.safe_load(out.read_text())
+    assert [d["name"] for d in raw["deployments"]] == ["intent"] and raw["defaults"] == {"text": "intent"}
+    with pytest.raises(ValueError, match="no deployment"):
+        subset_models_file(ROOT / "configs" / "models.yaml", ["nope"], tmp_path / "m2.yaml")
+
+
+@needs_haproxy
+def test_split_tiers_survive_a_runner_replica_dying(tiny_registry, tmp_path):
+    cfg = TiersConfig(registry_dir=tiny_registry.root, runners=2, gateways=1, deployments=("text",),
+                      log_dir=tmp_path / "logs",
+                      env={"TRISERVE_ACCESS__CAPACITY_LIMITS": "false", "TRISERVE_RUNNER__SPIN_WAIT": "false"})
+    with Tiers(cfg) as tiers:
+        # the gateway runs no runner of its own: its workers' runner map names the balancer (start() checked it)
+        remote = tiers.check_remote()
+        assert remote["gateway-1"]["runner_map"]["triserve-runner"] == tiers.runner_lb_url
+        assert tiers.gateways[0].env[DEPENDS_ENV] == f"triserve-runner={tiers.runner_lb_url}"
+        before = tiers.runner_batches()
+        with httpx.Client(base_url=tiers.url, timeout=30) as client:
+            for i in range(12):
+                r = client.post("/v1/classify", json={"texts": [TEXTS[i % len(TEXTS)]], "top_k": 1})
+                assert r.status_code == 200, r.text
+        after = tiers.runner_batches()
+        served = sum(after[n].get("text:items", 0) - before[n].get("text:items", 0) for n in after)
+        assert served == 12  # every item was computed by a runner replica, none in the gateway
+
+        # open-loop load through the gateway; SIGKILL runner-1 (arbiter and workers) in the middle of it
+        victim = tiers.runners[0]
+        t0 = time.monotonic()
+        kill_at = {}
+
+        async def scenario():
+            bodies = [{"texts": [t], "top_k": 1} for t in TEXTS]
+            load = asyncio.create_task(open_loop([tiers.url], "/v1/classify", bodies, rate=20, max_seconds=9,
+                                                 max_requests=180, t0=t0))
+            await asyncio.sleep(3)
+            kill_at["t"] = time.monotonic() - t0
+            await asyncio.to_thread(victim.kill)
+            return await load
+
+        res = asyncio.run(scenario())
+        statuses = phase(res.rows, None, None)["status"]
+        assert res.rows and statuses == {"200": len(res.rows)}, (statuses, tiers.describe()["logs"])
+        after_kill = phase(res.rows, kill_at["t"], None)
+        assert after_kill["requests"] >= 60 and after_kill["failed"] == 0
+        servers = tiers.haproxy.servers(Tiers.RUNNER_BACKEND)
+        assert servers["runner-1"]["status"].startswith("DOWN") and servers["runner-2"]["status"] == "UP"
+        assert not victim.alive()
