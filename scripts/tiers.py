@@ -100,7 +100,7 @@ class TiersConfig:
     runner_env: Mapping[str, str] = field(default_factory=dict)
     gateway_env: Mapping[str, str] = field(default_factory=dict)
     balancer: BalancerConfig = field(default_factory=BalancerConfig)
-    log_dir: Path | None = None  # default: the temp dir (its path is in describe())
+    log_dir: Path | None = None  # process logs; default: the temp dir, removed by stop()
     ready_timeout_s: float = 240.0
     root: Path = ROOT  # the source tree served
 
@@ -496,6 +496,7 @@ class Tiers:
             p.terminate(grace_s=20)
         for p in [*self.gateways, *self.runners]:
             p.cleanup()
+        shutil.rmtree(self.workdir, ignore_errors=True)  # haproxy.cfg, the models file; logs too unless log_dir
 
     def __enter__(self) -> Tiers:
         return self.start()

@@ -26,13 +26,19 @@ class LoadResult:
     sent: int = 0
 
 
-def session(limit: int) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit))
+def session(limit: int, fresh_connections: bool = False) -> aiohttp.ClientSession:
+    """`fresh_connections`: a new TCP connection per request (many independent clients). With keep-alive, one client
+    process holds a few long-lived connections and each stays with the API worker that accepted it, so the load
+    reaches the workers of one instance as unevenly as those accepts happened (measured: one of 4 workers with 65%
+    of the CPU time); new connections are accepted by whichever worker is free."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit,
+                                                                force_close=fresh_connections))
 
 
 async def open_loop(urls: Sequence[str], path: str, bodies: Sequence[dict], rate: float, max_seconds: float,
                     max_requests: int, t0: float, stop: Callable[[], bool] = lambda: False, max_inflight: int = 128,
-                    timeout_s: float = 30.0, result: LoadResult | None = None) -> LoadResult:
+                    timeout_s: float = 30.0, result: LoadResult | None = None,
+                    fresh_connections: bool = False) -> LoadResult:
     """Arrivals at `rate`/s until stop() says so, `max_seconds` pass or `max_requests` are sent; the targets take
     turns (round robin over `urls`). Returns when every request sent has completed."""
     for u in urls:
@@ -45,7 +51,7 @@ async def open_loop(urls: Sequence[str], path: str, bodies: Sequence[dict], rate
         res.rows.append(task.result())
 
     start = time.monotonic()
-    async with session(max_inflight) as s:
+    async with session(max_inflight, fresh_connections) as s:
         for i in range(max_requests):
             due = start + i / rate
             now = time.monotonic()
@@ -67,13 +73,14 @@ async def open_loop(urls: Sequence[str], path: str, bodies: Sequence[dict], rate
 
 
 async def closed_loop(url: str, path: str, bodies: Sequence[dict], concurrency: int, max_seconds: float,
-                      max_requests: int, t0: float, timeout_s: float = 30.0) -> LoadResult:
+                      max_requests: int, t0: float, timeout_s: float = 30.0,
+                      fresh_connections: bool = False) -> LoadResult:
     """`concurrency` clients, each sending its next request when its previous one completes."""
     assert_loopback(url)
     res = LoadResult()
     counter = itertools.count()
     stop_at = time.monotonic() + max_seconds
-    async with session(concurrency + 4) as s:
+    async with session(concurrency + 4, fresh_connections) as s:
 
         async def client() -> None:
             while time.monotonic() < stop_at:
