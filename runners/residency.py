@@ -39,6 +39,7 @@ class Entry:
     last_used: float = 0.0  # monotonic; 0 = never
     error: str | None = None
     failed_at: float = 0.0
+    loaded_at: float = 0.0
 
 
 # load(dep, make_room) -> None: loads and installs every slot of the deployment (raises when refused)
@@ -56,9 +57,10 @@ class Residency:
 
     def __init__(self, loader: Loader, unload: Callable[[Deployment], None], free_mb: Callable[[], float],
                  observe: Callable[..., None] = lambda *a, **k: None, retry_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 min_resident_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
         self._loader, self._unload, self._free_mb, self._observe = loader, unload, free_mb, observe
-        self.retry_s, self._clock = retry_s, clock
+        self.retry_s, self.min_resident_s, self._clock, self._sleep = retry_s, min_resident_s, clock, sleep
         self.entries: dict[str, Entry] = {}
         self._deployments: dict[str, Deployment] = {}
         self._lock = threading.RLock()
@@ -117,29 +119,42 @@ class Residency:
         with self._lock:
             entry = self.entries.get(dep.name)
             if entry is not None and self._deployments.get(dep.name) == dep:
-                entry.state = RESIDENT
+                entry.state, entry.loaded_at = RESIDENT, self._clock()
         seconds = time.perf_counter() - started
         log.info("on-demand deployment %s loaded in %.2fs (%s)", dep.name, seconds, trigger)
         self._observe("load", dep.name, trigger=trigger, outcome="ok", seconds=seconds)
 
     def make_room(self, loading: str) -> Callable[[float], None]:
         """A callback for the loader: evict the least recently used resident on-demand deployments (never `loading`)
-        until `mb` of the budget is free or none is left to evict."""
+        until `mb` of the budget is free or none is left to evict. A deployment loaded less than min_resident_s ago
+        is waited for, not evicted: without that, two deployments used at once that the budget cannot hold together
+        evict each other before the requests that waited for their load are answered (seen in the drill)."""
 
         def room(mb: float) -> None:
             while self._free_mb() < mb:
-                victim = self.victim(exclude=loading)
-                if victim is None:
+                victim, wait_s = self.victim(exclude=loading)
+                if victim is None and wait_s is None:
                     return
+                if victim is None:
+                    self._sleep(wait_s or 0.0)
+                    continue
                 self.evict(victim, reason=f"room for {loading}")
 
         return room
 
-    def victim(self, exclude: str) -> str | None:
+    def victim(self, exclude: str) -> tuple[str | None, float | None]:
+        """(the least recently used resident deployment old enough to evict, None) or, when every candidate was loaded
+        less than min_resident_s ago, (None, seconds until the first one may go); (None, None): no candidate."""
+        now = self._clock()
         with self._lock:
-            resident = [(e.last_used, name) for name, e in self.entries.items()
+            resident = [(e.last_used, e.loaded_at, name) for name, e in self.entries.items()
                         if e.state == RESIDENT and name != exclude]
-        return min(resident)[1] if resident else None
+        ripe = [(used, name) for used, loaded, name in resident if now - loaded >= self.min_resident_s]
+        if ripe:
+            return min(ripe)[1], None
+        if resident:
+            return None, max(0.01, min(loaded for _, loaded, _ in resident) + self.min_resident_s - now)
+        return None, None
 
     def evict(self, name: str, reason: str) -> bool:
         """Unload a resident on-demand deployment (the caller holds the runner's control lock)."""

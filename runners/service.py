@@ -23,9 +23,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 import families
 from configs.deployments import FALLBACK_SUFFIX, Deployment, ModelRepository, load_repository, save_state
-from configs.settings import get_settings
+from configs.settings import ModelSlot, get_settings
 from models.cache import open_serving_registry
 from observability import heapdump, memory
+from observability.device import start_device_sampler
 from observability.metrics import observe_rss, settle_heap
 from observability.request_log import stdout_json_logger
 from observability.tracing import service_tracing
@@ -97,6 +98,11 @@ BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time pe
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 
 
+def _reserved_batch(m: ModelSlot) -> int:
+    """The batch a slot's memory is reserved for: its max batch size, or 1 when it runs item by item (per_item)."""
+    return 1 if m.batching.per_item else m.batching.max_batch_size
+
+
 def _answer(results: list[dict], ctx: bentoml.Context):
     """Gateway-batched pickle calls get one pickled body (runners/wire.py); BentoML's dispatcher (runner batching)
     needs the list to split it between the requests it merged, and other callers get BentoML's normal answer."""
@@ -139,7 +145,7 @@ class ModelRunner:
         self.on_demand_versions: dict[str, str] = {}  # slot of an on-demand deployment -> the version it will load
         room = self._sync_residency()
         always = [d for d in self.repository.deployments if d.residency == "always"]
-        self.pool.load_all({slot: (m.name, m.ref, m.batching.max_batch_size) for d in always
+        self.pool.load_all({slot: (m.name, m.ref, _reserved_batch(m)) for d in always
                             for slot, m in d.slots.items()},
                            budgets={d.name: (list(d.slots), d.memory_mb) for d in always if d.memory_mb},
                            keep_free_mb=room)
@@ -157,6 +163,7 @@ class ModelRunner:
                 elif dep.residency == "always":
                     MODEL_LOADS.labels(slot, "startup", "refused").inc()
         self._memory_gauges()
+        start_device_sampler()  # device memory and utilisation via NVML where a GPU is present (else nothing)
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
 
@@ -231,13 +238,9 @@ class ModelRunner:
             staged: dict[str, LoadedModel] = {}
             try:
                 for slot, m in dep.slots.items():
-                    limit = None
-                    if dep.memory_mb:
-                        limit = dep.memory_mb - sum(self.pool.memory.reserved.get(
-                            self.pool.memory_key(s, x.manifest.version), 0.0) for s, x in staged.items())
                     staged[slot] = self.pool.load(slot, m.name, m.ref, activate=False,
-                                                  max_batch=m.batching.max_batch_size, limit_mb=limit,
-                                                  make_room=make_room)
+                                                  max_batch=_reserved_batch(m),
+                                                  limit_mb=self._deployment_left(dep, staged), make_room=make_room)
                 check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
             except Exception:
                 for slot in staged:
@@ -250,6 +253,13 @@ class ModelRunner:
                 MODEL_RESIDENT.labels(slot).set(1)
                 LOAD_DURATION.labels(slot).observe(model.load_seconds)
             self._memory_gauges()
+
+    def _deployment_left(self, dep: Deployment, staged: dict[str, LoadedModel]) -> float | None:
+        """What the deployment's own memory_mb leaves for its next model (None: no deployment budget)."""
+        if not dep.memory_mb:
+            return None
+        return dep.memory_mb - sum(self.pool.memory.reserved.get(self.pool.memory_key(m.slot, m.manifest.version), 0.0)
+                                   for m in staged.values())
 
     def _unload_deployment(self, dep: Deployment) -> None:
         for slot in dep.slots:
@@ -298,6 +308,8 @@ class ModelRunner:
             EXPIRED.labels(slot).inc(n)
         for (slot, version), idx in groups.items():
             try:
+                if slot not in self.pool.models:  # an on-demand deployment is routed only once all of it is loaded
+                    raise KeyError(slot)
                 model = self.pool.get(slot, version)
             except KeyError:
                 answer = self._not_resident(slot)
@@ -496,7 +508,8 @@ class ModelRunner:
             with self._control:
                 for slot, m in dep.slots.items():  # under a key of its own: nothing serving can reach it yet
                     staged[slot] = self.pool.load(slot + STAGING, m.name, m.ref, activate=False,
-                                                  max_batch=m.batching.max_batch_size)
+                                                  max_batch=_reserved_batch(m),
+                                                  limit_mb=self._deployment_left(dep, staged))
                 check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             with self._control:

@@ -23,7 +23,7 @@ log = logging.getLogger("triserve.runner_client")
 
 _TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ServerDisconnectedError, ConnectionError,
                      asyncio.IncompleteReadError)
-LOADING_FIRST_PAUSE_S, LOADING_MAX_PAUSE_S = 0.05, 0.5  # resending items of a deployment that is loading
+LOADING_FIRST_PAUSE_S, LOADING_MAX_PAUSE_S = 0.05, 0.25  # resending items of a deployment that is loading
 _TRANSPORT_MARKERS = ("Connector is closed", "Server disconnected", "Connection reset", "Cannot connect")
 
 

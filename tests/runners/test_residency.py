@@ -46,7 +46,7 @@ class FakeMemory:
 def _residency(mem: FakeMemory, clock=None) -> Residency:
     kwargs = {"clock": clock} if clock else {}
     return Residency(mem.load, mem.unload, mem.free, lambda *a, **k: mem.events.append((a, k)), retry_s=10.0,
-                     **kwargs)
+                     min_resident_s=0.0, **kwargs)
 
 
 def test_first_request_loads_in_the_background_and_answers_loading_meanwhile():
@@ -108,7 +108,7 @@ def test_nothing_evictable_refuses_and_always_deployments_are_never_candidates()
     res.request("b")  # evicts a (the only candidate), then fits
     res.wait_idle(5)
     assert mem.loaded == {"b"} and res.state("a") == UNLOADED
-    assert res.victim(exclude="b") is None  # c is 'always': not managed here at all
+    assert res.victim(exclude="b") == (None, None)  # c is 'always': not managed here at all
 
 
 def test_sync_forgets_removed_and_resets_changed_deployments():
@@ -137,7 +137,7 @@ def test_real_pool_budget_for_one_on_demand_model_evicts_the_other(pool):
     def unload(dep):
         pool.drop(dep.name)
 
-    res = Residency(load, unload, lambda: pool.memory.free_mb)
+    res = Residency(load, unload, lambda: pool.memory.free_mb, min_resident_s=0.0)
     res.sync(repo)
     res.request("t1")
     res.wait_idle(60)
@@ -153,3 +153,25 @@ def test_real_pool_budget_for_one_on_demand_model_evicts_the_other(pool):
     assert set(pool.models) == {"t1"}
     again = pool.models["t1"].footprint
     assert again.resident_mb >= first.resident_mb and again.per_item_mb >= first.per_item_mb
+
+
+def test_a_deployment_just_loaded_is_waited_for_not_evicted():
+    """Two deployments used at once that the budget cannot hold together: the second load waits until the first has
+    been resident min_resident_s (its waiting requests get answered), then evicts it."""
+    t = [100.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        t[0] += s
+
+    mem = FakeMemory(budget=50, size=40)
+    res = Residency(mem.load, mem.unload, mem.free, retry_s=10.0, min_resident_s=5.0, clock=lambda: t[0], sleep=sleep)
+    res.sync(_repo("a", "b"))
+    res.request("a")
+    res.wait_idle(5)
+    t[0] += 1.0
+    assert res.victim(exclude="b") == (None, pytest.approx(4.0))
+    res.request("b")
+    res.wait_idle(5)
+    assert slept and sum(slept) == pytest.approx(4.0) and mem.loaded == {"b"}
