@@ -163,6 +163,31 @@ class Admission(_Section):
     overload_queue_items: int = Field(256, ge=1, description="Primary queue depth above which a share of 'auto' "
                                                               "traffic is routed to the fallback.")
     overload_fallback_share: float = Field(0.5, ge=0, le=1, description="That share (0 disables routing).")
+    queue_control: bool = Field(
+        False, description="Standing-queue control (services/common/queue_control.py; runner.batching=gateway): when a "
+                          "slot's gateway batcher has left requests behind at every call for queue_interval_ms (a "
+                          "standing queue: the load exceeds what the runner carries), a request that would not leave "
+                          "within queue_calls rounds of runner calls is refused at once (503 overloaded, "
+                          "details.reason standing_queue, Retry-After; 'auto' requests try the fallback), so accepted "
+                          "requests keep the latency of a service at capacity instead of queueing up to the deadline. "
+                          "Unloaded and at capacity it never acts (docs/drills/overload.json).")
+    queue_interval_ms: float = Field(
+        100.0, ge=0, le=60_000,
+        description="How long a standing queue must last before control starts (a shorter burst is queued as "
+                    "before; 0: no burst allowance), and how long control stays on after its last refusal (CoDel's "
+                    "interval).")
+    queue_calls: float = Field(
+        1.0, gt=0, le=64,
+        description="While control is on, the most a request may wait for, in rounds of runner calls (one round = "
+                    "the slot's max batch size x gateway.batch_inflight items): 1 = it must leave with the next call, "
+                    "so an accepted request waits for at most the call in flight plus its own. Below 1 caps batches "
+                    "under overload (lower latency, less throughput); above 1 queues more.")
+    queue_front_door: bool = Field(
+        True, description="While every gateway-batched slot of a task (a family: its deployments' primaries and "
+                          "fallbacks) is full under queue control, refuse that task's requests before their body is "
+                          "read (services/common/queue_control.shedding, asked by the request middleware): a refusal "
+                          "after parsing and preprocessing costs an API worker about as much CPU as an answer, which "
+                          "at 3x capacity starves the answers.")
 
 
 class Breaker(_Section):

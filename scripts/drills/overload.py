@@ -1,25 +1,37 @@
-"""Drill: open-loop overload at 3x measured capacity, then back to a low rate.
+"""Drill: does overload keep its promise? Unloaded, at capacity, then open-loop at 3x capacity, with the standing-queue
+control (admission.queue_control) off and on, each repeated, in one run.
 
-    python -m scripts.drills.overload [--registry models/store] [--factor 3] [--overload-seconds 60]
+    python -m scripts.drills.overload [--registry models/store] [--modes off,on] [--repeat 3] [--overload-seconds 30]
 
-Phases, all on /v1/classify (1-4 texts, model auto) unless --mix says otherwise:
-  1. capacity  - closed loop (--capacity-concurrency, --capacity-seconds): successful requests per second;
-  2. baseline  - open loop at the low rate (--low-fraction x capacity): baseline p50/p99;
-  3. overload  - open loop at --factor x capacity for --overload-seconds: arrivals are scheduled at fixed intervals
+Per round and mode, a fresh server (env knobs printed and saved; TRISERVE_ADMISSION__QUEUE_CONTROL=false|true), all on
+/v1/classify (1-4 texts, model auto) unless --mix says otherwise:
+  1. unloaded  - closed loop at concurrency 1 (--unloaded-seconds): p50/p99 of a lone request;
+  2. capacity  - closed loop (--capacity-concurrency, --capacity-seconds): successful requests per second and p99;
+  3. baseline  - open loop at the low rate (--low-fraction x capacity): the p99 recovery is judged against;
+  4. overload  - open loop at --factor x capacity for --overload-seconds: arrivals are scheduled at fixed intervals
                  whatever the responses do, with at most --max-inflight requests outstanding (beyond that an arrival
                  is counted as not sent, so the drill stays bounded);
-  4. recovery  - open loop at the low rate for --recovery-seconds.
-Reports accepted vs rejected by status and error code, latency of rejects, p50/p99 of accepted during overload, and
-how long after the overload the per-second p99 is back within --recovery-tolerance x the baseline p99.
-The server runs with env knobs (printed and saved) so that admission, not the per-address rate limit, does the
-rejecting: every drill request comes from 127.0.0.1.
+  5. recovery  - open loop at the low rate for --recovery-seconds.
+The promise, per run: accepted p99 during the overload <= --max-p99-ratio (1.5) x the capacity p99, and goodput (200
+answers per second during the overload) >= --min-goodput-ratio (0.90) x capacity; the rest refused fast (429/503 with
+Retry-After and an error code, never reaching the runner), no other 5xx. Reported per run and as the median over the
+rounds per mode (this 2-core host is shared: single runs are noisy); the verdict is taken on the medians. Modes
+alternate order per round (off, on / on, off, ...) so that a drift of the host is shared. --plot draws the per-second
+accepted p99 and goodput of each mode's last round.
+The server runs with env knobs so that admission, not the per-address rate limit or the static per-deployment capacity
+limit (access.deployment_rate_per_s, set for another host), does the refusing: every drill request comes from
+127.0.0.1.
 """
 from __future__ import annotations
 
 import asyncio
 import os
 import random
+import shlex
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -40,17 +52,26 @@ from scripts.drills.common import (
     text_body,
     transport_errors,
 )
-from scripts.drills.server import Server
+from scripts.drills.server import ROOT, Server
 
 NAME = "overload"
 DEFAULT_ENV = {
     # one client address sends everything: lift the per-address token bucket so admission decides
     "TRISERVE_ACCESS__RATE_PER_S": "1000000",
     "TRISERVE_ACCESS__BURST": "1000000",
+    # the static per-deployment limit (429 over_capacity) is measured on another host: admission decides here
+    "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
     # bounded per-slot queue: reject beyond 128 items in flight; route a share of 'auto' to the fallback above 64
     "TRISERVE_ADMISSION__MAX_INFLIGHT_ITEMS": "128",
     "TRISERVE_ADMISSION__OVERLOAD_QUEUE_ITEMS": "64",
 }
+MODE_ENV = {"off": {"TRISERVE_ADMISSION__QUEUE_CONTROL": "false"},
+            "on": {"TRISERVE_ADMISSION__QUEUE_CONTROL": "true", "TRISERVE_ADMISSION__QUEUE_FRONT_DOOR": "true"},
+            # the control in admission only: every refusal after the body is parsed and preprocessed
+            "on_admission_only": {"TRISERVE_ADMISSION__QUEUE_CONTROL": "true",
+                                  "TRISERVE_ADMISSION__QUEUE_FRONT_DOOR": "false"}}
+MIDDLEWARE = ROOT / "services" / "common" / "request_context.py"
+FAST_REFUSALS = (429, 503)
 
 
 class Load:
@@ -137,6 +158,22 @@ def per_second_p99(rows: list[Row], start: float, end: float) -> list[dict]:
     return out
 
 
+def promise(rows: list[Row], seconds: float) -> dict:
+    """What the overload phase delivered: goodput, accepted tail, how refusals looked, what else failed."""
+    accepted = [r for r in rows if r.ok]
+    refused = [r for r in rows if isinstance(r.status, int) and r.status in FAST_REFUSALS]
+    fivexx = [r for r in rows if isinstance(r.status, int) and r.status >= 500]
+    ms = [r.ms for r in accepted]
+    return {"goodput_rps": round(len(accepted) / seconds, 1),
+            "goodput_primary_rps": round(sum(1 for r in accepted if not r.degraded) / seconds, 1),
+            "accepted_ms": {"n": len(ms), "p50": pct(ms, 50), "p99": pct(ms, 99), "p999": pct(ms, 99.9),
+                            "max": round(max(ms), 1) if ms else None},
+            "refused": len(refused), "refused_ms": lat(refused),
+            "refused_with_retry_after_and_code": sum(1 for r in refused if r.code),
+            "5xx": len(fivexx), "5xx_other_than_fast_refusals": sum(1 for r in fivexx if r.status != 503),
+            "transport_errors": sum(1 for r in rows if not isinstance(r.status, int))}
+
+
 async def drill(url: str, args) -> dict:
     assert_loopback(url)
     load = Load(url, args.mix, args.deadline_ms)
@@ -149,6 +186,9 @@ async def drill(url: str, args) -> dict:
     async with aiohttp.ClientSession(connector=connector) as session:
         # warm the connection pool and the batching latency estimate
         await closed_loop(session, load, t0, 4, 2, 200)
+
+        one = await closed_loop(session, load, t0, 1, args.unloaded_seconds, 5_000)
+        res["unloaded"] = {"concurrency": 1, "status": by_status(one), "latency_ms": lat([r for r in one if r.ok])}
 
         cap_rows = await closed_loop(session, load, t0, args.capacity_concurrency, args.capacity_seconds, 50_000)
         ok = [r for r in cap_rows if r.ok]
@@ -183,27 +223,29 @@ async def drill(url: str, args) -> dict:
 
     accepted = [r for r in over_rows if r.ok]
     rejected = [r for r in over_rows if not r.ok]
-    fast = [r for r in rejected if isinstance(r.status, int) and r.status in (429, 503)]
     res["overload"] = {
         **over_sched, "responses": len(over_rows), "accepted": len(accepted), "rejected": len(rejected),
-        "accepted_rps": round(len(accepted) / args.overload_seconds, 1),
+        **promise(over_rows, args.overload_seconds),
         "status": by_status(over_rows),
-        "accepted_latency_ms": lat(accepted),
         "accepted_handler_ms": {"p50": pct([r.server_ms for r in accepted if r.server_ms], 50),
                                 "p99": pct([r.server_ms for r in accepted if r.server_ms], 99)},
-        "transport_errors": transport_errors(over_rows),
+        "transport_errors_by_kind": transport_errors(over_rows),
         "answered_after_deadline_plus_100ms": ({
             "all": sum(1 for r in over_rows if r.ms > args.deadline_ms + 100),
             "accepted_200": sum(1 for r in accepted if r.ms > args.deadline_ms + 100),
             "of": len(over_rows)} if args.deadline_ms else None),
         "client_cpu_share_of_one_core": round(client_cpu / max(client_wall, 1e-9), 2),
-        "rejected_latency_ms": lat(rejected),
         "rejected_latency_ms_by_status": {k: lat([r for r in rejected if f"{r.status}:{r.code}" == k])
                                           for k in sorted({f"{r.status}:{r.code}" for r in rejected})},
-        "fast_rejects_429_503_latency_ms": lat(fast),
         "degraded": degraded_reasons(accepted),
         "per_second": per_second_p99(over_rows, over_start, over_end),
     }
+    cap_p99 = res["capacity"]["latency_ms"]["p99"]
+    acc_p99 = res["overload"]["accepted_ms"]["p99"]
+    res["ratios"] = {
+        "accepted_p99_over_capacity_p99": round(acc_p99 / cap_p99, 2) if acc_p99 and cap_p99 else None,
+        "goodput_over_capacity": round(res["overload"]["goodput_rps"] / capacity, 2)}
+    res["ratios"]["pass"] = verdict(res["ratios"], args)
     base_p99 = res["baseline"]["latency_ms"]["p99"] or 0.0
     threshold = base_p99 * args.recovery_tolerance
     buckets = per_second_p99(rec_rows, rec_start, rec_start + args.recovery_seconds)
@@ -232,6 +274,14 @@ async def drill(url: str, args) -> dict:
     return res
 
 
+def verdict(ratios: dict, args) -> dict:
+    p99, goodput = ratios["accepted_p99_over_capacity_p99"], ratios["goodput_over_capacity"]
+    out = {"accepted_p99": p99 is not None and p99 <= args.max_p99_ratio,
+           "goodput": goodput is not None and goodput >= args.min_goodput_ratio}
+    out["both"] = out["accepted_p99"] and out["goodput"]
+    return out
+
+
 def server_side(log, wall: dict[str, float]) -> dict:
     """Entry-service access-log durations (second-resolution timestamps) of requests logged during the overload."""
     lines = [x for x in access_log(log) if x[1] == "/v1/classify"
@@ -243,65 +293,179 @@ def server_side(log, wall: dict[str, float]) -> dict:
     return out
 
 
+# what the medians table holds: name -> path into one run's result
+KEY_METRICS = {
+    "unloaded_p50_ms": ("unloaded", "latency_ms", "p50"),
+    "unloaded_p99_ms": ("unloaded", "latency_ms", "p99"),
+    "capacity_rps": ("capacity", "ok_rps"),
+    "capacity_p99_ms": ("capacity", "latency_ms", "p99"),
+    "overload_goodput_rps": ("overload", "goodput_rps"),
+    "overload_goodput_primary_rps": ("overload", "goodput_primary_rps"),
+    "overload_accepted_p50_ms": ("overload", "accepted_ms", "p50"),
+    "overload_accepted_p99_ms": ("overload", "accepted_ms", "p99"),
+    "overload_accepted_p999_ms": ("overload", "accepted_ms", "p999"),
+    "overload_refused_p50_ms": ("overload", "refused_ms", "p50"),
+    "overload_refused_p99_ms": ("overload", "refused_ms", "p99"),
+    "overload_5xx_other_than_fast_refusals": ("overload", "5xx_other_than_fast_refusals"),
+    "accepted_p99_over_capacity_p99": ("ratios", "accepted_p99_over_capacity_p99"),
+    "goodput_over_capacity": ("ratios", "goodput_over_capacity"),
+    "recovery_p99_back_after_s": ("recovery", "p99_back_to_baseline_after_s"),
+}
+
+
+def _get(run: dict, path: tuple[str, ...]):
+    value: object = run
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def medians(runs: list[dict]) -> dict:
+    out = {}
+    for name, path in KEY_METRICS.items():
+        values = [v for v in (_get(r, path) for r in runs) if v is not None]
+        out[name] = round(statistics.median(values), 2) if values else None
+        out[name + "_range"] = [min(values), max(values)] if values else None
+    return out
+
+
 def summary(res: dict) -> str:
-    c, b, o, r = res["capacity"], res["baseline"], res["overload"], res["recovery"]
+    c, o, r, u = res["capacity"], res["overload"], res["recovery"], res["unloaded"]
+    ratios = res["ratios"]
     return "\n".join([
-        f"overload drill, env knobs: {res['env']}; request deadline header: {res['deadline_ms']} ms; mix: {res['mix']}",
+        f"[{res['mode']} round {res['round']}] unloaded (c=1): {u['latency_ms']}",
         f"  capacity (closed loop, {c['concurrency']} conc, {c['seconds']} s): {c['ok_rps']} req/s, "
         f"status {c['status']}, latency {c['latency_ms']}",
-        f"  baseline at {b['target_rate']}/s: status {b['status']}, latency {b['latency_ms']}",
-        f"  overload at {o['target_rate']}/s for {res['overload_seconds']} s: sent {o['sent']} "
-        f"(achieved {o['achieved_send_rate']}/s, not sent at in-flight cap {o['not_sent_inflight_cap']}, "
-        f"max schedule lag {o['max_schedule_lag_ms']} ms)",
-        f"    accepted {o['accepted']} ({o['accepted_rps']}/s), rejected {o['rejected']}: {o['status']}",
-        f"    accepted latency {o['accepted_latency_ms']} (inside the handler: {o['accepted_handler_ms']})",
-        f"    answered later than deadline + 100 ms (client clock): {o['answered_after_deadline_plus_100ms']}",
-        f"    rejected latency {o['rejected_latency_ms_by_status']}",
-        f"    server-side (access log) ms by status: {o.get('server_side_ms_by_status')}",
-        f"    degraded accepted answers: {o['degraded']}; transport errors: {o['transport_errors']}; "
-        f"client CPU {o['client_cpu_share_of_one_core']} of one core",
-        f"  recovery at {r['target_rate']}/s: status {r['status']}, latency {r['latency_ms']}, "
-        f"degraded {r['degraded']}, transport errors {r['transport_errors']}",
-        f"    recovery latency served by primary {r['latency_ms_primary']}, by fallback {r['latency_ms_fallback']}",
-        f"    p99 back within {r['threshold_p99_ms']} ms (baseline p99 {r['baseline_p99_ms']} ms x tolerance) for good "
-        f"{r['p99_back_to_baseline_after_s']} s after the overload ended (first 1-s bucket within it: "
-        f"{r['first_second_within_threshold_after_s']} s; None = not within the recovery phase)",
-        f"  host load average (1/5/15 min; 2 cores shared): {res['host_loadavg_1_5_15']}",
+        f"  overload at {o['target_rate']}/s: sent {o['sent']} (achieved {o['achieved_send_rate']}/s, not sent at "
+        f"in-flight cap {o['not_sent_inflight_cap']}, max schedule lag {o['max_schedule_lag_ms']} ms)",
+        f"    goodput {o['goodput_rps']}/s (primary {o['goodput_primary_rps']}/s), accepted {o['accepted_ms']}",
+        f"    status {o['status']}; refused {o['refused']} in {o['refused_ms']}; 5xx other than fast refusals "
+        f"{o['5xx_other_than_fast_refusals']}; degraded {o['degraded']}",
+        f"    accepted p99 / capacity p99 = {ratios['accepted_p99_over_capacity_p99']}, goodput / capacity = "
+        f"{ratios['goodput_over_capacity']} -> {ratios['pass']}",
+        f"  recovery at {r['target_rate']}/s: status {r['status']}, latency {r['latency_ms']}, p99 back within "
+        f"{r['threshold_p99_ms']} ms after {r['p99_back_to_baseline_after_s']} s",
+        f"  host load average: {res['host_loadavg_1_5_15']}",
     ])
+
+
+def plot(result: dict, out: Path) -> None:
+    """Per-second accepted p99 and goodput during overload + recovery, last round of each mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    colors = {"off": "tab:red", "on": "tab:blue", "on_admission_only": "tab:orange"}
+    for mode, block in result["modes"].items():
+        run = block["runs"][-1]
+        over = run["overload"]["per_second"]
+        rec = run["recovery"]["per_second"]
+        n_over = len(over)
+        xs = [b["s"] for b in over] + [n_over + b["s"] for b in rec]
+        p99 = [b["p99"] for b in over + rec]
+        ok = [b["ok"] for b in over + rec]
+        color = colors.get(mode)
+        top.plot(xs, [v if v is not None else float("nan") for v in p99], color=color,
+                 label=f"control {mode}: accepted p99 per second")
+        top.axhline(run["capacity"]["latency_ms"]["p99"] * result["max_p99_ratio"], color=color, ls="--", lw=0.8,
+                    label=f"{result['max_p99_ratio']} x capacity p99 ({mode} run)")
+        bottom.plot(xs, ok, color=color, label=f"control {mode}: 200 answers per second")
+        bottom.axhline(run["capacity"]["ok_rps"] * result["min_goodput_ratio"], color=color, ls="--", lw=0.8,
+                       label=f"{result['min_goodput_ratio']} x capacity ({mode} run)")
+        top.axvline(n_over, color="grey", lw=0.8)
+        bottom.axvline(n_over, color="grey", lw=0.8)
+    top.set_ylabel("ms")
+    top.set_yscale("log")
+    top.set_title(f"overload drill: {result['factor']}x capacity open loop, then recovery at the low rate (grey line)")
+    top.legend(fontsize=7)
+    bottom.set_ylabel("requests/s")
+    bottom.set_xlabel("seconds since the overload started")
+    bottom.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"saved {out}")
+
+
+def run_once(args, mode: str, round_: int, env: dict[str, str]) -> dict:
+    log = log_path(args, f"{NAME}-{mode}-{round_}")
+    with Server(args.registry, env=env, log_path=log) as srv:
+        ready_s = srv.wait_ready()
+        res = asyncio.run(drill(srv.url, args))
+    res["overload"]["server_side_ms_by_status"] = server_side(log, res.pop("_wall"))
+    res = {"mode": mode, "round": round_, "server_ready_s": round(ready_s, 1), "server_log": str(log), "env": env,
+           **res}
+    print(summary(res), flush=True)
+    return res
 
 
 def main() -> None:
     ap = base_parser(__doc__, NAME)
     ap.add_argument("--mix", choices=("text", "mixed"), default="text")
+    ap.add_argument("--modes", default="off,on", help="queue control modes to run, comma-separated: "
+                                                      + ", ".join(MODE_ENV))
+    ap.add_argument("--repeat", type=int, default=1, help="rounds per mode (medians reported)")
     ap.add_argument("--factor", type=float, default=3.0, help="overload rate = factor x capacity")
+    ap.add_argument("--unloaded-seconds", type=float, default=8)
     ap.add_argument("--capacity-concurrency", type=int, default=32)
     ap.add_argument("--capacity-seconds", type=float, default=10)
     ap.add_argument("--low-fraction", type=float, default=0.25, help="low rate = fraction x capacity")
     ap.add_argument("--baseline-seconds", type=float, default=10)
-    ap.add_argument("--overload-seconds", type=float, default=60)
+    ap.add_argument("--overload-seconds", type=float, default=30)
     ap.add_argument("--recovery-seconds", type=float, default=15)
     ap.add_argument("--max-inflight", type=int, default=2000, help="client-side cap on outstanding requests")
     ap.add_argument("--deadline-ms", type=int, default=2000, help="X-Request-Timeout-Ms on every request (0: none)")
     ap.add_argument("--recovery-tolerance", type=float, default=1.5, help="p99 <= tolerance x baseline p99")
+    ap.add_argument("--max-p99-ratio", type=float, default=1.5, help="promise: accepted p99 <= this x capacity p99")
+    ap.add_argument("--min-goodput-ratio", type=float, default=0.90, help="promise: goodput >= this x capacity")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of the per-second p99 and goodput (default: --out "
+                                                            "with .png; 'none' to skip)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra/overriding server env (repeatable)")
     ap.add_argument("--no-default-env", action="store_true", help="do not apply the drill's default knobs")
     args = ap.parse_args()
-    for name in ("capacity_seconds", "baseline_seconds", "overload_seconds", "recovery_seconds"):
+    for name in ("unloaded_seconds", "capacity_seconds", "baseline_seconds", "overload_seconds", "recovery_seconds"):
         setattr(args, name, min(getattr(args, name), 300))
+    args.repeat = max(1, min(args.repeat, 10))
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODE_ENV for m in modes):
+        raise SystemExit(f"--modes takes {', '.join(MODE_ENV)}")
     env = {} if args.no_default_env else dict(DEFAULT_ENV)
     env.update(kv.split("=", 1) for kv in args.env)
-    print(f"server env knobs: {env}", flush=True)
-    log = log_path(args, NAME)
-    with Server(args.registry, env=env, log_path=log) as srv:
-        ready_s = srv.wait_ready()
-        res = asyncio.run(drill(srv.url, args))
-    res["overload"]["server_side_ms_by_status"] = server_side(log, res.pop("_wall"))
-    res = {"drill": NAME, "registry": str(args.registry), "server_ready_s": round(ready_s, 1), "server_log": str(log),
-           "env": env, "deadline_ms": args.deadline_ms or None, "mix": args.mix,
-           "overload_seconds": args.overload_seconds, "factor": args.factor, **res}
-    print(summary(res))
-    save(res, args.out)
+    print(f"server env knobs: {env}; modes {modes} x {args.repeat} rounds", flush=True)
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    started = time.time()
+    for round_ in range(args.repeat):
+        for mode in (modes if round_ % 2 == 0 else modes[::-1]):
+            runs[mode].append(run_once(args, mode, round_, {**env, **MODE_ENV[mode]}))
+    result: dict = {
+        "drill": NAME, "command": "python -m scripts.drills.overload " + shlex.join(sys.argv[1:]),
+        "registry": str(args.registry), "env": env, "mode_env": {m: MODE_ENV[m] for m in modes},
+        "deadline_ms": args.deadline_ms or None, "mix": args.mix, "factor": args.factor,
+        "overload_seconds": args.overload_seconds, "rounds": args.repeat,
+        "max_p99_ratio": args.max_p99_ratio, "min_goodput_ratio": args.min_goodput_ratio,
+        # the front door (queue_control.shedding) acts only where the request middleware asks it
+        "front_door_hook_in_middleware": "queue_control.shedding(" in MIDDLEWARE.read_text(),
+        "minutes_total": round((time.time() - started) / 60, 1),
+        "medians": {}, "modes": {}}
+    for mode in modes:
+        med = medians(runs[mode])
+        med["pass"] = verdict({"accepted_p99_over_capacity_p99": med["accepted_p99_over_capacity_p99"],
+                               "goodput_over_capacity": med["goodput_over_capacity"]}, args)
+        result["medians"][mode] = med
+        for run in runs[mode][:-1]:  # per-second detail only for the last round (the plot's)
+            run["overload"].pop("per_second", None)
+            run["recovery"].pop("per_second", None)
+        result["modes"][mode] = {"runs": runs[mode]}
+    print("medians over rounds:")
+    for mode, med in result["medians"].items():
+        print(f"  {mode}: " + ", ".join(f"{k} {v}" for k, v in med.items() if not k.endswith("_range")))
+    save(result, args.out)
+    if str(args.plot).lower() != "none":
+        plot(result, args.plot or args.out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@ Per API worker: each slot counts the items it has in flight at the runner and fi
 fixed + per-item cost (least squares over recent batches: a = per-batch overhead, c = per-item cost). The wait for a
 request is then  batches_ahead x a + items_ahead x c  with batches of the slot's max batch size. A request is refused
 when the slot is full, or when that wait would outlast its deadline: a fast 503 with Retry-After beats a slow 504.
+Under overload, the slot's standing-queue control (services/common/queue_control.py, fed by the gateway batcher)
+refuses what the next runner call cannot carry, so accepted requests keep the latency of a service at capacity.
 """
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,8 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from configs.settings import Admission
+from services.common import queue_control
 from services.common.deadlines import Deadline
 from services.common.errors import ApiError
+from services.common.queue_control import StandingQueue
 
 
 @dataclass
@@ -59,10 +64,16 @@ class SlotLoad:
 
 
 class AdmissionControl:
-    def __init__(self, cfg: Admission, max_batch: Callable[[str], int] = lambda slot: 1):
-        """`max_batch(slot)`: the slot's batch limit, looked up per call (deployments come and go at run time)."""
+    def __init__(self, cfg: Admission, max_batch: Callable[[str], int] = lambda slot: 1,
+                 queues: Callable[[str], StandingQueue | None] = queue_control.lookup,
+                 clock: Callable[[], float] = time.monotonic):
+        """`max_batch(slot)`: the slot's batch limit, looked up per call (deployments come and go at run time);
+        `queues(slot)`: the slot's gateway batcher queue view (None: no gateway batcher, no standing-queue control);
+        `clock`: monotonic seconds (tests pass a fake one)."""
         self.cfg = cfg
         self.max_batch = max_batch
+        self.queues = queues
+        self.clock = clock
         self.slots: dict[str, SlotLoad] = {}
 
     def load(self, slot: str) -> SlotLoad:
@@ -82,11 +93,26 @@ class AdmissionControl:
         if s.inflight_items + items > self.cfg.max_inflight_items:
             raise ApiError(503, "overloaded", f"{slot} queue is full", {"slot": slot, "queued": s.inflight_items,
                            "limit": self.cfg.max_inflight_items}, headers={"Retry-After": "1"})
+        self._standing_queue(slot, items)  # before the deadline: a standing queue is overload, whatever the deadline
         wait = self.estimated_wait(slot, items)
         if wait > deadline.remaining():
             raise ApiError(503, "deadline_unattainable", f"estimated wait {wait * 1000:.0f} ms exceeds the deadline",
                            {"slot": slot, "estimated_wait_ms": round(wait * 1000), "budget_ms": deadline.budget_ms},
                            headers={"Retry-After": str(max(1, math.ceil(wait)))})
+
+    def _standing_queue(self, slot: str, items: int) -> None:
+        """Overload: refuse what the next runner call(s) cannot carry (queue_control.py). Code 'overloaded', so that
+        'auto' requests spill to the fallback as with a full queue; details.reason tells the two apart."""
+        cfg = self.cfg
+        if not cfg.queue_control:
+            return
+        queue = self.queues(slot)
+        if queue is None or queue.admit(self.clock(), items, cfg.queue_interval_ms / 1000, cfg.queue_calls,
+                                        cfg.queue_front_door):
+            return
+        raise ApiError(503, "overloaded", f"{slot} is over capacity: the request would not leave with the next "
+                       "runner call", {"slot": slot, "reason": "standing_queue", "queued": queue.waiting,
+                                       "limit": queue.limit(cfg.queue_calls)}, headers={"Retry-After": "1"})
 
     def started(self, slot: str, items: int) -> None:
         self.load(slot).inflight_items += items

@@ -15,6 +15,11 @@ worker (admitted, still being parsed or preprocessed; `Approaching`), a batch fo
 `coalesce_wait_s` from its oldest request. Under a closed-loop load at c=32 the first request back after a batch
 otherwise left alone each time, and half of the runner calls carried one text (docs/performance.md). At concurrency 1
 nobody is on the way, so nothing waits.
+
+Each batcher also keeps its slot's queue view for admission (services/common/queue_control.py): the items waiting
+for a call, and at each departure how many it left behind (a standing queue), so that admission can refuse under
+overload what the next call cannot carry. The wait of the oldest request of each call is exported
+(triserve_gateway_queue_wait_seconds).
 """
 from __future__ import annotations
 
@@ -27,8 +32,13 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
+from services.common import queue_control
+
 GATEWAY_BATCH = Histogram("triserve_gateway_batch_requests", "Requests coalesced into one runner call, per slot.",
                           ["slot"], buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+QUEUE_WAIT = Histogram("triserve_gateway_queue_wait_seconds", "Wait of the oldest request of each runner call in its "
+                       "slot's gateway batcher queue (submitted -> call left), per slot.", ["slot"],
+                       buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 
 Send = Callable[[list[dict]], Awaitable[list[dict]]]
 
@@ -41,7 +51,8 @@ class Approaching:
     nobody else is on the way.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, task: str = "") -> None:
+        self.task = task
         self.count = 0
         self._listeners: list[weakref.WeakMethod] = []
 
@@ -71,7 +82,10 @@ _APPROACHING: dict[str, Approaching] = {}
 
 def approaching(task: str) -> Approaching:
     """This process's count for `task` (one event loop per API worker process)."""
-    return _APPROACHING.setdefault(task, Approaching())
+    found = _APPROACHING.get(task)
+    if found is None:
+        found = _APPROACHING[task] = Approaching(task)
+    return found
 
 
 @dataclass
@@ -92,6 +106,8 @@ class SlotBatcher:
         self.max_inflight = max_inflight
         self.inflight = 0
         self._queue: deque[_Pending] = deque()
+        # what admission (and the front door, per task) sees of this queue
+        self.queue = queue_control.register(slot, max_batch_size * max_inflight, coming.task if coming else "")
         self._tasks: set[asyncio.Task] = set()
         self.coming = coming
         self.coalesce_wait_s = coalesce_wait_s
@@ -101,13 +117,15 @@ class SlotBatcher:
 
     @property
     def queued_items(self) -> int:
-        return sum(len(p.items) for p in self._queue)
+        """Items waiting for a call (requests cancelled while queued count until their turn comes)."""
+        return self.queue.waiting
 
     async def submit(self, items: list[dict], arrived: Callable[[], None] | None = None) -> list[dict]:
         """`arrived`: the request's Approaching.enter() callback, called once it is queued (so that a batch waiting
         for it leaves with it)."""
         pending = _Pending(items)
         self._queue.append(pending)
+        self.queue.waiting += len(items)
         if arrived is not None:
             arrived()
         self._pump()
@@ -123,6 +141,9 @@ class SlotBatcher:
             batch = self._take()
             if not batch:
                 return
+            now = time.monotonic()
+            self.queue.departed(now, self.queue.waiting)
+            QUEUE_WAIT.labels(self.slot).observe(now - batch[0].enqueued)
             self.inflight += 1
             task = asyncio.get_running_loop().create_task(self._call(batch))
             self._tasks.add(task)  # a strong reference until done
@@ -148,10 +169,12 @@ class SlotBatcher:
             head = self._queue[0]
             if head.future.done():  # cancelled by its caller before leaving: never sent
                 self._queue.popleft()
+                self.queue.waiting -= len(head.items)
                 continue
             if batch and size + len(head.items) > self.max_batch_size:
                 break
             batch.append(self._queue.popleft())
+            self.queue.waiting -= len(head.items)
             size += len(head.items)
         return batch
 

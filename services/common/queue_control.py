@@ -1,0 +1,116 @@
+"""Standing-queue control for the gateway batcher: under overload, admit only what the next runner call carries.
+
+Why: a slot's batcher sends one call at a time (`gateway.batch_inflight`) and queues what arrives meanwhile. The part
+of that queue the next call takes is a good queue: it waits at most for the call in flight and buys throughput
+(bigger batches). Whatever the next call cannot take is a standing queue: the runner cannot go faster, so each extra
+call's worth of waiting adds a full call time of latency to everyone behind it and no throughput. Without control the
+queue grows until the item cap or the request deadline (docs/drills/overload.json: accepted p99 4-9x the unloaded p99
+at 3x capacity). CoDel's insight applies (a standing queue, not a long one, is the problem; tolerate bursts shorter
+than an interval), and the batcher knows exactly what CoDel has to infer from sojourn times: in a batch-while-busy
+queue the youngest request of a departing call has waited ~0 unless requests were left behind by the previous call,
+so "the sojourn stayed above target for an interval" is "every call left requests behind for an interval".
+
+The rule, per slot and API worker (no shared state; O(1) per request):
+  - the batcher reports each departure (`departed`): items it left behind, and keeps `waiting` (items queued, not
+    yet in a call) up to date;
+  - when departures have left requests behind continuously for `interval_s` (a standing queue, not a burst), control
+    switches on; while on, a request is admitted only if it leaves within `calls` rounds of calls (1: the next call;
+    one round = max_batch_size x batch_inflight items), else refused at once (503 overloaded, Retry-After) before it
+    reaches the runner; an empty queue always admits (a request larger than a batch goes alone);
+  - control stays on while it keeps refusing, and switches off `interval_s` after its last refusal or standing queue.
+Accepted requests then wait at most for the call in flight plus their own call (~2 call times at full batches: the
+latency the service sustains at capacity); the runner always has a full next call queued, so throughput holds. With
+the queue bounded to what the next call takes, every waiting request leaves in that call, so the order of service
+(FIFO vs LIFO under pressure) makes no difference. Unloaded or in a closed loop at capacity no queue stands for an
+interval and nothing changes (docs/drills/overload.json measures both).
+
+Adaptive-concurrency limits (Envoy's gradient, Netflix's Vegas/Gradient2) compare sampled latency with the minimum
+latency; with batching the latency at full throughput is inherently a full call, far above a lone request's, so they
+would shrink batches (and throughput) instead of the standing queue. Here the limit follows the call size directly.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class StandingQueue:
+    """One slot's batcher queue as admission sees it (one per slot and API worker). Times are time.monotonic()."""
+
+    slot: str = ""
+    task: str = ""  # the slot's family ('' unknown): front-door shedding is per task
+    round_items: int = 0  # items one round of calls carries (max_batch_size x batch_inflight); 0: never refuses
+    waiting: int = 0  # items queued in the batcher, not yet in a call
+    standing_since: float | None = None  # since when every departure has left items behind (None: the last one didn't)
+    controlled_until: float = -math.inf  # control is on until then
+    refused: int = 0  # requests refused (for /admin views and tests)
+    limit_items: int = 0  # the limit of the last admission check (what `full` compares with)
+    front_door: bool = True  # may `full` say so (admission.queue_front_door, passed at each check)
+
+    def departed(self, now: float, left_behind: int) -> None:
+        """A call left; `left_behind` items stayed queued (they wait for at least one more call)."""
+        if left_behind > 0:
+            if self.standing_since is None:
+                self.standing_since = now
+        else:
+            self.standing_since = None
+
+    def controlled(self, now: float, interval_s: float) -> bool:
+        """Is control on? Switches on when the queue has stood for `interval_s`."""
+        if self.standing_since is not None and now - self.standing_since >= interval_s:
+            self.controlled_until = max(self.controlled_until, now + interval_s)
+            return True
+        return now < self.controlled_until
+
+    def limit(self, calls: float) -> int:
+        """Most items that may wait while control is on: what `calls` rounds of calls carry (at least one item)."""
+        return max(1, math.ceil(calls * self.round_items))
+
+    def admit(self, now: float, items: int, interval_s: float, calls: float, front_door: bool = True) -> bool:
+        """May a request of `items` items join the queue now? False: refuse it. A request that fits within `calls`
+        rounds of calls always joins; one that does not starts (or continues) a standing queue, tolerated as a burst
+        until the queue has stood for `interval_s`, refused from then on. Each refusal keeps control on for another
+        `interval_s`. `front_door`: whether `full` may report this queue full (the front door refuses for it)."""
+        self.limit_items, self.front_door = self.limit(calls), front_door
+        if self.round_items <= 0 or self.waiting == 0 or self.waiting + items <= self.limit_items:
+            return True
+        if self.standing_since is None:
+            self.standing_since = now
+        if not self.controlled(now, interval_s):
+            return True
+        self.controlled_until = now + interval_s
+        self.refused += 1
+        return False
+
+
+    def full(self, now: float) -> bool:
+        """Control is on and the queue holds all it may: admission would refuse any request of this slot now."""
+        return (self.front_door and self.round_items > 0 and now < self.controlled_until
+                and self.waiting >= self.limit_items)
+
+
+_QUEUES: dict[str, StandingQueue] = {}
+
+
+def register(slot: str, round_items: int, task: str = "") -> StandingQueue:
+    """A new batcher's queue view for `slot` (of family `task`) in this process (one event loop per API worker); it
+    replaces any earlier one of the same slot (a batcher made again, e.g. in tests)."""
+    queue = _QUEUES[slot] = StandingQueue(slot, task, round_items)
+    return queue
+
+
+def shedding(task: str, now: float | None = None) -> bool:
+    """True when every gateway-batched slot of family `task` in this API worker is full under control: admission
+    would refuse a request of this task whatever deployment and model it names, so the front door may refuse it
+    before reading its body (a refusal after parsing and preprocessing costs an API worker about as much CPU as an
+    answer, which at 3x capacity starves the answers). False while any slot of the task has room, or none is known."""
+    at = time.monotonic() if now is None else now
+    queues = [q for q in _QUEUES.values() if q.task == task]
+    return bool(queues) and all(q.full(at) for q in queues)
+
+
+def lookup(slot: str) -> StandingQueue | None:
+    """The slot's queue view, None when no gateway batcher serves it (runner.batching=runner, or no call yet)."""
+    return _QUEUES.get(slot)
