@@ -111,6 +111,19 @@ class RunnerSettings(_Section):
                     "gateway calls it over HTTP). 'local': each API worker runs the runner's code in process "
                     "(runners/local.py): no hop, for single-node CPU serving; every API worker loads every model. "
                     "Needs batching='gateway'. Measured in docs/performance.md.")
+    fallbacks: Literal["runner", "gateway"] = Field(
+        "runner",
+        description="Where the deployments' fallback models run. 'runner': in the runner tier with the primaries. "
+                    "'gateway': in each API worker (in process, like placement='local' but for fallbacks only), "
+                    "so a fallback keeps answering when the runner process dies or restarts: another failure "
+                    "domain. Costs the fallbacks' memory per API worker (they are the small models). Needs "
+                    "placement='remote'.")
+    primary_attempt_ms: float = Field(
+        1000.0, gt=0, le=60_000,
+        description="fallbacks='gateway' only: an 'auto' request's primary call that has not answered within "
+                    "max(this, 3 x the admission's estimated wait) is abandoned for the fallback. A killed runner's "
+                    "socket accepts connections and never answers until its restart, so without this the requests "
+                    "in flight wait for the restart instead of the fallback.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
@@ -122,6 +135,9 @@ class RunnerSettings(_Section):
         if self.placement == "local" and self.batching != "gateway":
             raise ValueError("runner.placement='local' has no BentoML dispatcher to batch in: use "
                              "runner.batching='gateway'")
+        if self.fallbacks == "gateway" and self.placement != "remote":
+            raise ValueError("runner.fallbacks='gateway' separates the fallbacks from a remote runner tier: with "
+                             "runner.placement='local' every model already runs in the API worker")
         return self
 
 
