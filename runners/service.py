@@ -15,7 +15,8 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple, cast
 
 import bentoml
 import numpy as np
@@ -25,6 +26,7 @@ import families
 from configs.deployments import FALLBACK_SUFFIX, Deployment, ModelRepository, load_repository, save_state
 from configs.settings import ModelSlot, get_settings
 from models.cache import open_serving_registry
+from models.manifest import Manifest
 from observability import heapdump, memory
 from observability.device import start_device_sampler
 from observability.metrics import observe_rss, settle_heap
@@ -52,7 +54,13 @@ class IncompatibleFallback(ValueError):
     """A deployment's fallback cannot stand in for its primary (other family or label set)."""
 
 
-def check_pair(dep: Deployment, primary: LoadedModel, fallback: LoadedModel | None) -> None:
+class Manifested(NamedTuple):
+    """A model known by its manifest only (the other half of a pair hosted elsewhere: runner.fallbacks='gateway')."""
+
+    manifest: Manifest
+
+
+def check_pair(dep: Deployment, primary: LoadedModel | Manifested, fallback: LoadedModel | Manifested | None) -> None:
     """Both models belong to the deployment's family, and the fallback answers with the primary's labels in the same
     order (a user's detector must never answer 'triangle' because its fallback is another model)."""
     for role, model in (("model", primary), ("fallback", fallback)):
@@ -134,6 +142,10 @@ def _batching() -> dict:
     **service_tracing(settings.observability.trace_sample_rate, settings.observability.otlp_endpoint),
 )
 class ModelRunner:
+    # Which slots this process hosts when runner.fallbacks='gateway': the runner tier the primaries, the API workers'
+    # in-process FallbackHost (fallback_host()) the fallbacks; with 'runner' every slot is hosted here.
+    hosts: ClassVar[str] = "primary"
+
     def __init__(self) -> None:
         if settings.runner.startup_delay_s:
             time.sleep(settings.runner.startup_delay_s)
@@ -146,14 +158,14 @@ class ModelRunner:
         room = self._sync_residency()
         always = [d for d in self.repository.deployments if d.residency == "always"]
         self.pool.load_all({slot: (m.name, m.ref, _reserved_batch(m)) for d in always
-                            for slot, m in d.slots.items()},
-                           budgets={d.name: (list(d.slots), d.memory_mb) for d in always if d.memory_mb},
+                            for slot, m in self._slots(d).items()},
+                           budgets={d.name: (list(self._slots(d)), d.memory_mb) for d in always if d.memory_mb},
                            keep_free_mb=room)
         for dep in always:
             self._check_loaded(dep)
         self.rollout: dict[str, dict] = {}  # slot -> {"canary": {"version", "weight"} | None, "shadow": version}
         for dep in self.repository.deployments:
-            for slot in dep.slots:
+            for slot in self._slots(dep):
                 loaded = self.pool.models.get(slot)
                 MODEL_RESIDENT.labels(slot).set(loaded is not None)
                 if loaded is not None:
@@ -167,14 +179,30 @@ class ModelRunner:
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
 
+    def _slots(self, dep: Deployment) -> dict[str, ModelSlot]:
+        """The slots of a deployment this process hosts (see `hosts`)."""
+        if settings.runner.fallbacks == "runner":
+            return dep.slots
+        return {slot: m for slot, m in dep.slots.items() if (slot == dep.name) == (self.hosts == "primary")}
+
+    def _pair_check(self, dep: Deployment, loaded: Mapping[str, LoadedModel]) -> None:
+        """check_pair on the loaded models, the half hosted elsewhere known by its registry manifest."""
+        def model(slot: str, m: ModelSlot) -> LoadedModel | Manifested:
+            if slot in loaded:
+                return loaded[slot]
+            registry = self.pool.registry
+            return Manifested(registry.manifest(m.name, registry.resolve(m.name, m.ref)))
+
+        fallback = model(dep.fallback_slot, dep.fallback) if dep.fallback_slot and dep.fallback else None
+        check_pair(dep, model(dep.name, dep.model), fallback)
+
     def _check_loaded(self, dep: Deployment) -> None:
         """A deployment whose models loaded but do not fit together is a configuration error: refused with the
         reason (not ready, /readyz and /v1/models say why), never served."""
-        primary = self.pool.models.get(dep.name)
-        if primary is None:
+        if not all(slot in self.pool.models for slot in self._slots(dep)):
             return  # its load error is already recorded
         try:
-            check_pair(dep, primary, self.pool.models.get(dep.fallback_slot) if dep.fallback_slot else None)
+            self._pair_check(dep, self.pool.models)
         except IncompatibleFallback as exc:
             log.error("REFUSED: %s", exc)
             for slot in dep.slots:  # never served: its requests get 503 not_ready with this reason in /v1/models
@@ -218,7 +246,7 @@ class ModelRunner:
             if dep.residency != "on_demand":
                 continue
             weights = 0.0
-            for slot, m in dep.slots.items():
+            for slot, m in self._slots(dep).items():
                 try:
                     directory, manifest = self.pool.registry.load_verified(m.name, m.ref)
                 except Exception as exc:  # noqa: BLE001 - the deployment is refused with the reason, the rest serves
@@ -237,11 +265,11 @@ class ModelRunner:
         with self._control:
             staged: dict[str, LoadedModel] = {}
             try:
-                for slot, m in dep.slots.items():
+                for slot, m in self._slots(dep).items():
                     staged[slot] = self.pool.load(slot, m.name, m.ref, activate=False,
                                                   max_batch=_reserved_batch(m),
                                                   limit_mb=self._deployment_left(dep, staged), make_room=make_room)
-                check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
+                self._pair_check(dep, staged)
             except Exception:
                 for slot in staged:
                     self.pool.drop(slot)
@@ -262,7 +290,7 @@ class ModelRunner:
                                    for m in staged.values())
 
     def _unload_deployment(self, dep: Deployment) -> None:
-        for slot in dep.slots:
+        for slot in self._slots(dep):
             for version in list(self.pool.versions.get(slot, {})):
                 MODEL_MEMORY.labels(slot, version, "reserved").set(0)
             self.pool.drop(slot)
@@ -271,7 +299,7 @@ class ModelRunner:
 
     def _observe_residency(self, event: str, name: str, **info) -> None:
         dep = self.repository.find(name)
-        for slot in dep.slots if dep else ():
+        for slot in self._slots(dep) if dep else ():
             if event == "load":
                 MODEL_LOADS.labels(slot, info["trigger"], info["outcome"]).inc()
             elif event == "evict":
@@ -394,7 +422,7 @@ class ModelRunner:
         slots = {}
         for dep in self.repository.deployments:
             entry = on_demand.get(dep.name, {})
-            for slot in dep.slots:
+            for slot in self._slots(dep):
                 state = RESIDENT if slot in self.pool.models else entry.get("state") or (
                     REFUSED if dep.name in self.pool.errors or slot in self.pool.errors else UNLOADED)
                 slots[slot] = {"state": state, "residency": dep.residency, "last_used_s": entry.get("last_used_s")}
@@ -506,11 +534,11 @@ class ModelRunner:
         staged: dict[str, LoadedModel] = {}
         try:
             with self._control:
-                for slot, m in dep.slots.items():  # under a key of its own: nothing serving can reach it yet
+                for slot, m in self._slots(dep).items():  # under a key of its own: nothing serving can reach it yet
                     staged[slot] = self.pool.load(slot + STAGING, m.name, m.ref, activate=False,
                                                   max_batch=_reserved_batch(m),
                                                   limit_mb=self._deployment_left(dep, staged))
-                check_pair(dep, staged[dep.name], staged.get(dep.fallback_slot) if dep.fallback_slot else None)
+                self._pair_check(dep, staged)
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             with self._control:
                 for slot in dep.slots:
@@ -548,7 +576,7 @@ class ModelRunner:
         on the models they hold)."""
         try:
             versions = {slot: self.pool.registry.load_verified(m.name, m.ref)[1].version
-                        for slot, m in dep.slots.items()}
+                        for slot, m in self._slots(dep).items()}
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             log.error("deployment %s refused: %s: %s", dep.name, type(exc).__name__, exc)
             return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
@@ -601,3 +629,11 @@ class ModelRunner:
             if version not in in_use:
                 self.pool.unload(slot, version)
                 log.info("retired %s:%s", slot, version)
+
+
+def fallback_host() -> type:
+    """ModelRunner's code hosting only the deployments' fallbacks, built in each API worker when
+    runner.fallbacks='gateway' (services/gateway.py, through runners/local.LocalRunner): a fallback keeps answering
+    when the runner tier's process dies."""
+    inner = cast(Any, ModelRunner).inner  # @bentoml.service made ModelRunner a Service; .inner is the class
+    return type("FallbackHost", (inner,), {"hosts": "fallback"})

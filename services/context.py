@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import families
-from configs.deployments import Deployment
+from configs.deployments import FALLBACK_SUFFIX, Deployment
 from configs.settings import Settings
 from families.base import Family
 from models.manifest import Manifest
@@ -36,8 +36,10 @@ class ServingContext:
     canary: CanaryGuard
     shadow: ShadowMirror
     quality: QualityMonitor | None = None
+    fallback_runner: Any = None  # runner.fallbacks='gateway': the fallbacks' in-process host (runners.local)
     _pipelines: dict[str, tuple[Deployment, Any]] = field(default_factory=dict)
     _runner_client: RunnerClient | None = None
+    _fallback_client: RunnerClient | None = None
 
     @property
     def repository(self):
@@ -50,6 +52,16 @@ class ServingContext:
         if self._runner_client is None:
             self._runner_client = RunnerClient(self.runner, self.settings, self.slot_batch, self.slot_family)
         return self._runner_client
+
+    def client_for(self, slot: str) -> RunnerClient:
+        """The runner client of the process that hosts the slot: the runner tier, or this API worker for fallback
+        slots when runner.fallbacks='gateway'."""
+        if self.fallback_runner is None or slot.removesuffix(FALLBACK_SUFFIX) == slot:
+            return self.runner_client
+        if self._fallback_client is None:
+            self._fallback_client = RunnerClient(self.fallback_runner, self.settings, self.slot_batch,
+                                                 self.slot_family)
+        return self._fallback_client
 
     def slot_batch(self, slot: str) -> int:
         return self.routing.batch_limit(slot)

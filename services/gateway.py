@@ -24,7 +24,7 @@ from observability.metrics import settle_heap
 from observability.request_log import RequestLog
 from observability.tracing import service_tracing
 from runners.local import LocalRunner
-from runners.service import ModelRunner
+from runners.service import ModelRunner, fallback_host
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
@@ -62,8 +62,15 @@ app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
 @app.get("/v1/models", tags=["operations"], summary="Every deployment (family, default, models, versions, state) and "
                                                     "every loaded model by slot")
 async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
-    await ctx.routing.refresh(ctx.runner)
-    status = await ctx.runner.to_async.status()
+    try:
+        await ctx.routing.refresh(ctx.runner)
+        status = await ctx.runner.to_async.status()
+    except Exception as exc:  # noqa: BLE001 - the runner tier is away: say so, and show what this worker hosts
+        status = {"ready": False, "models": {}, "slots": {}, "errors": {"runner": f"unreachable: {type(exc).__name__}"}}
+    if ctx.fallback_runner is not None:  # fallbacks hosted in this API worker (runner.fallbacks='gateway')
+        local = await ctx.fallback_runner.to_async.status()
+        for key in ("models", "slots", "errors"):
+            status[key] = {**status.get(key, {}), **local.get(key, {})}
     loaded = status.get("models", {})
     out = []
     defaults = {e["name"]: e["default"] for e in ctx.repository.describe()}
@@ -114,6 +121,10 @@ class Gateway:
             # mypy keeps a class decorator's class as it was: @bentoml.service made ModelRunner a Service
             runner_service = cast("bentoml.Service[ModelRunner]", ModelRunner)
             self.runner = LocalRunner(runner_service.inner, ("infer",))
+        # runner.fallbacks='gateway': the fallbacks run in this process, so they answer while the runner tier is away
+        self.fallback_runner = LocalRunner(fallback_host(), ("infer",)) if settings.runner.fallbacks == "gateway" \
+            else None
+        self._runner_seen_ready = False
         self.loaded = False
         self.load_error: str | None = None
         self.ctx: ServingContext | None = None
@@ -129,7 +140,7 @@ class Gateway:
     def _context(self) -> ServingContext:
         repository = load_repository(state_file=settings.deployments_state_file, overrides=settings.slots)
         registry = open_serving_registry(settings, repository)
-        routing = RoutingTable(settings.rollout, repository)
+        routing = RoutingTable(settings.rollout, repository, self.fallback_runner)
         catalog = ModelCatalog(registry, lambda slot: routing.repository.slots[slot].name)
         manifests = []
         for slot, cfg in repository.slots.items():  # verified manifests (and tokenizers) before any traffic
@@ -140,7 +151,8 @@ class Gateway:
         protection = Protection(settings, routing.batch_limit)
         return ServingContext(settings=settings, runner=self.runner, registry=registry, routing=routing,
                               catalog=catalog, protection=protection, canary=CanaryGuard(settings.rollout),
-                              shadow=ShadowMirror(settings.rollout), quality=quality)
+                              shadow=ShadowMirror(settings.rollout), quality=quality,
+                              fallback_runner=self.fallback_runner)
 
     @bentoml.on_startup
     async def _start_grpc(self) -> None:
@@ -155,10 +167,16 @@ class Gateway:
 
     async def __is_ready__(self) -> bool:
         """Ready = our metadata loaded and the runner answered its readiness probe quickly (it turns ready only after
-        every model is loaded and warmed). A bounded wait keeps /readyz a fast 503 instead of a hanging probe."""
+        every model is loaded and warmed). A bounded wait keeps /readyz a fast 503 instead of a hanging probe. With
+        the fallbacks in this process (runner.fallbacks='gateway'): they must be loaded too, and once the runner tier
+        has been ready, its outage degrades this instance (fallbacks answer) instead of taking it out of rotation."""
         if not self.loaded:
             return False
-        try:
-            return bool(await asyncio.wait_for(self.runner.is_ready(1), timeout=1.5))
-        except Exception:  # noqa: BLE001 - timeout or connection refused both mean not ready
+        if self.fallback_runner is not None and not await self.fallback_runner.is_ready():
             return False
+        try:
+            ready = bool(await asyncio.wait_for(self.runner.is_ready(1), timeout=1.5))
+        except Exception:  # noqa: BLE001 - timeout or connection refused both mean not ready
+            ready = False
+        self._runner_seen_ready = self._runner_seen_ready or ready
+        return ready or (self.fallback_runner is not None and self._runner_seen_ready)

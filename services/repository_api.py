@@ -62,6 +62,11 @@ async def put_deployment(name: str, body: DeploymentSpec, client: Client = Depen
         raise ApiError(422, "invalid_deployment", str(exc)[:1000], {"deployment": name}) from None
     result = await ctx.runner.to_async.add_deployment(deployment=dep.model_dump(mode="json"),
                                                       retire_after_s=ctx.settings.rollout.retire_after_s)
+    if "error" not in result and ctx.fallback_runner is not None:  # its fallback is hosted in this API worker
+        local = await ctx.fallback_runner.to_async.add_deployment(deployment=dep.model_dump(mode="json"),
+                                                                  retire_after_s=ctx.settings.rollout.retire_after_s)
+        result = {**result, "versions": {**result.get("versions", {}), **local.get("versions", {})},
+                  **({"error": local["error"]} if "error" in local else {})}
     if "error" in result:
         raise ApiError(409, "deployment_refused", f"{name}: {result['error']}"[:1000], {"deployment": name})
     await ctx.routing.refresh(ctx.runner)
@@ -75,6 +80,9 @@ async def delete_deployment(name: str, client: Client = Depends(admin_guard),
                             ctx: ServingContext = Depends(loaded_context)) -> dict:
     result = await ctx.runner.to_async.remove_deployment(name=name,
                                                          retire_after_s=ctx.settings.rollout.retire_after_s)
+    if "error" not in result and ctx.fallback_runner is not None:
+        await ctx.fallback_runner.to_async.remove_deployment(name=name,
+                                                             retire_after_s=ctx.settings.rollout.retire_after_s)
     if "error" in result:
         known = [d.name for d in ctx.repository.deployments]
         status = 404 if result["error"].startswith("KeyError") else 409

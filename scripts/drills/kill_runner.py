@@ -1,10 +1,14 @@
 """Drill: SIGKILL the runner worker in the middle of closed-loop mixed load.
 
     python -m scripts.drills.kill_runner [--registry models/store] [--concurrency 16] [--seconds 35] [--kill-at 12]
+    python -m scripts.drills.kill_runner --fallbacks gateway   # -> docs/drills/kill_runner_fallbacks_gateway.json
 
 Reports failed requests (by status and error code), time from the kill until requests succeed again, whether and
 when a fallback answered (degraded responses), and whether BentoML restarted the runner by itself (PID change,
-/readyz back to 200). Nothing here supervises the runner: the drill only observes.
+/readyz back to 200). Nothing here supervises the runner: the drill only observes. With `--fallbacks gateway`
+(runner.fallbacks='gateway': fallbacks in the API worker, another failure domain) the side probes alternate 'auto'
+and 'primary' requests and the drill checks issue 21's goals: 'auto' requests in flight at the kill answered within
+1 s (p99), no 5xx for 'auto', 'primary' requests 503 + Retry-After during the outage, full recovery measured.
 """
 from __future__ import annotations
 
@@ -35,11 +39,12 @@ NAME = "kill_runner"
 
 
 async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, max_requests: int,
-                probe_interval: float = 0.25, probe_deadline_ms: int = 2000) -> dict:
+                probe_interval: float = 0.25, probe_deadline_ms: int = 2000, with_primary_probes: bool = False) -> dict:
     assert_loopback(srv.url)
     mix = payloads()
     rows: list[Row] = []
     probes: list[Row] = []
+    primary_probes: list[Row] = []
     timeline: list[dict] = []  # changes of runner PIDs and /readyz
     events: dict = {}
     counter = iter(range(max_requests))
@@ -85,16 +90,19 @@ async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, m
             if probe_interval <= 0:
                 return
             rng = random.Random(1)
-            tasks = []
+            tasks: list[asyncio.Task[Row]] = []
+            primary_tasks: list[asyncio.Task[Row]] = []
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as own:
-                for _ in range(int(seconds / probe_interval)):
+                for i in range(int(seconds / probe_interval)):
                     if time.monotonic() > stop_at:
                         break
-                    tasks.append(asyncio.create_task(post(
-                        own, srv.url, "/v1/classify", text_body(rng), t0,
+                    primary = with_primary_probes and i % 2 == 1
+                    (primary_tasks if primary else tasks).append(asyncio.create_task(post(
+                        own, srv.url, "/v1/classify", text_body(rng, model="primary" if primary else "auto"), t0,
                         headers={"X-Request-Timeout-Ms": str(probe_deadline_ms)}, timeout=30)))
                     await asyncio.sleep(probe_interval)
                 probes.extend(await asyncio.gather(*tasks))
+                primary_probes.extend(await asyncio.gather(*primary_tasks))
 
         mon = asyncio.create_task(monitor())
         await asyncio.gather(killer(), prober(), *(worker() for _ in range(concurrency)))
@@ -102,7 +110,32 @@ async def drill(srv: Server, concurrency: int, seconds: float, kill_at: float, m
     res = analyse(rows, timeline, events, time.monotonic() - t0, concurrency)
     if probe_interval > 0:
         res["probes"] = probe_report(probes, events.get("kill_s"), res, probe_interval, probe_deadline_ms)
+    if with_primary_probes:
+        res["primary_probes"] = probe_report(primary_probes, events.get("kill_s"), res, probe_interval,
+                                             probe_deadline_ms)
+        res["checks"] = fallback_checks(rows, probes, primary_probes, res)
     return res
+
+
+def fallback_checks(rows: list[Row], probes: list[Row], primary_probes: list[Row], res: dict) -> dict:
+    """Issue 21's goals for fallbacks outside the runner's failure domain (every closed-loop request is 'auto')."""
+    kill = res["kill_at_s"]
+    in_flight = [r for r in rows + probes if kill is not None and r.sent < kill <= r.done]
+    auto_after = [r for r in rows + probes if kill is not None and r.done >= kill]
+    outage_end = kill + (res["readyz_200_again_s"] or res["seconds"]) if kill is not None else 0.0
+    primary_outage = [r for r in primary_probes if kill is not None and kill + 0.5 <= r.sent < outage_end - 0.5]
+    p99 = lat(in_flight)["p99"]
+    return {
+        "auto_in_flight_at_kill_p99_ms": p99,
+        "auto_in_flight_answered_within_1s": bool(in_flight) and p99 is not None and p99 <= 1000
+        and all(r.ok for r in in_flight),
+        "auto_5xx_after_kill": sum(1 for r in auto_after if isinstance(r.status, int) and r.status >= 500),
+        "auto_zero_5xx": not any(isinstance(r.status, int) and r.status >= 500 for r in auto_after),
+        "primary_during_outage": by_status(primary_outage),
+        "primary_refused_503_during_outage": bool(primary_outage) and all(
+            r.status == 503 and r.code == "runner_unavailable" for r in primary_outage),
+        "recovered": res["time_to_recovery_s"] is not None and res["latency_ms_after_recovery"]["n"] > 0,
+    }
 
 
 def probe_report(probes: list[Row], kill: float | None, res: dict, interval: float, deadline_ms: int) -> dict:
@@ -207,17 +240,24 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=20_000)
     ap.add_argument("--probe-interval", type=float, default=0.25, help="side-probe spacing (open loop; 0 = no probes)")
     ap.add_argument("--probe-deadline-ms", type=int, default=2000, help="X-Request-Timeout-Ms of side probes")
+    ap.add_argument("--fallbacks", choices=("runner", "gateway"), default="runner",
+                    help="runner.fallbacks: 'gateway' hosts the fallbacks in the API worker (another failure domain)")
     args = ap.parse_args()
+    if args.fallbacks == "gateway" and args.out == base_parser(__doc__, NAME).parse_args([]).out:
+        args.out = args.out.with_name(f"{NAME}_fallbacks_gateway.json")
     probe_interval = args.probe_interval if args.probe_interval <= 0 else max(args.probe_interval, 0.05)
     log = log_path(args, NAME)
-    with Server(args.registry, log_path=log) as srv:
+    env = {"TRISERVE_RUNNER__FALLBACKS": args.fallbacks}
+    with Server(args.registry, env=env, log_path=log) as srv:
         ready_s = srv.wait_ready()
         res = asyncio.run(drill(srv, args.concurrency, min(args.seconds, 120), args.kill_at, args.max_requests,
-                               probe_interval, args.probe_deadline_ms))
+                               probe_interval, args.probe_deadline_ms, with_primary_probes=args.fallbacks == "gateway"))
         res["runner_pids_at_end"] = srv.runner_pids()
     res = {"drill": NAME, "registry": str(args.registry), "server_ready_s": round(ready_s, 1),
-           "server_log": str(log), **res}
+           "server_log": str(log), "fallbacks": args.fallbacks, **res}
     print(summary(res))
+    for name, value in res.get("checks", {}).items():
+        print(f"  check {name}: {value}")
     save(res, args.out)
 
 

@@ -142,13 +142,19 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             payload = [{"slot": slot, "x": x, "deadline": deadline.epoch, "rid": request_id, "version": version}
                        for x in xs]
             started = time.perf_counter()
+            attempt_s = _attempt_timeout(ctx, slot, len(xs), is_primary and has_next)
             try:
-                items = await asyncio.wait_for(ctx.runner_client.call(slot, payload, arrived),
-                                               timeout=max(deadline.remaining(), 0.001))
+                items = await asyncio.wait_for(ctx.client_for(slot).call(slot, payload, arrived),
+                                               timeout=max(min(deadline.remaining(), attempt_s), 0.001))
             except TimeoutError:
                 if breaker:
                     breaker.record(False)
                 ctx.canary.record(slot, role, False, time.perf_counter() - started)
+                if attempt_s < deadline.remaining():  # the primary did not answer in time: the fallback does
+                    last_error = ApiError(503, "runner_unavailable", f"{slot} did not answer within "
+                                          f"{attempt_s * 1000:.0f} ms", {"slot": slot}, headers={"Retry-After": "1"})
+                    fallback_reason = "primary_timeout"
+                    break
                 REJECTED.labels(dep.family, dep.name, "deadline_exceeded").inc()
                 raise ApiError(504, "deadline_exceeded", f"no answer within the {deadline.budget_ms} ms deadline",
                                {"budget_ms": deadline.budget_ms, "stage": "inference", "slot": slot}) from None
@@ -219,6 +225,17 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
                                 role=role)
     assert last_error is not None
     raise last_error
+
+
+def _attempt_timeout(ctx: ServingContext, slot: str, items: int, fallback_next: bool) -> float:
+    """Seconds a runner call may take before it is abandoned (inf: until the deadline). Only a primary whose fallback
+    runs elsewhere (runner.fallbacks='gateway') is abandoned early: a killed runner's socket accepts and never
+    answers, and waiting for its restart is what the fallback is for. The limit grows with the admission's estimate
+    of the wait, so a loaded but healthy runner is not abandoned."""
+    runner = ctx.settings.runner
+    if not fallback_next or runner.fallbacks != "gateway":
+        return float("inf")
+    return max(runner.primary_attempt_ms / 1000, 3 * ctx.protection.admission.estimated_wait(slot, items))
 
 
 def _count(ctx: ServingContext, slot: str, version: str, role: str, ok: bool, started: float) -> None:

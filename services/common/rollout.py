@@ -83,18 +83,25 @@ def sticky_fraction(key: str) -> float:
 class RoutingTable:
     """The runner's routing (per slot: active, loaded, canary, shadow) and model repository, cached per worker."""
 
-    def __init__(self, cfg: Rollout, repository: ModelRepository):
+    def __init__(self, cfg: Rollout, repository: ModelRepository, fallback_runner: Any = None):
+        """fallback_runner: the API worker's fallback host (runner.fallbacks='gateway'), whose slots join the table
+        and stay routable while the runner tier is unreachable."""
         self.cfg = cfg
+        self.fallback_runner = fallback_runner
         self.table: dict[str, dict] = {}
         self.repository = repository
         self.fetched_at = 0.0
         self._refreshing: asyncio.Task | None = None
 
     async def refresh(self, runner: Any) -> None:
+        local: dict[str, dict] = {}
+        if self.fallback_runner is not None:  # first: it answers even when the runner tier does not
+            local = (await self.fallback_runner.to_async.routing())["slots"]
+            self.table = {**self.table, **local}
         answer = await runner.to_async.routing()
         if answer["repository"] != self.repository.model_dump(mode="json"):
             self.repository = ModelRepository.model_validate(answer["repository"])
-        self.table = answer["slots"]
+        self.table = {**answer["slots"], **local}
         self.fetched_at = time.monotonic()
 
     async def ensure_fresh(self, runner: Any) -> None:
