@@ -232,6 +232,7 @@ def to_markdown(res: dict) -> str:
                  f"({'met' if g['throughput_goal_met'] else 'MISSED'})")
     if res.get("plot"):
         L += ["", f"![batch sizes and throughput]({Path(res['plot']).name})"]
+    L += ["", "What the numbers mean and what would fix a missed goal: `scaleout_batching_reading.md`."]
     return "\n".join(L) + "\n"
 
 
@@ -262,7 +263,8 @@ def plot(res: dict, out: Path) -> str | None:
         ax.set_xticklabels(topos)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
-    axes[0].set_xlabel("gateway tier (1w/2w/4w: one instance with that many API workers; 2gw: two instances)")
+    fig.suptitle("gateway tier: 1w / 2w / 4w = one gateway with 1 / 2 / 4 API workers; 2gw = two gateways of 1 worker; "
+                 "one runner replica", fontsize=10)
     fig.tight_layout()
     path = out.with_name(out.name + ".png")
     fig.savefig(path, dpi=110)
@@ -271,7 +273,7 @@ def plot(res: dict, out: Path) -> str | None:
 
 
 async def run(args) -> dict:
-    res: dict = {"command": "python -m scripts.bench.scaleout_batching " + " ".join(args.argv),
+    res: dict = {"command": " ".join(["python -m scripts.bench.scaleout_batching", *args.argv]),
                  "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
                  "concurrency": args.concurrency, "rate": args.rate, "seconds": args.seconds,
                  "setup": (f"One runner replica (deployment intent, runner.spin_wait={args.spin}) behind haproxy; the "
