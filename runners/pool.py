@@ -346,6 +346,6 @@ class ModelPool:
                            "per_item_mb": round(m.footprint.per_item_mb, 3), "batch_cap": m.batch_cap},
                        "sha256": m.manifest.file(m.manifest.model_file).sha256,
                        "loaded_versions": sorted(self.versions.get(slot, {}))}
-                for slot, m in self.models.items()
+                for slot, m in list(self.models.items())  # a copy: loads on other threads install models
             },
         }

@@ -34,6 +34,7 @@ from observability.request_log import stdout_json_logger
 from observability.tracing import service_tracing
 from runners.faults import inject_faults
 from runners.memory import MB
+from runners.merge import CallMerger
 from runners.pool import LoadedModel, ModelPool, fixed_batch
 from runners.ragged import length_buckets, token_groups
 from runners.residency import REFUSED, RESIDENT, UNLOADED, Residency
@@ -155,6 +156,7 @@ class ModelRunner:
         self.residency = Residency(self._load_on_demand, self._unload_deployment, lambda: self.pool.memory.free_mb,
                                    self._observe_residency)
         self.on_demand_versions: dict[str, str] = {}  # slot of an on-demand deployment -> the version it will load
+        self._merger: CallMerger | None = None
         room = self._sync_residency()
         always = [d for d in self.repository.deployments if d.residency == "always"]
         self.pool.load_all({slot: (m.name, m.ref, _reserved_batch(m)) for d in always
@@ -408,10 +410,19 @@ class ModelRunner:
         """The model family's feeds (families/<family>/runtime.py): padding, tensorising, stacking."""
         return families.runtime(model.manifest.task).feeds(model.manifest, model.input_names, xs)
 
-    @bentoml.api(**_batching())
-    def infer(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
-        """Every model call: items name their slot; one ONNX Runtime call per (slot, version) present."""
-        return _answer(self._serve(items), ctx)
+    if settings.runner.batching == "runner":
+        @bentoml.api(**_batching())
+        def infer(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+            """Every model call: items name their slot; one ONNX Runtime call per (slot, version) present."""
+            return _answer(self._serve(items), ctx)
+    else:
+        @bentoml.api
+        async def infer(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
+            """Every model call: items name their slot. Calls of the same slot from other API workers or gateway
+            instances that wait while a computation runs are computed together (runners/merge.py)."""
+            if self._merger is None:  # made in the serving event loop
+                self._merger = CallMerger(self._serve)
+            return _answer(await self._merger.submit(items), ctx)
 
     @bentoml.api
     def status(self) -> dict:
