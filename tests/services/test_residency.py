@@ -27,7 +27,8 @@ REPOSITORY = {
         {"name": "lazy-det", "family": "detection", "residency": "on_demand", "model": {"name": "yolo-shapes"}},
         {"name": "tight", "family": "text", "residency": "on_demand", "memory_mb": 0.5,
          "model": {"name": "minilm-intent"}},
-        {"name": "small-batch", "family": "text", "model": {"name": "minilm-intent", "batching": {"max_batch_size": 2}}},
+        {"name": "small-batch", "family": "text",
+         "model": {"name": "minilm-intent", "batching": {"max_batch_size": 2}}},
     ]}
 TEXTS = {"texts": ["book a table for two"]}
 
