@@ -108,6 +108,9 @@ async def protection_state(client=Depends(admin_guard), ctx: ServingContext = De
 
 @bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s},
                  logging={"access": {"enabled": settings.observability.bentoml_access_log}},
+                 # readiness is __is_ready__'s (the runner probed within 1.5 s); BentoML's own runner probe waits up
+                 # to 5 s on a runner that is gone and would override the fallbacks='gateway' rule
+                 runner_probe={"enabled": False},
                  **service_tracing(settings.observability.trace_sample_rate,
                                    settings.observability.otlp_endpoint))
 @bentoml.asgi_app(app, path="/")

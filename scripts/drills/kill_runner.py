@@ -133,7 +133,7 @@ def fallback_checks(rows: list[Row], probes: list[Row], primary_probes: list[Row
         "auto_zero_5xx": not any(isinstance(r.status, int) and r.status >= 500 for r in auto_after),
         "primary_during_outage": by_status(primary_outage),
         "primary_refused_503_during_outage": bool(primary_outage) and all(
-            r.status == 503 and r.code == "runner_unavailable" for r in primary_outage),
+            r.status == 503 and r.code in ("runner_unavailable", "circuit_open") for r in primary_outage),
         "recovered": res["time_to_recovery_s"] is not None and res["latency_ms_after_recovery"]["n"] > 0,
     }
 

@@ -46,6 +46,12 @@ class CircuitBreaker:
             self.probes_in_flight += 1
         return True
 
+    def retry_after_s(self) -> float:
+        """Seconds until an open breaker lets a probe through (0 when it is not open)."""
+        if self.state != "open":
+            return 0.0
+        return max(0.0, self.cfg.open_seconds - (self.clock() - self.opened_at))
+
     def release(self) -> None:
         """An allowed call that never reached the model (e.g. refused by admission): neither success nor failure."""
         if self.state == "half_open":

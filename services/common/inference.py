@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -80,6 +81,12 @@ class Protection:
                 raise ApiError(422, "no_fallback", f"deployment {dep.name!r} has no fallback model",
                                {"deployment": dep.name})
             return [(fallback, "requested")]
+        if choice == "primary" and fallback is not None and not self.breaker(dep.name).allow():
+            # known failing (errors, timeouts, a runner that is gone): refuse fast instead of waiting for it
+            wait = max(1, math.ceil(self.breaker(dep.name).retry_after_s()))
+            raise ApiError(503, "circuit_open", f"the primary model of {dep.name!r} is failing; retry after {wait} s "
+                           "or ask for model 'auto' (its fallback answers)", {"deployment": dep.name},
+                           headers={"Retry-After": str(wait)})
         if choice == "primary" or fallback is None:
             return [(primary, None)]
         breaker = self.breaker(dep.name)

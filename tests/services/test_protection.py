@@ -110,8 +110,9 @@ def test_breaker_opens_routes_to_fallback_then_probes(faulty):
         reasons.append(body["degraded_reason"])
     assert reasons[:4] == ["primary_failed"] * 4 and reasons[4:] == ["circuit_open"] * 2
     assert protection(faulty)["breakers"]["text"]["state"] == "open"
-    explicit = post(faulty, "/v1/classify", json={"texts": ["hello"], "model": "primary"})
-    assert explicit.status_code == 503 and explicit.json()["error"]["code"] == "runner_unavailable"
+    explicit = post(faulty, "/v1/classify", json={"texts": ["hello"], "model": "primary"})  # refused fast, not tried
+    assert explicit.status_code == 503 and explicit.json()["error"]["code"] == "circuit_open"
+    assert 1 <= int(explicit.headers["retry-after"]) <= 3
     time.sleep(3.2)  # open_seconds: the next auto request is a half-open probe; it fails and reopens the breaker
     probe = post(faulty, "/v1/classify", json={"texts": ["hello"]}).json()
     assert probe["degraded_reason"] == "primary_failed"
