@@ -180,13 +180,15 @@ class Admission(_Section):
                                                               "traffic is routed to the fallback.")
     overload_fallback_share: float = Field(0.5, ge=0, le=1, description="That share (0 disables routing).")
     queue_control: bool = Field(
-        False, description="Standing-queue control (services/common/queue_control.py; runner.batching=gateway): when a "
-                          "slot's gateway batcher has left requests behind at every call for queue_interval_ms (a "
-                          "standing queue: the load exceeds what the runner carries), a request that would not leave "
-                          "within queue_calls rounds of runner calls is refused at once (503 overloaded, "
+        True, description="Standing-queue control (services/common/queue_control.py; runner.batching=gateway): when a "
+                          "slot's gateway batcher queue has held more than queue_calls rounds of runner calls for "
+                          "queue_interval_ms (a standing queue: the load exceeds what the runner carries), a request "
+                          "that would not leave within queue_calls rounds is refused at once (503 overloaded, "
                           "details.reason standing_queue, Retry-After; 'auto' requests try the fallback), so accepted "
                           "requests keep the latency of a service at capacity instead of queueing up to the deadline. "
-                          "Unloaded and at capacity it never acts (docs/drills/overload.json).")
+                          "It also checks deadlines against the measured wall-clock call times (a request that would "
+                          "be answered after its deadline: 503 deadline_unattainable now, not 504 later). Unloaded and "
+                          "at capacity it does not act (docs/drills/overload.json).")
     queue_interval_ms: float = Field(
         100.0, ge=0, le=60_000,
         description="How long a standing queue must last before control starts (a shorter burst is queued as "

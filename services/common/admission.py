@@ -93,26 +93,28 @@ class AdmissionControl:
         if s.inflight_items + items > self.cfg.max_inflight_items:
             raise ApiError(503, "overloaded", f"{slot} queue is full", {"slot": slot, "queued": s.inflight_items,
                            "limit": self.cfg.max_inflight_items}, headers={"Retry-After": "1"})
-        self._standing_queue(slot, items)  # before the deadline: a standing queue is overload, whatever the deadline
+        queue = self.queues(slot) if self.cfg.queue_control else None
+        if queue is not None:
+            self._standing_queue(queue, slot, items)  # before the deadline: a standing queue is overload
         wait = self.estimated_wait(slot, items)
+        if queue is not None:  # measured wall-clock call times see what the compute fit cannot (hop, other slots)
+            wait = max(wait, queue.predicted_answer_s(self.clock(), items))
         if wait > deadline.remaining():
             raise ApiError(503, "deadline_unattainable", f"estimated wait {wait * 1000:.0f} ms exceeds the deadline",
                            {"slot": slot, "estimated_wait_ms": round(wait * 1000), "budget_ms": deadline.budget_ms},
                            headers={"Retry-After": str(max(1, math.ceil(wait)))})
 
-    def _standing_queue(self, slot: str, items: int) -> None:
+    def _standing_queue(self, queue: StandingQueue, slot: str, items: int) -> None:
         """Overload: refuse what the next runner call(s) cannot carry (queue_control.py). Code 'overloaded', so that
         'auto' requests spill to the fallback as with a full queue; details.reason tells the two apart."""
         cfg = self.cfg
-        if not cfg.queue_control:
+        if queue.admit(self.clock(), items, cfg.queue_interval_ms / 1000, cfg.queue_calls, cfg.queue_front_door):
             return
-        queue = self.queues(slot)
-        if queue is None or queue.admit(self.clock(), items, cfg.queue_interval_ms / 1000, cfg.queue_calls,
-                                        cfg.queue_front_door):
-            return
-        raise ApiError(503, "overloaded", f"{slot} is over capacity: the request would not leave with the next "
-                       "runner call", {"slot": slot, "reason": "standing_queue", "queued": queue.waiting,
-                                       "limit": queue.limit(cfg.queue_calls)}, headers={"Retry-After": "1"})
+        raise ApiError(503, "overloaded", f"{slot} is over capacity: the request would wait for more than "
+                       f"{cfg.queue_calls:g} runner call(s)", {"slot": slot, "reason": "standing_queue",
+                                                               "queued": queue.waiting,
+                                                               "limit": queue.limit(cfg.queue_calls)},
+                       headers={"Retry-After": "1"})
 
     def started(self, slot: str, items: int) -> None:
         self.load(slot).inflight_items += items

@@ -180,6 +180,8 @@ class SlotBatcher:
 
     async def _call(self, batch: list[_Pending]) -> None:
         GATEWAY_BATCH.labels(self.slot).observe(len(batch))
+        started = time.monotonic()
+        self.queue.call_began(started)
         try:
             results = await self._send([it for p in batch for it in p.items])
             start = 0
@@ -197,5 +199,6 @@ class SlotBatcher:
                 if not p.future.done():
                     p.future.set_exception(exc)
         finally:
+            self.queue.call_ended(started, time.monotonic())
             self.inflight -= 1
             self._pump()

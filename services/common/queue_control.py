@@ -4,35 +4,44 @@ Why: a slot's batcher sends one call at a time (`gateway.batch_inflight`) and qu
 of that queue the next call takes is a good queue: it waits at most for the call in flight and buys throughput
 (bigger batches). Whatever the next call cannot take is a standing queue: the runner cannot go faster, so each extra
 call's worth of waiting adds a full call time of latency to everyone behind it and no throughput. Without control the
-queue grows until the item cap or the request deadline (docs/drills/overload.json: accepted p99 4-9x the unloaded p99
-at 3x capacity). CoDel's insight applies (a standing queue, not a long one, is the problem; tolerate bursts shorter
-than an interval), and the batcher knows exactly what CoDel has to infer from sojourn times: in a batch-while-busy
-queue the youngest request of a departing call has waited ~0 unless requests were left behind by the previous call,
-so "the sojourn stayed above target for an interval" is "every call left requests behind for an interval".
+queue grows until the item cap or the request deadline (docs/drills/overload.json, mode "off"). CoDel's insight
+applies (a standing queue, not a long one, is the problem; let a burst shorter than an interval pass), and the batcher
+knows exactly what CoDel has to infer from sojourn times: in a batch-while-busy queue the youngest request of a
+departing call has waited ~0 unless the queue held more than the call could take, so "the sojourn stayed above target
+for an interval" is "the queue held more than one round of calls for an interval".
 
-The rule, per slot and API worker (no shared state; O(1) per request):
-  - the batcher reports each departure (`departed`): items it left behind, and keeps `waiting` (items queued, not
-    yet in a call) up to date;
-  - when departures have left requests behind continuously for `interval_s` (a standing queue, not a burst), control
-    switches on; while on, a request is admitted only if it leaves within `calls` rounds of calls (1: the next call;
-    one round = max_batch_size x batch_inflight items), else refused at once (503 overloaded, Retry-After) before it
-    reaches the runner; an empty queue always admits (a request larger than a batch goes alone);
-  - control stays on while it keeps refusing, and switches off `interval_s` after its last refusal or standing queue.
+The rule, per slot and API worker (no shared state; O(1) per request, a few attribute updates):
+  - the batcher keeps `waiting` (items queued, not yet in a call) and reports each departure (`departed`: what it
+    left behind) and each call's wall-clock time (`call_began` / `call_ended`);
+  - a request that fits within `calls` rounds of calls (1: the next call; a round = max_batch_size x batch_inflight
+    items) always joins, and so does any request to an empty queue (one larger than a batch goes alone);
+  - one that does not fit starts a standing queue; once the queue has stood for `interval_s` (no call has taken
+    everything since), control is on and such requests are refused at once (503 overloaded, reason standing_queue,
+    Retry-After) before they reach the runner; control stays on while it keeps refusing and ends `interval_s` after
+    the last refusal;
+  - admission also checks the deadline against the measured call times (`predicted_answer_s`: the rest of the call in
+    flight + its own call), which see what the compute-time fit cannot (the hop, the runner serving other slots): a
+    request that would be answered late is refused now (deadline_unattainable) instead of timing out (504), which
+    would also count against the slot's circuit breaker;
+  - `shedding(task)`: when every slot of a task is full under control (a typical request would not fit), the
+    request middleware may refuse that task's requests before reading their body. A refusal after parsing and
+    preprocessing costs an API worker ~1 ms of CPU (an answer ~3 ms); at 3x capacity those refusals alone take most
+    of a core; before the body they cost ~0.35 ms.
 Accepted requests then wait at most for the call in flight plus their own call (~2 call times at full batches: the
-latency the service sustains at capacity); the runner always has a full next call queued, so throughput holds. With
-the queue bounded to what the next call takes, every waiting request leaves in that call, so the order of service
-(FIFO vs LIFO under pressure) makes no difference. Unloaded or in a closed loop at capacity no queue stands for an
-interval and nothing changes (docs/drills/overload.json measures both).
+latency of the service at capacity); the runner always has a full next call queued, so throughput holds. With the
+queue bounded to what the next call takes, every waiting request leaves in that call, so the order of service (FIFO
+vs LIFO under pressure) makes no difference. Unloaded or in a closed loop at capacity no queue stands and nothing
+changes (docs/drills/overload.json measures both).
 
-Adaptive-concurrency limits (Envoy's gradient, Netflix's Vegas/Gradient2) compare sampled latency with the minimum
-latency; with batching the latency at full throughput is inherently a full call, far above a lone request's, so they
-would shrink batches (and throughput) instead of the standing queue. Here the limit follows the call size directly.
+Adaptive concurrency limits (Envoy's gradient filter, Netflix's Vegas/Gradient2) compare sampled latency with the
+minimum latency; with batching the latency at full throughput is inherently a full call, far above a lone request's,
+so they would shrink batches (and throughput) rather than the standing queue. Here the limit follows the call size.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -46,8 +55,11 @@ class StandingQueue:
     standing_since: float | None = None  # since when every departure has left items behind (None: the last one didn't)
     controlled_until: float = -math.inf  # control is on until then
     refused: int = 0  # requests refused (for /admin views and tests)
-    limit_items: int = 0  # the limit of the last admission check (what `full` compares with)
+    limit_items: int = 0  # the limit of the last admission check
+    request_items: float = 1.0  # moving average of the items per request checked (what a typical request needs)
     front_door: bool = True  # may `full` say so (admission.queue_front_door, passed at each check)
+    call_s: float = 0.0  # moving average of the slot's runner calls, wall clock (hop, runner queue, other slots' calls)
+    starts: list[float] = field(default_factory=list)  # start times of the calls in flight
 
     def departed(self, now: float, left_behind: int) -> None:
         """A call left; `left_behind` items stayed queued (they wait for at least one more call)."""
@@ -56,6 +68,24 @@ class StandingQueue:
                 self.standing_since = now
         else:
             self.standing_since = None
+
+    def call_began(self, now: float) -> None:
+        self.starts.append(now)
+
+    def call_ended(self, started: float, now: float) -> None:
+        """A call that began at `started` returned: its wall time joins the moving average (weight 0.3)."""
+        self.starts.remove(started)
+        seconds = now - started
+        self.call_s = seconds if self.call_s <= 0 else self.call_s + 0.3 * (seconds - self.call_s)
+
+    def predicted_answer_s(self, now: float, items: int) -> float:
+        """Seconds until a request of `items` items joining now is answered, from measured call times: the rest of
+        the call in flight, one call per full round queued ahead of it, and its own call (0 before any call)."""
+        if self.call_s <= 0 or self.round_items <= 0:
+            return 0.0
+        rest = max(0.0, min(self.starts) + self.call_s - now) if self.starts else 0.0
+        ahead = max(0, self.waiting + items - 1) // self.round_items
+        return rest + (ahead + 1) * self.call_s
 
     def controlled(self, now: float, interval_s: float) -> bool:
         """Is control on? Switches on when the queue has stood for `interval_s`."""
@@ -73,7 +103,8 @@ class StandingQueue:
         rounds of calls always joins; one that does not starts (or continues) a standing queue, tolerated as a burst
         until the queue has stood for `interval_s`, refused from then on. Each refusal keeps control on for another
         `interval_s`. `front_door`: whether `full` may report this queue full (the front door refuses for it)."""
-        self.limit_items, self.front_door = self.limit(calls), front_door
+        self.front_door, self.limit_items = front_door, self.limit(calls)
+        self.request_items += 0.1 * (items - self.request_items)
         if self.round_items <= 0 or self.waiting == 0 or self.waiting + items <= self.limit_items:
             return True
         if self.standing_since is None:
@@ -86,9 +117,10 @@ class StandingQueue:
 
 
     def full(self, now: float) -> bool:
-        """Control is on and the queue holds all it may: admission would refuse any request of this slot now."""
+        """Control is on and a typical request (the average size checked lately) would not fit: admission would
+        refuse it now."""
         return (self.front_door and self.round_items > 0 and now < self.controlled_until
-                and self.waiting >= self.limit_items)
+                and self.waiting + math.ceil(self.request_items) > self.limit_items)
 
 
 _QUEUES: dict[str, StandingQueue] = {}

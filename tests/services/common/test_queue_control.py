@@ -105,16 +105,32 @@ def test_full_and_shedding_per_task(monkeypatch):
     for q in (primary, fallback):
         q.waiting = 9
         q.departed(0.0, left_behind=9)
+        assert not q.full(0.2)  # standing, but control has not acted yet
         assert not q.admit(0.2, 1, INTERVAL, 1.0)
-        q.waiting = 8
     assert primary.full(0.2) and fallback.full(0.2)
     assert queue_control.shedding("text", 0.25)  # every slot of the task is full: refuse before the body
     assert not queue_control.shedding("detection", 0.25)
     assert not queue_control.shedding("forecast", 0.25)  # no slot known: never
-    fallback.waiting = 7  # a 1-item request still fits the fallback
-    assert not queue_control.shedding("text", 0.25)
+    fallback.waiting = 6  # a call left the fallback: a typical (1-item) request fits again
+    assert not fallback.full(0.26) and not queue_control.shedding("text", 0.26)
+    fallback.waiting = 7
+    assert fallback.admit(0.27, 1, INTERVAL, 1.0)  # it fits, joins the queue: the fallback is full again
     fallback.waiting = 8
+    assert queue_control.shedding("text", 0.28)
     assert not queue_control.shedding("text", 0.5)  # control ended an interval after the last refusals
+    primary.admit(0.3, 4, INTERVAL, 1.0, front_door=False)
+    assert not queue_control.shedding("text", 0.31)  # admission.queue_front_door off
+
+
+def test_full_means_a_typical_request_would_not_fit():
+    q = _queue(16, waiting=17)
+    q.standing_since = 0.0
+    for _ in range(30):
+        assert not q.admit(1.0, 4, INTERVAL, 1.0)  # requests of 4 items lately
+    q.waiting = 12
+    assert not q.full(1.0)  # 12 + 4 fits
+    q.waiting = 13
+    assert q.full(1.0)
 
 
 # -- admission ------------------------------------------------------------------------------------------------------
@@ -129,7 +145,8 @@ class FakeClock:
 
 def _admission(queue: StandingQueue | None, **cfg) -> tuple[AdmissionControl, FakeClock]:
     clock = FakeClock()
-    ac = AdmissionControl(Admission(**{"queue_control": True, **cfg}), {"text": 8}.__getitem__, queues=lambda slot: queue, clock=clock)
+    ac = AdmissionControl(Admission(**{"queue_control": True, **cfg}), {"text": 8}.__getitem__,
+                          queues=lambda slot: queue, clock=clock)
     return ac, clock
 
 
@@ -176,6 +193,20 @@ def test_the_item_cap_answers_first_then_the_standing_queue_then_the_deadline():
     assert e.value.code == "deadline_unattainable"
 
 
+def test_the_deadline_check_also_uses_measured_call_times():
+    queue = _queue(8)
+    ac, clock = _admission(queue)
+    queue.call_began(clock.now)
+    queue.call_ended(clock.now, clock.now + 0.6)  # the runner's wall time, whatever the compute fit says
+    clock.now += 1.0
+    ac.admit("text", 1, Deadline.from_budget(1000))
+    with pytest.raises(ApiError) as e:
+        ac.admit("text", 1, Deadline.from_budget(500))
+    assert e.value.code == "deadline_unattainable" and e.value.details["estimated_wait_ms"] == 600
+    off, _ = _admission(queue, queue_control=False)
+    off.admit("text", 1, Deadline.from_budget(500))  # without queue control: the compute fit only, as before
+
+
 # -- the batcher feeding it ----------------------------------------------------------------------------------------
 
 class GatedRunner:
@@ -212,8 +243,11 @@ def test_the_batcher_keeps_waiting_items_and_reports_what_each_call_leaves_behin
         runner.gates[1].set()
         await asyncio.sleep(0.01)
         assert runner.calls[2] == [3, 13] and b.queue.waiting == 0 and b.queue.standing_since is None
+        assert len(b.queue.starts) == 1 and b.queue.call_s > 0  # two calls measured, one in flight
         runner.gates[2].set()
         await asyncio.gather(*rest)
+        await asyncio.sleep(0)
+        assert b.queue.starts == []
 
     asyncio.run(main())
 
@@ -247,3 +281,57 @@ def test_batchers_register_under_their_task():
         assert b.queue.task == "qc-family" and queue_control.lookup("qc-task") is b.queue
 
     asyncio.run(main())
+
+
+# -- through a real server -----------------------------------------------------------------------------------------
+
+SLOW_S = 2.0  # the text primary's injected compute time per batch
+
+
+@pytest.fixture(scope="module")
+def slow_text(tiny_registry, tmp_path_factory):
+    import json
+
+    from tests.conftest import NO_CAPACITY_LIMITS, Server
+
+    env = {**NO_CAPACITY_LIMITS,
+           "TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({"text": int(SLOW_S * 1000)}),
+           "TRISERVE_SLOTS__TEXT__BATCHING__MAX_BATCH_SIZE": "2",  # the next call carries 2 texts
+           "TRISERVE_ADMISSION__QUEUE_CONTROL": "true", "TRISERVE_ADMISSION__QUEUE_INTERVAL_MS": "0"}
+    log = tmp_path_factory.mktemp("logs") / "queue_control.log"
+    with Server(tiny_registry.root, env=env, log_path=log) as srv:
+        srv.wait_ready()
+        yield srv, log
+
+
+def test_a_standing_queue_is_refused_at_once_and_never_reaches_the_runner(slow_text):
+    import json
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    srv, log = slow_text
+
+    def classify(delay: float, model: str) -> tuple[httpx.Response, float]:
+        time.sleep(delay)  # spaced arrivals: each admission sees the ones before it queued
+        started = time.monotonic()
+        resp = httpx.post(f"{srv.url}/v1/classify", json={"texts": ["book a table"], "model": model}, timeout=30)
+        return resp, time.monotonic() - started
+
+    plan = [(0.0, "primary")] + [(0.6 + 0.1 * i, "primary") for i in range(5)] + [(1.2, "auto")]
+    with ThreadPoolExecutor(len(plan)) as pool:
+        results = list(pool.map(lambda p: classify(*p), plan))
+    statuses = [r.status_code for r, _ in results]
+    # one call in flight, the next one full (2 texts): the other three primary requests are refused, fast
+    assert statuses[:3] == [200, 200, 200] and statuses[3:6] == [503, 503, 503], statuses
+    for resp, seconds in results[3:6]:
+        error = resp.json()["error"]
+        assert error["code"] == "overloaded" and error["details"]["reason"] == "standing_queue"
+        assert resp.headers["retry-after"] == "1" and seconds < SLOW_S / 2
+    auto = results[6][0].json()
+    assert (auto["degraded"], auto["degraded_reason"]) == (True, "overload")  # 'auto' spills to the fallback
+    refused = {r.json()["error"]["request_id"] for r, _ in results[3:6]}
+    batches = [json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"event": "batch"')]
+    carried = {rid for b in batches for rid in b.get("request_ids", [])}
+    assert carried and not refused & carried
