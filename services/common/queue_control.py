@@ -14,7 +14,9 @@ The rule, per slot and API worker (no shared state; O(1) per request, a few attr
   - the batcher keeps `waiting` (items queued, not yet in a call) and reports each departure (`departed`: what it
     left behind) and each call's wall-clock time (`call_began` / `call_ended`);
   - a request that fits within `calls` rounds of calls (1: the next call; a round = max_batch_size x batch_inflight
-    items) always joins, and so does any request to an empty queue (one larger than a batch goes alone);
+    items) always joins, and so does any request to an empty queue (one larger than a batch goes alone); what waits
+    counts across the slot's family (`ahead`): a deployment's primary and fallback share one runner, which serves one
+    call at a time, so the overflow an 'auto' request spills to the fallback would otherwise double everyone's wait;
   - one that does not fit starts a standing queue; once the queue has stood for `interval_s` (no call has taken
     everything since), control is on and such requests are refused at once (503 overloaded, reason standing_queue,
     Retry-After) before they reach the runner; control stays on while it keeps refusing and ends `interval_s` after
@@ -105,7 +107,8 @@ class StandingQueue:
         `interval_s`. `front_door`: whether `full` may report this queue full (the front door refuses for it)."""
         self.front_door, self.limit_items = front_door, self.limit(calls)
         self.request_items += 0.1 * (items - self.request_items)
-        if self.round_items <= 0 or self.waiting == 0 or self.waiting + items <= self.limit_items:
+        ahead = self.ahead()
+        if self.round_items <= 0 or ahead == 0 or ahead + items <= self.limit_items:
             return True
         if self.standing_since is None:
             self.standing_since = now
@@ -116,11 +119,20 @@ class StandingQueue:
         return False
 
 
+    def ahead(self) -> int:
+        """Items waiting for the runner in this slot's family: its own queue and those of the family's other slots
+        in this API worker (a deployment's fallback, other deployments of the family). They share one runner, which
+        serves one call at a time: a primary's call waits behind its fallback's, so under overload their queues share
+        one budget (else the overflow spilled to the fallback doubles everyone's wait)."""
+        if not self.task:
+            return self.waiting
+        return self.waiting + sum(q.waiting for q in _QUEUES.values() if q.task == self.task and q is not self)
+
     def full(self, now: float) -> bool:
         """Control is on and a typical request (the average size checked lately) would not fit: admission would
         refuse it now."""
         return (self.front_door and self.round_items > 0 and now < self.controlled_until
-                and self.waiting + math.ceil(self.request_items) > self.limit_items)
+                and self.ahead() + math.ceil(self.request_items) > self.limit_items)
 
 
 _QUEUES: dict[str, StandingQueue] = {}

@@ -17,6 +17,12 @@ from services.common.queue_control import StandingQueue
 INTERVAL = 0.1
 
 
+@pytest.fixture(autouse=True)
+def _own_registry(monkeypatch):
+    """Each test sees only the queues it registers (the registry is per process)."""
+    monkeypatch.setattr(queue_control, "_QUEUES", {})
+
+
 def _queue(round_items: int = 8, waiting: int = 0) -> StandingQueue:
     q = StandingQueue("text", "text", round_items)
     q.waiting = waiting
@@ -96,26 +102,35 @@ def test_a_slot_without_a_batcher_view_is_never_refused():
     assert not q.full(0.0)
 
 
-def test_full_and_shedding_per_task(monkeypatch):
-    monkeypatch.setattr(queue_control, "_QUEUES", {})
+def test_a_familys_slots_share_one_budget():
+    primary = queue_control.register("intent", 8, "text")
+    fallback = queue_control.register("intent_fallback", 8, "text")
+    other = queue_control.register("coco", 8, "detection")
+    primary.waiting, other.waiting = 6, 8
+    assert fallback.ahead() == 6 and primary.ahead() == 6 and other.ahead() == 8
+    fallback.standing_since = -1.0  # control on whenever something does not fit
+    assert fallback.admit(0.0, 2, INTERVAL, 1.0)  # 6 + 2 fit the family's round
+    assert not fallback.admit(0.0, 3, INTERVAL, 1.0)  # the primary's queue leaves no room for the spill
+    assert StandingQueue("text", "", 8, waiting=6).ahead() == 6  # no family known: its own queue only
+
+
+def test_full_and_shedding_per_task():
     primary = queue_control.register("intent", 8, "text")
     fallback = queue_control.register("intent_fallback", 8, "text")
     queue_control.register("coco", 4, "detection")
     assert not queue_control.shedding("text", 0.0)
+    primary.waiting = 9
     for q in (primary, fallback):
-        q.waiting = 9
-        q.departed(0.0, left_behind=9)
+        q.departed(0.0, left_behind=1)
         assert not q.full(0.2)  # standing, but control has not acted yet
         assert not q.admit(0.2, 1, INTERVAL, 1.0)
     assert primary.full(0.2) and fallback.full(0.2)
     assert queue_control.shedding("text", 0.25)  # every slot of the task is full: refuse before the body
     assert not queue_control.shedding("detection", 0.25)
     assert not queue_control.shedding("forecast", 0.25)  # no slot known: never
-    fallback.waiting = 6  # a call left the fallback: a typical (1-item) request fits again
-    assert not fallback.full(0.26) and not queue_control.shedding("text", 0.26)
-    fallback.waiting = 7
-    assert fallback.admit(0.27, 1, INTERVAL, 1.0)  # it fits, joins the queue: the fallback is full again
-    fallback.waiting = 8
+    primary.waiting = 6  # a call left: a typical (1-item) request fits again
+    assert not queue_control.shedding("text", 0.26)
+    primary.waiting = 8
     assert queue_control.shedding("text", 0.28)
     assert not queue_control.shedding("text", 0.5)  # control ended an interval after the last refusals
     primary.admit(0.3, 4, INTERVAL, 1.0, front_door=False)
