@@ -119,7 +119,7 @@ class RunnerSettings(_Section):
                     "domain. Costs the fallbacks' memory per API worker (they are the small models). Needs "
                     "placement='remote'.")
     primary_attempt_ms: float = Field(
-        1000.0, gt=0, le=60_000,
+        500.0, gt=0, le=60_000,
         description="fallbacks='gateway' only: an 'auto' request's primary call that has not answered within "
                     "max(this, 3 x the admission's estimated wait) is abandoned for the fallback. A killed runner's "
                     "socket accepts connections and never answers until its restart, so without this the requests "
