@@ -149,7 +149,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             payload = [{"slot": slot, "x": x, "deadline": deadline.epoch, "rid": request_id, "version": version}
                        for x in xs]
             started = time.perf_counter()
-            attempt_s = _attempt_timeout(ctx, slot, len(xs), is_primary and has_next)
+            attempt_s = _attempt_timeout(ctx, slot, len(xs), is_primary and dep.fallback is not None)
             try:
                 items = await asyncio.wait_for(ctx.client_for(slot).call(slot, payload, arrived),
                                                timeout=max(min(deadline.remaining(), attempt_s), 0.001))
@@ -234,13 +234,14 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
     raise last_error
 
 
-def _attempt_timeout(ctx: ServingContext, slot: str, items: int, fallback_next: bool) -> float:
-    """Seconds a runner call may take before it is abandoned (inf: until the deadline). Only a primary whose fallback
-    runs elsewhere (runner.fallbacks='gateway') is abandoned early: a killed runner's socket accepts and never
-    answers, and waiting for its restart is what the fallback is for. The limit grows with the admission's estimate
-    of the wait, so a loaded but healthy runner is not abandoned."""
+def _attempt_timeout(ctx: ServingContext, slot: str, items: int, has_fallback: bool) -> float:
+    """Seconds a runner call may take before it is abandoned (inf: until the deadline). Only the primary of a
+    deployment whose fallback runs elsewhere (runner.fallbacks='gateway') is abandoned early: a killed runner's socket
+    accepts and never answers; 'auto' requests then get the fallback, explicit 'primary' ones a 503 with Retry-After
+    instead of a wait for the restart. The limit grows with the admission's estimate of the wait, so a loaded but
+    healthy runner is not abandoned."""
     runner = ctx.settings.runner
-    if not fallback_next or runner.fallbacks != "gateway":
+    if not has_fallback or runner.fallbacks != "gateway":
         return float("inf")
     return max(runner.primary_attempt_ms / 1000, 3 * ctx.protection.admission.estimated_wait(slot, items))
 
