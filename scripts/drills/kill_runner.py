@@ -123,8 +123,10 @@ def fallback_checks(rows: list[Row], probes: list[Row], primary_probes: list[Row
     kill = res["kill_at_s"]
     in_flight = [r for r in rows + probes if kill is not None and r.sent < kill <= r.done]
     auto_after = [r for r in rows + probes if kill is not None and r.done >= kill]
-    outage_end = kill + (res["readyz_200_again_s"] or res["seconds"]) if kill is not None else 0.0
-    primary_outage = [r for r in primary_probes if kill is not None and kill + 0.5 <= r.sent < outage_end - 0.5]
+    # the primary's outage: from the kill until a 'primary' probe sent after it is answered again (the runner is back)
+    back = min((r.sent for r in primary_probes if kill is not None and r.sent > kill and r.ok), default=None)
+    outage_end = back if back is not None else res["seconds"]
+    primary_outage = [r for r in primary_probes if kill is not None and kill < r.sent < outage_end]
     # how long after the kill the requests that were in flight got their answer (their queueing before it is the
     # load's, not the outage's)
     after_kill_ms = sorted((r.done - kill) * 1000 for r in in_flight) if kill is not None else []
@@ -136,6 +138,7 @@ def fallback_checks(rows: list[Row], probes: list[Row], primary_probes: list[Row
         and all(r.ok for r in in_flight),
         "auto_5xx_after_kill": sum(1 for r in auto_after if isinstance(r.status, int) and r.status >= 500),
         "auto_zero_5xx": not any(isinstance(r.status, int) and r.status >= 500 for r in auto_after),
+        "primary_back_after_kill_s": round(back - kill, 3) if back is not None and kill is not None else None,
         "primary_during_outage": by_status(primary_outage),
         "primary_refused_503_during_outage": bool(primary_outage) and all(
             r.status == 503 and r.code in ("runner_unavailable", "circuit_open") for r in primary_outage),
