@@ -51,6 +51,7 @@ app.add_middleware(ContentTypeMiddleware, rules={r.path: r.content_type for r in
 app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes,
                    request_log=RequestLog(settings.observability),
                    max_inflight_requests=settings.admission.max_inflight_requests,
+                   front_door=settings.admission.queue_control and settings.admission.queue_front_door,
                    family_by_path={r.path: name for name in families.names() for r in families.family(name).routes})
 for name in families.names():
     app.include_router(families.family(name).router)

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
 from observability.request_log import RequestLog
+from services.common import queue_control
 from services.common.batcher import approaching
 from services.common.errors import ErrorBody, ErrorResponse
 
@@ -91,8 +92,12 @@ class RequestContextMiddleware:
     (plus, sampled, the payload) per task request."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, request_log: RequestLog | None = None,
-                 max_inflight_requests: int | None = None, family_by_path: dict[str, str] | None = None):
+                 max_inflight_requests: int | None = None, family_by_path: dict[str, str] | None = None,
+                 front_door: bool = False):
+        """front_door: refuse a task's requests before reading their body while every slot of the task is full
+        under queue control (admission.queue_front_door; services/common/queue_control.shedding)."""
         self.app = app
+        self.front_door = front_door
         self.family_by_path = family_by_path or {}  # inference path -> model family (families' REST routes)
         self.max_body_bytes = max_body_bytes
         self.log = request_log
@@ -152,6 +157,13 @@ class RequestContextMiddleware:
             await _drain(receive, self.max_body_bytes)  # unread bodies would cost the client its keep-alive connection
             await _send_error(send_with_id, 503, "overloaded", f"{task} is at its limit of {self.max_inflight} "
                               "requests in flight", {"limit": self.max_inflight}, rid, {b"retry-after": b"1"})
+            return
+        if task and self.front_door and queue_control.shedding(task):  # every slot full: refuse before the body
+            REJECTED.labels(task, "", "overloaded").inc()
+            REQUESTS.labels(task, "", "503").inc()
+            await _drain(receive, self.max_body_bytes)
+            await _send_error(send_with_id, 503, "overloaded", f"{task} is over capacity", {"reason": "standing_queue"},
+                              rid, {b"retry-after": b"1"})
             return
         if task:
             labelled(INFLIGHT, task).inc()
