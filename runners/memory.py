@@ -127,21 +127,17 @@ class MemoryBudget:
         MemoryRefused when not even one item fits."""
         with self._lock:
             free = self.budget_mb - sum(v for k, v in self.reserved.items() if k != key)
+            where = (f"{free:.1f} of {self.budget_mb:.1f} MB free (reserved: "
+                     f"{', '.join(f'{k} {v:.1f}' for k, v in sorted(self.reserved.items())) or 'none'})")
             if limit_mb is not None and limit_mb < free:
-                if footprint.need(1) > limit_mb:
-                    raise MemoryRefused(
-                        f"{key}: needs {footprint.need(1):.1f} MB at batch 1 (resident {footprint.resident_mb:.1f} MB "
-                        f"+ {footprint.per_item_mb:.2f} MB per item), {limit_mb:.1f} MB left of its deployment's "
-                        f"memory_mb")
-                free = limit_mb
+                free, where = limit_mb, f"{limit_mb:.1f} MB left of its deployment's memory_mb"
             cap = max_batch
             if footprint.per_item_mb > 0:
                 cap = min(max_batch, int((free - footprint.resident_mb) // footprint.per_item_mb))
             if cap < 1 or footprint.need(1) > free:
                 raise MemoryRefused(
                     f"{key}: needs {footprint.need(1):.1f} MB at batch 1 (resident {footprint.resident_mb:.1f} MB + "
-                    f"{footprint.per_item_mb:.2f} MB per item), {free:.1f} of {self.budget_mb:.1f} MB free "
-                    f"(reserved: {', '.join(f'{k} {v:.1f}' for k, v in sorted(self.reserved.items())) or 'none'})")
+                    f"{footprint.per_item_mb:.2f} MB per item), {where}")
             self.reserved[key] = footprint.need(cap)
             return cap
 

@@ -80,6 +80,13 @@ class Residency:
             self._deployments = wanted
             return gone
 
+    def refuse(self, name: str, error: str) -> None:
+        """Record that a deployment cannot be loaded (e.g. its model is missing from the registry)."""
+        with self._lock:
+            entry = self.entries.get(name)
+            if entry is not None:
+                entry.state, entry.error, entry.failed_at = REFUSED, error, self._clock()
+
     def knows(self, name: str) -> bool:
         return name in self._deployments
 
@@ -170,7 +177,7 @@ class Residency:
         return True
 
     def wait_idle(self, timeout_s: float) -> None:
-        """Tests and shutdown: wait for queued loads (bounded)."""
+        """Wait (bounded) until the loads queued so far have finished."""
         done = threading.Event()
         self._executor.submit(done.set)
         done.wait(timeout_s)

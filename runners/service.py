@@ -252,9 +252,7 @@ class ModelRunner:
                 try:
                     directory, manifest = self.pool.registry.load_verified(m.name, m.ref)
                 except Exception as exc:  # noqa: BLE001 - the deployment is refused with the reason, the rest serves
-                    self.residency.entries[dep.name].state = REFUSED
-                    self.residency.entries[dep.name].error = f"{type(exc).__name__}: {exc}"
-                    self.residency.entries[dep.name].failed_at = time.monotonic()
+                    self.residency.refuse(dep.name, f"{type(exc).__name__}: {exc}")
                     continue
                 self.on_demand_versions[slot] = manifest.version
                 weights += (directory / manifest.model_file).stat().st_size / MB

@@ -111,11 +111,12 @@ async def load_deployment(name: str, wait_s: float = Query(60.0, ge=0, le=600), 
     dep = ctx.repository.find(name)
     slots = list(dep.slots) if dep else [name]
     while True:
-        states = (await ctx.runner.to_async.status()).get("slots", {})
+        status = await ctx.runner.to_async.status()
+        states = status.get("slots", {})
         state = "resident" if all(states.get(s, {}).get("state") == "resident" for s in slots) else \
             states.get(name, {}).get("state")
         if state == "refused":
-            reason = (await ctx.runner.to_async.status()).get("errors", {}).get(name)
+            reason = status.get("errors", {}).get(name)
             raise ApiError(409, "deployment_refused", f"{name}: {reason}"[:1000], {"deployment": name})
         if state == "resident" or time.perf_counter() - started >= wait_s:
             break

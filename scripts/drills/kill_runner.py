@@ -24,6 +24,7 @@ import numpy as np
 
 from scripts.bench.load_mix import payloads
 from scripts.drills.common import (
+    OUT_DIR,
     Row,
     assert_loopback,
     base_parser,
@@ -252,8 +253,8 @@ def main() -> None:
     ap.add_argument("--fallbacks", choices=("runner", "gateway"), default="runner",
                     help="runner.fallbacks: 'gateway' hosts the fallbacks in the API worker (another failure domain)")
     args = ap.parse_args()
-    if args.fallbacks == "gateway" and args.out == base_parser(__doc__, NAME).parse_args([]).out:
-        args.out = args.out.with_name(f"{NAME}_fallbacks_gateway.json")
+    if args.fallbacks == "gateway" and args.out == OUT_DIR / f"{NAME}.json":  # the default: keep kill_runner.json
+        args.out = OUT_DIR / f"{NAME}_fallbacks_gateway.json"
     probe_interval = args.probe_interval if args.probe_interval <= 0 else max(args.probe_interval, 0.05)
     log = log_path(args, NAME)
     env = {"TRISERVE_RUNNER__FALLBACKS": args.fallbacks}

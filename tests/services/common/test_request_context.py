@@ -5,6 +5,7 @@ import asyncio
 
 import httpx
 
+from services.common import queue_control
 from services.common.batcher import approaching
 from services.common.request_context import RequestContextMiddleware
 
@@ -23,13 +24,17 @@ def _app(seen: list[int], submit: bool, status: int = 200):
     return app
 
 
-def _post(app, path: str) -> int:
+def _send(app, path: str, front_door: bool = False) -> httpx.Response:
     async def main():
         transport = httpx.ASGITransport(app=RequestContextMiddleware(
-            app, max_body_bytes=1024, family_by_path={"/v1/classify": "text"}))
+            app, max_body_bytes=1024, family_by_path={"/v1/classify": "text"}, front_door=front_door))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            return (await client.post(path, json={"texts": ["hi"]})).status_code
+            return await client.post(path, json={"texts": ["hi"]})
     return asyncio.run(main())
+
+
+def _post(app, path: str) -> int:
+    return _send(app, path).status_code
 
 
 def test_a_request_counts_until_it_reaches_its_batcher():
@@ -50,3 +55,14 @@ def test_requests_outside_the_task_routes_do_not_count():
     seen: list[int] = []
     assert _post(_app(seen, submit=False), "/v1/models") == 200
     assert seen == [0]
+
+
+def test_front_door_refuses_a_full_task_before_the_route_runs(monkeypatch):
+    monkeypatch.setattr(queue_control, "shedding", lambda task: task == "text")
+    seen: list[int] = []
+    answer = _send(_app(seen, submit=True), "/v1/classify", front_door=True)
+    assert answer.status_code == 503 and seen == []  # the route (parsing, preprocessing) never ran
+    error = answer.json()["error"]
+    assert error["code"] == "overloaded" and error["details"] == {"reason": "standing_queue"}
+    assert answer.headers["retry-after"] == "1"
+    assert _send(_app(seen, submit=True), "/v1/classify").status_code == 200  # front door off: admitted
