@@ -2,6 +2,7 @@
 control (admission.queue_control) off and on, each repeated, in one run.
 
     python -m scripts.drills.overload [--registry models/store] [--modes off,on] [--repeat 3] [--overload-seconds 30]
+    python -m scripts.drills.overload --tiers 1x1 ...       # the same drill on the split tiers (overload_tiers.json)
 
 Per round and mode, a fresh server (env knobs printed and saved; TRISERVE_ADMISSION__QUEUE_CONTROL=false|true), all on
 /v1/classify (1-4 texts, model auto) unless --mix says otherwise:
@@ -21,9 +22,15 @@ accepted p99 and goodput of each mode's last round.
 The server runs with env knobs so that admission, not the per-address rate limit or the static per-deployment capacity
 limit (access.deployment_rate_per_s, set for another host), does the refusing: every drill request comes from
 127.0.0.1.
+--tiers RxG (bare --tiers: 1x1) runs each round and mode on the split tiers instead (scripts/tiers.py: R runner
+replicas behind haproxy, G gateway instances, haproxy in front of the gateways when G > 1), with the same env knobs on
+both tiers and only the deployments the mix needs (text: intent; mixed: all). The queue control lives in the gateway,
+so it applies unchanged; with G > 1 each gateway controls its own queue in front of the shared runner tier. The
+server-side access-log durations are read from every gateway's log.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import random
@@ -31,6 +38,9 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -38,6 +48,7 @@ import numpy as np
 
 from scripts.bench.load_mix import payloads
 from scripts.drills.common import (
+    OUT_DIR,
     Row,
     access_log,
     assert_loopback,
@@ -53,6 +64,7 @@ from scripts.drills.common import (
     transport_errors,
 )
 from scripts.drills.server import ROOT, Server
+from scripts.tiers import Tiers, TiersConfig, haproxy_binary
 
 NAME = "overload"
 DEFAULT_ENV = {
@@ -72,6 +84,51 @@ MODE_ENV = {"off": {"TRISERVE_ADMISSION__QUEUE_CONTROL": "false"},
                                   "TRISERVE_ADMISSION__QUEUE_FRONT_DOOR": "false"}}
 MIDDLEWARE = ROOT / "services" / "common" / "request_context.py"
 FAST_REFUSALS = (429, 503)
+MIX_DEPLOYMENTS: dict[str, tuple[str, ...]] = {"text": ("intent",), "mixed": ()}  # served on the tiers (): all
+
+
+def tiers_spec(text: str) -> tuple[int, int]:
+    """'RxG' -> (runner replicas, gateway instances), each >= 1."""
+    try:
+        runners, gateways = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tiers takes RxG (runner replicas x gateways), e.g. 1x1, not "
+                                         f"{text!r}") from None
+    if runners < 1 or gateways < 1:
+        raise argparse.ArgumentTypeError(f"--tiers {text}: need at least one runner replica and one gateway")
+    return runners, gateways
+
+
+def topology(args) -> str:
+    return f"tiers {args.tiers[0]}x{args.tiers[1]}" if args.tiers else "single"
+
+
+@dataclass
+class Target:
+    """What a round's drill runs against: where the load goes, how long it took to get ready, the gateway logs."""
+
+    url: str
+    ready_s: float
+    logs: list[Path]
+    info: dict = field(default_factory=dict)
+
+
+@contextmanager
+def serving(args, env: dict[str, str], log: Path) -> Iterator[Target]:
+    """A fresh `bentoml serve` (`log` is its log), or with --tiers the split tiers with `env` on both tiers (their
+    logs in the directory `log` without its suffix; the load goes to the gateway, or haproxy in front of them)."""
+    if not args.tiers:
+        with Server(args.registry, env=env, log_path=log) as srv:
+            yield Target(srv.url, srv.wait_ready(), [log], {"server_log": str(log)})
+        return
+    runners, gateways = args.tiers
+    cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=runners, gateways=gateways,
+                      gateway_lb=gateways > 1, deployments=MIX_DEPLOYMENTS[args.mix], env=env,
+                      log_dir=log.with_suffix(""))
+    with Tiers(cfg) as tiers:
+        info = {"tiers": {k: v for k, v in tiers.describe().items() if k not in ("haproxy_stats", "haproxy_config")},
+                "deployments": list(cfg.deployments) or "all"}
+        yield Target(tiers.url, tiers.timings["all_ready_s"], [g.log_path for g in tiers.gateways], info)
 
 
 class Load:
@@ -282,9 +339,10 @@ def verdict(ratios: dict, args) -> dict:
     return out
 
 
-def server_side(log, wall: dict[str, float]) -> dict:
-    """Entry-service access-log durations (second-resolution timestamps) of requests logged during the overload."""
-    lines = [x for x in access_log(log) if x[1] == "/v1/classify"
+def server_side(logs: list[Path], wall: dict[str, float]) -> dict:
+    """Entry-service access-log durations (second-resolution timestamps) of requests logged during the overload, over
+    the logs of every gateway."""
+    lines = [x for log in logs for x in access_log(log) if x[1] == "/v1/classify"
              and int(wall["overload"]) + 1 <= x[0] < int(wall["recovery"])]
     out = {}
     for status in sorted({x[2] for x in lines}):
@@ -333,7 +391,7 @@ def summary(res: dict) -> str:
     c, o, r, u = res["capacity"], res["overload"], res["recovery"], res["unloaded"]
     ratios = res["ratios"]
     return "\n".join([
-        f"[{res['mode']} round {res['round']}] unloaded (c=1): {u['latency_ms']}",
+        f"[{res['topology']}, {res['mode']} round {res['round']}] unloaded (c=1): {u['latency_ms']}",
         f"  capacity (closed loop, {c['concurrency']} conc, {c['seconds']} s): {c['ok_rps']} req/s, "
         f"status {c['status']}, latency {c['latency_ms']}",
         f"  overload at {o['target_rate']}/s: sent {o['sent']} (achieved {o['achieved_send_rate']}/s, not sent at "
@@ -378,7 +436,8 @@ def plot(result: dict, out: Path) -> None:
         bottom.axvline(n_over, color="grey", lw=0.8)
     top.set_ylabel("ms")
     top.set_yscale("log")
-    top.set_title(f"overload drill: {result['factor']}x capacity open loop, then recovery at the low rate (grey line)")
+    top.set_title(f"overload drill ({result['topology']}): {result['factor']}x capacity open loop, then recovery "
+                  "at the low rate (grey line)")
     top.legend(fontsize=7)
     bottom.set_ylabel("requests/s")
     bottom.set_xlabel("seconds since the overload started")
@@ -392,18 +451,21 @@ def plot(result: dict, out: Path) -> None:
 
 def run_once(args, mode: str, round_: int, env: dict[str, str]) -> dict:
     log = log_path(args, f"{NAME}-{mode}-{round_}")
-    with Server(args.registry, env=env, log_path=log) as srv:
-        ready_s = srv.wait_ready()
-        res = asyncio.run(drill(srv.url, args))
-    res["overload"]["server_side_ms_by_status"] = server_side(log, res.pop("_wall"))
-    res = {"mode": mode, "round": round_, "server_ready_s": round(ready_s, 1), "server_log": str(log), "env": env,
-           **res}
+    with serving(args, env, log) as target:
+        res = asyncio.run(drill(target.url, args))
+    res["overload"]["server_side_ms_by_status"] = server_side(target.logs, res.pop("_wall"))
+    res = {"mode": mode, "round": round_, "topology": topology(args), "server_ready_s": round(target.ready_s, 1),
+           **target.info, "env": env, **res}
     print(summary(res), flush=True)
     return res
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
+    ap.set_defaults(out=None)  # overload.json, or overload_tiers.json with --tiers (see below)
+    ap.add_argument("--tiers", type=tiers_spec, nargs="?", const=(1, 1), default=None, metavar="RxG",
+                    help="run on the split tiers: R runner replicas, G gateways (bare --tiers: 1x1); default: one "
+                         "`bentoml serve`")
     ap.add_argument("--mix", choices=("text", "mixed"), default="text")
     ap.add_argument("--modes", default="off,on", help="queue control modes to run, comma-separated: "
                                                       + ", ".join(MODE_ENV))
@@ -426,16 +488,27 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra/overriding server env (repeatable)")
     ap.add_argument("--no-default-env", action="store_true", help="do not apply the drill's default knobs")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = OUT_DIR / (f"{NAME}_tiers.json" if args.tiers else f"{NAME}.json")
     for name in ("unloaded_seconds", "capacity_seconds", "baseline_seconds", "overload_seconds", "recovery_seconds"):
         setattr(args, name, min(getattr(args, name), 300))
     args.repeat = max(1, min(args.repeat, 10))
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODE_ENV for m in modes):
         raise SystemExit(f"--modes takes {', '.join(MODE_ENV)}")
+    args.modes = modes
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    modes = args.modes
+    if args.tiers and haproxy_binary() is None:
+        raise SystemExit("haproxy is not installed: apt-get install -y haproxy")
     env = {} if args.no_default_env else dict(DEFAULT_ENV)
     env.update(kv.split("=", 1) for kv in args.env)
-    print(f"server env knobs: {env}; modes {modes} x {args.repeat} rounds", flush=True)
+    print(f"{topology(args)}: server env knobs: {env}; modes {modes} x {args.repeat} rounds", flush=True)
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     started = time.time()
     for round_ in range(args.repeat):
@@ -443,6 +516,7 @@ def main() -> None:
             runs[mode].append(run_once(args, mode, round_, {**env, **MODE_ENV[mode]}))
     result: dict = {
         "drill": NAME, "command": "python -m scripts.drills.overload " + shlex.join(sys.argv[1:]),
+        "topology": topology(args),
         "registry": str(args.registry), "env": env, "mode_env": {m: MODE_ENV[m] for m in modes},
         "deadline_ms": args.deadline_ms or None, "mix": args.mix, "factor": args.factor,
         "overload_seconds": args.overload_seconds, "rounds": args.repeat,
@@ -464,7 +538,7 @@ def main() -> None:
     for mode, med in result["medians"].items():
         print(f"  {mode}: " + ", ".join(f"{k} {v}" for k, v in med.items() if not k.endswith("_range")))
     save(result, args.out)
-    if str(args.plot).lower() != "none":
+    if args.plot is None or str(args.plot).lower() != "none":  # (str(None) is "None": the default plots)
         plot(result, args.plot or args.out.with_suffix(".png"))
 
 
