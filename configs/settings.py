@@ -124,6 +124,12 @@ class RunnerSettings(_Section):
                     "max(this, 3 x the admission's estimated wait) is abandoned for the fallback. A killed runner's "
                     "socket accepts connections and never answers until its restart, so without this the requests "
                     "in flight wait for the restart instead of the fallback.")
+    merge_gather_ms: float = Field(
+        20.0, ge=0, le=200,
+        description="runner.batching=gateway: how long an idle runner may wait for the other callers' calls of a slot "
+                    "before computing (runners/merge.py). Only when the slot's recent computations merged calls "
+                    "from several callers (API workers, gateway instances), at most half the slot's recent "
+                    "computation time, never past an item's deadline; one caller never waits. 0: never gather.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")

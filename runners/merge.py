@@ -4,23 +4,57 @@ Why: with runner.batching='gateway' each API worker (and each gateway instance) 
 so with N workers every runner call carries about 1/N of what is in flight (docs/bench/scaleout_batching.md: a mean
 batch of 12.3 items with one API worker, 4.5 with four). The runner sees every caller: calls that arrive while a
 computation runs wait, and the next computation takes all of them at once, one model call per slot with every
-caller's items (the runner then groups them per version and splits at the memory cap). No waiting window: a lone
-call starts at once, so concurrency 1 pays nothing.
+caller's items (the runner then groups them per version and splits at the memory cap).
+
+Batch while busy alone left the 4-worker batch at 0.71 of the 1-worker one (docs/bench/scaleout_batching_merge.md):
+on a runner that is not saturated a call often finds it idle and starts alone, and the other workers' calls arrive
+a few milliseconds later. So an idle runner gathers, but only under load, when several callers are active: when the
+slot's calls came from more than one caller (items[0]["caller"], one per API worker) in the last second and the slot
+is busy (it finished a computation less than one computation time ago, or its computations have been merging calls),
+a call that finds the runner idle waits until every active caller has a call of the slot pending, or until
+`gather_share` of the slot's recent computation time (at most `max_gather_s`, never past the earliest item deadline
+less that computation time) has passed. One caller (one API worker) or a quiet slot never waits.
 
 Calls of different slots are never merged into one computation: a failing model fails only its own callers.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from prometheus_client import Histogram
 
 MERGED_CALLS = Histogram("triserve_runner_merged_calls", "Runner calls (from any API worker or gateway instance) "
                          "served by one computation, per slot.", ["slot"], buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32))
+GATHER_SECONDS = Histogram("triserve_runner_gather_seconds", "Time an idle runner waited for the other callers' "
+                           "calls before a computation (runners/merge.py), per slot.", ["slot"],
+                           buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05))
 
 Compute = Callable[[list[dict]], list[dict]]
+SMOOTHING = 0.2  # weight of the newest computation in the moving means
+TOGETHER = 1.5  # a slot's callers arrive together when its computations merge at least this many calls on average
+CALLER_MEMORY_S = 1.0  # a caller counts as active this long after its last call
+
+
+@dataclass
+class SlotPace:
+    """What a slot's recent computations looked like: calls merged per computation and seconds per computation."""
+
+    calls: float = 1.0
+    compute_s: float = 0.0
+    ended: float = float("-inf")  # monotonic end of the last computation
+
+    def observe(self, calls: int, seconds: float) -> None:
+        self.calls += SMOOTHING * (calls - self.calls)
+        self.compute_s = seconds if self.compute_s == 0 else self.compute_s + SMOOTHING * (seconds - self.compute_s)
+        self.ended = time.monotonic()
+
+    def busy(self) -> bool:
+        """The slot computed a moment ago (idle for less than one computation): a loaded slot, not a quiet one."""
+        return time.monotonic() - self.ended < self.compute_s
 
 
 class CallMerger:
@@ -28,23 +62,79 @@ class CallMerger:
     were waiting at the same time. Computations run one at a time on one thread (ONNX Runtime releases the GIL;
     the event loop keeps accepting calls meanwhile)."""
 
-    def __init__(self, compute: Compute):
+    def __init__(self, compute: Compute, max_gather_s: float = 0.0, gather_share: float = 0.5):
         self._compute = compute
+        self._max_gather_s = max_gather_s
+        self._gather_share = gather_share
         self._pending: list[tuple[list[dict], asyncio.Future]] = []
         self._draining: asyncio.Task | None = None
+        self._arrived: asyncio.Event | None = None
+        self._pace: dict[str, SlotPace] = {}
+        self._callers: dict[str, dict[str, float]] = {}  # slot -> caller -> when its last call came (monotonic)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="triserve-compute")
 
     async def submit(self, items: list[dict]) -> list[dict]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._pending.append((items, future))
+        if items and items[0].get("caller"):
+            self._callers.setdefault(str(items[0].get("slot")), {})[items[0]["caller"]] = time.monotonic()
+        if self._arrived is not None:
+            self._arrived.set()
         if self._draining is None or self._draining.done():
             self._draining = loop.create_task(self._drain())
         return await future
 
+    def pace(self, slot: str) -> SlotPace:
+        return self._pace.setdefault(slot, SlotPace())
+
+    def _gather_until(self) -> tuple[str, int, float] | None:
+        """(slot, calls to wait for, monotonic deadline) when the oldest pending call should wait for others."""
+        if self._max_gather_s <= 0 or not self._pending or not self._pending[0][0]:
+            return None
+        slot = str(self._pending[0][0][0].get("slot"))
+        pace = self.pace(slot)
+        want = self._active_callers(slot)
+        if want <= 1 or not (pace.busy() or pace.calls >= TOGETHER):
+            return None
+        window = min(self._max_gather_s, self._gather_share * pace.compute_s)
+        deadlines = [it["deadline"] for items, _ in self._pending for it in items if it.get("deadline")]
+        if deadlines:  # items carry epoch deadlines; leave room for the computation itself
+            window = min(window, min(deadlines) - time.time() - pace.compute_s)
+        return (slot, want, time.monotonic() + window) if window > 0 else None
+
+    def _active_callers(self, slot: str) -> int:
+        """Callers (API workers, gateway instances: items[0]["caller"]) whose calls of this slot came lately."""
+        seen = self._callers.get(slot, {})
+        now = time.monotonic()
+        for caller in [c for c, t in seen.items() if now - t > CALLER_MEMORY_S]:
+            del seen[caller]
+        return len(seen)
+
+    def _pending_calls(self, slot: str) -> int:
+        return sum(1 for items, future in self._pending if items and not future.done()
+                   and str(items[0].get("slot")) == slot)
+
+    async def _gather(self) -> None:
+        plan = self._gather_until()
+        if plan is None:
+            return
+        slot, want, until = plan
+        started = time.monotonic()
+        if self._arrived is None:
+            self._arrived = asyncio.Event()
+        while self._pending_calls(slot) < want and (left := until - time.monotonic()) > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                break
+        GATHER_SECONDS.labels(slot).observe(time.monotonic() - started)
+
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
+            await self._gather()
             calls, self._pending = self._pending, []
             by_slot: dict[str, list[tuple[list[dict], asyncio.Future]]] = {}
             for items, future in calls:
@@ -55,6 +145,7 @@ class CallMerger:
             for slot, group in by_slot.items():
                 merged = [item for items, _ in group for item in items]
                 MERGED_CALLS.labels(slot).observe(len(group))
+                started = time.monotonic()
                 try:
                     results = await loop.run_in_executor(self._executor, self._compute, merged)
                 except Exception as exc:  # noqa: BLE001 - handed to this slot's callers, as one call would have
@@ -62,6 +153,8 @@ class CallMerger:
                         if not future.done():
                             future.set_exception(exc)
                     continue
+                finally:
+                    self.pace(slot).observe(len(group), time.monotonic() - started)
                 start = 0
                 for items, future in group:
                     if not future.done():

@@ -375,20 +375,28 @@ def subset_models_file(source: Path, deployments: Iterable[str], out: Path) -> P
     return out
 
 
+RUNNER_HISTOGRAMS = {  # histogram: (what its sum counts, what its count counts), per slot
+    "triserve_runner_batch_size": ("items", "calls"),
+    "triserve_runner_merged_calls": ("merged", "computations"),
+    "triserve_runner_gather_seconds": ("gather_s", "gathers"),
+}
+
+
 def runner_batches(url: str, timeout: float = 3.0) -> dict[str, float]:
-    """Per slot: items and runner calls so far (triserve_runner_batch_size sum and count) of one runner replica."""
+    """Per slot, so far, of one runner replica: items and runner batches (triserve_runner_batch_size sum and count),
+    callers' calls and the computations that served them (runners/merge.py), time spent gathering and gathers."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
     text = httpx.get(url + "/metrics", timeout=timeout).text
     for fam in text_string_to_metric_families(text):
-        if fam.name != "triserve_runner_batch_size":
+        if fam.name not in RUNNER_HISTOGRAMS:
             continue
+        total, count = RUNNER_HISTOGRAMS[fam.name]
         for s in fam.samples:
-            if s.name.endswith("_sum"):
-                out[f"{s.labels['slot']}:items"] = out.get(f"{s.labels['slot']}:items", 0.0) + s.value
-            elif s.name.endswith("_count"):
-                out[f"{s.labels['slot']}:calls"] = out.get(f"{s.labels['slot']}:calls", 0.0) + s.value
+            key = total if s.name.endswith("_sum") else count if s.name.endswith("_count") else None
+            if key:
+                out[f"{s.labels['slot']}:{key}"] = out.get(f"{s.labels['slot']}:{key}", 0.0) + s.value
     return out
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -49,8 +50,13 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # distribution: sizes <= each bound (and abo
 GOAL_SHARE = 0.8
 
 
-def bodies() -> list[dict]:
-    return [{"texts": [t], "top_k": 3} for t in TEXTS]
+def bodies(words: int = 0) -> list[dict]:
+    """One-text requests; with `words`, each text runs on through the next ones until it has that many words (a
+    runner-bound load: the model's work per item grows with the tokens, the gateway's hardly)."""
+    if not words:
+        return [{"texts": [t], "top_k": 3} for t in TEXTS]
+    pool = " ".join(TEXTS * (1 + words // 40)).split()
+    return [{"texts": [" ".join((pool[k:] + pool)[:words])], "top_k": 3} for k in range(len(TEXTS))]
 
 
 def batch_lines(log: Path, start: int) -> tuple[list[int], int]:
@@ -90,11 +96,11 @@ async def measure(tiers: Tiers, kind: str, args) -> dict:
     t0 = time.monotonic()
     cpu0 = worker_cpu(tiers)
     if kind == "closed":
-        res = await closed_loop(tiers.url, PATH, bodies(), args.concurrency, args.seconds,
+        res = await closed_loop(tiers.url, PATH, bodies(args.words), args.concurrency, args.seconds,
                                 int(args.seconds * 2000), t0, fresh_connections=True)
     else:
-        res = await open_loop([tiers.url], PATH, bodies(), args.rate, args.seconds, int(args.rate * args.seconds), t0,
-                              fresh_connections=True)
+        res = await open_loop([tiers.url], PATH, bodies(args.words), args.rate, args.seconds,
+                              int(args.rate * args.seconds), t0, fresh_connections=True)
     elapsed = time.monotonic() - t0
     cpu1 = worker_cpu(tiers)
     busy = {k: round(cpu1[k] - cpu0.get(k, 0.0), 2) for k in cpu1}
@@ -103,12 +109,18 @@ async def measure(tiers: Tiers, kind: str, args) -> dict:
     sizes, _ = batch_lines(runner.log_path, pos)
     items = after.get(f"{SLOT}:items", 0) - before.get(f"{SLOT}:items", 0)
     calls = after.get(f"{SLOT}:calls", 0) - before.get(f"{SLOT}:calls", 0)
+    delta = {k: after.get(f"{SLOT}:{k}", 0) - before.get(f"{SLOT}:{k}", 0)
+             for k in ("merged", "computations", "gather_s", "gathers")}
     p = phase(res.rows, None, None)
     return {"kind": kind, "seconds": round(elapsed, 2), "requests": p["requests"], "ok": p["ok"],
             "status": p["status"], "skipped_by_client": res.skipped,
             "throughput_rps": round(p["ok"] / elapsed, 1), "latency_ms": p["latency_ok_ms"],
             "runner_items": items, "runner_batches": calls,
             "mean_batch": round(items / calls, 2) if calls else None,
+            "calls_per_computation": (round(delta["merged"] / delta["computations"], 2)
+                                      if delta["computations"] else None),
+            "gathers": int(delta["gathers"]),
+            "mean_gather_ms": round(1000 * delta["gather_s"] / delta["gathers"], 2) if delta["gathers"] else None,
             "log_batches": len(sizes), "log_mean_batch": round(statistics.mean(sizes), 2) if sizes else None,
             "log_p50_batch": statistics.median(sizes) if sizes else None, "distribution": distribution(sizes),
             "gateway_worker_cpu_s": busy,
@@ -130,18 +142,38 @@ def worker_cpu(tiers: Tiers) -> dict[str, float]:
 
 async def cell(mode: str, topo: str, args) -> dict:
     instances, workers = TOPOLOGIES[topo]
-    env = {**RAISED_LIMITS, "TRISERVE_RUNNER__BATCHING": mode, "TRISERVE_RUNNER__SPIN_WAIT": str(args.spin).lower()}
+    env = {**RAISED_LIMITS, "TRISERVE_RUNNER__BATCHING": mode, "TRISERVE_RUNNER__SPIN_WAIT": str(args.spin).lower(),
+           **({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1"} if args.pin else {})}
     cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=1, gateways=instances, gateway_lb=instances > 1,
                       deployments=(SLOT,), env=env, gateway_env={"TRISERVE_GATEWAY__WORKERS": str(workers)},
                       log_dir=args.log_dir / f"{mode}_{topo}" if args.log_dir else None)
     with Tiers(cfg) as tiers:
         ready = tiers.timings["all_ready_s"]
-        await closed_loop(tiers.url, PATH, bodies(), args.concurrency, args.warmup, int(args.warmup * 2000),
+        if args.pin:
+            pin_cores(tiers)
+        await closed_loop(tiers.url, PATH, bodies(args.words), args.concurrency, args.warmup, int(args.warmup * 2000),
                           time.monotonic())
         closed = await measure(tiers, "closed", args)
         opened = await measure(tiers, "open", args)
     return {"mode": mode, "topology": topo, "gateway_instances": instances, "workers_per_instance": workers,
             "ready_s": ready, "closed": closed, "open": opened}
+
+
+def pin_cores(tiers: Tiers) -> None:
+    """--pin: the runner on CPU 0, everything else (gateway tier, haproxy, this load generator) on CPU 1, every thread
+    of every process (sched_setaffinity is per thread on Linux). The gateway tier then has a core of its own, as on a
+    deployment where the runner runs on its own node, and the runner's throughput depends on its batches, not on how
+    much CPU the API workers take from it."""
+    others = [pid for g in tiers.gateways for pid in g.pids()] + [os.getpid()]
+    if tiers.haproxy.proc is not None:
+        others.append(tiers.haproxy.proc.pid)
+    for pids, cpus in ((tiers.runners[0].pids(), {0}), (others, {1})):
+        for pid in pids:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    os.sched_setaffinity(int(tid), cpus)
+                except (ProcessLookupError, FileNotFoundError):
+                    continue
 
 
 def med(values: list[float]) -> dict:
@@ -281,14 +313,16 @@ async def run(args) -> dict:
                            "and capacity limits off. One 2-core machine shared with other work, load generator "
                            f"included; {args.seconds:g} s per load after {args.warmup:g} s of warm-up."),
                  "cells": []}
-    order = [(m, t) for t in TOPOLOGIES for m in MODES]
+    order = [(m, t) for t in args.topologies.split(",") for m in args.modes.split(",")]
     for rnd in range(args.rounds):
         for mode, topo in (order if rnd % 2 == 0 else order[::-1]):  # interleaved, alternating direction
             c = await cell(mode, topo, args)
             c["round"] = rnd + 1
             res["cells"].append(c)
             print(f"[scaleout] round {rnd + 1} {mode:7s} {topo:3s}: closed {c['closed']['throughput_rps']} req/s, "
-                  f"mean batch {c['closed']['mean_batch']}, p99 {c['closed']['latency_ms']['p99']} ms; open "
+                  f"mean batch {c['closed']['mean_batch']} ({c['closed']['calls_per_computation']} calls/computation, "
+                  f"{c['closed']['gathers']} gathers of {c['closed']['mean_gather_ms']} ms), "
+                  f"p99 {c['closed']['latency_ms']['p99']} ms; open "
                   f"mean batch {c['open']['mean_batch']}, p99 {c['open']['latency_ms']['p99']} ms", file=sys.stderr)
     res["aggregate"] = aggregate(res["cells"])
     res["goals"] = goals(res["aggregate"])
@@ -305,10 +339,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=15.0, help="length of each load (bounded in count too)")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--spin", action="store_true", help="runner.spin_wait on (off by default: the tiers share cores)")
+    ap.add_argument("--pin", action="store_true", help="runner on CPU 0 (1 intra-op thread), the rest on CPU 1")
+    ap.add_argument("--words", type=int, default=0, help="words per text (default: the short TEXTS, 2-7 words)")
+    ap.add_argument("--modes", default=",".join(MODES), help="batching modes to measure, comma-separated")
+    ap.add_argument("--topologies", default=",".join(TOPOLOGIES), help="gateway tiers to measure: 1w,2w,4w,2gw")
     ap.add_argument("--log-dir", type=Path, default=None, help="keep process logs here (default: temp dirs)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "scaleout_batching")
     args = ap.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
+    unknown = set(args.modes.split(",")) - set(MODES) | set(args.topologies.split(",")) - set(TOPOLOGIES)
+    if unknown:
+        ap.error(f"unknown modes or topologies: {sorted(unknown)}")
     if haproxy_binary() is None:
         raise SystemExit("haproxy is not installed: apt-get install -y haproxy")
     res = asyncio.run(run(args))

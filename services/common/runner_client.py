@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +87,7 @@ class RunnerClient:
         self._max_batch, self._family_of = max_batch, family_of
         self._inflight, self._wait_s = cfg.batch_inflight, cfg.coalesce_wait_ms / 1000.0
         self.batchers: dict[str, SlotBatcher] = {}
+        self._caller = uuid.uuid4().hex[:12]  # this API worker, as the runner tells its callers apart
 
     def batcher(self, slot: str) -> SlotBatcher | None:
         """The slot's batcher, made on first use (deployments are added at run time). Requests on their way are
@@ -100,6 +102,8 @@ class RunnerClient:
 
     def _sender(self, slot: str):
         async def send(items: list[dict]) -> list[dict]:
+            if items:  # who sends: the runner gathers the calls of callers that arrive together (runners/merge.py)
+                items = [{**items[0], "caller": self._caller}, *items[1:]]
             return await call_runner(self.runner, slot, items, self._retries, self._backoff)
         return send
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -70,3 +71,69 @@ def test_one_slots_failure_stays_with_its_callers_and_a_departed_caller_is_skipp
     assert good == [{"y": 6}]
     computed = [(c[0]["slot"], [it["x"] for it in c]) for c in calls]
     assert computed == [("a", [1]), ("bad", [1]), ("a", [3])]  # the cancelled call's item never computed
+
+
+def _record(calls: list[list[int]]):
+    def compute(items: list[dict]) -> list[dict]:
+        calls.append([it["x"] for it in items])
+        return [{"y": it["x"]} for it in items]
+    return compute
+
+
+def _call(merger: CallMerger, k: int, deadline: float | None = None):
+    """Caller k's call (one API worker each) with one item."""
+    return merger.submit([{"slot": "a", "x": k, "deadline": deadline, "caller": f"worker-{k}"}])
+
+
+async def _staggered(merger: CallMerger, gaps_s: list[float], deadline: float | None = None) -> list:
+    """Caller k's call `gaps_s[k]` seconds after caller k-1's (the way several API workers' calls arrive)."""
+    tasks = []
+    for k, gap in enumerate(gaps_s):
+        await asyncio.sleep(gap)
+        tasks.append(asyncio.create_task(_call(merger, k, deadline)))
+    return await asyncio.gather(*tasks)
+
+
+def test_a_busy_runner_gathers_the_calls_of_its_active_callers():
+    async def main(max_gather_s: float):
+        calls: list[list[int]] = []
+        merger = CallMerger(_record(calls), max_gather_s=max_gather_s)
+        await asyncio.gather(*[_call(merger, k) for k in range(3)])  # three callers seen, the slot just computed
+        merger.pace("a").compute_s = 0.2  # a computation takes 0.2 s: the slot is busy, gathers up to 0.1 s
+        calls.clear()
+        await _staggered(merger, [0, 0.01, 0.01])
+        return calls
+
+    assert asyncio.run(main(0.1)) == [[0, 1, 2]]  # waited until the three callers were there
+    assert len(asyncio.run(main(0.0))) >= 2  # gathering off: the first call leaves alone
+
+
+def test_a_lone_caller_or_a_quiet_slot_never_waits():
+    async def main(callers: int, busy: bool) -> float:
+        merger = CallMerger(_record([]), max_gather_s=1.0)
+        await asyncio.gather(*[_call(merger, k) for k in range(callers)])
+        merger.pace("a").compute_s = 0.5
+        if not busy:
+            merger.pace("a").ended -= 10  # the last computation was long ago
+        started = time.monotonic()
+        await _call(merger, 0)
+        return time.monotonic() - started
+
+    assert asyncio.run(main(1, busy=True)) < 0.2  # one caller: nobody to wait for
+    assert asyncio.run(main(3, busy=False)) < 0.2  # three callers, but the slot is quiet
+    assert asyncio.run(main(3, busy=True)) >= 0.2  # the control: busy with three callers, it waits (up to 0.25 s)
+
+
+def test_gathering_never_passes_an_items_deadline():
+    async def main():
+        calls: list[list[int]] = []
+        merger = CallMerger(_record(calls), max_gather_s=1.0, gather_share=10.0)
+        await asyncio.gather(*[_call(merger, k) for k in range(4)])
+        merger.pace("a").compute_s = 0.2
+        calls.clear()
+        started = time.monotonic()
+        await _staggered(merger, [0], deadline=time.time() + 0.25)  # 0.25 s left, 0.2 s of it for the computation
+        return time.monotonic() - started, calls
+
+    waited_s, calls = asyncio.run(main())
+    assert calls == [[0]] and waited_s < 0.2  # would have waited up to 1 s (3 more callers active) without it
