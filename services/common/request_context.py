@@ -151,19 +151,20 @@ class RequestContextMiddleware:
                     body_parts.append(message.get("body", b""))
             return message
 
-        if task and self.max_inflight is not None and self.inflight.get(task, 0) >= self.max_inflight:
+        refusal: tuple[str, dict] | None = None  # (message, details) of a refusal before the body is read
+        limit = self.max_inflight
+        if task and limit is not None and self.inflight.get(task, 0) >= limit:
+            refusal = (f"{task} is at its limit of {limit} requests in flight", {"limit": limit})
+        elif task and self.front_door and queue_control.shedding(task):  # every slot full: refuse before the body
+            refusal = (f"{task} is over capacity", {"reason": "standing_queue"})
+        if task and refusal:
             REJECTED.labels(task, "", "overloaded").inc()
             REQUESTS.labels(task, "", "503").inc()
             await _drain(receive, self.max_body_bytes)  # unread bodies would cost the client its keep-alive connection
-            await _send_error(send_with_id, 503, "overloaded", f"{task} is at its limit of {self.max_inflight} "
-                              "requests in flight", {"limit": self.max_inflight}, rid, {b"retry-after": b"1"})
-            return
-        if task and self.front_door and queue_control.shedding(task):  # every slot full: refuse before the body
-            REJECTED.labels(task, "", "overloaded").inc()
-            REQUESTS.labels(task, "", "503").inc()
-            await _drain(receive, self.max_body_bytes)
-            await _send_error(send_with_id, 503, "overloaded", f"{task} is over capacity", {"reason": "standing_queue"},
-                              rid, {b"retry-after": b"1"})
+            await _send_error(send_with_id, 503, "overloaded", *refusal, rid, {b"retry-after": b"1"})
+            if request_log:
+                state["error_code"] = "overloaded"
+                self._log(request_log, task, scope, state, rid, 503, started, None)
             return
         if task:
             labelled(INFLIGHT, task).inc()

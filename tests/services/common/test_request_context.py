@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import httpx
 
@@ -24,10 +25,23 @@ def _app(seen: list[int], submit: bool, status: int = 200):
     return app
 
 
-def _send(app, path: str, front_door: bool = False) -> httpx.Response:
+class _Log:
+    """RequestLog's interface: keeps the access-log records."""
+    payloads = None
+    cfg = SimpleNamespace(payload_max_bytes=0, payload_sample_rate=0.0)
+
+    def __init__(self):
+        self.records: list[dict] = []
+
+    def request(self, record: dict) -> None:
+        self.records.append(record)
+
+
+def _send(app, path: str, front_door: bool = False, log: _Log | None = None) -> httpx.Response:
     async def main():
         transport = httpx.ASGITransport(app=RequestContextMiddleware(
-            app, max_body_bytes=1024, family_by_path={"/v1/classify": "text"}, front_door=front_door))
+            app, max_body_bytes=1024, family_by_path={"/v1/classify": "text"}, front_door=front_door,
+            request_log=log))  # type: ignore[arg-type]
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return await client.post(path, json={"texts": ["hi"]})
     return asyncio.run(main())
@@ -60,8 +74,10 @@ def test_requests_outside_the_task_routes_do_not_count():
 def test_front_door_refuses_a_full_task_before_the_route_runs(monkeypatch):
     monkeypatch.setattr(queue_control, "shedding", lambda task: task == "text")
     seen: list[int] = []
-    answer = _send(_app(seen, submit=True), "/v1/classify", front_door=True)
+    log = _Log()
+    answer = _send(_app(seen, submit=True), "/v1/classify", front_door=True, log=log)
     assert answer.status_code == 503 and seen == []  # the route (parsing, preprocessing) never ran
+    assert [(r["status"], r["error_code"], r["task"]) for r in log.records] == [(503, "overloaded", "text")]
     error = answer.json()["error"]
     assert error["code"] == "overloaded" and error["details"] == {"reason": "standing_queue"}
     assert answer.headers["retry-after"] == "1"
