@@ -84,6 +84,11 @@ class BalancerConfig:
     timeout_connect_ms: int = 1000
     timeout_server_s: float = 120.0
     timeout_client_s: float = 120.0
+    # An edge concurrency limit in front of the gateways (gateway_lb): at most gateway_maxconn requests in flight per
+    # gateway instance (0: none, the default); the excess waits in haproxy's queue up to gateway_queue_ms and is then
+    # refused by haproxy (C, a few microseconds of CPU) instead of by the API worker (Python, ~1-2 ms each).
+    gateway_maxconn: int = 0
+    gateway_queue_ms: int = 50
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,8 @@ class Backend:
     name: str
     port: int
     servers: tuple[tuple[str, int], ...]
+    maxconn: int = 0  # requests in flight per server (0: no limit); the rest wait in haproxy's queue
+    queue_ms: int = 0  # ... at most this long, then 503 overloaded (JSON, Retry-After) from haproxy itself
 
 
 def haproxy_config(backends: Iterable[Backend], cfg: BalancerConfig, stats_port: int) -> str:
@@ -277,7 +284,13 @@ def haproxy_config(backends: Iterable[Backend], cfg: BalancerConfig, stats_port:
         lines += [f"frontend {b.name}", f"    bind 127.0.0.1:{b.port}", f"    default_backend {b.name}_servers", "",
                   f"backend {b.name}_servers", f"    balance {cfg.balance}",
                   f"    option httpchk GET {cfg.check_path}", "    http-check expect status 200"]
-        lines += [f"    server {name} 127.0.0.1:{port} check" for name, port in b.servers]
+        limit = f" maxconn {b.maxconn}" if b.maxconn else ""
+        if b.maxconn:
+            lines += [f"    timeout queue {b.queue_ms}ms",
+                      "    http-error status 503 content-type application/json hdr Retry-After 1 string "
+                      "'{\"error\":{\"code\":\"overloaded\",\"message\":\"over capacity\","
+                      "\"details\":{\"reason\":\"edge_limit\"}}}'"]
+        lines += [f"    server {name} 127.0.0.1:{port} check{limit}" for name, port in b.servers]
         lines.append("")
     lines += ["listen stats", f"    bind 127.0.0.1:{stats_port}", "    stats enable", "    stats uri /stats",
               "    stats refresh 1s", ""]
@@ -435,7 +448,8 @@ class Tiers:
         if cfg.gateway_lb:
             port = free_port()
             self.gateway_lb_url = f"http://127.0.0.1:{port}"
-            backends.append(Backend(self.GATEWAY_BACKEND, port, tuple((g.name, g.port) for g in self.gateways)))
+            backends.append(Backend(self.GATEWAY_BACKEND, port, tuple((g.name, g.port) for g in self.gateways),
+                                    cfg.balancer.gateway_maxconn, cfg.balancer.gateway_queue_ms))
         self.haproxy = HAProxy(backends, cfg.balancer, self.workdir, self.log_dir / "haproxy.log")
         self.timings: dict[str, float] = {}
 

@@ -64,7 +64,7 @@ from scripts.drills.common import (
     transport_errors,
 )
 from scripts.drills.server import ROOT, Server
-from scripts.tiers import Tiers, TiersConfig, haproxy_binary
+from scripts.tiers import BalancerConfig, Tiers, TiersConfig, haproxy_binary
 
 NAME = "overload"
 DEFAULT_ENV = {
@@ -123,7 +123,8 @@ def serving(args, env: dict[str, str], log: Path) -> Iterator[Target]:
         return
     runners, gateways = args.tiers
     cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=runners, gateways=gateways,
-                      gateway_lb=gateways > 1, deployments=MIX_DEPLOYMENTS[args.mix], env=env,
+                      gateway_lb=gateways > 1 or args.edge_limit > 0, deployments=MIX_DEPLOYMENTS[args.mix], env=env,
+                      balancer=BalancerConfig(gateway_maxconn=args.edge_limit, gateway_queue_ms=args.edge_queue_ms),
                       log_dir=log.with_suffix(""))
     with Tiers(cfg) as tiers:
         info = {"tiers": {k: v for k, v in tiers.describe().items() if k not in ("haproxy_stats", "haproxy_config")},
@@ -466,6 +467,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tiers", type=tiers_spec, nargs="?", const=(1, 1), default=None, metavar="RxG",
                     help="run on the split tiers: R runner replicas, G gateways (bare --tiers: 1x1); default: one "
                          "`bentoml serve`")
+    ap.add_argument("--edge-limit", type=int, default=0, metavar="N",
+                    help="--tiers: haproxy in front of the gateways lets at most N requests per gateway through "
+                         "(the rest wait up to --edge-queue-ms, then haproxy answers 503 overloaded); 0: no limit")
+    ap.add_argument("--edge-queue-ms", type=int, default=50)
     ap.add_argument("--mix", choices=("text", "mixed"), default="text")
     ap.add_argument("--modes", default="off,on", help="queue control modes to run, comma-separated: "
                                                       + ", ".join(MODE_ENV))
