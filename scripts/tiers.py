@@ -501,6 +501,11 @@ class Tiers:
         """Per runner replica: items and calls per slot so far (its /metrics)."""
         return {r.name: runner_batches(r.url) for r in self.runners if r.alive()}
 
+    def pids(self) -> list[int]:
+        """Every process of both tiers and their load balancer."""
+        balancer = [self.haproxy.proc.pid] if self.haproxy.proc is not None else []
+        return [pid for p in (*self.runners, *self.gateways) for pid in p.pids()] + balancer
+
     def describe(self) -> dict:
         return {"gateway_lb": self.gateway_lb_url, "runner_lb": self.runner_lb_url,
                 "haproxy_stats": self.haproxy.stats_url, "haproxy_config": str(self.haproxy.config_path),

@@ -39,7 +39,7 @@ from scripts.bench.compare import RAISED_LIMITS
 from scripts.bench.report import write_report
 from scripts.drills.common import TEXTS
 from scripts.drills.loadgen import closed_loop, open_loop, phase
-from scripts.drills.server import ENTRY_SERVICE, ROOT
+from scripts.drills.server import ENTRY_SERVICE, ROOT, pin_threads
 from scripts.tiers import Tiers, TiersConfig, haproxy_binary, runner_batches
 
 PATH = "/v1/classify"
@@ -160,20 +160,12 @@ async def cell(mode: str, topo: str, args) -> dict:
 
 
 def pin_cores(tiers: Tiers) -> None:
-    """--pin: the runner on CPU 0, everything else (gateway tier, haproxy, this load generator) on CPU 1, every thread
-    of every process (sched_setaffinity is per thread on Linux). The gateway tier then has a core of its own, as on a
-    deployment where the runner runs on its own node, and the runner's throughput depends on its batches, not on how
-    much CPU the API workers take from it."""
-    others = [pid for g in tiers.gateways for pid in g.pids()] + [os.getpid()]
-    if tiers.haproxy.proc is not None:
-        others.append(tiers.haproxy.proc.pid)
-    for pids, cpus in ((tiers.runners[0].pids(), {0}), (others, {1})):
-        for pid in pids:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    os.sched_setaffinity(int(tid), cpus)
-                except (ProcessLookupError, FileNotFoundError):
-                    continue
+    """--pin: the runner on CPU 0, everything else (gateway tier, haproxy, this load generator) on CPU 1. The gateway
+    tier then has a core of its own, as on a deployment where the runner runs on its own node, and the runner's
+    throughput depends on its batches, not on how much CPU the API workers take from it."""
+    runner = set(tiers.runners[0].pids())
+    pin_threads(runner, {0})
+    pin_threads([pid for pid in tiers.pids() if pid not in runner] + [os.getpid()], {1})
 
 
 def med(values: list[float]) -> dict:

@@ -63,8 +63,8 @@ from scripts.drills.common import (
     text_body,
     transport_errors,
 )
-from scripts.drills.server import ROOT, Server
-from scripts.tiers import BalancerConfig, Tiers, TiersConfig, haproxy_binary
+from scripts.drills.server import ROOT, Server, free_port, pin_threads
+from scripts.tiers import Backend, BalancerConfig, HAProxy, Tiers, TiersConfig, haproxy_binary
 
 NAME = "overload"
 DEFAULT_ENV = {
@@ -113,13 +113,44 @@ class Target:
     info: dict = field(default_factory=dict)
 
 
+def pin(args, service_pids: list[int]) -> None:
+    """--pin: the service (every process and thread) on CPU 0, this load generator on CPU 1, so that generating 3x
+    capacity does not take the CPU the service is measured with (on a 2-core host it otherwise takes a third of a
+    core at ~500 req/s: client_cpu_share_of_one_core)."""
+    if args.pin:
+        pin_threads(service_pids, {0})
+        pin_threads([os.getpid()], {1})
+
+
+@contextmanager
+def edge(args, port: int, log: Path) -> Iterator[HAProxy | None]:
+    """--edge-limit on the single server: haproxy in front of it with that concurrency limit (as scripts/tiers.py
+    puts in front of the gateways), its config and log next to the server's log; None without the option."""
+    if not args.edge_limit:
+        yield None
+        return
+    workdir = log.with_suffix("")
+    workdir.mkdir(parents=True, exist_ok=True)
+    backend = Backend("gateways", free_port(), (("server", port),), args.edge_limit, args.edge_queue_ms)
+    proxy = HAProxy([backend], BalancerConfig(), workdir, workdir / "haproxy.log").start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 @contextmanager
 def serving(args, env: dict[str, str], log: Path) -> Iterator[Target]:
     """A fresh `bentoml serve` (`log` is its log), or with --tiers the split tiers with `env` on both tiers (their
     logs in the directory `log` without its suffix; the load goes to the gateway, or haproxy in front of them)."""
     if not args.tiers:
-        with Server(args.registry, env=env, log_path=log) as srv:
-            yield Target(srv.url, srv.wait_ready(), [log], {"server_log": str(log)})
+        with Server(args.registry, env=env, log_path=log) as srv, edge(args, srv.port, log) as proxy:
+            ready = srv.wait_ready()
+            if proxy:
+                proxy.wait_up("gateways", ["server"])
+            pin(args, srv.pids() + ([proxy.proc.pid] if proxy and proxy.proc else []))
+            url = f"http://127.0.0.1:{proxy.backends[0].port}" if proxy else srv.url
+            yield Target(url, ready, [log], {"server_log": str(log), "edge_limit": args.edge_limit})
         return
     runners, gateways = args.tiers
     cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=runners, gateways=gateways,
@@ -127,6 +158,7 @@ def serving(args, env: dict[str, str], log: Path) -> Iterator[Target]:
                       balancer=BalancerConfig(gateway_maxconn=args.edge_limit, gateway_queue_ms=args.edge_queue_ms),
                       log_dir=log.with_suffix(""))
     with Tiers(cfg) as tiers:
+        pin(args, tiers.pids())
         info = {"tiers": {k: v for k, v in tiers.describe().items() if k not in ("haproxy_stats", "haproxy_config")},
                 "deployments": list(cfg.deployments) or "all"}
         yield Target(tiers.url, tiers.timings["all_ready_s"], [g.log_path for g in tiers.gateways], info)
@@ -468,9 +500,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="run on the split tiers: R runner replicas, G gateways (bare --tiers: 1x1); default: one "
                          "`bentoml serve`")
     ap.add_argument("--edge-limit", type=int, default=0, metavar="N",
-                    help="--tiers: haproxy in front of the gateways lets at most N requests per gateway through "
+                    help="haproxy in front of the server (or of the gateways with --tiers) lets at most N requests per "
+                         "server or gateway through "
                          "(the rest wait up to --edge-queue-ms, then haproxy answers 503 overloaded); 0: no limit")
-    ap.add_argument("--edge-queue-ms", type=int, default=50)
+    ap.add_argument("--edge-queue-ms", type=int, default=20)
+    ap.add_argument("--pin", action="store_true", help="the service on CPU 0 (1 ONNX Runtime thread per op), this "
+                    "load generator on CPU 1")
     ap.add_argument("--mix", choices=("text", "mixed"), default="text")
     ap.add_argument("--modes", default="off,on", help="queue control modes to run, comma-separated: "
                                                       + ", ".join(MODE_ENV))
@@ -509,9 +544,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     modes = args.modes
-    if args.tiers and haproxy_binary() is None:
+    if (args.tiers or args.edge_limit) and haproxy_binary() is None:
         raise SystemExit("haproxy is not installed: apt-get install -y haproxy")
     env = {} if args.no_default_env else dict(DEFAULT_ENV)
+    if args.pin:  # one core for the service: one ONNX Runtime thread per op, not one per core of the host
+        env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = "1"
     env.update(kv.split("=", 1) for kv in args.env)
     print(f"{topology(args)}: server env knobs: {env}; modes {modes} x {args.repeat} rounds", flush=True)
     runs: dict[str, list[dict]] = {m: [] for m in modes}

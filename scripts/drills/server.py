@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -40,6 +41,24 @@ def _service_name(cmdline: list[str]) -> str | None:
         if i + 1 < len(cmdline):
             return cmdline[i + 1]
     return None
+
+
+def pin_threads(pids: Iterable[int], cpus: set[int]) -> int:
+    """Every thread of these processes onto `cpus` (sched_setaffinity is per thread on Linux; threads made later
+    inherit their creator's): keeps a load generator off the cores of the system it measures. Returns how many."""
+    pinned = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+                pinned += 1
+            except (ProcessLookupError, FileNotFoundError):
+                continue
+    return pinned
 
 
 class Server:
@@ -154,6 +173,10 @@ class Server:
 
     def entry_pids(self) -> list[int]:
         return sorted(self.workers().get(ENTRY_SERVICE, []))
+
+    def pids(self) -> list[int]:
+        """Every process of the server: the arbiter and its workers."""
+        return self._all_pids()
 
     def _all_pids(self) -> list[int]:
         self.workers()

@@ -8,7 +8,10 @@ missing the live test skips with that reason; the static checks below never skip
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import http.server
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -16,10 +19,12 @@ import httpx
 import pytest
 
 from scripts.drills.loadgen import open_loop, phase
+from scripts.drills.server import free_port
 from scripts.tiers import (
     DEPENDS_ENV,
     Backend,
     BalancerConfig,
+    HAProxy,
     Tiers,
     TiersConfig,
     haproxy_binary,
@@ -55,6 +60,43 @@ def test_haproxy_config_retries_connection_failures_and_checks_readiness(tmp_pat
         res = subprocess.run([binary, "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True,
                              timeout=30)
         assert res.returncode == 0, res.stdout + res.stderr
+
+
+class _SlowServer(http.server.BaseHTTPRequestHandler):
+    """A stand-in gateway: /readyz 200 at once, anything else 200 after 0.5 s."""
+
+    def do_GET(self):
+        if self.path != "/readyz":
+            time.sleep(0.5)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+@needs_haproxy
+def test_an_edge_limit_lets_maxconn_requests_through_and_refuses_the_rest_with_the_error_model(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    backend = Backend("gateways", free_port(), (("gateway-1", server.server_address[1]),), maxconn=2, queue_ms=50)
+    proxy = HAProxy([backend], BalancerConfig(), tmp_path, tmp_path / "haproxy.log").start()
+    try:
+        proxy.wait_up("gateways", ["gateway-1"])
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: httpx.get(f"http://127.0.0.1:{backend.port}/v1/x", timeout=10),
+                                    range(6)))
+    finally:
+        proxy.stop()
+        server.shutdown()
+    ok = [a for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 503]
+    assert len(ok) == 2 and len(refused) == 4  # two in flight; the rest waited 50 ms in haproxy's queue
+    for a in refused:
+        assert a.headers["retry-after"] == "1" and a.headers["content-type"] == "application/json"
+        assert a.json()["error"]["code"] == "overloaded" and a.json()["error"]["details"]["reason"] == "edge_limit"
 
 
 def test_subset_models_file(tmp_path):
