@@ -88,7 +88,7 @@ class BalancerConfig:
     # gateway instance (0: none, the default); the excess waits in haproxy's queue up to gateway_queue_ms and is then
     # refused by haproxy (C, a few microseconds of CPU) instead of by the API worker (Python, ~1-2 ms each).
     gateway_maxconn: int = 0
-    gateway_queue_ms: int = 50
+    gateway_queue_ms: int = 20
 
 
 @dataclass(frozen=True)
@@ -541,13 +541,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--deployments", nargs="*", default=[], help="serve only these deployments (default: all)")
     ap.add_argument("--models-file", type=Path, default=None, help="models file (default: configs/models.yaml)")
     ap.add_argument("--gateway-workers", type=int, default=None, help="TRISERVE_GATEWAY__WORKERS of each gateway")
+    ap.add_argument("--edge-limit", type=int, default=0, metavar="N",
+                    help="with --gateway-lb: at most N requests in flight per gateway, the excess refused by haproxy "
+                         "(503 overloaded) after --edge-queue-ms; set N to the concurrency of your capacity test")
+    ap.add_argument("--edge-queue-ms", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=0, help="stop after this long (default: until Ctrl-C)")
     ap.add_argument("--log-dir", type=Path, default=None)
     args = ap.parse_args(argv)
     gateway_env = {"TRISERVE_GATEWAY__WORKERS": str(args.gateway_workers)} if args.gateway_workers else {}
     cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=args.runners, gateways=args.gateways,
                       gateway_lb=args.gateway_lb, deployments=tuple(args.deployments),
-                      models_file=args.models_file, gateway_env=gateway_env, log_dir=args.log_dir)
+                      models_file=args.models_file, gateway_env=gateway_env, log_dir=args.log_dir,
+                      balancer=BalancerConfig(gateway_maxconn=args.edge_limit, gateway_queue_ms=args.edge_queue_ms))
+    if args.edge_limit and not args.gateway_lb:
+        ap.error("--edge-limit needs --gateway-lb (the limit lives in the haproxy in front of the gateways)")
     stop = {"now": False}
 
     def on_signal(signum, frame) -> None:

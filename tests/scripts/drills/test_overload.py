@@ -65,8 +65,11 @@ STARTED: list = []  # the fake servers and tiers running now
 
 class _FakeServer:
     def __init__(self, registry, env, log_path):
-        self.url, self.env, self.log_path = "http://127.0.0.1:1", env, log_path
+        self.url, self.port, self.env, self.log_path = "http://127.0.0.1:1", 1, env, log_path
         STARTED.append(self)
+
+    def pids(self) -> list[int]:
+        return []
 
     def wait_ready(self) -> float:
         return 1.0
@@ -82,6 +85,9 @@ class _FakeTiers:
     def __init__(self, cfg):
         self.cfg, self.url, self.timings = cfg, "http://127.0.0.1:2", {"all_ready_s": 2.0}
         self.gateways = [SimpleNamespace(log_path=Path(f"/tmp/g{j}.log")) for j in range(cfg.gateways)]
+
+    def pids(self) -> list[int]:
+        return []
 
     def describe(self) -> dict:
         return {"gateway_lb": self.cfg.gateway_lb, "haproxy_stats": "x", "haproxy_config": "y"}
@@ -111,4 +117,7 @@ def test_serving_picks_the_server_or_the_tiers_with_the_same_env(monkeypatch, tm
         assert target.info["deployments"] == ["intent"] and "haproxy_stats" not in target.info["tiers"]
     with serving(parse_args(["--tiers", "--mix", "mixed"]), env, log):
         assert STARTED[-1].cfg.deployments == () and not STARTED[-1].cfg.gateway_lb
+    with serving(parse_args(["--tiers", "--edge-limit", "8"]), env, log):
+        cfg = STARTED[-1].cfg  # one gateway, but haproxy in front of it for the limit
+        assert cfg.gateway_lb and (cfg.balancer.gateway_maxconn, cfg.balancer.gateway_queue_ms) == (8, 20)
     assert not STARTED  # every one stopped
