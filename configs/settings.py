@@ -154,7 +154,10 @@ class GatewaySettings(_Section):
         1, ge=1, le=64, description="runner.batching=gateway: runner calls per slot this API worker keeps in flight; "
                                     "new requests queue (and batch) behind them. 1 measured best on CPU (bigger "
                                     "batches; docs/bench/tuning.md); more overlaps transfers with compute, for "
-                                    "accelerators with idle time between calls.")
+                                    "accelerators with idle time between calls. With several API workers or gateway "
+                                    "instances in front of one runner, 2 keeps a call waiting at the runner, which "
+                                    "merges the waiting calls (runners/merge.py): 4 workers then match 1 worker's "
+                                    "runner throughput (docs/bench/scaleout_batching_pinned_inflight2.md).")
     coalesce_wait_ms: float = Field(
         2.0, ge=0, le=100, description="runner.batching=gateway: how long a batch for an idle slot may wait for "
                                        "requests of its deployment that this API worker has already admitted and is "

@@ -143,7 +143,8 @@ def worker_cpu(tiers: Tiers) -> dict[str, float]:
 async def cell(mode: str, topo: str, args) -> dict:
     instances, workers = TOPOLOGIES[topo]
     env = {**RAISED_LIMITS, "TRISERVE_RUNNER__BATCHING": mode, "TRISERVE_RUNNER__SPIN_WAIT": str(args.spin).lower(),
-           **({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1"} if args.pin else {})}
+           **({"TRISERVE_RUNNER__INTRA_OP_THREADS": "1"} if args.pin else {}),
+           "TRISERVE_GATEWAY__BATCH_INFLIGHT": str(args.batch_inflight)}
     cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=1, gateways=instances, gateway_lb=instances > 1,
                       deployments=(SLOT,), env=env, gateway_env={"TRISERVE_GATEWAY__WORKERS": str(workers)},
                       log_dir=args.log_dir / f"{mode}_{topo}" if args.log_dir else None)
@@ -300,7 +301,10 @@ async def run(args) -> dict:
     res: dict = {"command": " ".join(["python -m scripts.bench.scaleout_batching", *args.argv]),
                  "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
                  "concurrency": args.concurrency, "rate": args.rate, "seconds": args.seconds,
-                 "setup": (f"One runner replica (deployment intent, runner.spin_wait={args.spin}) behind haproxy; the "
+                 "setup": (f"One runner replica (deployment intent, runner.spin_wait={args.spin}"
+                           f"{', pinned to CPU 0, the rest on CPU 1' if args.pin else ''}) behind haproxy; "
+                           f"gateway.batch_inflight={args.batch_inflight}; texts of "
+                           f"{args.words or '2-7'} words; the "
                            "gateway tier in front of it (scripts/tiers.py); one-text /v1/classify; client-side rate "
                            "and capacity limits off. One 2-core machine shared with other work, load generator "
                            f"included; {args.seconds:g} s per load after {args.warmup:g} s of warm-up."),
@@ -332,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--spin", action="store_true", help="runner.spin_wait on (off by default: the tiers share cores)")
     ap.add_argument("--pin", action="store_true", help="runner on CPU 0 (1 intra-op thread), the rest on CPU 1")
+    ap.add_argument("--batch-inflight", type=int, default=1, help="gateway.batch_inflight of every API worker")
     ap.add_argument("--words", type=int, default=0, help="words per text (default: the short TEXTS, 2-7 words)")
     ap.add_argument("--modes", default=",".join(MODES), help="batching modes to measure, comma-separated")
     ap.add_argument("--topologies", default=",".join(TOPOLOGIES), help="gateway tiers to measure: 1w,2w,4w,2gw")
