@@ -11,9 +11,9 @@ on a runner that is not saturated a call often finds it idle and starts alone, a
 a few milliseconds later. So an idle runner gathers, but only under load, when several callers are active: when the
 slot's calls came from more than one caller (items[0]["caller"], one per API worker) in the last second and the slot
 is busy (it finished a computation less than one computation time ago, or its computations have been merging calls),
-a call that finds the runner idle waits until every active caller has a call of the slot pending, or until
-`gather_share` of the slot's recent computation time (at most `max_gather_s`, never past the earliest item deadline
-less that computation time) has passed. One caller (one API worker) or a quiet slot never waits.
+a call that finds the runner idle waits until as many calls of the slot are pending as there are active callers, or
+until `gather_share` of the slot's recent computation time (at most `max_gather_s`, never past the earliest item
+deadline less that computation time) has passed. One caller (one API worker) or a quiet slot never waits.
 
 Calls of different slots are never merged into one computation: a failing model fails only its own callers.
 """
