@@ -13,6 +13,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from scripts.bench.report import pyplot
+
 BATCH_METRICS = ("triserve_runner_batch_size", "triserve_gateway_batch_requests")
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -147,13 +151,8 @@ def markdown(hist: dict, slot: str) -> list[str]:
 def plot(hist: dict, path: Path, title: str, command: str, metric: str = "triserve_runner_batch_size") -> str | None:
     """Bars: share of runner calls per batch-size bucket, one panel per concurrency, one colour per system.
     Returns the file written, or None without matplotlib or data."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     cs = sorted({c for per_c in hist.values() for c in per_c}, key=int)
     labels = used_labels({s: {c: {metric: m[metric]} for c, m in per_c.items() if metric in m}

@@ -61,7 +61,7 @@ import numpy as np
 
 from scripts import imagetools
 from scripts.bench import batch_hist, wrk
-from scripts.bench.report import write_report
+from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.textmix import texts as mix_texts
 from scripts.bench.wrk import LOOPBACK
@@ -720,12 +720,8 @@ def _fmt(mr: dict | None, nd: int = 0) -> str:
 def plot_rounds(res: dict, out: Path, unit: str, title: str) -> list[str]:
     """The two plots of a peer comparison (shared with compare_detect): throughput vs concurrency with min-max bars and
     the in-process ceiling, and latency percentiles per concurrency. `unit` names the summary keys: '<unit>_per_s'."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     table = res["summary"]["table"]
     names = [n for n in table if n != "inproc"]

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from scripts.bench.report import pyplot
 from scripts.forecast.metrics import coverage, gmean, mase, seasonal_naive_forecast, smape, wql
 from scripts.imagetools import system_tool
 
@@ -490,10 +491,9 @@ def write_report(report: dict, out: Path) -> None:
 
 
 def plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return None
 
     from families.forecast.features import FREQUENCIES
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from configs.deployments import load_repository
 from scripts.bench.compare import RAISED_LIMITS, TriservePeer, open_loop
 from scripts.bench.load_mix import payloads
-from scripts.bench.report import write_report
+from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
 
@@ -125,12 +125,8 @@ def to_markdown(res: dict) -> str:
 
 
 def plot(res: dict, out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     tasks = list(res["tasks"])
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)

@@ -11,3 +11,16 @@ def write_report(out: Path, res: dict, markdown: str) -> None:
     text = markdown if markdown.endswith("\n") else markdown + "\n"
     out.with_suffix(".md").write_text(text)
     print(text, end="")
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (benchmarks and drills run headless), or None when
+    matplotlib is not installed (the numbers are saved either way)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

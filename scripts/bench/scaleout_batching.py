@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 
 from scripts.bench.compare import RAISED_LIMITS
-from scripts.bench.report import write_report
+from scripts.bench.report import pyplot, write_report
 from scripts.drills.common import TEXTS
 from scripts.drills.loadgen import closed_loop, open_loop, phase
 from scripts.drills.server import ENTRY_SERVICE, ROOT, pin_threads
@@ -262,12 +262,8 @@ def to_markdown(res: dict) -> str:
 
 
 def plot(res: dict, out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     topos = list(TOPOLOGIES)

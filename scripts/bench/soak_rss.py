@@ -23,7 +23,7 @@ import psutil
 
 from scripts.bench.compare import RAISED_LIMITS
 from scripts.bench.load_mix import run as run_mix
-from scripts.bench.report import write_report
+from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT
 from scripts.drills.server import Server
 
@@ -89,12 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         L.append(f"| {p} | {first[p]} | {last[p]} | {g * 100:+.2f}% | <= {GOAL * 100:g}% | "
                  f"{'yes' if g <= GOAL else '**no**'} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is not None:
         fig, ax = plt.subplots(figsize=(7, 4))
         for p in first:
             ax.plot([s["requests"] for s in samples], [s["rss_mb"].get(p) for s in samples], "o-", label=p)
@@ -104,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         fig.tight_layout()
         fig.savefig(args.out.with_suffix(".png"), dpi=110)
         L += ["", f"![RSS vs requests]({args.out.name}.png)"]
-    except ImportError:
-        pass
     write_report(args.out, res, "\n".join(L))
     return 0 if res["met"] else 1
 

@@ -47,6 +47,7 @@ import aiohttp
 import numpy as np
 
 from scripts.bench.load_mix import payloads
+from scripts.bench.report import pyplot
 from scripts.drills.common import (
     OUT_DIR,
     Row,
@@ -442,10 +443,9 @@ def summary(res: dict) -> str:
 
 def plot(result: dict, out: Path) -> None:
     """Per-second accepted p99 and goodput during overload + recovery, last round of each mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return None
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     colors = {"off": "tab:red", "on": "tab:blue", "on_admission_only": "tab:orange"}

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.report import pyplot
 from scripts.drills.common import OUT_DIR, TEXTS, base_parser, save
 from scripts.drills.loadgen import LoadResult, open_loop, per_second, phase
 from scripts.drills.server import ROOT
@@ -253,10 +254,9 @@ def to_markdown(res: dict) -> str:
 
 
 def plot(res: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return None
 
     fig, axes = plt.subplots(2, 1, figsize=(11, 7.5))
     for ax, key in zip(axes, ("rolling_restart", "gateway_loss")):
