@@ -127,9 +127,10 @@ class RunnerSettings(_Section):
     merge_gather_ms: float = Field(
         20.0, ge=0, le=200,
         description="runner.batching=gateway: how long an idle runner may wait for the other callers' calls of a slot "
-                    "before computing (runners/merge.py). Only when the slot's recent computations merged calls "
-                    "from several callers (API workers, gateway instances), at most half the slot's recent "
-                    "computation time, never past an item's deadline; one caller never waits. 0: never gather.")
+                    "before computing (runners/merge.py). Only when several callers (API workers, gateway instances) "
+                    "sent calls of the slot in the last second and the slot is busy; at most half the slot's recent "
+                    "computation time, never past an item's deadline; one caller or a quiet slot never waits. "
+                    "0: never gather.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
@@ -156,8 +157,9 @@ class GatewaySettings(_Section):
                                     "batches; docs/bench/tuning.md); more overlaps transfers with compute, for "
                                     "accelerators with idle time between calls. With several API workers or gateway "
                                     "instances in front of one runner, 2 keeps a call waiting at the runner, which "
-                                    "merges the waiting calls (runners/merge.py): 4 workers then match 1 worker's "
-                                    "runner throughput (docs/bench/scaleout_batching_pinned_inflight2.md).")
+                                    "merges the waiting calls (runners/merge.py): with the runner on its own core 4 "
+                                    "workers then matched 1 worker's throughput within noise "
+                                    "(docs/bench/scaleout_batching_pinned_inflight2.md).")
     coalesce_wait_ms: float = Field(
         2.0, ge=0, le=100, description="runner.batching=gateway: how long a batch for an idle slot may wait for "
                                        "requests of its deployment that this API worker has already admitted and is "

@@ -119,7 +119,7 @@ class Server:
         raise TimeoutError(f"port {self.port} not listening after {timeout}s; log: {self.log_path}")
 
     def stop(self) -> None:
-        leftovers = self._all_pids()
+        leftovers = self.pids()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -175,10 +175,7 @@ class Server:
         return sorted(self.workers().get(ENTRY_SERVICE, []))
 
     def pids(self) -> list[int]:
-        """Every process of the server: the arbiter and its workers."""
-        return self._all_pids()
-
-    def _all_pids(self) -> list[int]:
+        """Every process of the server seen so far: the arbiter and its workers."""
         self.workers()
         return sorted(self._seen)
 

@@ -77,3 +77,41 @@ def test_policy_attempts_and_wait_bounds():
     policy = runner_retrying("rc-policy", retries=4, backoff_ms=100)
     assert policy.stop.max_attempt_number == 5
     assert (policy.wait.multiplier, policy.wait.exp_base, policy.wait.jitter) == (0.1, 2, 0.1)
+
+
+class RecordingRunner:
+    """Answers each item with itself; keeps every call's items."""
+
+    def __init__(self):
+        self.to_async = self
+        self.calls: list[list[dict]] = []
+
+    def infer(self, items):
+        self.calls.append(items)
+
+        async def answer():
+            return [{"y": it["x"]} for it in items]
+
+        return answer()
+
+
+def test_each_client_names_itself_in_its_calls_without_touching_the_callers_items():
+    """The runner gathers the calls of callers that arrive together (runners/merge.py): it needs to tell them apart."""
+    from configs.settings import get_settings
+    from services.common.runner_client import RunnerClient
+
+    settings = get_settings()
+    assert settings.runner.batching == "gateway"
+    runner = RecordingRunner()
+    clients = [RunnerClient(runner, settings, lambda slot: 8, lambda slot: "text") for _ in range(2)]
+    payload = [{"slot": "s", "x": 1, "deadline": None}, {"slot": "s", "x": 2, "deadline": None}]
+
+    async def main():
+        return [await c.call("s", payload) for c in clients]
+
+    answers = asyncio.run(main())
+    assert answers == [[{"y": 1}, {"y": 2}]] * 2
+    callers = [call[0]["caller"] for call in runner.calls]
+    assert len(callers) == 2 and callers[0] != callers[1] and all(callers)
+    assert all("caller" not in it for call in runner.calls for it in call[1:])  # once per call, on its first item
+    assert all("caller" not in it for it in payload)  # the request's own items are not changed
