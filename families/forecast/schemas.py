@@ -60,6 +60,16 @@ class InputReport(BaseModel):
     used: int = Field(description="Points the model read (the end of the series).")
     padded: int = Field(description="Context positions the model saw as padding (masked) because the series is "
                                     "shorter than its context.")
+    method: str = Field(description="What forecast: the methods combined, by weight, joined with '+' (e.g. "
+                                    "'drift', 'global+damped_holt'; 'theta' for the degraded fallback, 'model' for "
+                                    "a model answering alone). README 'Forecasting: the method'.")
+    method_weights: dict[str, float] = Field(description="Weight of each combined method (they sum to 1).")
+    backtest_mase: float | None = Field(description="The combination's error on the series' own past (rolling-"
+                                                    "origin backtest), scaled like MASE: below 1 beats the naive "
+                                                    "step of the history. Null without a backtest.")
+    backtest_origins: int = Field(description="Backtest origins the methods were scored from (0: none).")
+    interval_calibration: Literal["conformal", "model"] = Field(
+        description="conformal: intervals from the backtest errors; model: the model's own quantiles.")
 
 
 class ForecastResponse(ServedBy):

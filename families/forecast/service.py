@@ -9,7 +9,8 @@ import numpy as np
 from fastapi import APIRouter, Depends
 
 from configs.deployments import Deployment
-from families.forecast.features import infer_frequency
+from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
+from families.forecast.features import QUANTILES, infer_frequency, step_timestamps
 from families.forecast.limits import Limits
 from families.forecast.manifest import ForecastPreprocess
 from families.forecast.postprocess import bands, quantile_forecast
@@ -50,6 +51,18 @@ def _frequency(body: ForecastRequest, stamps: np.ndarray | None) -> tuple[str, b
         raise ApiError(422, "frequency_required", "give 'frequency': it cannot be inferred from fewer than two "
                        "distinct timestamps", {"timestamps": len(stamps)})
     return infer_frequency(stamps), True
+
+
+def past_timestamp(last_ts: np.datetime64, frequency: str, cut: int, n: int) -> np.datetime64:
+    """The timestamp of point `cut` (the first step a history cut to `cut` points forecasts); last_ts is point
+    n - 1's."""
+    return step_timestamps(last_ts, frequency, 1, offset=cut - (n - 1))[0]
+
+
+def combines(pre: ForecastPreprocess, raw_history: bool) -> bool:
+    """A model the ensemble weighs: a global-contract graph with the standard quantiles (the numpy Theta fallback,
+    which reads the raw history, answers alone as the degraded path; so does a user's window model)."""
+    return pre.contract == "global" and not raw_history and tuple(pre.quantiles) == QUANTILES
 
 
 @dataclass
@@ -109,24 +122,40 @@ class ForecastPipeline:
         ctx.protection.access.capacity(dep.name, dep.family)
         bind(call, dep.name)
         labelled(ITEMS, dep.name).observe(1)
-        items: dict[ServedModel, Item] = {}
+        items: dict[ServedModel, list[Item]] = {}
+        cuts = backtest_cuts(len(regular), frequency, horizon)
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = preprocess_as(model.manifest, ForecastPreprocess)
             if frequency not in pre.frequencies or len(regular) < pre.min_history:
                 raise ApiError(422, "unsupported_by_model", f"{model.manifest.name} cannot forecast this series "
                                f"({frequency}, {len(regular)} points)", {"model": model.manifest.name})
-            items[model] = model_item(pre, regular, frequency, future[0],
-                                      reads_history(i.name for i in model.manifest.inputs))
-            return [items[model].x]
+            raw = reads_history(i.name for i in model.manifest.inputs)
+            items[model] = [model_item(pre, regular, frequency, future[0], raw)]
+            if combines(pre, raw):  # the backtest origins, forecast in the same runner call
+                items[model] += [model_item(pre, regular[:c], frequency, past_timestamp(last_ts, frequency, c, len(
+                    regular)), raw) for c in cuts]
+            return [item.x for item in items[model]]
 
         result = await run_task(ctx, dep, items_for, body.model, clock, call.deadline, request_id=call.request_id,
                                 route_key=call.route_key, arrived=call.arrived)
-        item = items[result.served]
+        served_items = items[result.served]
+        item = served_items[0]
         if ctx.quality is not None:
             ctx.quality.observe(result.model, "relative_spread", [item.scale / (abs(item.loc) + item.scale)])
         served_pre = preprocess_as(result.served.manifest, ForecastPreprocess)
-        levels, q = quantile_forecast(result.outputs[0], served_pre, item.loc, item.scale, horizon)
+        outputs = [quantile_forecast(out, served_pre, it.loc, it.scale, horizon if k == 0 else backtest_steps(
+            len(regular), horizon)) for k, (out, it) in enumerate(zip(result.outputs, served_items))]
+        levels, q = outputs[0]
+        if len(served_items) > 1:  # the served forecaster: the model and the classical methods, backtested
+            fc = combine(regular, frequency, horizon, [o[1] for o in outputs])
+            q, levels = fc.quantiles, list(QUANTILES)
+            method = {"method": fc.method, "method_weights": fc.weights, "backtest_mase": fc.backtest_mase,
+                      "backtest_origins": fc.origins, "interval_calibration": fc.calibration}
+        else:  # a model alone: the degraded fallback, or a model whose output the ensemble cannot read
+            name = "theta" if reads_history(i.name for i in result.served.manifest.inputs) else "model"
+            method = {"method": name, "method_weights": {name: 1.0}, "backtest_mase": None, "backtest_origins": 0,
+                      "interval_calibration": "model"}
         median = q[:, levels.index(0.5)]
         band = bands(levels, q)
         keys = [f"{level:g}" for level in levels]
@@ -140,7 +169,8 @@ class ForecastPipeline:
             request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
             forecast=points, input=InputReport(**report, frequency=frequency, frequency_inferred=inferred,
-                                               used=item.used, padded=item.padded)), call, result.batch)
+                                               used=item.used, padded=item.padded, **method)), call,
+            result.batch)
 
 
 @router.post("/forecast", response_model=ForecastResponse, responses=ERRORS,

@@ -16,7 +16,8 @@ from PIL import Image, ImageDraw
 import families
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
-from families.forecast.features import MAX_HORIZON
+from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
+from families.forecast.features import MAX_HORIZON, MEDIAN_INDEX
 from families.forecast.postprocess import quantile_forecast
 from families.forecast.preprocess import model_item
 from families.text.preprocess import TextTokenizer
@@ -102,19 +103,29 @@ def test_forecast_matches_in_process_pipeline(server, tiny_registry):
     body = resp.json()
     directory, m = artifact(tiny_registry, body["model"]["name"])
     pre = m.preprocess
-    first = np.datetime64(f"{1990 + n // 12}-{n % 12 + 1:02d}-01T00:00:00", "s")
-    item = model_item(pre, np.array(values), "MS", first)
-    feeds = families.runtime("forecast").feeds(m, [i.name for i in m.inputs], [item.x])
-    raw = ort_session(directory / m.model_file).run(None, feeds)[0][0]
-    levels, expected = quantile_forecast(raw, pre, item.loc, item.scale, 6)
-    assert np.allclose([p["point"] for p in body["forecast"]], expected[:, levels.index(0.5)], rtol=1e-6)
-    assert np.allclose([p["quantiles"]["0.05"] for p in body["forecast"]], expected[:, 0], rtol=1e-6)
+    # the served forecaster: the model on the full history and on each backtest cut, combined with the classical
+    # methods (families/forecast/ensemble.py)
+    y = np.array(values)
+    cuts = backtest_cuts(n, "MS", 6)
+    session = ort_session(directory / m.model_file)
+    model_q = []
+    for k, c in enumerate([n, *cuts]):  # the first step after c points: month c from 1990-01
+        item = model_item(pre, y[:c], "MS", np.datetime64(f"{1990 + c // 12}-{c % 12 + 1:02d}-01T00:00:00", "s"))
+        feeds = families.runtime("forecast").feeds(m, [i.name for i in m.inputs], [item.x])
+        raw = session.run(None, feeds)[0][0]
+        model_q.append(quantile_forecast(raw, pre, item.loc, item.scale, 6 if k == 0 else backtest_steps(n, 6))[1])
+    expected = combine(y, "MS", 6, model_q)
+    assert np.allclose([p["point"] for p in body["forecast"]], expected.quantiles[:, MEDIAN_INDEX], rtol=1e-6)
+    assert np.allclose([p["quantiles"]["0.05"] for p in body["forecast"]], expected.quantiles[:, 0], rtol=1e-6)
     assert body["forecast"][0]["timestamp"].startswith(f"{1990 + n // 12}-{n % 12 + 1:02d}-01")
     for p in body["forecast"]:
         assert p["lower_90"] <= p["lower_50"] <= p["point"] <= p["upper_50"] <= p["upper_90"]
         assert list(p["quantiles"]) == [f"{q:g}" for q in pre.quantiles]
     assert body["input"] == {"frequency": "MS", "frequency_inferred": False, "sorted": False, "duplicates_merged": 0,
-                             "imputed": 0, "points": n, "used": n, "padded": pre.context - n}
+                             "imputed": 0, "points": n, "used": n, "padded": pre.context - n,
+                             "method": expected.method, "method_weights": pytest.approx(expected.weights),
+                             "backtest_mase": pytest.approx(expected.backtest_mase), "backtest_origins": len(cuts),
+                             "interval_calibration": "conformal"}
 
 
 @pytest.mark.parametrize("frequency,step", [("YS", None), ("QS", None), ("MS", None), ("W", 7 * 86400),

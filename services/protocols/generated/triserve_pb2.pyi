@@ -196,7 +196,14 @@ class ForecastPoint(_message.Message):
     def __init__(self, timestamp: _Optional[str] = ..., point: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ..., quantiles: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InputReport(_message.Message):
-    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded")
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration")
+    class MethodWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     SORTED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_MERGED_FIELD_NUMBER: _ClassVar[int]
     IMPUTED_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +212,11 @@ class InputReport(_message.Message):
     FREQUENCY_FIELD_NUMBER: _ClassVar[int]
     FREQUENCY_INFERRED_FIELD_NUMBER: _ClassVar[int]
     PADDED_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    METHOD_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_MASE_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     sorted: bool
     duplicates_merged: int
     imputed: int
@@ -213,7 +225,12 @@ class InputReport(_message.Message):
     frequency: str
     frequency_inferred: bool
     padded: int
-    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ...) -> None: ...
+    method: str
+    method_weights: _containers.ScalarMap[str, float]
+    backtest_mase: float
+    backtest_origins: int
+    interval_calibration: str
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ...) -> None: ...
 
 class ForecastResponse(_message.Message):
     __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "forecast", "input")

@@ -1,0 +1,169 @@
+"""Classical forecasting methods fitted on the client's own series, numpy only: the candidates the ensemble
+(ensemble.py) weighs against the global model by a backtest on the same series.
+
+Why these: each is the textbook-exact answer for one shape a user tries first, and together they are the M4
+benchmarks' building blocks (naive, seasonal naive, SES, Holt/damped Holt, Theta, drift):
+  naive            last value                      exact on a constant and after a level shift
+  seasonal_naive   last season repeated            exact on a pure season
+  seasonal_naive2  last long season (weekly at h)  exact on a daily x weekly double season
+  drift            last value + mean step          exact on a linear trend
+  seasonal_drift   last season + mean seasonal step  exact on linear trend + additive season
+  log_drift        drift of log(y), positive y     exact on exponential growth
+  ses              simple exponential smoothing    noisy level (on the seasonally adjusted series)
+  damped_holt      ETS(A,Ad,N), damping by grid    trends that flatten (on the seasonally adjusted series)
+  theta            the standard Theta method       theta.py, the M3 winner
+  seasonal_mean    mean of the last seasons        noisy season (average profile, not the last noisy copy)
+  tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros)
+Every method returns a point forecast [steps] in the series' units; which ones apply depends only on the series'
+length, sign and zeros (`applicable`), so a backtest origin and the final fit use the same set. The fits are
+bounded: exponential smoothing reads the last FIT_POINTS points (a few milliseconds per series in all).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from families.forecast.theta import _seasonal_indices, _seasonal_test
+
+FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
+# One smoothing grid: damped Holt (alpha x beta* x phi, beta = alpha * beta*) and SES (alpha alone, no trend)
+_A, _B, _P = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0], [0.02, 0.1, 0.3], [0.85, 0.95],
+                         indexing="ij")
+_SES_ALPHA = np.linspace(0.02, 1.0, 25)
+_GRID_ALPHA = np.concatenate([_A.ravel(), _SES_ALPHA])
+_GRID_BETA = np.concatenate([(_A * _B).ravel(), np.zeros(_SES_ALPHA.size)])
+_GRID_PHI = np.concatenate([_P.ravel(), np.ones(_SES_ALPHA.size)])
+_GRID_SES = np.arange(_GRID_ALPHA.size) >= _A.size
+
+
+def _steps(n: int) -> np.ndarray:
+    return np.arange(1, n + 1, dtype=np.float64)
+
+
+def naive(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    return np.full(steps, y[-1])
+
+
+def seasonal_naive(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    k = np.arange(steps)
+    return y[len(y) - m + k % m]
+
+
+def drift(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    return y[-1] + _steps(steps) * (y[-1] - y[0]) / (len(y) - 1)
+
+
+def seasonal_drift(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """Last season + the mean change between seasons: y_{n+k} = y_{n-m+k%m} + b m (k//m + 1), b the mean of
+    (y_t - y_{t-m}) / m, which is the slope itself on a linear trend plus an additive season."""
+    k = np.arange(steps)
+    b = float(np.mean(y[m:] - y[:-m])) / m
+    return y[len(y) - m + k % m] + b * m * (k // m + 1)
+
+
+def log_drift(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """Drift of log(y): exponential growth; where the history is not all positive, plain drift."""
+    if np.any(y <= 0):
+        return drift(y, steps, m)
+    return np.exp(drift(np.log(y), steps, m))
+
+
+def seasonal_mean(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """The mean of the last (up to 4) seasons at each position, moved to the last season's level."""
+    seasons = min(4, len(y) // m)
+    block = y[len(y) - seasons * m:].reshape(seasons, m)
+    profile = block.mean(axis=0) - block.mean() + block[-1].mean()
+    return profile[np.arange(steps) % m]
+
+
+def _adjust(y: np.ndarray, m: int) -> tuple[np.ndarray, Callable[[np.ndarray, int], np.ndarray]]:
+    """Classical seasonal adjustment where the lag-m autocorrelation says there is a season (as Theta does):
+    (adjusted series, function putting the season back on a forecast of `steps`)."""
+    if m <= 1 or not _seasonal_test(y, m):
+        return y, lambda f, steps: f
+    positive = bool(np.all(y > 0))
+    idx = _seasonal_indices(y, m, positive)
+    n = len(y)
+    hist = idx[np.arange(n) % m]
+    if positive:
+        return y / hist, lambda f, steps: f * idx[(n + np.arange(steps)) % m]
+    return y - hist, lambda f, steps: f + idx[(n + np.arange(steps)) % m]
+
+
+def smoothing(y: np.ndarray, steps: int, m: int) -> dict[str, np.ndarray]:
+    """ses, damped_holt and theta from ONE pass over the seasonally adjusted last FIT_POINTS points: the grid holds
+    ETS(A,Ad,N) (_ALPHA x _BETA x _PHI) and SES (beta 0) side by side, each picked by least one-step squared error;
+    Theta is SES's level plus half the OLS slope (Hyndman & Billah 2003, as theta.py)."""
+    adj, reseason = _adjust(y[-FIT_POINTS:], m)
+    n = len(adj)
+    level = np.full(_GRID_ALPHA.shape, adj[0])
+    trend = np.where(_GRID_SES, 0.0, adj[min(1, n - 1)] - adj[0])
+    sse = np.zeros(_GRID_ALPHA.shape)
+    for t in range(1, n):
+        fitted = level + _GRID_PHI * trend
+        e = adj[t] - fitted
+        sse += e * e
+        level = fitted + _GRID_ALPHA * e
+        trend = _GRID_PHI * trend + _GRID_BETA * e
+    k = _steps(steps)
+    holt = int(np.argmin(np.where(_GRID_SES, np.inf, sse)))
+    simple = int(np.argmin(np.where(_GRID_SES, sse, np.inf)))
+    alpha = _GRID_ALPHA[simple]
+    slope = float(np.polyfit(np.arange(n, dtype=np.float64), adj, 1)[0]) if n > 2 else 0.0
+    theta_point = level[simple] + 0.5 * slope * ((k - 1) + 1 / alpha - (1 - alpha) ** n / alpha)
+    return {"ses": reseason(np.full(steps, level[simple]), steps),
+            "damped_holt": reseason(level[holt] + np.cumsum(_GRID_PHI[holt] ** k) * trend[holt], steps),
+            "theta": reseason(theta_point, steps)}
+
+
+def tsb(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """Teunter-Syntetos-Babai: smoothed probability of demand x smoothed size of non-zero demand (alpha 0.1, beta
+    0.1, the usual fixed values: intermittent series are too sparse to fit them)."""
+    nonzero = y[y != 0]
+    p, z = float(np.mean(y != 0)), float(nonzero[0]) if nonzero.size else 0.0
+    for v in y[-FIT_POINTS:]:
+        p += 0.1 * ((v != 0) - p)
+        if v != 0:
+            z += 0.1 * (v - z)
+    return np.full(steps, p * z)
+
+
+SIMPLE: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
+    "naive": naive, "seasonal_naive": seasonal_naive, "drift": drift, "seasonal_drift": seasonal_drift,
+    "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb}
+SMOOTHING = ("ses", "damped_holt", "theta")
+
+
+def intermittent(y: np.ndarray) -> bool:
+    """Non-negative counts with at least 30 % zeros: demand, not a level."""
+    return bool(np.all(y >= 0) and np.mean(y == 0) >= 0.3)
+
+
+def applicable(y: np.ndarray, m: int, m2: int) -> list[tuple[str, int]]:
+    """(method, its season) pairs that can fit this history (the shortest one of a backtest decides for all)."""
+    n = len(y)
+    out = [("naive", m), ("drift", m), ("ses", m), ("damped_holt", m), ("theta", m)]
+    if m > 1 and n >= m:
+        out.append(("seasonal_naive", m))
+    if m > 1 and n >= 2 * m:
+        out += [("seasonal_drift", m), ("seasonal_mean", m)]
+    if m2 > m and n >= 2 * m2:
+        out += [("seasonal_naive2", m2), ("seasonal_mean2", m2)]
+    if np.all(y > 0):
+        out.append(("log_drift", m))  # the shortest history decides: guard the longer ones in log_drift too
+    if intermittent(y):
+        out.append(("tsb", m))
+    return out
+
+
+def forecasts(y: np.ndarray, steps: int, methods: list[tuple[str, int]]) -> dict[str, np.ndarray]:
+    """Point forecasts [steps] of each (method, season) of `applicable` (a trailing 2: the long season's twin)."""
+    out: dict[str, np.ndarray] = {}
+    for name, m in methods:
+        if name in SMOOTHING:
+            if name not in out:
+                out.update(smoothing(y, steps, m))
+        else:
+            out[name] = SIMPLE[name.removesuffix("2")](y, steps, m)
+    return {name: out[name] for name, _ in methods}

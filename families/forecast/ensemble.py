@@ -1,0 +1,171 @@
+"""The served forecaster: the global model and the classical methods (classical.py), weighted per series by a
+rolling-origin backtest on the series' own history, with intervals calibrated on the backtest's errors.
+
+Why: one model bends a straight line; the M4 lesson is that per-series selection and combination of robust methods
+beat any single one. Each request:
+  1. backtest_cuts: up to ORIGINS earlier origins (history cut at c), each forecast `steps` ahead and scored on the
+     points that followed; the global model forecasts from each origin too (the service sends those histories to
+     the runner with the final one, in one call).
+  2. combine: every method's backtest error, scaled like MASE (in-sample seasonal-naive error of the history before
+     the first origin); the TOP_K best are combined with weights 1/error^2 (a method exact on the series' own past,
+     a straight line's drift, takes all the weight: the textbook shapes are continued exactly).
+  3. intervals (split conformal on the backtest): the combination's backtest errors, each divided by the global
+     model's own 5-95 % width at that origin and step (its learned growth of uncertainty with the step; sqrt(step)
+     without the model) give a sample of normalised absolute errors; the interval at level c is the point +/- the
+     conformal c-quantile of that sample times the final forecast's width, shrunk toward the model's own quantiles
+     by PRIOR_WEIGHT pseudo-errors (a few backtest errors alone give intervals that are too narrow).
+  Non-negative histories get non-negative forecasts. The result names the method(s) and the backtest error.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from families.forecast import classical
+from families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
+
+ORIGINS = 3
+MIN_FIT = 3  # fewest points a method is fitted on at an origin
+TOP_K = 3
+POWER = 2.0  # weights 1 / error^POWER
+GLOBAL_TRUST = 0.5  # the global model's backtest error is multiplied by this before weighing (prior trust)
+PRIOR_WEIGHT = 8.0  # pseudo-errors of the model's own quantiles mixed into the conformal sample
+# The backtest's errors come from a few close, correlated origins: their tails understate the future's. Each
+# interval's half-width is widened by this factor per central coverage (0.5, 0.8, 0.9), fitted on the validation
+# windows of the TRAINING series (never the held-out ones; README "Forecasting: intervals").
+INFLATE = {0.0: 1.0, 0.5: 0.98, 0.8: 1.2, 0.9: 1.55}
+_CENTRAL = [abs(1 - 2 * q) for q in QUANTILES]  # central coverage of the interval each level bounds (0 for 0.5)
+
+
+@dataclass
+class Forecast:
+    quantiles: np.ndarray  # [horizon, len(QUANTILES)] original units
+    method: str  # the methods combined, by weight, joined with '+'
+    weights: dict[str, float] = field(default_factory=dict)
+    backtest_mase: float | None = None  # the combination's scaled error over the backtest (None: no backtest)
+    origins: int = 0
+    calibration: str = "model"  # "conformal" (backtest errors) or "model" (no backtest: the model's own)
+
+
+def backtest_steps(n: int, horizon: int) -> int:
+    return min(horizon, max(1, n // 3))
+
+
+def backtest_cuts(n: int, frequency: str, horizon: int) -> list[int]:
+    """History lengths at the backtest origins, oldest first: the last `steps` points are the last origin's
+    targets; origins a quarter of a backtest apart (close, so the oldest still holds two seasons where the series
+    does); none shorter than MIN_FIT."""
+    steps = backtest_steps(n, horizon)
+    stride = max(1, steps // 4)
+    cuts = [n - steps - j * stride for j in range(ORIGINS - 1, -1, -1)]
+    return [c for c in cuts if c >= MIN_FIT]
+
+
+def _seasons(frequency: str, n: int) -> tuple[int, int]:
+    m, m2 = SEASON[frequency], SEASON2[frequency]
+    return (m if n >= m else 1), m2
+
+
+def _scale(y: np.ndarray, m: int) -> float:
+    """MASE's scale: the in-sample mean absolute seasonal-naive (naive when too short) step of the whole history
+    (the same for every method: it only makes the reported error comparable across series), floored relative to
+    the level (a noise-free series scores its errors relative to its size)."""
+    lag = m if len(y) > m else 1
+    d = float(np.mean(np.abs(y[lag:] - y[:-lag]))) if len(y) > lag else 0.0
+    floor = max(1e-9 * float(np.mean(np.abs(y))), 1e-300)
+    return max(d, floor)
+
+
+def _width(q: np.ndarray) -> np.ndarray:
+    """5-95 % width per step of a model quantile forecast."""
+    return q[:, -1] - q[:, 0]
+
+
+def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | None = None) -> Forecast:
+    """The served forecast of one regular series. model_q: the global model's quantiles in original units for the
+    full history then each backtest_cuts history ([>= horizon or steps, len(QUANTILES)] each), or None."""
+    y = np.asarray(history, dtype=np.float64)
+    n = len(y)
+    m, m2 = _seasons(frequency, n)
+    cuts = backtest_cuts(n, frequency, horizon)
+    steps = backtest_steps(n, horizon)
+    if model_q is not None and len(model_q) != 1 + len(cuts):
+        raise ValueError(f"model_q holds {len(model_q)} forecasts; expected {1 + len(cuts)}")
+    if np.ptp(y) == 0:  # a constant: every method agrees; no spread
+        return Forecast(np.full((horizon, len(QUANTILES)), y[-1]), "naive", {"naive": 1.0}, 0.0 if cuts else None,
+                        len(cuts), "conformal" if cuts else "model")
+    methods = classical.applicable(y[: cuts[0]] if cuts else y, m, m2)
+    final = classical.forecasts(y, horizon, methods)
+    if model_q is not None:
+        final["global"] = np.asarray(model_q[0], np.float64)[:horizon, MEDIAN_INDEX]
+    if not cuts:  # too short to backtest: the model if there is one, else drift
+        name = "global" if model_q is not None else "drift"
+        point = final[name]
+        q = (np.asarray(model_q[0], np.float64)[:horizon] if model_q is not None
+             else np.repeat(point[:, None], len(QUANTILES), axis=1))
+        return _finish(y, q - q[:, MEDIAN_INDEX:MEDIAN_INDEX + 1] + point[:, None], name, {name: 1.0}, None, 0,
+                       "model")
+
+    scale = _scale(y, m)
+    targets = np.stack([y[c: c + steps] for c in cuts])  # [origins, steps]
+    errors: dict[str, np.ndarray] = {}
+    for j, c in enumerate(cuts):
+        past = classical.forecasts(y[:c], steps, methods)
+        if model_q is not None:
+            past["global"] = np.asarray(model_q[1 + j], np.float64)[:steps, MEDIAN_INDEX]
+        for name, f in past.items():
+            errors.setdefault(name, np.zeros((len(cuts), steps)))[j] = targets[j] - f
+    scores = {name: float(np.mean(np.abs(e))) / scale for name, e in errors.items()
+              if np.all(np.isfinite(e)) and np.all(np.isfinite(final[name]))}
+    if "global" in scores:
+        scores["global"] *= GLOBAL_TRUST
+    best = sorted(scores, key=lambda k: (scores[k], k))[:TOP_K]
+    inv = np.array([1.0 / max(scores[k], 1e-12) ** POWER for k in best])
+    w = inv / inv.sum()
+    weights = {k: float(v) for k, v in zip(best, w) if v >= 1e-6}
+    total = sum(weights.values())
+    weights = {k: v / total for k, v in weights.items()}
+    point = np.sum([v * final[k] for k, v in weights.items()], axis=0)
+    combined = np.sum([v * errors[k] for k, v in weights.items()], axis=0)
+    mase = float(np.mean(np.abs(combined))) / scale
+
+    # intervals: normalised absolute backtest errors -> conformal quantiles, shrunk toward the model's own
+    if model_q is not None:
+        widths = np.stack([_width(np.asarray(model_q[1 + j], np.float64)[:steps]) for j in range(len(cuts))])
+        own = np.asarray(model_q[0], np.float64)[:horizon]
+        final_width = _width(own)
+        spread = np.abs(own - own[:, MEDIAN_INDEX:MEDIAN_INDEX + 1]) / np.maximum(final_width, 1e-300)[:, None]
+        prior = np.median(spread, axis=0)  # the model's own half-widths in units of its 5-95 % width
+    else:
+        widths = np.broadcast_to(np.sqrt(np.arange(1, steps + 1)), combined.shape) * scale
+        final_width = np.sqrt(np.arange(1, horizon + 1)) * scale
+        prior = None
+    floor = 1e-12 * max(float(np.mean(np.abs(y))), 1e-300)
+    z = np.sort((np.abs(combined) / np.maximum(widths, floor)).ravel())
+    half = np.array([_conformal(z, c) for c in _CENTRAL])
+    half = half * np.array([INFLATE[round(c, 2)] for c in _CENTRAL])
+    if prior is not None:
+        half = (len(z) * half + PRIOR_WEIGHT * prior) / (len(z) + PRIOR_WEIGHT)
+    sign = np.sign(np.array(QUANTILES) - 0.5)
+    q = point[:, None] + sign[None, :] * half[None, :] * np.maximum(final_width, 0.0)[:, None]
+    method = "+".join(sorted(weights, key=lambda k: -weights[k]))
+    return _finish(y, q, method, weights, mase, len(cuts), "conformal")
+
+
+def _conformal(z: np.ndarray, coverage: float) -> float:
+    """The split-conformal quantile of sorted scores z for `coverage`: the ceil((N + 1) c)-th smallest (the largest
+    when that exceeds N)."""
+    if coverage == 0:
+        return 0.0
+    k = min(len(z), math.ceil((len(z) + 1) * coverage))
+    return float(z[k - 1])
+
+
+def _finish(y: np.ndarray, q: np.ndarray, method: str, weights: dict[str, float], mase: float | None,
+            origins: int, calibration: str) -> Forecast:
+    q = np.sort(q, axis=1)
+    if np.all(y >= 0):
+        q = np.maximum(q, 0.0)
+    return Forecast(q, method, weights, mase, origins, calibration)
