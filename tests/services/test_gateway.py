@@ -166,6 +166,17 @@ def test_forecast_any_finite_scale_and_constant_series(server, values):
         assert np.allclose(points, values[0], rtol=1e-8, atol=1e-290)
 
 
+@pytest.mark.parametrize("frequency", ["MS", "D", "h"])
+def test_forecast_continues_a_straight_line(server, frequency):
+    """The issue's first try: a noise-free trend 10, 20, ..., 300 is continued 310, 320, 330 (within 1 %) whatever
+    the global model does with it, and the answer says so (drift, backtest error 0)."""
+    body = post(server, "/v1/forecast", json={"values": [10.0 * i for i in range(1, 31)], "frequency": frequency,
+                                              "start": "2020-01-01T00:00:00", "horizon": 3}).json()
+    points = [p["point"] for p in body["forecast"]]
+    assert np.allclose(points, [310, 320, 330], rtol=0.01), points
+    assert "drift" in body["input"]["method"] and body["input"]["backtest_mase"] == pytest.approx(0, abs=1e-6)
+
+
 def test_forecast_short_series_padded_not_refused(server):
     body = post(server, "/v1/forecast", json={"values": [5.0, 6.0, 7.0], "start": "2020-01-01T00:00:00",
                                               "frequency": "QS", "horizon": 4}).json()

@@ -31,7 +31,7 @@ def faulty(tiny_registry, tmp_path_factory):
         "TRISERVE_RUNNER__FAULTS__PROVIDER_FAULT": "run",  # the 'accelerator' dies on first real run
         "TRISERVE_BREAKER__WINDOW": "4", "TRISERVE_BREAKER__MIN_CALLS": "4", "TRISERVE_BREAKER__OPEN_SECONDS": "3",
         "TRISERVE_BREAKER__HALF_OPEN_PROBES": "1",
-        "TRISERVE_ADMISSION__MAX_INFLIGHT_ITEMS": "3",
+        "TRISERVE_ADMISSION__MAX_INFLIGHT_ITEMS": "5",  # a forecast: 4 rows (series + 3 backtest origins)
         "TRISERVE_ADMISSION__MAX_INFLIGHT_REQUESTS": "2",  # below the item limit, so it is what binds first
         "TRISERVE_ACCESS__API_KEYS": json.dumps([
             {"name": "ops", "sha256": sha(ADMIN), "admin": True},
@@ -146,7 +146,7 @@ def test_deadline_is_enforced_and_answers_504_fast(faulty, tiny_png_b64):
 
 def test_full_queue_rejects_at_once_or_goes_to_fallback(faulty, tiny_png_b64):
     time.sleep(SLOW_MS / 1000 + 0.5)  # let the slow requests of the previous test drain
-    body = {"images": [{"data": tiny_png_b64}] * 2, "model": "primary"}
+    body = {"images": [{"data": tiny_png_b64}] * 3, "model": "primary"}  # two in flight exceed the 5 items
     with ThreadPoolExecutor(4) as pool:
         started = time.monotonic()
         results = list(pool.map(lambda _: (post(faulty, "/v1/detect", json=body), time.monotonic() - started),

@@ -201,11 +201,18 @@ def test_detect_and_forecast_pipelines_match_rest(server, http_client, grpc_clie
     assert levels == list(rest["forecast"][0]["quantiles"])
     assert oip.as_numpy("QUANTILES").tolist() == [[p["quantiles"][k] for k in levels] for p in rest["forecast"]]
     assert [t.decode() for t in oip.as_numpy("TIMESTAMPS")] == [p["timestamp"] for p in rest["forecast"]]
+    # what was done (the method and its backtest error) reaches every protocol
+    assert json.loads(oip.get_response()["parameters"]["input"]) == rest["input"]
+    assert rest["input"]["method"] and rest["input"]["backtest_origins"] == 3
     proto = typed.Forecast(tpb.ForecastRequest(values=SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=6),
                            timeout=60)
     assert [p.point for p in proto.forecast] == [p["point"] for p in rest["forecast"]]
     assert [dict(p.quantiles) for p in proto.forecast] == [p["quantiles"] for p in rest["forecast"]]
     assert proto.input.used == rest["input"]["used"] and proto.input.frequency == "MS"
+    assert proto.input.method == rest["input"]["method"] and dict(proto.input.method_weights) == pytest.approx(
+        rest["input"]["method_weights"])
+    assert proto.input.backtest_mase == pytest.approx(rest["input"]["backtest_mase"])
+    assert proto.input.interval_calibration == "conformal"
 
 
 # --- errors -------------------------------------------------------------------------------------------------------
