@@ -7,13 +7,14 @@ benchmarks' building blocks (naive, seasonal naive, SES, Holt/damped Holt, Theta
   seasonal_naive   last season repeated            exact on a pure season
   seasonal_naive2  last long season (weekly at h)  exact on a daily x weekly double season
   drift            last value + mean step          exact on a linear trend
+  damped_drift     steps that shrink geometrically  exact on a damped trend
   seasonal_drift   last season + mean seasonal step  exact on linear trend + additive season
   log_drift        drift of log(y), positive y     exact on exponential growth
   ses              simple exponential smoothing    noisy level (on the seasonally adjusted series)
   damped_holt      ETS(A,Ad,N), damping by grid    trends that flatten (on the seasonally adjusted series)
   theta            the standard Theta method       theta.py, the M3 winner
   seasonal_mean    mean of the last seasons        noisy season (average profile, not the last noisy copy)
-  tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros)
+  tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros): the mean demand rate
 Every method returns a point forecast [steps] in the series' units; which ones apply depends only on the series'
 length, sign and zeros (`applicable`), so a backtest origin and the final fit use the same set. The fits are
 bounded: exponential smoothing reads the last FIT_POINTS points (a few milliseconds per series in all).
@@ -28,7 +29,7 @@ from families.forecast.theta import _seasonal_indices, _seasonal_test
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
 # One smoothing grid: damped Holt (alpha x beta* x phi, beta = alpha * beta*) and SES (alpha alone, no trend)
-_A, _B, _P = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0], [0.02, 0.1, 0.3], [0.85, 0.95],
+_A, _B, _P = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0], [0.02, 0.1, 0.3], [0.8, 0.9, 0.95, 0.98],
                          indexing="ij")
 _SES_ALPHA = np.linspace(0.02, 1.0, 25)
 _GRID_ALPHA = np.concatenate([_A.ravel(), _SES_ALPHA])
@@ -52,6 +53,24 @@ def seasonal_naive(y: np.ndarray, steps: int, m: int) -> np.ndarray:
 
 def drift(y: np.ndarray, steps: int, m: int) -> np.ndarray:
     return y[-1] + _steps(steps) * (y[-1] - y[0]) / (len(y) - 1)
+
+
+def damped_drift(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """A trend that flattens geometrically: the steps d_t = y_t - y_(t-1) of the last 2h are taken as c phi^t; phi
+    from the ratio of the mean step of the later half to the earlier half (= phi^h exactly), the current step from the
+    later half's mean moved to the end. Without a damping trend (steps change sign, or grow) it is drift."""
+    d = np.diff(y)
+    h = len(d) // 2
+    if h < 1:
+        return drift(y, steps, m)
+    early, late = float(np.mean(d[-2 * h: -h])), float(np.mean(d[-h:]))
+    if early * late <= 0 or abs(late) >= abs(early):
+        return drift(y, steps, m)
+    phi = (late / early) ** (1.0 / h)
+    if phi > 1 - 1e-9:  # steps all but constant: that is drift
+        return drift(y, steps, m)
+    current = late * phi ** (h - 1) * h * (1 - phi) / (1 - phi ** h)  # c phi^(2h-1) from the later half's mean
+    return y[-1] + current * np.cumsum(phi ** _steps(steps))
 
 
 def seasonal_drift(y: np.ndarray, steps: int, m: int) -> np.ndarray:
@@ -91,30 +110,42 @@ def _adjust(y: np.ndarray, m: int) -> tuple[np.ndarray, Callable[[np.ndarray, in
     return y - hist, lambda f, steps: f + idx[(n + np.arange(steps)) % m]
 
 
-def smoothing(y: np.ndarray, steps: int, m: int) -> dict[str, np.ndarray]:
-    """ses, damped_holt and theta from ONE pass over the seasonally adjusted last FIT_POINTS points: the grid holds
-    ETS(A,Ad,N) (_ALPHA x _BETA x _PHI) and SES (beta 0) side by side, each picked by least one-step squared error;
-    Theta is SES's level plus half the OLS slope (Hyndman & Billah 2003, as theta.py)."""
-    adj, reseason = _adjust(y[-FIT_POINTS:], m)
-    n = len(adj)
-    level = np.full(_GRID_ALPHA.shape, adj[0])
-    trend = np.where(_GRID_SES, 0.0, adj[min(1, n - 1)] - adj[0])
-    sse = np.zeros(_GRID_ALPHA.shape)
-    for t in range(1, n):
-        fitted = level + _GRID_PHI * trend
-        e = adj[t] - fitted
-        sse += e * e
-        level = fitted + _GRID_ALPHA * e
-        trend = _GRID_PHI * trend + _GRID_BETA * e
-    k = _steps(steps)
-    holt = int(np.argmin(np.where(_GRID_SES, np.inf, sse)))
-    simple = int(np.argmin(np.where(_GRID_SES, sse, np.inf)))
-    alpha = _GRID_ALPHA[simple]
-    slope = float(np.polyfit(np.arange(n, dtype=np.float64), adj, 1)[0]) if n > 2 else 0.0
-    theta_point = level[simple] + 0.5 * slope * ((k - 1) + 1 / alpha - (1 - alpha) ** n / alpha)
-    return {"ses": reseason(np.full(steps, level[simple]), steps),
-            "damped_holt": reseason(level[holt] + np.cumsum(_GRID_PHI[holt] ** k) * trend[holt], steps),
-            "theta": reseason(theta_point, steps)}
+def smoothing(histories: list[np.ndarray], steps: list[int], m: int) -> list[dict[str, np.ndarray]]:
+    """ses, damped_holt and theta of each history from ONE pass over its seasonally adjusted last FIT_POINTS points:
+    the grid holds ETS(A,Ad,N) (alpha x beta x phi) and SES (beta 0) side by side, each picked by least one-step
+    squared error; Theta is SES's level plus half the OLS slope (Hyndman & Billah 2003, as theta.py). Histories whose
+    windows have the same length (a long series and its backtest cuts) share one recursion over [rows, grid]: the
+    Python loop over time is the cost, not the arithmetic."""
+    adjusted = [_adjust(np.asarray(y, np.float64)[-FIT_POINTS:], m) for y in histories]
+    out: list[dict[str, np.ndarray]] = [{} for _ in histories]
+    by_length: dict[int, list[int]] = {}
+    for i, (adj, _) in enumerate(adjusted):
+        by_length.setdefault(len(adj), []).append(i)
+    for n, rows in by_length.items():
+        adj = np.stack([adjusted[i][0] for i in rows])  # [R, n]
+        level = np.repeat(adj[:, :1], _GRID_ALPHA.size, axis=1)
+        trend = np.where(_GRID_SES, 0.0, (adj[:, min(1, n - 1)] - adj[:, 0])[:, None])
+        sse = np.zeros(level.shape)
+        for t in range(1, n):
+            fitted = level + _GRID_PHI * trend
+            e = adj[:, t, None] - fitted
+            sse += e * e
+            level = fitted + _GRID_ALPHA * e
+            trend = _GRID_PHI * trend + _GRID_BETA * e
+        holt = np.argmin(np.where(_GRID_SES, np.inf, sse), axis=1)
+        simple = np.argmin(np.where(_GRID_SES, sse, np.inf), axis=1)
+        x = np.arange(n, dtype=np.float64)
+        slope = ((adj * (x - x.mean())).sum(axis=1) / max(float(((x - x.mean()) ** 2).sum()), 1e-300)
+                 if n > 2 else np.zeros(len(rows)))
+        for r, i in enumerate(rows):
+            k = _steps(steps[i])
+            reseason = adjusted[i][1]
+            a, h = _GRID_ALPHA[simple[r]], holt[r]
+            theta_point = level[r, simple[r]] + 0.5 * slope[r] * ((k - 1) + 1 / a - (1 - a) ** n / a)
+            out[i] = {"ses": reseason(np.full(steps[i], level[r, simple[r]]), steps[i]),
+                      "damped_holt": reseason(level[r, h] + np.cumsum(_GRID_PHI[h] ** k) * trend[r, h], steps[i]),
+                      "theta": reseason(theta_point, steps[i])}
+    return out
 
 
 def tsb(y: np.ndarray, steps: int, m: int) -> np.ndarray:
@@ -130,7 +161,8 @@ def tsb(y: np.ndarray, steps: int, m: int) -> np.ndarray:
 
 
 SIMPLE: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
-    "naive": naive, "seasonal_naive": seasonal_naive, "drift": drift, "seasonal_drift": seasonal_drift,
+    "naive": naive, "seasonal_naive": seasonal_naive, "drift": drift, "damped_drift": damped_drift,
+    "seasonal_drift": seasonal_drift,
     "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb}
 SMOOTHING = ("ses", "damped_holt", "theta")
 
@@ -140,10 +172,16 @@ def intermittent(y: np.ndarray) -> bool:
     return bool(np.all(y >= 0) and np.mean(y == 0) >= 0.3)
 
 
-def applicable(y: np.ndarray, m: int, m2: int) -> list[tuple[str, int]]:
-    """(method, its season) pairs that can fit this history (the shortest one of a backtest decides for all)."""
+MEAN_METHODS = ("tsb", "ses", "seasonal_mean", "seasonal_mean2")
+
+
+def applicable(y: np.ndarray, m: int, m2: int, demand: bool = False) -> list[tuple[str, int]]:
+    """(method, its season) pairs that can fit this history (the shortest one of a backtest decides for all).
+    demand (an intermittent series): only the methods that forecast the mean demand rate (MEAN_METHODS)."""
     n = len(y)
-    out = [("naive", m), ("drift", m), ("ses", m), ("damped_holt", m), ("theta", m)]
+    if demand:
+        return [(name, s) for name, s in applicable(y, m, m2) if name in MEAN_METHODS] + [("tsb", m)]
+    out = [("naive", m), ("drift", m), ("damped_drift", m), ("ses", m), ("damped_holt", m), ("theta", m)]
     if m > 1 and n >= m:
         out.append(("seasonal_naive", m))
     if m > 1 and n >= 2 * m:
@@ -152,18 +190,14 @@ def applicable(y: np.ndarray, m: int, m2: int) -> list[tuple[str, int]]:
         out += [("seasonal_naive2", m2), ("seasonal_mean2", m2)]
     if np.all(y > 0):
         out.append(("log_drift", m))  # the shortest history decides: guard the longer ones in log_drift too
-    if intermittent(y):
-        out.append(("tsb", m))
     return out
 
 
-def forecasts(y: np.ndarray, steps: int, methods: list[tuple[str, int]]) -> dict[str, np.ndarray]:
-    """Point forecasts [steps] of each (method, season) of `applicable` (a trailing 2: the long season's twin)."""
-    out: dict[str, np.ndarray] = {}
-    for name, m in methods:
-        if name in SMOOTHING:
-            if name not in out:
-                out.update(smoothing(y, steps, m))
-        else:
-            out[name] = SIMPLE[name.removesuffix("2")](y, steps, m)
-    return {name: out[name] for name, _ in methods}
+def forecasts(histories: list[np.ndarray], steps: list[int],
+              methods: list[tuple[str, int]]) -> list[dict[str, np.ndarray]]:
+    """Point forecasts [steps[i]] of each (method, season) of `applicable` for each history (a trailing 2 in a name:
+    the long season's twin); the smoothing methods of all histories are fitted together."""
+    seasons = {m for name, m in methods if name in SMOOTHING}
+    smoothed = smoothing(histories, steps, seasons.pop()) if seasons else [{} for _ in histories]
+    return [{name: smoothed[i][name] if name in SMOOTHING else SIMPLE[name.removesuffix("2")](y, steps[i], m)
+             for name, m in methods} for i, y in enumerate(histories)]

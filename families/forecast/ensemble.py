@@ -6,9 +6,11 @@ beat any single one. Each request:
   1. backtest_cuts: up to ORIGINS earlier origins (history cut at c), each forecast `steps` ahead and scored on the
      points that followed; the global model forecasts from each origin too (the service sends those histories to
      the runner with the final one, in one call).
-  2. combine: every method's backtest error, scaled like MASE (in-sample seasonal-naive error of the history before
-     the first origin); the TOP_K best are combined with weights 1/error^2 (a method exact on the series' own past,
-     a straight line's drift, takes all the weight: the textbook shapes are continued exactly).
+  2. combine: every method's mean absolute backtest error, scaled like MASE (in-sample seasonal-naive error of the
+     history), the global model's counted at GLOBAL_TRUST of it; the TOP_K best are combined with weights
+     1/error^2 (a method exact on the series' own past, a straight line's drift, takes all the weight: the textbook
+     shapes are continued exactly). Intermittent demand (classical.intermittent) is forecast as a mean rate: only
+     the mean methods (TSB, SES, seasonal means) and the mean of the model's quantiles, scored by squared error.
   3. intervals (split conformal on the backtest): the combination's backtest errors, each divided by the global
      model's own 5-95 % width at that origin and step (its learned growth of uncertainty with the step; sqrt(step)
      without the model) give a sample of normalised absolute errors; the interval at level c is the point +/- the
@@ -27,7 +29,7 @@ from families.forecast import classical
 from families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
 
 ORIGINS = 3
-MIN_FIT = 3  # fewest points a method is fitted on at an origin
+MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two; 3 points still get a backtest)
 TOP_K = 3
 POWER = 2.0  # weights 1 / error^POWER
 GLOBAL_TRUST = 0.5  # the global model's backtest error is multiplied by this before weighing (prior trust)
@@ -96,12 +98,14 @@ def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | N
     if np.ptp(y) == 0:  # a constant: every method agrees; no spread
         return Forecast(np.full((horizon, len(QUANTILES)), y[-1]), "naive", {"naive": 1.0}, 0.0 if cuts else None,
                         len(cuts), "conformal" if cuts else "model")
-    methods = classical.applicable(y[: cuts[0]] if cuts else y, m, m2)
-    final = classical.forecasts(y, horizon, methods)
+    demand = classical.intermittent(y)  # forecast the mean demand rate (TSB and other means), scored by RMSE
+    methods = classical.applicable(y[: cuts[0]] if cuts else y, m, m2, demand)
+    fitted = classical.forecasts([y] + [y[:c] for c in cuts], [horizon] + [steps] * len(cuts), methods)
+    final = fitted[0]
     if model_q is not None:
-        final["global"] = np.asarray(model_q[0], np.float64)[:horizon, MEDIAN_INDEX]
+        final["global"] = _model_point(model_q[0], horizon, demand)
     if not cuts:  # too short to backtest: the model if there is one, else drift
-        name = "global" if model_q is not None else "drift"
+        name = "global" if "global" in final else "drift"
         point = final[name]
         q = (np.asarray(model_q[0], np.float64)[:horizon] if model_q is not None
              else np.repeat(point[:, None], len(QUANTILES), axis=1))
@@ -110,16 +114,14 @@ def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | N
 
     scale = _scale(y, m)
     targets = np.stack([y[c: c + steps] for c in cuts])  # [origins, steps]
-    errors: dict[str, np.ndarray] = {}
-    for j, c in enumerate(cuts):
-        past = classical.forecasts(y[:c], steps, methods)
-        if model_q is not None:
-            past["global"] = np.asarray(model_q[1 + j], np.float64)[:steps, MEDIAN_INDEX]
-        for name, f in past.items():
-            errors.setdefault(name, np.zeros((len(cuts), steps)))[j] = targets[j] - f
-    scores = {name: float(np.mean(np.abs(e))) / scale for name, e in errors.items()
+    if model_q is not None:
+        for j, past in enumerate(fitted[1:]):
+            past["global"] = _model_point(model_q[1 + j], steps, demand)
+    errors = {name: targets - np.stack([past[name] for past in fitted[1:]]) for name in final}  # [origins, steps]
+    loss = (lambda e: float(np.sqrt(np.mean(e * e)))) if demand else (lambda e: float(np.mean(np.abs(e))))
+    scores = {name: loss(e) / scale for name, e in errors.items()
               if np.all(np.isfinite(e)) and np.all(np.isfinite(final[name]))}
-    if "global" in scores:
+    if "global" in scores and not demand:  # (its mean for demand is an approximation: no extra trust)
         scores["global"] *= GLOBAL_TRUST
     best = sorted(scores, key=lambda k: (scores[k], k))[:TOP_K]
     inv = np.array([1.0 / max(scores[k], 1e-12) ** POWER for k in best])
@@ -152,6 +154,13 @@ def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | N
     q = point[:, None] + sign[None, :] * half[None, :] * np.maximum(final_width, 0.0)[:, None]
     method = "+".join(sorted(weights, key=lambda k: -weights[k]))
     return _finish(y, q, method, weights, mase, len(cuts), "conformal")
+
+
+def _model_point(q, steps: int, demand: bool) -> np.ndarray:
+    """The global model's point: its median, or for intermittent demand the mean of its quantiles (the median of a
+    demand that is zero most of the time is zero; the mean rate is what a demand forecast states)."""
+    q = np.asarray(q, np.float64)[:steps]
+    return q.mean(axis=1) if demand else q[:, MEDIAN_INDEX]
 
 
 def _conformal(z: np.ndarray, coverage: float) -> float:

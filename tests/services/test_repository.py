@@ -131,13 +131,16 @@ def test_imported_window_forecaster_serves_its_contract_and_falls_back_to_theta(
     assert [p["point"] for p in out["forecast"]] == [values[30 - 12 + h] for h in range(6)]
     assert list(out["forecast"][0]["quantiles"]) == ["0.1", "0.5", "0.9"] and out["forecast"][0]["lower_90"] is None
     assert out["input"] == {"frequency": "h", "frequency_inferred": False, "sorted": False, "duplicates_merged": 0,
-                            "imputed": 0, "points": 30, "used": 24, "padded": 0}
+                            "imputed": 0, "points": 30, "used": 24, "padded": 0, "method": "model",
+                            "method_weights": {"model": 1.0}, "backtest_mase": None, "backtest_origins": 0,
+                            "interval_calibration": "model"}  # a user's window model answers alone
     refused = post(served, "/v1/forecast", json={**body, "frequency": "MS"}).json()["error"]
     assert refused["code"] == "unsupported_frequency" and refused["details"]["supported"] == ["h", "D"]
     short = post(served, "/v1/forecast", json={**body, "values": values[:10]}).json()["error"]
     assert short["code"] == "series_too_short" and short["details"]["required"] == 24
     fb = post(served, "/v1/forecast", json={**body, "model": "fallback"}).json()
     assert fb["degraded"] is True and fb["model"]["name"] == "forecast-theta" and len(fb["forecast"]) == 6
+    assert fb["input"]["method"] == "theta" and fb["input"]["interval_calibration"] == "model"
 
 
 def test_deployment_limits_override_the_family_limits(served):

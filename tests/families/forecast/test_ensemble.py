@@ -53,8 +53,10 @@ def test_the_model_keeps_its_weight_where_it_is_better():
 def test_constant_and_short_and_non_negative():
     fc = combine(np.full(20, 7.5), "D", 5)
     assert np.all(fc.quantiles == 7.5) and fc.method == "naive"
-    short = combine(np.array([1.0, 2.0, 3.0]), "QS", 4)  # too short for a backtest: drift, named as such
-    assert np.allclose(median(short), [4, 5, 6, 7]) and short.backtest_mase is None and short.origins == 0
+    short = combine(np.array([1.0, 2.0, 3.0]), "QS", 4)  # three points: one origin, one step, still a backtest
+    assert np.allclose(median(short), [4, 5, 6, 7]) and short.backtest_mase == 0.0 and short.origins == 1
+    two = combine(np.array([1.0, 2.0]), "QS", 4)  # too short for a backtest: drift, named as such
+    assert np.allclose(median(two), [3, 4, 5, 6]) and two.backtest_mase is None and two.method == "drift"
     counts = np.array([0, 0, 3, 0, 0, 0, 2, 0, 0, 5, 0, 0, 0, 1, 0, 0, 4, 0, 0, 0] * 3, dtype=float)
     fc = combine(counts, "D", 14)
     assert np.all(fc.quantiles >= 0)  # a non-negative history is never forecast below zero
@@ -88,7 +90,7 @@ def test_conformal_intervals_cover_on_random_walks():
 
 def test_backtest_cuts_leave_targets_and_history():
     assert backtest_cuts(30, "D", 14) == [16, 18, 20]  # 10 steps scored, origins 2 apart
-    assert backtest_cuts(4, "D", 14) == [3] and backtest_cuts(3, "D", 14) == []  # never fewer than MIN_FIT points
+    assert backtest_cuts(3, "D", 14) == [2] and backtest_cuts(2, "D", 14) == []  # never fewer than MIN_FIT points
     for n in (5, 30, 144, 768):
         cuts = backtest_cuts(n, "MS", 24)
         assert cuts == sorted(cuts) and all(c + backtest_steps(n, 24) <= n for c in cuts)
