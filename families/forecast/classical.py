@@ -110,13 +110,13 @@ def _adjust(y: np.ndarray, m: int) -> tuple[np.ndarray, Callable[[np.ndarray, in
     return y - hist, lambda f, steps: f + idx[(n + np.arange(steps)) % m]
 
 
-def smoothing(histories: list[np.ndarray], steps: list[int], m: int) -> list[dict[str, np.ndarray]]:
+def smoothing(histories: list[np.ndarray], steps: list[int], seasons: list[int]) -> list[dict[str, np.ndarray]]:
     """ses, damped_holt and theta of each history from ONE pass over its seasonally adjusted last FIT_POINTS points:
     the grid holds ETS(A,Ad,N) (alpha x beta x phi) and SES (beta 0) side by side, each picked by least one-step
     squared error; Theta is SES's level plus half the OLS slope (Hyndman & Billah 2003, as theta.py). Histories whose
-    windows have the same length (a long series and its backtest cuts) share one recursion over [rows, grid]: the
-    Python loop over time is the cost, not the arithmetic."""
-    adjusted = [_adjust(np.asarray(y, np.float64)[-FIT_POINTS:], m) for y in histories]
+    windows have the same length (a long series, its backtest cuts, other long series of a batch) share one recursion
+    over [rows, grid]: the Python loop over time is the cost, not the arithmetic."""
+    adjusted = [_adjust(np.asarray(y, np.float64)[-FIT_POINTS:], m) for y, m in zip(histories, seasons)]
     out: list[dict[str, np.ndarray]] = [{} for _ in histories]
     by_length: dict[int, list[int]] = {}
     for i, (adj, _) in enumerate(adjusted):
@@ -194,10 +194,14 @@ def applicable(y: np.ndarray, m: int, m2: int, demand: bool = False) -> list[tup
 
 
 def forecasts(histories: list[np.ndarray], steps: list[int],
-              methods: list[tuple[str, int]]) -> list[dict[str, np.ndarray]]:
-    """Point forecasts [steps[i]] of each (method, season) of `applicable` for each history (a trailing 2 in a name:
-    the long season's twin); the smoothing methods of all histories are fitted together."""
-    seasons = {m for name, m in methods if name in SMOOTHING}
-    smoothed = smoothing(histories, steps, seasons.pop()) if seasons else [{} for _ in histories]
+              methods: list[list[tuple[str, int]]]) -> list[dict[str, np.ndarray]]:
+    """Point forecasts [steps[i]] of each (method, season) of `applicable` in methods[i] for each history (a trailing
+    2 in a name: the long season's twin); the smoothing methods of all histories are fitted together."""
+    smooth = [i for i, ms in enumerate(methods) if any(name in SMOOTHING for name, _ in ms)]
+    fits = smoothing([histories[i] for i in smooth], [steps[i] for i in smooth],
+                     [next(m for name, m in methods[i] if name in SMOOTHING) for i in smooth])
+    smoothed: list[dict[str, np.ndarray]] = [{} for _ in histories]
+    for i, fit in zip(smooth, fits):
+        smoothed[i] = fit
     return [{name: smoothed[i][name] if name in SMOOTHING else SIMPLE[name.removesuffix("2")](y, steps[i], m)
-             for name, m in methods} for i, y in enumerate(histories)]
+             for name, m in methods[i]} for i, y in enumerate(histories)]

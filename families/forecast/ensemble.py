@@ -32,7 +32,7 @@ ORIGINS = 3
 MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two; 3 points still get a backtest)
 TOP_K = 3
 POWER = 2.0  # weights 1 / error^POWER
-GLOBAL_TRUST = 0.5  # the global model's backtest error is multiplied by this before weighing (prior trust)
+GLOBAL_TRUST = 0.6  # the global model's backtest error is multiplied by this before weighing (prior trust; README)
 PRIOR_WEIGHT = 8.0  # pseudo-errors of the model's own quantiles mixed into the conformal sample
 # The backtest's errors come from a few close, correlated origins: their tails understate the future's. Each
 # interval's half-width is widened by this factor per central coverage (0.5, 0.8, 0.9), fitted on the validation
@@ -85,22 +85,63 @@ def _width(q: np.ndarray) -> np.ndarray:
     return q[:, -1] - q[:, 0]
 
 
-def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | None = None) -> Forecast:
-    """The served forecast of one regular series. model_q: the global model's quantiles in original units for the
-    full history then each backtest_cuts history ([>= horizon or steps, len(QUANTILES)] each), or None."""
+@dataclass
+class _Series:
+    """One series' plan: its backtest and the candidate methods (decided by its shortest backtest history)."""
+
+    y: np.ndarray
+    horizon: int
+    m: int
+    cuts: list[int]
+    steps: int
+    demand: bool  # intermittent: forecast the mean demand rate (TSB and other means), scored by squared error
+    methods: list[tuple[str, int]]
+
+    @property
+    def rows(self) -> list[tuple[np.ndarray, int]]:
+        """(history, steps) of the final fit then each backtest origin's."""
+        return [(self.y, self.horizon)] + [(self.y[:c], self.steps) for c in self.cuts]
+
+
+def _plan(history, frequency: str, horizon: int) -> _Series:
     y = np.asarray(history, dtype=np.float64)
     n = len(y)
     m, m2 = _seasons(frequency, n)
     cuts = backtest_cuts(n, frequency, horizon)
-    steps = backtest_steps(n, horizon)
-    if model_q is not None and len(model_q) != 1 + len(cuts):
-        raise ValueError(f"model_q holds {len(model_q)} forecasts; expected {1 + len(cuts)}")
+    demand = classical.intermittent(y)
+    methods = [] if np.ptp(y) == 0 else classical.applicable(y[: cuts[0]] if cuts else y, m, m2, demand)
+    return _Series(y, horizon, m, cuts, backtest_steps(n, horizon), demand, methods)
+
+
+def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | None = None) -> Forecast:
+    """The served forecast of one regular series. model_q: the global model's quantiles in original units for the
+    full history then each backtest_cuts history ([>= horizon or steps, len(QUANTILES)] each), or None."""
+    return combine_many([history], [frequency], [horizon], [model_q])[0]
+
+
+def combine_many(histories, frequencies, horizons, model_qs=None) -> list[Forecast]:
+    """combine() of many series at once: the classical fits of every series and backtest origin run together (the
+    smoothing recursion over all rows of one window length at a time), which is what makes a batch cheap."""
+    plans = [_plan(h, f, hz) for h, f, hz in zip(histories, frequencies, horizons)]
+    model_qs = list(model_qs) if model_qs is not None else [None] * len(plans)
+    for plan, mq in zip(plans, model_qs):
+        if mq is not None and len(mq) != 1 + len(plan.cuts):
+            raise ValueError(f"model_q holds {len(mq)} forecasts; expected {1 + len(plan.cuts)}")
+    rows = [(h, st, plan.methods) for plan in plans for h, st in plan.rows]
+    fitted = classical.forecasts([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    out, at = [], 0
+    for plan, mq in zip(plans, model_qs):
+        out.append(_weigh(plan, fitted[at: at + 1 + len(plan.cuts)], mq))
+        at += 1 + len(plan.cuts)
+    return out
+
+
+def _weigh(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.ndarray] | None) -> Forecast:
+    """One series' forecast from its methods' fits (final, then each origin) and the model's quantiles."""
+    y, horizon, cuts, steps, demand = plan.y, plan.horizon, plan.cuts, plan.steps, plan.demand
     if np.ptp(y) == 0:  # a constant: every method agrees; no spread
         return Forecast(np.full((horizon, len(QUANTILES)), y[-1]), "naive", {"naive": 1.0}, 0.0 if cuts else None,
                         len(cuts), "conformal" if cuts else "model")
-    demand = classical.intermittent(y)  # forecast the mean demand rate (TSB and other means), scored by RMSE
-    methods = classical.applicable(y[: cuts[0]] if cuts else y, m, m2, demand)
-    fitted = classical.forecasts([y] + [y[:c] for c in cuts], [horizon] + [steps] * len(cuts), methods)
     final = fitted[0]
     if model_q is not None:
         final["global"] = _model_point(model_q[0], horizon, demand)
@@ -112,7 +153,7 @@ def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | N
         return _finish(y, q - q[:, MEDIAN_INDEX:MEDIAN_INDEX + 1] + point[:, None], name, {name: 1.0}, None, 0,
                        "model")
 
-    scale = _scale(y, m)
+    scale = _scale(y, plan.m)
     targets = np.stack([y[c: c + steps] for c in cuts])  # [origins, steps]
     if model_q is not None:
         for j, past in enumerate(fitted[1:]):
