@@ -1,5 +1,6 @@
-"""The forecasting family: any series (9 frequencies, any finite scale) -> per-series scaled item -> model ->
-quantile forecasts in the series' units."""
+"""The forecasting family: any series (9 frequencies, any finite scale) -> per-series scaled items (the series and
+its backtest origins) -> model -> combined with classical methods by the backtest (ensemble.py) -> quantile
+forecasts in the series' units."""
 from __future__ import annotations
 
 import json
