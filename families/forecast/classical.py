@@ -11,7 +11,7 @@ benchmarks' building blocks (naive, seasonal naive, SES, Holt/damped Holt, Theta
   seasonal_drift   last season + mean seasonal step  exact on linear trend + additive season
   log_drift        drift of log(y), positive y     exact on exponential growth
   ses              simple exponential smoothing    noisy level (on the seasonally adjusted series)
-  damped_holt      ETS(A,Ad,N), damping by grid    trends that flatten (on the seasonally adjusted series)
+  damped_holt      ETS(A,Ad,N) / (A,A,N), by grid   local trends, flattening or not (seasonally adjusted series)
   theta            the standard Theta method       theta.py, the M3 winner
   seasonal_mean    mean of the last seasons        noisy season (average profile, not the last noisy copy)
   tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros): the mean demand rate
@@ -29,7 +29,7 @@ from families.forecast.theta import _seasonal_indices, _seasonal_test
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
 # One smoothing grid: damped Holt (alpha x beta* x phi, beta = alpha * beta*) and SES (alpha alone, no trend)
-_A, _B, _P = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0], [0.02, 0.1, 0.3], [0.8, 0.9, 0.95, 0.98],
+_A, _B, _P = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0], [0.02, 0.1, 0.3], [0.8, 0.9, 0.95, 0.98, 1.0],
                          indexing="ij")
 _SES_ALPHA = np.linspace(0.02, 1.0, 25)
 _GRID_ALPHA = np.concatenate([_A.ravel(), _SES_ALPHA])

@@ -11,11 +11,12 @@ beat any single one. Each request:
      1/error^2 (a method exact on the series' own past, a straight line's drift, takes all the weight: the textbook
      shapes are continued exactly). Intermittent demand (classical.intermittent) is forecast as a mean rate: only
      the mean methods (TSB, SES, seasonal means) and the mean of the model's quantiles, scored by squared error.
-  3. intervals (split conformal on the backtest): the combination's backtest errors, each divided by the global
-     model's own 5-95 % width at that origin and step (its learned growth of uncertainty with the step; sqrt(step)
-     without the model) give a sample of normalised absolute errors; the interval at level c is the point +/- the
-     conformal c-quantile of that sample times the final forecast's width, shrunk toward the model's own quantiles
-     by PRIOR_WEIGHT pseudo-errors (a few backtest errors alone give intervals that are too narrow).
+  3. intervals: the model's quantiles (its spread per step, its asymmetry) moved onto the combined point and scaled
+     by the series' backtest (median ratio of the combination's errors to the model's 25-75 % half-width, shrunk
+     toward 1 in log space by PRIOR_WEIGHT pseudo-residuals), then widened per level by WIDEN, the split-conformal
+     factors of a calibration set (the training series' validation windows). Per-series conformal quantiles of three
+     close origins' errors alone were calibrated on average but set each level too noisily (README). Without a
+     model: conformal quantiles of the backtest errors normalised by sqrt(step).
   Non-negative histories get non-negative forecasts. The result names the method(s) and the backtest error.
 """
 from __future__ import annotations
@@ -33,12 +34,12 @@ MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two
 TOP_K = 3
 POWER = 2.0  # weights 1 / error^POWER
 GLOBAL_TRUST = 0.6  # the global model's backtest error is multiplied by this before weighing (prior trust; README)
-PRIOR_WEIGHT = 8.0  # pseudo-errors of the model's own quantiles mixed into the conformal sample
-# The backtest's errors come from a few close, correlated origins: their tails understate the future's. Each
-# interval's half-width is widened by this factor per central coverage (0.5, 0.8, 0.9), fitted on the validation
-# windows of the TRAINING series (never the held-out ones; README "Forecasting: intervals").
-INFLATE = {0.0: 1.0, 0.5: 0.98, 0.8: 1.2, 0.9: 1.55}
+PRIOR_WEIGHT = 100.0  # pseudo-residuals at the model's own spread the per-series scale is shrunk toward (log space)
+# Each interval is widened by this factor per central coverage (0.5, 0.8, 0.9): the split-conformal step, fitted on
+# the validation windows of the TRAINING series (never the held-out ones; README "Forecasting: the method").
+WIDEN = {0.0: 1.0, 0.5: 1.1, 0.8: 1.17, 0.9: 1.26}
 _CENTRAL = [abs(1 - 2 * q) for q in QUANTILES]  # central coverage of the interval each level bounds (0 for 0.5)
+_WIDEN = np.array([WIDEN[round(c, 2)] for c in _CENTRAL])
 
 
 @dataclass
@@ -78,11 +79,6 @@ def _scale(y: np.ndarray, m: int) -> float:
     d = float(np.mean(np.abs(y[lag:] - y[:-lag]))) if len(y) > lag else 0.0
     floor = max(1e-9 * float(np.mean(np.abs(y))), 1e-300)
     return max(d, floor)
-
-
-def _width(q: np.ndarray) -> np.ndarray:
-    """5-95 % width per step of a model quantile forecast."""
-    return q[:, -1] - q[:, 0]
 
 
 @dataclass
@@ -174,27 +170,29 @@ def _weigh(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.
     combined = np.sum([v * errors[k] for k, v in weights.items()], axis=0)
     mase = float(np.mean(np.abs(combined))) / scale
 
-    # intervals: normalised absolute backtest errors -> conformal quantiles, shrunk toward the model's own
-    if model_q is not None:
-        widths = np.stack([_width(np.asarray(model_q[1 + j], np.float64)[:steps]) for j in range(len(cuts))])
-        own = np.asarray(model_q[0], np.float64)[:horizon]
-        final_width = _width(own)
-        spread = np.abs(own - own[:, MEDIAN_INDEX:MEDIAN_INDEX + 1]) / np.maximum(final_width, 1e-300)[:, None]
-        prior = np.median(spread, axis=0)  # the model's own half-widths in units of its 5-95 % width
-    else:
-        widths = np.broadcast_to(np.sqrt(np.arange(1, steps + 1)), combined.shape) * scale
-        final_width = np.sqrt(np.arange(1, horizon + 1)) * scale
-        prior = None
+    # intervals: the model's quantile shape around the combined point, scaled by the backtest (log-shrunk), or
+    # without a model, split-conformal quantiles of the errors normalised by sqrt(step)
     floor = 1e-12 * max(float(np.mean(np.abs(y))), 1e-300)
-    z = np.sort((np.abs(combined) / np.maximum(widths, floor)).ravel())
-    half = np.array([_conformal(z, c) for c in _CENTRAL])
-    half = half * np.array([INFLATE[round(c, 2)] for c in _CENTRAL])
-    if prior is not None:
-        half = (len(z) * half + PRIOR_WEIGHT * prior) / (len(z) + PRIOR_WEIGHT)
-    sign = np.sign(np.array(QUANTILES) - 0.5)
-    q = point[:, None] + sign[None, :] * half[None, :] * np.maximum(final_width, 0.0)[:, None]
+    if model_q is not None:
+        own = np.asarray(model_q[0], np.float64)[:horizon]
+        shape = own - own[:, MEDIAN_INDEX:MEDIAN_INDEX + 1]
+        half50 = np.stack([_half50(np.asarray(model_q[1 + j], np.float64)[:steps]) for j in range(len(cuts))])
+        ratio = np.abs(combined) / np.maximum(half50, floor)  # about 1 in median where the model's spread is right
+        w = ratio.size / (ratio.size + PRIOR_WEIGHT)
+        factor = float(np.exp(w * np.log(max(float(np.median(ratio)), 1e-3))))
+        q = point[:, None] + shape * factor * _WIDEN[None, :]
+    else:
+        steps_ahead = np.sqrt(np.arange(1, horizon + 1)) * scale
+        z = np.sort((np.abs(combined) / np.maximum(np.sqrt(np.arange(1, steps + 1)) * scale, floor)).ravel())
+        half = np.array([_conformal(z, c) for c in _CENTRAL]) * _WIDEN
+        q = point[:, None] + np.sign(np.array(QUANTILES) - 0.5)[None, :] * half[None, :] * steps_ahead[:, None]
     method = "+".join(sorted(weights, key=lambda k: -weights[k]))
     return _finish(y, q, method, weights, mase, len(cuts), "conformal")
+
+
+def _half50(q: np.ndarray) -> np.ndarray:
+    """Half the 25-75 % width per step of a model quantile forecast."""
+    return (q[:, QUANTILES.index(0.75)] - q[:, QUANTILES.index(0.25)]) / 2
 
 
 def _model_point(q, steps: int, demand: bool) -> np.ndarray:

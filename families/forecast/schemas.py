@@ -69,7 +69,8 @@ class InputReport(BaseModel):
                                                     "step of the history. Null without a backtest.")
     backtest_origins: int = Field(description="Backtest origins the methods were scored from (0: none).")
     interval_calibration: Literal["conformal", "model"] = Field(
-        description="conformal: intervals from the backtest errors; model: the model's own quantiles.")
+        description="conformal: the intervals are scaled by the series' backtest errors and the calibration factors; "
+                    "model: the model's own quantiles.")
 
 
 class ForecastResponse(ServedBy):
