@@ -29,9 +29,8 @@ from families.forecast.theta import _seasonal_indices, _seasonal_test
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
 # One smoothing grid: damped Holt (alpha x beta* x phi, beta = alpha * beta*) and SES (alpha alone, no trend)
-_A, _B, _P = np.meshgrid([0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0], [0.02, 0.1, 0.3], [0.8, 0.9, 0.95, 0.98, 1.0],
-                         indexing="ij")
-_SES_ALPHA = np.linspace(0.02, 1.0, 25)
+_A, _B, _P = np.meshgrid([0.05, 0.15, 0.3, 0.5, 0.75, 1.0], [0.02, 0.1, 0.3], [0.8, 0.9, 0.98, 1.0], indexing="ij")
+_SES_ALPHA = np.linspace(0.02, 1.0, 15)
 _GRID_ALPHA = np.concatenate([_A.ravel(), _SES_ALPHA])
 _GRID_BETA = np.concatenate([(_A * _B).ravel(), np.zeros(_SES_ALPHA.size)])
 _GRID_PHI = np.concatenate([_P.ravel(), np.ones(_SES_ALPHA.size)])

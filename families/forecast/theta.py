@@ -44,7 +44,7 @@ def _seasonal_test(y: np.ndarray, m: int) -> bool:
     den = float(np.dot(x, x))
     if den <= 0:
         return False
-    acf = np.array([np.dot(x[k:], x[:-k]) / den for k in range(1, m + 1)])
+    acf = np.correlate(x, x, mode="full")[n: n + m] / den  # lags 1..m
     limit = 1.645 * np.sqrt((1 + 2 * np.sum(acf[:-1] ** 2)) / n)
     return bool(abs(acf[-1]) > limit)
 
@@ -61,8 +61,9 @@ def _seasonal_indices(y: np.ndarray, m: int, multiplicative: bool) -> np.ndarray
     seg = y[off: off + len(trend)]
     detr = seg / trend if multiplicative else seg - trend
     pos = (np.arange(len(trend)) + off) % m
-    idx = np.array([detr[pos == p].mean() if np.any(pos == p) else (1.0 if multiplicative else 0.0)
-                    for p in range(m)])
+    counts = np.bincount(pos, minlength=m)
+    sums = np.bincount(pos, weights=detr, minlength=m)
+    idx = np.where(counts > 0, sums / np.maximum(counts, 1), 1.0 if multiplicative else 0.0)  # mean per position
     if multiplicative:
         idx = idx / idx.mean()
     else:
