@@ -24,7 +24,8 @@ $(error ORT must be cpu or gpu, not '$(ORT)')
 endif
 # the other flavour, uninstalled before this one is installed (switching ORT in an existing venv)
 ORT_OTHER := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
-STAMP := $(VENV)/.installed-$(ORT)-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# the client is its own distribution (client/pyproject.toml): a change to either file reinstalls
+STAMP := $(VENV)/.installed-$(ORT)-$(shell cat pyproject.toml client/pyproject.toml | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 3000
 BENTOFILE ?= bentofile.yaml
@@ -38,13 +39,15 @@ export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
 .PHONY: install models variants serve test lint clean-models bento bentofiles image smoke-image
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: pip takes the local wheels (never an unpinned CUDA download).
 	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
 	$(PIP) uninstall -q -y $(ORT_OTHER)
 	$(PIP) install -q -e '.[$(ORT),export,dev]'
+	# the API client (triserve-client): scripts/drills and the tests use it
+	$(PIP) install -q -e ./client
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

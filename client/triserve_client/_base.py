@@ -1,5 +1,5 @@
 """What the sync and async clients share: the retry policy (tenacity), request ids, deadlines, request building and
-answer parsing. Only the sending differs (client/sync.py, client/aio.py)."""
+answer parsing. Only the sending differs (sync.py, aio.py)."""
 from __future__ import annotations
 
 import base64
@@ -19,8 +19,8 @@ import httpx
 import tenacity
 from pydantic import BaseModel
 
-from client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
-from client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
+from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 import httpx
 import tenacity
 
-from client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
-from client.errors import TriserveError, TriserveTimeoutError
-from client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
+from triserve_client.errors import TriserveError, TriserveTimeoutError
+from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
 
 T = TypeVar("T")
 

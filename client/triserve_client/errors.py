@@ -1,8 +1,8 @@
 """The client's errors: one typed exception for every error answer of the service, one for transport failures.
 
-The service answers every error as `{"error": {"code", "message", "details", "request_id"}}`
-(services/common/errors.py, ErrorBody); TriserveAPIError carries those fields, the HTTP status and, for 429/503,
-the Retry-After the service asked for.
+The service answers every error as `{"error": {"code", "message", "details", "request_id"}}` (ErrorBody in
+models.py, the client's copy of the service's error model); TriserveAPIError carries those fields, the HTTP status
+and, for 429/503, the Retry-After the service asked for.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from services.common.errors import ErrorBody, ErrorResponse
+from triserve_client.models import ErrorBody, ErrorResponse
 
 __all__ = ["TriserveError", "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ErrorBody"]
 

@@ -19,10 +19,17 @@ from pathlib import Path
 
 import httpx
 
-from client import NO_RETRY, ClassifyResponse, ForecastResponse, TriserveAPIError, TriserveClient, TriserveError
 from models.registry import LocalRegistry
 from scripts.drills.common import assert_loopback, base_parser, log_path, save
 from scripts.drills.server import Server
+from triserve_client import (
+    NO_RETRY,
+    ClassifyResponse,
+    ForecastResponse,
+    TriserveAPIError,
+    TriserveClient,
+    TriserveError,
+)
 
 NAME = "corrupt_model"
 TEXTS = ["what is my account balance"]

@@ -93,7 +93,7 @@ class Server:
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 180) -> float:
         """Seconds from process start until /readyz answered 200."""
-        from client import TriserveClient  # imported here: the process harness itself needs no API client
+        from triserve_client import TriserveClient  # imported here: the process harness itself needs no API client
 
         with TriserveClient(self.url) as api:
             while time.monotonic() - self.started < timeout:

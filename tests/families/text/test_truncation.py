@@ -8,13 +8,13 @@ import httpx
 import numpy as np
 import pytest
 
-from client import TriserveAPIError, TriserveClient
 from families.text.limits import Limits
 from families.text.preprocess import CHARS_PER_TOKEN, TextTokenizer, char_budget, prepare_text
 from families.text.schemas import TextResult
 from scripts.common import ort_session
 from services.protocols.generated import triserve_pb2 as tpb
 from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+from triserve_client import TriserveAPIError, TriserveClient
 
 PROSE = ("please book me a flight to paris next monday morning and cancel the hotel reservation I made for "
          "the weekend, then tell me what my account balance is ")
