@@ -71,12 +71,13 @@ def cmd_list(store: RegistryStore, args) -> None:
         versions = store.versions(name)
         aliases = store.aliases(name)
         rows.append((name, str(len(versions)), versions[-1] if versions else "-",
+                     store.manifest(name, versions[-1]).source.license if versions else "-",
                      ", ".join(f"{a}={v}" for a, v in sorted(aliases.items())) or "-"))
     if not rows:
         print(f"(no models in {store.uri})")
         return
-    header = ("model", "versions", "latest", "aliases")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(4)]
+    header = ("model", "versions", "latest", "license (latest)", "aliases")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     for row in [header] + rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
@@ -95,7 +96,9 @@ def cmd_show(store: RegistryStore, args) -> None:
           + (f" for {manifest.fallback_for}" if manifest.fallback_for else ""))
     print(f"  created    {manifest.created_at.isoformat()}  commit {manifest.git_commit}  "
           f"recipe {manifest.recipe_hash[:12]}")
-    print(f"  source     {manifest.source.kind}: {manifest.source.description}")
+    print(f"  license    {manifest.source.license}")
+    print(f"  source     {manifest.source.kind}: {manifest.source.description}"
+          + (f" ({manifest.source.url})" if manifest.source.url else ""))
     print(f"  metrics    {json.dumps(manifest.metrics, sort_keys=True)}")
     print("  files")
     for f in manifest.files:

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import operator
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final, Literal, TypeAlias, TypeVar, cast
@@ -71,14 +72,50 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
+NOASSERTION: Final = "NOASSERTION"  # SPDX: the licence was not determined (manifests written before `license`)
+# Weights made here (the forecasters, test models): the project states no licence yet (no LICENSE file, no `license`
+# in pyproject), so its own terms are named by this SPDX LicenseRef until it does.
+PROJECT_LICENSE: Final = "LicenseRef-triserve-project"
+# An SPDX license expression, checked loosely: ids (MIT, AGPL-3.0-only, LicenseRef-...) joined by AND/OR/WITH with
+# parentheses; free text ("AGPL-3.0 License (https://...)") is refused. The SPDX list itself is not consulted.
+SPDX_PATTERN = r"^[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,254}$"
+_SPDX_ID = re.compile(r"^(?:(?:LicenseRef|DocumentRef)-[A-Za-z0-9.-]+(?::LicenseRef-[A-Za-z0-9.-]+)?|"
+                      r"[A-Za-z0-9][A-Za-z0-9.-]*\+?)$")
+
+
+def check_spdx(expression: str) -> str:
+    """`expression` when it looks like an SPDX license expression; ValueError naming the offending token otherwise."""
+    tokens = [t for t in re.split(r"[\s()]+", expression) if t]
+    if not tokens or expression.count("(") != expression.count(")"):
+        raise ValueError(f"not an SPDX license expression: {expression!r}")
+    for i, tok in enumerate(tokens):
+        operator_slot = i % 2 == 1
+        if operator_slot != (tok in ("AND", "OR", "WITH")) or (not operator_slot and not _SPDX_ID.match(tok)):
+            raise ValueError(f"not an SPDX license expression: {expression!r} (at {tok!r}); use SPDX ids such as "
+                             f"MIT, Apache-2.0, AGPL-3.0-only, LicenseRef-<name>, or {NOASSERTION}")
+    if len(tokens) % 2 == 0:
+        raise ValueError(f"not an SPDX license expression: {expression!r} (ends with an operator)")
+    return expression
+
+
 class Source(_Strict):
-    """Where the weights came from."""
+    """Where the weights came from, and under which licence they are served."""
 
     kind: Literal["package", "recipe", "user"]
     description: str
+    license: str = Field(
+        NOASSERTION, pattern=SPDX_PATTERN,
+        description="SPDX license expression of the weights (e.g. 'AGPL-3.0-only', 'Apache-2.0 AND MIT', "
+                    "'LicenseRef-<name>'); 'NOASSERTION' when unknown (and in manifests written before this field).")
+    url: str | None = Field(None, description="Where the weights (or the package holding them) are published.")
     packages: dict[str, str] = Field(default_factory=dict, description="Package name -> version used to build.")
     recipe: dict = Field(default_factory=dict, description="The recipe parameters (for kind=recipe).")
     seed: int | None = None
+
+    @field_validator("license")
+    @classmethod
+    def _spdx(cls, value: str) -> str:
+        return check_spdx(value)
 
 
 class ParityCheck(_Strict):

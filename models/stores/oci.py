@@ -6,7 +6,9 @@ Layout, through the OCI distribution HTTP API (blob upload POST/PUT, manifest PU
   * one OCI image manifest per version (artifactType application/vnd.triserve.model.v1): its config blob is our
     manifest.json (application/vnd.triserve.model.manifest.v1+json), each artifact file one layer whose digest is the
     file's sha256 and whose annotations carry its relative path (org.opencontainers.image.title, dev.triserve.file.path)
-    and sha256 (dev.triserve.file.sha256); manifest annotations carry name, version, task and creation time;
+    and sha256 (dev.triserve.file.sha256); manifest annotations carry name, version, task and creation time, and
+    the weights' licence and provenance (manifest_annotations: org.opencontainers.image.licenses = the manifest's
+    SPDX `source.license`, .source = `source.url` when known, .description = `source.description`);
   * aliases: the special tag `_aliases` (never a version: versions start alphanumeric) points at a manifest whose one
     layer is a JSON document {"name", "aliases": {alias: version}, "log": [{when, alias, from, to, by}, ...]}; it is
     the only mutable tag, and every move appends to the log inside the document (earlier documents stay in the
@@ -117,6 +119,10 @@ EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 ALIASES_TAG = "_aliases"
 ANN_TITLE = "org.opencontainers.image.title"
 ANN_CREATED = "org.opencontainers.image.created"
+ANN_LICENSES = "org.opencontainers.image.licenses"
+ANN_SOURCE = "org.opencontainers.image.source"
+ANN_DESCRIPTION = "org.opencontainers.image.description"
+ANN_VERSION = "org.opencontainers.image.version"
 ANN_PATH = "dev.triserve.file.path"
 ANN_SHA = "dev.triserve.file.sha256"
 
@@ -124,6 +130,18 @@ ENV_USERNAME = "TRISERVE_REGISTRY_USERNAME"
 ENV_PASSWORD = "TRISERVE_REGISTRY_PASSWORD"
 DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
 DOCKER_HUB_API = "registry-1.docker.io"
+
+
+def manifest_annotations(manifest: Manifest) -> dict[str, str]:
+    """The OCI manifest annotations of a model version: the pre-defined org.opencontainers.image.* keys where they
+    apply (created, version, licenses, source, description) and ours."""
+    out = {ANN_CREATED: manifest.created_at.isoformat(), ANN_VERSION: manifest.version,
+           ANN_LICENSES: manifest.source.license, ANN_DESCRIPTION: manifest.source.description,
+           "dev.triserve.model.name": manifest.name, "dev.triserve.model.version": manifest.version,
+           "dev.triserve.model.task": manifest.task, "dev.triserve.model.variant": manifest.variant}
+    if manifest.source.url:
+        out[ANN_SOURCE] = manifest.source.url
+    return out
 
 
 def _digest(data: bytes) -> str:
@@ -638,9 +656,7 @@ class OciStore(RegistryStore):
             "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
             "config": {"mediaType": CONFIG_TYPE, "digest": _digest(config), "size": len(config)},
             "layers": layers,
-            "annotations": {ANN_CREATED: manifest.created_at.isoformat(), "dev.triserve.model.name": name,
-                            "dev.triserve.model.version": version, "dev.triserve.model.task": manifest.task,
-                            "dev.triserve.model.variant": manifest.variant},
+            "annotations": manifest_annotations(manifest),
         }
         if self._manifest_exists(name, version):  # narrow the window: someone published it during our upload
             raise VersionExists(f"{name}:{version} already exists in {self.uri}; versions are immutable")

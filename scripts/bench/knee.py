@@ -4,13 +4,16 @@
     python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
     python -m scripts.bench.knee --write-config   # also writes access.deployment_rate_per_s in configs/serving.yaml
 
-Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate (k6
-constant-arrival-rate, --no-usage-report) keeps sending, so the rate where p99 leaves the SLO is the real capacity.
-One triserve instance (default config, capacity limits off, per-client limit raised since k6 is one client) is pinned
-to --server-cpu and k6 to --load-cpu. Per task and round the rate starts at --start-rate and grows by --factor per
-step of --step-seconds until a step breaks the SLO: p99 above the task's SLO, more than 1% failed requests, or more
-than 1% of the arrivals dropped by k6 for lack of VUs. The knee is the last rate that held; the knee of a task is the
-median over --rounds ramps, and the limit written is floor(0.8 x knee) requests/s for the instance.
+Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate keeps sending,
+so the rate where p99 leaves the SLO is the real capacity. The generator is scripts/bench/compare.py's open_loop:
+Grafana's k6 (constant-arrival-rate, --no-usage-report) when its binary is installed in the system directories, else
+the project's bounded aiohttp generator (scripts/drills/loadgen.py; a few hundred requests/s at most on one core).
+One triserve instance (default config, capacity limits off, per-client limit raised since the generator is one
+client) is pinned to --server-cpu and the generator to --load-cpu. Per task and round the rate starts at
+--start-rate and grows by --factor per step of --step-seconds until a step breaks the SLO: p99 above the task's SLO,
+more than 1% failed requests, or more than 1% of the arrivals dropped by the generator (k6 for lack of VUs, loadgen
+at its in-flight cap). The knee is the last rate that held; the knee of a task is the median over --rounds ramps,
+and the limit written is floor(0.8 x knee) requests/s for the instance.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 
 from configs.deployments import load_repository
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, open_loop
+from scripts.bench.compare import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT
@@ -94,7 +97,7 @@ def write_limits(limits: dict[str, int], config: Path = CONFIG) -> None:
 
 def to_markdown(res: dict) -> str:
     L = [f"# Latency knee per task ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
-         f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate (k6), rate x{res['factor']} "
+         f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate, rate x{res['factor']} "
          f"per step; a step breaks on p99 > SLO, > 1% failed or > 1% dropped arrivals. Knee = median over "
          f"{res['rounds']} ramps; limit = floor({LIMIT_SHARE} x knee).", "",
          "| task | SLO p99 ms | knee per round (req/s) | knee (median) | limit written |", "|---|---|---|---|---|"]
@@ -195,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     res = {"command": "python -m scripts.bench.knee " + " ".join(argv if argv is not None else sys.argv[1:]),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
            "step_seconds": args.step_seconds, "factor": args.factor, "slo_ms": SLO_MS,
-           "placement": f"server pinned to CPU {args.server_cpu}, k6 to CPU {args.load_cpu}", "tasks": {}}
+           "placement": f"server pinned to CPU {args.server_cpu}, the load generator "
+                        f"({'k6' if k6_binary() else 'scripts/drills/loadgen.py'}) to CPU {args.load_cpu}",
+           "tasks": {}}
     with tempfile.TemporaryDirectory(prefix="triserve-knee-") as d:
         tmp = Path(d)
         env = dict(RAISED_LIMITS)  # capacity limits off: they are what this measures

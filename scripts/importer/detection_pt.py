@@ -1,7 +1,8 @@
 """Import an ultralytics .pt checkpoint as a detector: read, decided, exported, proved, verified, published.
 
     python -m scripts.importer detection-pt --weights best.pt --name my-det --version 1.0.0 \\
-        [--head auto|anchors|end2end] [--imgsz N] [--images DIR] [--data data.yaml] [--alias canary] [--no-verify]
+        [--head auto|anchors|end2end] [--imgsz N] [--images DIR] [--data data.yaml] [--alias canary] [--no-verify] \\
+        [--license SPDX]                             # required when the checkpoint states no licence
 
 Steps (nothing is published unless all pass; a refusal says why):
   1. read: the checkpoint is loaded as ultralytics loads it and re-saved into the work dir with plain-dict training
@@ -50,6 +51,7 @@ from families.detection.manifest import DetectionPreprocess
 from models.manifest import Manifest, Source, preprocess_as, sha256_file
 from scripts.common import Artifact, GateFailed, ort_session, package_versions
 from scripts.importer.detection_onnx import PARAMS, ImportParams, ImportRefused
+from scripts.importer.licenses import add_license_option, resolve_license, spdx_from_text
 
 log = logging.getLogger("triserve.importer")
 
@@ -376,13 +378,14 @@ def _photo_paths(photos) -> list[Path]:
 
 def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, *, imgsz: int | None = None,
                         head: str = "auto", data: Path | None = None, photos=None, cache_dir: Path | None = None,
-                        verify_ultralytics: bool | None = None, params: PtParams = PT_PARAMS
-                        ) -> tuple[Artifact, dict]:
+                        verify_ultralytics: bool | None = None, params: PtParams = PT_PARAMS,
+                        license: str | None = None, require_license: bool = False) -> tuple[Artifact, dict]:
     """Read, decide, export, prove, verify and describe an ultralytics .pt; the artifact is staged in `work_dir`.
 
     `photos`: a photos.PhotoSet for the ultralytics cross-check (default: the package photos, downloaded into
     `cache_dir`). `verify_ultralytics`: None = when ultralytics is installed (it is: the export needs it); False =
-    skipped (recorded).
+    skipped (recorded). `license`: SPDX expression of the weights (else the checkpoint's `license` entry, else
+    NOASSERTION, or LicenseRequired with `require_license`: scripts/importer/licenses.py).
     """
     from scripts.detection.build import export_user_model
     from scripts.importer.detection_onnx import DEFAULT_CACHE, _references
@@ -400,6 +403,7 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
     if head == "end2end" and not info.end2end_capable:
         raise ImportRefused(f"{info.path.name}: --head end2end, but its {info.head} head has no one-to-one (NMS-free) "
                             f"branch (only YOLOv10 / YOLO26-style heads do); use --head auto or anchors")
+    weights_license = resolve_license(license, spdx_from_text(info.license), info.path.name, required=require_license)
     lap("read")
     description = (
         f"user ultralytics checkpoint {info.path.name} (sha256 {info.sha256}; task {info.task}, {info.model_class} "
@@ -458,7 +462,7 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
               "ultralytics_check": "skipped" if ultra is None else "passed"}
     manifest = m.model_copy(update={
         "metrics": metrics, "gates": gates, "reference": reference,
-        "source": Source(kind="user", description=description, recipe=recipe,
+        "source": Source(kind="user", description=description, recipe=recipe, license=weights_license,
                          packages=package_versions("torch", "ultralytics", "onnx", "onnxruntime"))})
     Manifest.model_validate(manifest.model_dump())
     lap("describe")
@@ -526,7 +530,8 @@ def _cmd(args) -> int:
             m, report = publish_detection_pt(args.weights, args.name, args.version, LocalRegistry(args.registry),
                                              alias=args.alias, cache_dir=args.cache, images=args.images,
                                              imgsz=args.imgsz, head=args.head, data=args.data, params=params,
-                                             verify_ultralytics=False if args.no_verify else None)
+                                             verify_ultralytics=False if args.no_verify else None,
+                                             license=args.license, require_license=True)
     except (GateFailed, RegistryError, ValueError) as exc:
         log.error("nothing published: %s", exc)
         return 2
@@ -562,4 +567,5 @@ def add_parser(subparsers) -> None:
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="wheel, photo and ultralytics cache")
     p.add_argument("--parity-batches", type=int, nargs="+", default=None, help="torch parity batches (default 1 4 32)")
     p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as skipped)")
+    add_license_option(p)
     p.set_defaults(func=_cmd)

@@ -2,7 +2,8 @@
 
     python -m scripts.importer forecast-onnx --model model.onnx --frequencies h,D --name my-load --version 1.0.0 \\
         [--context 168] [--horizon 48] [--quantiles 0.1,0.5,0.9] [--scaling none|mean_abs] \\
-        [--max-horizon h=48,D=14] [--alias canary] [--registry DIR]
+        [--max-horizon h=48,D=14] [--alias canary] [--registry DIR] \\
+        [--license SPDX]                             # required when the ONNX metadata states no licence
 
 What it serves (contract "window", families/forecast/manifest.py): ONE float32 input [batch, context] holding the last
 `context` regular points of the series, and ONE float32 output [batch, horizon] (a point forecast) or
@@ -41,6 +42,7 @@ from families.forecast.preprocess import model_item
 from models.manifest import Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
 from scripts.common import Artifact, data_fingerprint, git_commit, ort_session, package_versions, source_digest
 from scripts.importer.detection_onnx import ImportRefused, ImportResult
+from scripts.importer.licenses import add_license_option, onnx_license, resolve_license
 from scripts.importer.text_onnx import import_and_publish, run_cli
 
 log = logging.getLogger("triserve.importer")
@@ -156,12 +158,16 @@ def prove(path: Path, pre: ForecastPreprocess, info: dict) -> tuple[list[ParityC
 
 def import_forecast_onnx(model: Path, name: str, version: str, work: Path, *, frequencies: list[str],
                          context: int | None = None, horizon: int | None = None, quantiles: list[float] | None = None,
-                         scaling: str = "none", max_horizon: dict[str, int] | None = None) -> ImportResult:
+                         scaling: str = "none", max_horizon: dict[str, int] | None = None,
+                         license: str | None = None, require_license: bool = False) -> ImportResult:
+    """`license`: SPDX expression of the weights (else the ONNX metadata's `license`, else NOASSERTION, or
+    LicenseRequired with `require_license`: scripts/importer/licenses.py)."""
     quantiles = sorted(quantiles or [])
     unknown = sorted(set(frequencies) - set(FREQUENCIES))
     if not frequencies or unknown:
         raise ImportRefused(f"--frequencies must list some of {list(FREQUENCIES)} (unknown: {unknown})")
     info = inspect(model, context, horizon, quantiles)
+    weights_license = resolve_license(license, onnx_license(Path(model)), Path(model).name, required=require_license)
     try:
         pre = ForecastPreprocess(contract="window", context=info["context"], horizon=info["horizon"],
                                  frequencies=list(frequencies),
@@ -182,7 +188,7 @@ def import_forecast_onnx(model: Path, name: str, version: str, work: Path, *, fr
                                                                       pre.context])],
         outputs=[TensorSpec(name=info["output"], dtype="float32", shape=out_shape)],
         source=Source(kind="user", description=f"user ONNX forecaster {Path(model).name} (window contract, "
-                      f"scaling {scaling})", packages=package_versions("onnx", "onnxruntime"),
+                      f"scaling {scaling})", packages=package_versions("onnx", "onnxruntime"), license=weights_license,
                       recipe={"importer": "forecast-onnx", "frequencies": frequencies, "quantiles": quantiles,
                               "scaling": scaling, "code": source_digest([Path(__file__)])}),
         data_fingerprint=data_fingerprint(Path(model)), metrics={"parity_cases": float(len(checks)), **report},
@@ -226,6 +232,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--registry", type=Path, default=default_registry(),
                    help="registry root (default: $TRISERVE_REGISTRY_DIR or models/store)")
     p.add_argument("--alias", default=None, help="also point this alias (e.g. canary, stable) at the new version")
+    add_license_option(p)
     p.set_defaults(func=_cmd)
 
 
@@ -236,4 +243,4 @@ def _cmd(args) -> int:
         args.model, args.name, args.version, LocalRegistry(args.registry), alias=args.alias,
         frequencies=[f.strip() for f in args.frequencies.split(",") if f.strip()], context=args.context,
         horizon=args.horizon, quantiles=_floats(args.quantiles), scaling=args.scaling,
-        max_horizon=_max_horizon(args.max_horizon)))
+        max_horizon=_max_horizon(args.max_horizon), license=args.license, require_license=True))

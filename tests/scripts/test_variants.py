@@ -54,6 +54,7 @@ def test_qdq_variant_is_static_int8(run):
     recipe = manifest.source.recipe
     assert recipe["precision"] == "int8-qdq" and recipe["base"] == "forecast-global"
     assert recipe["base_version"] == base.version and recipe["method"]["format"] == "QDQ"
+    assert manifest.source.license == base.source.license  # a variant is served under its base's licence
     assert recipe["facts"]["calibration_samples"] == variants.PROFILES["tiny"].calibration
     assert manifest.data_fingerprint != base.data_fingerprint  # the calibration windows are part of its data
     assert manifest.metrics["quantize_linear_nodes"] > 0 and "max_abs_diff_vs_base" in manifest.metrics

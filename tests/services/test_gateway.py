@@ -343,6 +343,18 @@ def test_models_endpoint_reports_provider(server):
     assert set(providers.values()) == {"CPUExecutionProvider"}
     assert set(status["models"]) == {"detection", "detection_fallback", "text", "text_fallback", "forecast",
                                      "forecast_fallback"}
+    # every loaded model says under which licence its weights are served, and where they came from
+    from models.manifest import check_spdx
+
+    for m in status["models"].values():
+        assert check_spdx(m["license"]) and m["source"]["kind"] in ("package", "recipe", "user")
+    for dep in status["deployments"]:
+        for role in ("model", "fallback"):
+            if role not in dep:
+                continue
+            slot = dep[role]
+            assert slot["license"] == status["models"][slot["slot"]]["license"]
+            assert slot["source"] == status["models"][slot["slot"]]["source"]
 
 
 # --- readiness ------------------------------------------------------------------------------------------------

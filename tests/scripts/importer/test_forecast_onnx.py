@@ -99,8 +99,32 @@ def test_cli_and_deployment_entry(tmp_path, capsys):
     models_file.write_text((Path(__file__).parents[2] / "fixtures" / "models.tiny.yaml").read_text())
     code = main(["--deployment", "load", "--models-file", str(models_file), "forecast-onnx",
                  "--model", str(window_graph(tmp_path / "m.onnx")), "--frequencies", "h", "--name", "my-load",
-                 "--version", "1.0.0", "--registry", str(tmp_path / "reg")])
+                 "--version", "1.0.0", "--registry", str(tmp_path / "reg"), "--license", "Apache-2.0"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["published"][0]["name"] == "my-load"
+    assert LocalRegistry(tmp_path / "reg").manifest("my-load", "1.0.0").source.license == "Apache-2.0"
     assert "name: load" in models_file.read_text() and "family: forecast" in models_file.read_text()
+
+
+def test_cli_refuses_a_source_without_a_licence_until_license_is_given(tmp_path, capsys, caplog):
+    """A bare ONNX graph states no licence: the CLI refuses (exit 2, nothing published, the message names
+    --license); a graph whose metadata states one is imported under it; a free-text --license is an argparse error."""
+    graph = window_graph(tmp_path / "m.onnx")
+    reg = tmp_path / "reg"
+    args = ["forecast-onnx", "--model", str(graph), "--frequencies", "h", "--name", "m", "--version", "1.0.0",
+            "--registry", str(reg)]
+    assert main(args) == 2
+    assert "states no licence" in caplog.text and "--license SPDX" in caplog.text
+    assert capsys.readouterr().out == "" and LocalRegistry(reg).models() == []
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--license", "MIT License"])
+    assert exc.value.code == 2
+    stated = onnx.load(str(graph))
+    stated.metadata_props.add(key="license", value="AGPL-3.0 License (https://ultralytics.com/license)")
+    onnx.save(stated, str(tmp_path / "stated.onnx"))
+    assert main([*args[:2], str(tmp_path / "stated.onnx"), *args[3:]]) == 0
+    assert LocalRegistry(reg).manifest("m", "1.0.0").source.license == "AGPL-3.0-only"
+    # the library (no require_license) records an unstated licence as NOASSERTION
+    published, _ = publish_forecast_onnx(graph, "lib", "1.0.0", LocalRegistry(reg), frequencies=["h"])
+    assert published[0].source.license == "NOASSERTION"

@@ -121,7 +121,7 @@ def test_slow_tokenizer_is_converted_and_still_agrees(tiny_hf_dir, tmp_path):
 def test_cli_refusal_exit_2(tiny_hf_dir, tmp_path, capsys):
     bad = edit_config(tiny_hf_dir, tmp_path / "m", problem_type="multi_label_classification")
     rc = main(["text-hf", "--model-dir", str(bad), "--name", "x", "--version", "1.0.0",
-               "--registry", str(tmp_path / "registry")])
+               "--registry", str(tmp_path / "registry"), "--license", "MIT"])  # refused for the head, not the licence
     assert rc == 2 and capsys.readouterr().out == ""
     assert LocalRegistry(tmp_path / "registry").models() == []
 

@@ -144,8 +144,9 @@ def test_cli_publishes_and_answers_json(tiny_text_onnx, tmp_path, capsys):
     registry = tmp_path / "registry"
     args = ["text-onnx", "--model", str(model), "--tokenizer", str(tok), "--labels", str(labels), "--outputs",
             "logits", "--name", "cli-text", "--version", "2.0.0", "--max-length", "32", "--registry", str(registry),
-            "--alias", "stable"]
+            "--alias", "stable", "--license", "LicenseRef-acme-internal"]
     assert main(args) == 0
+    assert LocalRegistry(registry).manifest("cli-text", "2.0.0").source.license == "LicenseRef-acme-internal"
     answer = json.loads(capsys.readouterr().out)
     assert answer["published"][0]["name"] == "cli-text" and answer["published"][0]["gates"]["parity"]
     assert LocalRegistry(registry).aliases("cli-text") == {"stable": "2.0.0"}
