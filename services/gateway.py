@@ -25,6 +25,7 @@ from observability.request_log import RequestLog
 from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
+from services.client_schema import SchemaRoutes, client_routes
 from services.common.drift import QualityMonitor
 from services.common.errors import install_error_handlers
 from services.common.inference import Protection
@@ -185,3 +186,9 @@ class Gateway:
             ready = False
         self._runner_seen_ready = self._runner_seen_ready or ready
         return ready or (self.fallback_runner is not None and self._runner_seen_ready)
+
+
+# BentoML's SyncHTTPClient / AsyncHTTPClient read their methods from /schema.json: list the JSON inference routes there
+# (services/client_schema.py), so `bentoml.SyncHTTPClient(url).classify(texts=[...])` calls /v1/classify itself.
+cast("bentoml.Service[Gateway]", Gateway).add_asgi_middleware(
+    SchemaRoutes, routes=client_routes(r for name in families.names() for r in families.family(name).router.routes))
