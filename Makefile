@@ -1,6 +1,7 @@
 # triserve: the two commands a newcomer needs.
 #   make serve   install, build the default models if missing, serve on 127.0.0.1:3000
 #   make test    install, run the test suite (tiny models built inside the test session)
+#   make help    every target with its one line (the `## ` comment on its rule line)
 # Packaging (README "Packaging and deployment"):
 #   make bento        bentoml build: a versioned Bento without weights (BENTOFILE=bentofile.gpu.yaml for the GPU one)
 #   make image        bento + buildah image + push to $(REGISTRY) + skopeo inspect (scripts/containerize.py)
@@ -18,6 +19,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 SYSTEM_PYTHON ?= $(shell command -v python3)
 GIT ?= $(firstword $(wildcard /usr/local/bin/git /usr/bin/git /bin/git) git)
+GREP ?= $(firstword $(wildcard /usr/bin/grep /bin/grep) grep)
+AWK ?= $(firstword $(wildcard /usr/bin/awk /bin/awk) awk)
 ORT ?= cpu
 ifeq ($(filter $(ORT),cpu gpu),)
 $(error ORT must be cpu or gpu, not '$(ORT)')
@@ -51,42 +54,43 @@ $(STAMP): pyproject.toml client/pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) ## venv + the project (editable, ORT=cpu|gpu extra, export, dev) and the client
 
-models: install
+models: install ## build/import the default models into models/store when missing (scripts.pipeline build)
 	$(PY) -m scripts.pipeline build
 
 # INT8/FP16 variants of the stable primaries, gated; docs/bench/quantization.{json,md}
-variants: models
+variants: models ## INT8/FP16 variants of the stable primaries, gated (docs/bench/quantization)
 	$(PY) -m scripts.variants build --out docs/bench/quantization
 
-serve: models
-	$(VENV)/bin/bentoml serve services.gateway:Gateway --host $(HOST) --port $(PORT)
+# `triserve serve` (scripts/cli.py) is bentoml serve services.gateway:Gateway with this file's environment defaults
+serve: models ## build the default models if missing, then `triserve serve` on HOST:PORT (127.0.0.1:3000)
+	$(VENV)/bin/triserve serve --host $(HOST) --port $(PORT)
 
-test: install
+test: install ## run the test suite (tiny models built inside the test session)
 	$(PY) -m pytest -q tests
 
 # ruff + mypy, zero findings (configuration in pyproject.toml); .ci/run runs it before the tests
-lint: install
+lint: install ## ruff + mypy, zero findings
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
-clean-models:
+clean-models: ## remove the built models (models/store) and the pipeline cache
 	rm -rf models/store .cache/pipeline
 
-bentofiles: install
+bentofiles: install ## python.packages of bentofile*.yaml from pyproject.toml
 	$(PY) -m scripts.containerize --sync-bentofiles
 
-bento: install
+bento: install ## bentoml build: a versioned Bento without weights (BENTOFILE=)
 	$(PY) -m scripts.containerize --check-bentofiles
 	$(VENV)/bin/bentoml build -f $(BENTOFILE) --label git_commit=$$($(GIT) rev-parse HEAD)
 	$(VENV)/bin/bentoml list triserve
 
 # IMAGE_ARGS: more options for scripts/containerize.py (--build-only, --no-push, --check-tools, ...)
-image: install
+image: install ## bento + buildah image + push to REGISTRY + skopeo inspect (IMAGE_ARGS=)
 	$(PY) -m scripts.containerize --bentofile $(BENTOFILE) --registry $(REGISTRY) $(IMAGE_ARGS)
 
-smoke-image: models
+smoke-image: models ## publish the default models to REGISTRY, run the pushed image with podman (SMOKE_ARGS=)
 	$(PY) -m scripts.smoke_image --registry $(REGISTRY) $(SMOKE_ARGS)
 
 # The tiers apart (scripts/tiers.py): RUNNERS runner replicas behind haproxy (Debian package haproxy), GATEWAYS
@@ -95,5 +99,11 @@ smoke-image: models
 RUNNERS ?= 2
 GATEWAYS ?= 2
 .PHONY: tiers
-tiers: models
+tiers: models ## runner and gateway tiers apart behind haproxy (RUNNERS=, GATEWAYS=, TIERS_ARGS=)
 	$(PY) -m scripts.tiers --runners $(RUNNERS) --gateways $(GATEWAYS) --gateway-lb $(TIERS_ARGS)
+
+# The targets with their `## ` line, in this file's order; plain `make` stays `make install` (the first rule: $(STAMP)).
+.PHONY: help
+help: ## this list
+	@echo 'usage: make [TARGET] [VAR=value ...]   (variables and details: the comments at the top of the Makefile)'
+	@$(GREP) -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | $(AWK) 'BEGIN {FS = ":.*?## "}; {printf "  %-13s %s\n", $$1, $$2}'

@@ -1,5 +1,8 @@
 """`triserve`: one command for the project's tools (console script from pyproject.toml [project.scripts]).
 
+    triserve serve [--host H] [--port P] [--registry PATH_OR_URL] [--config-dir DIR] [--build-missing]
+                                      the server `make serve` starts (python -m bentoml serve services.gateway:Gateway)
+    triserve --version                the distribution's version (+ the git commit in a checkout)
     triserve import  [ARGS...]        python -m scripts.importer   (publish your own model: --help lists the kinds)
     triserve registry [ARGS...]       python -m models.cli         (list, show, copy, promote, rollback, pull)
     triserve rollout [ARGS...]        python -m scripts.rollout    (against a running service)
@@ -8,16 +11,21 @@
 
 Everything after the subcommand (and after NAME for bench/drill) is passed on unchanged, so `triserve X --help` is
 the module's own --help. The module runs with this interpreter (`sys.executable -m ...`, replacing this process):
-the same environment the console script was installed into, whatever PATH says. `make serve` stays the BentoML
-entry (`bentoml serve services.gateway:Gateway`).
+the same environment the console script was installed into, whatever PATH says. `triserve serve` is the one way to
+serve: `make serve` runs it after `make models`; it works from any directory, for a checkout (editable install) and an
+installed wheel alike.
 """
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib.metadata
 import importlib.util
 import os
 import pkgutil
+import subprocess
 import sys
+from pathlib import Path
 
 PROG = "triserve"
 # subcommand -> module run with `python -m`
@@ -31,6 +39,11 @@ GROUPS = {
     "bench": ("scripts.bench", "benchmarks (scripts/bench/)"),
     "drill": ("scripts.drills", "fault drills against a real bentoml serve (scripts/drills/)"),
 }
+# `triserve serve`: the BentoML service it serves
+SERVICE = "services.gateway:Gateway"
+# What the Makefile exports for `make serve` (and make exports them before running `triserve serve`): defaults here,
+# the caller's environment wins.
+SERVE_ENV = {"YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "BENTOML_DO_NOT_TRACK": "True"}
 
 
 def _summary(origin: str) -> str:
@@ -63,14 +76,16 @@ def runnable(package: str) -> dict[str, str]:
 
 
 def usage() -> str:
-    lines = [f"usage: {PROG} COMMAND [ARGS...]", "", "commands:"]
+    lines = [f"usage: {PROG} COMMAND [ARGS...] | {PROG} --version", "", "commands:",
+             f"  {'serve':<9} serve the model repository: the server `make serve` starts (bentoml serve "
+             f"{SERVICE}); {PROG} serve --help"]
     for name, (module, help_) in COMMANDS.items():
         lines.append(f"  {name:<9} {help_} (python -m {module})")
     for name, (package, help_) in GROUPS.items():
         lines.append(f"  {name:<9} {help_}: {PROG} {name} --list | {PROG} {name} NAME [ARGS...] "
                      f"(python -m {package}.NAME)")
-    lines += ["", (f"`{PROG} COMMAND --help` shows the command's own options. Serving: `make serve` "
-                   "(bentoml serve services.gateway:Gateway).")]
+    lines += ["", (f"`{PROG} COMMAND --help` shows the command's own options. `make serve` builds the default "
+                   f"models, then runs `{PROG} serve`.")]
     return "\n".join(lines)
 
 
@@ -92,12 +107,181 @@ def run_module(module: str, args: list[str]) -> int:
     return 0  # not reached
 
 
+# -- triserve serve ---------------------------------------------------------------------------------------------------
+SERVE_EPILOG = """\
+The same server as `make serve` (which runs this after `make models`): `python -m bentoml serve
+services.gateway:Gateway` with this interpreter, replacing this process (signals and exit status pass through), in
+the directory that holds the project's packages (--working-dir), with the Makefile's environment defaults
+(YOLO_OFFLINE, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE=1, BENTOML_DO_NOT_TRACK=True; in a checkout
+BENTOML_HOME=<checkout>/.cache/bentoml). Every setting of configs/settings.py still reads its TRISERVE_* variable;
+relative paths in TRISERVE_*_DIR / TRISERVE_*_FILE / TRISERVE_CONFIG / BENTOML_HOME are taken from the directory
+this is run in. Arguments after `--` go to `bentoml serve` unchanged (e.g. -- --development)."""
+
+
+def source_root() -> Path:
+    """The directory that holds the project's top-level packages: the checkout for an editable install, site-packages
+    for a wheel. Found without importing the server."""
+    spec = importlib.util.find_spec("services")
+    if spec is None:
+        raise RuntimeError("the triserve server package `services` is not importable from this interpreter")
+    if spec.origin and spec.origin != "namespace":
+        return Path(spec.origin).resolve().parent.parent
+    return Path(next(iter(spec.submodule_search_locations or []))).resolve().parent
+
+
+def is_checkout(root: Path) -> bool:
+    return (root / "pyproject.toml").is_file()
+
+
+def _absolute_paths(env: dict[str, str], cwd: Path) -> None:
+    for key, value in list(env.items()):
+        path_like = key == "TRISERVE_CONFIG" or key == "BENTOML_HOME" or (
+            key.startswith("TRISERVE_") and key.endswith(("_DIR", "_FILE")))
+        if path_like and value and not os.path.isabs(os.path.expanduser(value)):
+            env[key] = str((cwd / value).resolve())
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=f"{PROG} serve", description="Serve the model repository (REST, gRPC, OIP).",
+                                 epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    ap.add_argument("--port", type=int, default=3000, help="HTTP port (default: %(default)s; gRPC: settings grpc.port)")
+    ap.add_argument("--registry", metavar="PATH_OR_URL",
+                    help="the model registry: a local directory (TRISERVE_REGISTRY_DIR, served as is) or a store URL "
+                         "oci:// s3:// http(s):// file:// (TRISERVE_REGISTRY_URI: pulled and verified into "
+                         "TRISERVE_MODEL_CACHE_DIR). Default: the settings' registry (<checkout>/models/store)")
+    ap.add_argument("--config-dir", type=Path, metavar="DIR",
+                    help="a directory with serving.yaml and/or models.yaml, used instead of the packaged configs/ "
+                         "ones (TRISERVE_CONFIG, TRISERVE_MODELS_FILE); a deployments state file written by runtime "
+                         "changes (TRISERVE_DEPLOYMENTS_STATE_FILE) is still served instead of models.yaml")
+    ap.add_argument("--build-missing", action="store_true",
+                    help="before serving, build the default models (python -m scripts.pipeline build: needs the "
+                         "export extra) when the local registry lacks a model the repository serves, as `make serve` "
+                         "does through `make models`")
+    return ap
+
+
+def serve_env(opts: argparse.Namespace, base: dict[str, str], root: Path, cwd: Path) -> dict[str, str]:
+    """The server's environment: `base` (the caller's), the Makefile's defaults, then the options."""
+    env = dict(base)
+    for key, value in SERVE_ENV.items():
+        env.setdefault(key, value)
+    if is_checkout(root):  # BentoML wipes its prometheus files under BENTOML_HOME at start: one home per checkout
+        env.setdefault("BENTOML_HOME", str(root / ".cache" / "bentoml"))
+    _absolute_paths(env, cwd)
+    if opts.registry:
+        if "://" in opts.registry:
+            env["TRISERVE_REGISTRY_URI"] = opts.registry
+        else:
+            env["TRISERVE_REGISTRY_DIR"] = str((cwd / Path(opts.registry).expanduser()).resolve())
+            env.pop("TRISERVE_REGISTRY_URI", None)  # a directory is served as is, never pulled into
+    if opts.config_dir is not None:
+        directory = (cwd / opts.config_dir.expanduser()).resolve()
+        files = {"TRISERVE_CONFIG": directory / "serving.yaml", "TRISERVE_MODELS_FILE": directory / "models.yaml"}
+        found = {key: path for key, path in files.items() if path.is_file()}
+        if not found:
+            raise ValueError(f"--config-dir {directory}: neither serving.yaml nor models.yaml there")
+        env.update({key: str(path) for key, path in found.items()})
+    return env
+
+
+def missing_models(env: dict[str, str]) -> tuple[Path, list[str]]:
+    """(local registry directory, 'name:ref' of the served models it lacks), read as the server will read them:
+    settings and the model repository under `env`."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, env, clear=True):
+        from configs.deployments import load_repository
+        from configs.settings import Settings
+        from models.registry import LocalRegistry, RegistryError
+
+        settings = Settings()
+        if settings.registry_uri:
+            raise ValueError(f"--build-missing builds into a local registry directory, not the store "
+                             f"{settings.registry_uri} (TRISERVE_REGISTRY_URI / --registry URL)")
+        repo = load_repository(state_file=settings.deployments_state_file, overrides=settings.slots)
+        registry = LocalRegistry(settings.registry_dir)
+        missing = []
+        for slot in repo.slots.values():
+            try:
+                registry.resolve(slot.name, slot.ref)
+            except RegistryError:
+                missing.append(f"{slot.name}:{slot.ref}")
+        return Path(settings.registry_dir), sorted(set(missing))
+
+
+def serve(args: list[str]) -> int:
+    extra: list[str] = []
+    if "--" in args:
+        args, extra = args[:args.index("--")], args[args.index("--") + 1:]
+    ap = serve_parser()
+    opts = ap.parse_args(args)
+    root = source_root()
+    try:
+        env = serve_env(opts, dict(os.environ), root, Path.cwd())
+        if opts.build_missing:
+            registry, missing = missing_models(env)
+            if missing:
+                build = [sys.executable, "-m", "scripts.pipeline", "build", "--registry", str(registry)]
+                print(f"{PROG} serve: {registry} lacks {', '.join(missing)}: {' '.join(build[1:])}", file=sys.stderr)
+                done = subprocess.run(build, env=env, cwd=root if is_checkout(root) else None)
+                if done.returncode != 0:
+                    print(f"{PROG} serve: the model build failed ({done.returncode}); it needs the export extra "
+                          "(pip install -e '.[cpu,export]')", file=sys.stderr)
+                    return done.returncode
+                still = missing_models(env)[1]
+                if still:
+                    print(f"{PROG} serve: still missing after the build (not default models?): {', '.join(still)}",
+                          file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        ap.error(str(exc))
+    argv = [sys.executable, "-m", "bentoml", "serve", SERVICE, "--host", opts.host, "--port", str(opts.port),
+            "--working-dir", str(root), *extra]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, env)
+    return 0  # not reached
+
+
+# -- triserve --version -----------------------------------------------------------------------------------------------
+def version() -> str:
+    """'triserve X.Y.Z', plus '(git <sha>[-dirty])' when the code runs from a git checkout."""
+    try:
+        text = f"{PROG} {importlib.metadata.version('triserve')}"
+    except importlib.metadata.PackageNotFoundError:
+        text = f"{PROG} (not installed)"
+    root = source_root()
+    if not (root / ".git").exists():
+        return text
+    try:
+        from scripts.imagetools import StepFailed, system_tool
+
+        git = system_tool("git")
+    except (ImportError, StepFailed):
+        return text
+    try:
+        sha = subprocess.run([git, "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=5)
+        if sha.returncode != 0:
+            return text
+        dirty = subprocess.run([git, "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return text
+    return f"{text} (git {sha.stdout.strip()}{'-dirty' if dirty else ''})"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
+    if args[0] in ("--version", "-V"):
+        print(version())
+        return 0
     cmd, rest = args[0], args[1:]
+    if cmd == "serve":
+        return serve(rest)
     if cmd in COMMANDS:
         return run_module(COMMANDS[cmd][0], rest)
     if cmd in GROUPS:

@@ -65,9 +65,11 @@ class Server:
     """`with Server(registry) as srv: srv.wait_ready(); ...` - always on 127.0.0.1."""
 
     def __init__(self, registry_dir: Path, env: dict[str, str] | None = None, log_path: Path | None = None,
-                 port: int | None = None, root: Path = ROOT):
+                 port: int | None = None, root: Path = ROOT, command: list[str] | None = None):
         """`root`: the source tree whose code is served (another checkout of the project, e.g. for an A/B of two
-        commits: scripts/bench/ab.py); this tree by default."""
+        commits: scripts/bench/ab.py); this tree by default. `command`: what starts the server, before `--host ...
+        --port ...` (default `python -m bentoml serve services.gateway:Gateway`; e.g. the `triserve serve` console
+        script); it runs in `root`."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -84,10 +86,10 @@ class Server:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
         self.started = time.monotonic()
+        command = command or [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway", "--host", "127.0.0.1",
-             "--port", str(self.port)], cwd=root, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [*command, "--host", "127.0.0.1", "--port", str(self.port)], cwd=root, env=full_env, stdout=self._log,
+            stderr=subprocess.STDOUT, start_new_session=True)
         self._seen: set[int] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------------------------

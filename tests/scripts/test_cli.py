@@ -1,17 +1,23 @@
 """The `triserve` console script (pyproject [project.scripts] -> scripts/cli.py), run as installed in the project's
 environment (`make install`: pip install -e), from a clean shell (no activated venv, PATH=/usr/bin:/bin) and a
-directory outside the checkout."""
+directory outside the checkout; `triserve serve` started for real against the session's tiny registry; `make help`."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import httpx
+import psutil
 import pytest
 
 from scripts import cli
+from tests.conftest import NO_CAPACITY_LIMITS, TINY_MODELS, Server
 
 ROOT = Path(__file__).resolve().parents[2]
 TRISERVE = Path(sys.executable).parent / "triserve"
@@ -43,8 +49,9 @@ def test_help_lists_every_command(tmp_path):
     assert "make serve" in res.stdout
     none = triserve(cwd=tmp_path)
     assert none.returncode == 2 and "usage: triserve" in none.stderr
-    bad = triserve("serve", cwd=tmp_path)
-    assert bad.returncode == 2 and "unknown command 'serve'" in bad.stderr
+    assert "\n  serve " in res.stdout and "triserve --version" in res.stdout
+    bad = triserve("no-such-command", cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown command 'no-such-command'" in bad.stderr
 
 
 @pytest.mark.parametrize("command, module", [("import", "scripts.importer"), ("registry", "models.cli"),
@@ -98,3 +105,126 @@ def test_the_dispatcher_runs_modules_with_this_interpreter(monkeypatch):
         (sys.executable, [sys.executable, "-m", "scripts.bench.nms_worst_case", "--runs", "3"]),
         (sys.executable, [sys.executable, "-m", "scripts.drills.overload", "--help"]),
     ]
+
+
+# -- triserve --version, triserve serve --------------------------------------------------------------------------------
+def test_version_is_the_distributions_and_the_checkouts_commit(tmp_path):
+    res = triserve("--version", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"triserve {importlib.metadata.version('triserve')}")
+    if (ROOT / ".git").exists() and any(Path(d, "git").is_file() for d in ("/usr/local/bin", "/usr/bin", "/bin")):
+        assert re.fullmatch(r"triserve \S+ \(git [0-9a-f]{12}(-dirty)?\)\n", res.stdout), res.stdout
+    assert triserve("-V", cwd=tmp_path).stdout == res.stdout
+
+
+def test_serve_help_lists_the_options(tmp_path):
+    res = triserve("serve", "--help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: triserve serve")
+    for option in ("--host", "--port", "--registry PATH_OR_URL", "--config-dir DIR", "--build-missing"):
+        assert option in res.stdout, option
+    assert "make serve" in res.stdout and "services.gateway:Gateway" in res.stdout
+    bad = triserve("serve", "--port", "x", cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid int value" in bad.stderr
+
+
+def _exec_of(monkeypatch, args: list[str], env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """What `triserve serve ARGS` would exec (os.execve caught)."""
+    calls = []
+    monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    for key in ("BENTOML_HOME", "YOLO_OFFLINE", "TRISERVE_REGISTRY_DIR", "TRISERVE_REGISTRY_URI", "TRISERVE_CONFIG"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["serve", *args]) == 0
+    (path, argv, env_), = calls
+    assert path == sys.executable == argv[0]
+    return argv, env_
+
+
+def test_serve_runs_bentoml_serve_with_the_makefiles_environment(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    argv, env = _exec_of(monkeypatch, [])
+    assert argv[1:] == ["-m", "bentoml", "serve", "services.gateway:Gateway", "--host", "127.0.0.1", "--port", "3000",
+                        "--working-dir", str(ROOT)]
+    assert {k: env[k] for k in cli.SERVE_ENV} == {"YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+                                                 "TRANSFORMERS_OFFLINE": "1", "BENTOML_DO_NOT_TRACK": "True"}
+    assert env["BENTOML_HOME"] == str(ROOT / ".cache" / "bentoml")  # the Makefile's: one home per checkout
+    assert "TRISERVE_REGISTRY_DIR" not in env  # the settings' default registry
+    # the caller's environment wins; relative paths are the caller's; options; `--` passes the rest to bentoml
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "models.yaml").write_text("deployments: []\n")
+    argv, env = _exec_of(monkeypatch, ["--host", "0.0.0.0", "--port", "3100", "--registry", "store", "--config-dir",
+                                       "cfg", "--", "--development"],
+                         {"YOLO_OFFLINE": "0", "BENTOML_HOME": "home", "TRISERVE_REGISTRY_URI": "oci://x:5000/m"})
+    assert argv[5:] == ["--host", "0.0.0.0", "--port", "3100", "--working-dir", str(ROOT), "--development"]
+    assert env["YOLO_OFFLINE"] == "0" and env["BENTOML_HOME"] == str(tmp_path / "home")
+    assert env["TRISERVE_REGISTRY_DIR"] == str(tmp_path / "store") and "TRISERVE_REGISTRY_URI" not in env
+    assert env["TRISERVE_MODELS_FILE"] == str(tmp_path / "cfg" / "models.yaml") and "TRISERVE_CONFIG" not in env
+    argv, env = _exec_of(monkeypatch, ["--registry", "oci://127.0.0.1:5000/models"])
+    assert env["TRISERVE_REGISTRY_URI"] == "oci://127.0.0.1:5000/models"
+    with pytest.raises(SystemExit) as exc:
+        _exec_of(monkeypatch, ["--config-dir", str(tmp_path / "store")])
+    assert exc.value.code == 2
+
+
+def test_build_missing_builds_only_when_the_registry_lacks_a_served_model(monkeypatch, tiny_registry, tmp_path):
+    runs = []
+    monkeypatch.setattr(cli.subprocess, "run",
+                        lambda cmd, **kw: runs.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setenv("TRISERVE_MODELS_FILE", str(TINY_MODELS))
+    monkeypatch.setenv("TRISERVE_DEPLOYMENTS_STATE_FILE", str(tmp_path / "state.json"))
+    _exec_of(monkeypatch, ["--build-missing", "--registry", str(tiny_registry.root)])
+    assert runs == []  # everything models.tiny.yaml serves is there
+    _exec_of(monkeypatch, ["--build-missing", "--registry", str(tmp_path / "empty")])
+    assert runs == [[sys.executable, "-m", "scripts.pipeline", "build", "--registry", str(tmp_path / "empty")]]
+    assert cli.missing_models({**os.environ, "TRISERVE_REGISTRY_DIR": str(tmp_path / "empty")})[1] == [
+        "forecast-global:stable", "forecast-theta:stable", "minilm-intent-int8:stable", "minilm-intent:stable",
+        "yolo-shapes-lite:stable", "yolo-shapes:stable"]
+
+
+def test_serve_starts_the_server_from_outside_the_checkout(tiny_registry, tmp_path):
+    """The console script against the session's tiny registry and a config directory of its own, from a directory
+    outside the checkout; the environment's registry and models file point nowhere, so the options must win. The
+    console script replaces itself with bentoml serve: its PID is the server's, and stopping that PID stops it."""
+    config = tmp_path / "config"
+    config.mkdir()
+    shutil.copy(TINY_MODELS, config / "models.yaml")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    env = {**NO_CAPACITY_LIMITS, "TRISERVE_MODELS_FILE": str(tmp_path / "absent.yaml")}
+    command = [str(TRISERVE), "serve", "--registry", str(tiny_registry.root), "--config-dir", str(config)]
+    with Server(tmp_path / "absent-registry", env=env, log_path=tmp_path / "serve.log", root=elsewhere,
+                command=command) as srv:
+        srv.wait_ready(timeout=120)
+        cmdline = psutil.Process(srv.proc.pid).cmdline()
+        assert cmdline[1:5] == ["-m", "bentoml", "serve", "services.gateway:Gateway"], cmdline
+        assert httpx.get(f"{srv.url}/readyz", timeout=10).status_code == 200
+        answer = httpx.post(f"{srv.url}/v1/classify", json={"texts": ["book a flight to paris"]}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert len(answer.json()["results"]) == 1 and answer.json()["model"]["name"] == "minilm-intent"
+        pids = srv.pids()
+    assert srv.proc.returncode is not None
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+# -- make help ---------------------------------------------------------------------------------------------------------
+MAKE = next((p for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make") if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed (Debian package make)")
+def test_make_help_lists_every_target_and_plain_make_still_installs():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = re.findall(r"^([a-z][a-z_-]*):(?!=)", makefile, re.M)
+    res = subprocess.run([MAKE, "help"], cwd=ROOT, env=CLEAN_ENV, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    listed = [line.split()[0] for line in res.stdout.splitlines() if line.startswith("  ")]
+    assert listed == targets and {"install", "serve", "test", "help"} <= set(listed)
+    assert all(len(line.split(None, 1)) == 2 for line in res.stdout.splitlines() if line.startswith("  "))
+    # the default goal is still the install stamp (the first rule), and make serve runs the console script
+    dry = subprocess.run([MAKE, "-n", "-p", "-q"], cwd=ROOT, env=CLEAN_ENV, capture_output=True, text=True, timeout=60)
+    assert re.search(r"^\.DEFAULT_GOAL := \.venv/\.installed-", dry.stdout, re.M)
+    serve = subprocess.run([MAKE, "-n", "-o", "install", "serve"], cwd=ROOT, env=CLEAN_ENV, capture_output=True,
+                           text=True, timeout=60)
+    assert serve.stdout.splitlines()[-2:] == [".venv/bin/python -m scripts.pipeline build",
+                                             ".venv/bin/triserve serve --host 127.0.0.1 --port 3000"], serve.stdout
