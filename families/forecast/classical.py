@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from families.forecast.theta import _seasonal_indices, _seasonal_test
+from families.forecast.theta import seasonal_adjust
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
 # One smoothing grid: damped Holt (alpha x beta* x phi, beta = alpha * beta*) and SES (alpha alone, no trend)
@@ -95,27 +95,13 @@ def seasonal_mean(y: np.ndarray, steps: int, m: int) -> np.ndarray:
     return profile[np.arange(steps) % m]
 
 
-def _adjust(y: np.ndarray, m: int) -> tuple[np.ndarray, Callable[[np.ndarray, int], np.ndarray]]:
-    """Classical seasonal adjustment where the lag-m autocorrelation says there is a season (as Theta does):
-    (adjusted series, function putting the season back on a forecast of `steps`)."""
-    if m <= 1 or not _seasonal_test(y, m):
-        return y, lambda f, steps: f
-    positive = bool(np.all(y > 0))
-    idx = _seasonal_indices(y, m, positive)
-    n = len(y)
-    hist = idx[np.arange(n) % m]
-    if positive:
-        return y / hist, lambda f, steps: f * idx[(n + np.arange(steps)) % m]
-    return y - hist, lambda f, steps: f + idx[(n + np.arange(steps)) % m]
-
-
 def smoothing(histories: list[np.ndarray], steps: list[int], seasons: list[int]) -> list[dict[str, np.ndarray]]:
     """ses, damped_holt and theta of each history from ONE pass over its seasonally adjusted last FIT_POINTS points:
     the grid holds ETS(A,Ad,N) (alpha x beta x phi) and SES (beta 0) side by side, each picked by least one-step
     squared error; Theta is SES's level plus half the OLS slope (Hyndman & Billah 2003, as theta.py). Histories whose
     windows have the same length (a long series, its backtest cuts, other long series of a batch) share one recursion
     over [rows, grid]: the Python loop over time is the cost, not the arithmetic."""
-    adjusted = [_adjust(np.asarray(y, np.float64)[-FIT_POINTS:], m) for y, m in zip(histories, seasons)]
+    adjusted = [seasonal_adjust(np.asarray(y, np.float64)[-FIT_POINTS:], m) for y, m in zip(histories, seasons)]
     out: list[dict[str, np.ndarray]] = [{} for _ in histories]
     by_length: dict[int, list[int]] = {}
     for i, (adj, _) in enumerate(adjusted):
@@ -161,8 +147,7 @@ def tsb(y: np.ndarray, steps: int, m: int) -> np.ndarray:
 
 SIMPLE: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
     "naive": naive, "seasonal_naive": seasonal_naive, "drift": drift, "damped_drift": damped_drift,
-    "seasonal_drift": seasonal_drift,
-    "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb}
+    "seasonal_drift": seasonal_drift, "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb}
 SMOOTHING = ("ses", "damped_holt", "theta")
 
 

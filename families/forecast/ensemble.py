@@ -56,7 +56,7 @@ def backtest_steps(n: int, horizon: int) -> int:
     return min(horizon, max(1, n // 3))
 
 
-def backtest_cuts(n: int, frequency: str, horizon: int) -> list[int]:
+def backtest_cuts(n: int, horizon: int) -> list[int]:
     """History lengths at the backtest origins, oldest first: the last `steps` points are the last origin's
     targets; origins a quarter of a backtest apart (close, so the oldest still holds two seasons where the series
     does); none shorter than MIN_FIT."""
@@ -103,7 +103,7 @@ def _plan(history, frequency: str, horizon: int) -> _Series:
     y = np.asarray(history, dtype=np.float64)
     n = len(y)
     m, m2 = _seasons(frequency, n)
-    cuts = backtest_cuts(n, frequency, horizon)
+    cuts = backtest_cuts(n, horizon)
     demand = classical.intermittent(y)
     methods = [] if np.ptp(y) == 0 else classical.applicable(y[: cuts[0]] if cuts else y, m, m2, demand)
     return _Series(y, horizon, m, cuts, backtest_steps(n, horizon), demand, methods)
@@ -161,11 +161,9 @@ def _weigh(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.
     if "global" in scores and not demand:  # (its mean for demand is an approximation: no extra trust)
         scores["global"] *= GLOBAL_TRUST
     best = sorted(scores, key=lambda k: (scores[k], k))[:TOP_K]
-    inv = np.array([1.0 / max(scores[k], 1e-12) ** POWER for k in best])
-    w = inv / inv.sum()
-    weights = {k: float(v) for k, v in zip(best, w) if v >= 1e-6}
-    total = sum(weights.values())
-    weights = {k: v / total for k, v in weights.items()}
+    inv = {k: 1.0 / max(scores[k], 1e-12) ** POWER for k in best}
+    kept = {k: v for k, v in inv.items() if v >= 1e-6 * sum(inv.values())}  # negligible weights dropped
+    weights = {k: v / sum(kept.values()) for k, v in kept.items()}
     point = np.sum([v * final[k] for k, v in weights.items()], axis=0)
     combined = np.sum([v * errors[k] for k, v in weights.items()], axis=0)
     mase = float(np.mean(np.abs(combined))) / scale

@@ -123,7 +123,7 @@ class ForecastPipeline:
         bind(call, dep.name)
         labelled(ITEMS, dep.name).observe(1)
         items: dict[ServedModel, list[Item]] = {}
-        cuts = backtest_cuts(len(regular), frequency, horizon)
+        cuts = backtest_cuts(len(regular), horizon)
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = preprocess_as(model.manifest, ForecastPreprocess)
@@ -147,13 +147,14 @@ class ForecastPipeline:
         outputs = [quantile_forecast(out, served_pre, it.loc, it.scale, horizon if k == 0 else backtest_steps(
             len(regular), horizon)) for k, (out, it) in enumerate(zip(result.outputs, served_items))]
         levels, q = outputs[0]
-        if len(served_items) > 1:  # the served forecaster: the model and the classical methods, backtested
+        served_raw = reads_history(i.name for i in result.served.manifest.inputs)
+        if combines(served_pre, served_raw):  # the served forecaster: the model and the classical methods
             fc = combine(regular, frequency, horizon, [o[1] for o in outputs])
             q, levels = fc.quantiles, list(QUANTILES)
             method = {"method": fc.method, "method_weights": fc.weights, "backtest_mase": fc.backtest_mase,
                       "backtest_origins": fc.origins, "interval_calibration": fc.calibration}
         else:  # a model alone: the degraded fallback, or a model whose output the ensemble cannot read
-            name = "theta" if reads_history(i.name for i in result.served.manifest.inputs) else "model"
+            name = "theta" if served_raw else "model"
             method = {"method": name, "method_weights": {name: 1.0}, "backtest_mase": None, "backtest_origins": 0,
                       "interval_calibration": "model"}
         median = q[:, levels.index(0.5)]

@@ -20,6 +20,8 @@ image, and AutoETS costs ~0.2 s per monthly series on one core; statsforecast is
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from families.forecast.features import QUANTILES, SEASON
@@ -83,19 +85,29 @@ def _ses(y: np.ndarray) -> tuple[float, float, np.ndarray]:
     return float(_ALPHAS[best]), float(level[best]), errors[:, best]
 
 
+def seasonal_adjust(y: np.ndarray, m: int) -> tuple[np.ndarray, Callable[[np.ndarray, int], np.ndarray]]:
+    """Classical seasonal adjustment where the lag-m autocorrelation says there is a season (multiplicative when the
+    history is positive, else additive): (adjusted series, function putting the season back on a forecast whose
+    first axis is `steps` long)."""
+    if m <= 1 or not _seasonal_test(y, m):
+        return y, lambda f, steps: f
+    positive = bool(np.all(y > 0))
+    idx = _seasonal_indices(y, m, positive)
+    n = len(y)
+    hist = idx[np.arange(n) % m]
+
+    def future(f: np.ndarray, steps: int) -> np.ndarray:
+        s = idx[(n + np.arange(steps)) % m].reshape((steps,) + (1,) * (np.ndim(f) - 1))
+        return f * s if positive else f + s
+
+    return (y / hist if positive else y - hist), future
+
+
 def theta_forecast(y: np.ndarray, horizon: int, m: int) -> np.ndarray:
     """[horizon, Q] quantile forecasts by the standard Theta method (see module docstring)."""
     y = np.asarray(y, np.float64)[-fit_window(m):]
     n = len(y)
-    seasonal = _seasonal_test(y, m)
-    positive = bool(np.all(y > 0))
-    if seasonal:
-        idx = _seasonal_indices(y, m, positive)
-        s_hist = idx[np.arange(n) % m]
-        s_fut = idx[(n + np.arange(horizon)) % m]
-        adj = y / s_hist if positive else y - s_hist
-    else:
-        adj = y
+    adj, reseason = seasonal_adjust(y, m)
     alpha, level, err = _ses(adj)
     t = np.arange(n, dtype=np.float64)
     slope = float(np.polyfit(t, adj, 1)[0]) if n > 2 else 0.0
@@ -104,10 +116,7 @@ def theta_forecast(y: np.ndarray, horizon: int, m: int) -> np.ndarray:
     point = level + 0.5 * slope * ((k - 1) + 1 / alpha - (1 - alpha) ** n / alpha)
     sigma = float(np.sqrt(np.mean(err ** 2))) if len(err) else 0.0
     spread = sigma * np.sqrt(1 + (k - 1) * alpha ** 2)
-    q = point[:, None] + spread[:, None] * Z[None, :]
-    if seasonal:
-        q = q * s_fut[:, None] if positive else q + s_fut[:, None]
-    return q
+    return reseason(point[:, None] + spread[:, None] * Z[None, :], horizon)
 
 
 def seasonal_naive_drift_forecast(y: np.ndarray, horizon: int, m: int) -> np.ndarray:

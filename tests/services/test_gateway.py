@@ -106,7 +106,7 @@ def test_forecast_matches_in_process_pipeline(server, tiny_registry):
     # the served forecaster: the model on the full history and on each backtest cut, combined with the classical
     # methods (families/forecast/ensemble.py)
     y = np.array(values)
-    cuts = backtest_cuts(n, "MS", 6)
+    cuts = backtest_cuts(n, 6)
     session = ort_session(directory / m.model_file)
     model_q = []
     for k, c in enumerate([n, *cuts]):  # the first step after c points: month c from 1990-01

@@ -13,7 +13,7 @@ def bent_model(y: np.ndarray, frequency: str, horizon: int, pull: float = 0.5) -
     """A stand-in global model that bends every forecast halfway back to the history's mean (the defect the issue
     reports): quantiles for the full history and each backtest cut, as the runner would return them."""
     out = []
-    for k, c in enumerate([len(y), *backtest_cuts(len(y), frequency, horizon)]):
+    for k, c in enumerate([len(y), *backtest_cuts(len(y), horizon)]):
         h = y[:c]
         steps = horizon if k == 0 else backtest_steps(len(y), horizon)
         point = np.full(steps, (1 - pull) * h[-1] + pull * h.mean())
@@ -40,7 +40,7 @@ def test_the_model_keeps_its_weight_where_it_is_better():
     rng = np.random.default_rng(0)
     y = 100 + rng.normal(0, 5, 80)
     horizon = 12
-    cuts = backtest_cuts(len(y), "MS", horizon)
+    cuts = backtest_cuts(len(y), horizon)
     steps = backtest_steps(len(y), horizon)
     perfect = [np.repeat(y[c: c + steps, None], len(QUANTILES), 1) + np.linspace(-5, 5, len(QUANTILES))
                for c in cuts]
@@ -89,10 +89,10 @@ def test_conformal_intervals_cover_on_random_walks():
 
 
 def test_backtest_cuts_leave_targets_and_history():
-    assert backtest_cuts(30, "D", 14) == [16, 18, 20]  # 10 steps scored, origins 2 apart
-    assert backtest_cuts(3, "D", 14) == [2] and backtest_cuts(2, "D", 14) == []  # never fewer than MIN_FIT points
+    assert backtest_cuts(30, 14) == [16, 18, 20]  # 10 steps scored, origins 2 apart
+    assert backtest_cuts(3, 14) == [2] and backtest_cuts(2, 14) == []  # never fewer than MIN_FIT points
     for n in (5, 30, 144, 768):
-        cuts = backtest_cuts(n, "MS", 24)
+        cuts = backtest_cuts(n, 24)
         assert cuts == sorted(cuts) and all(c + backtest_steps(n, 24) <= n for c in cuts)
 
 
