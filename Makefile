@@ -8,7 +8,7 @@
 #   make variants     INT8 (static QDQ / per-channel) and FP16 variants, gated and published (scripts/variants.py)
 #   make smoke-image  build the default models if missing, publish them to $(REGISTRY), run the pushed image with podman
 #                     against them (scripts/smoke_image.py)
-#   make bentofiles   python.packages of bentofile*.yaml from pyproject.toml (the one source of the serving set)
+#   make lock         locks/*.txt from pyproject.toml: the pinned sets make install, the Bentos and the images install
 # ONNX Runtime: ORT=cpu (default: onnxruntime) or ORT=gpu (onnxruntime-gpu), never both (same `onnxruntime` import):
 #   make install ORT=gpu
 # Tools: every command below runs from the project's environment ($(VENV)/bin/...) or by absolute path; the only
@@ -27,8 +27,10 @@ $(error ORT must be cpu or gpu, not '$(ORT)')
 endif
 # the other flavour, uninstalled before this one is installed (switching ORT in an existing venv)
 ORT_OTHER := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
-# the client is its own distribution (client/pyproject.toml): a change to either file reinstalls
-STAMP := $(VENV)/.installed-$(ORT)-$(shell cat pyproject.toml client/pyproject.toml | sha256sum | cut -c1-12)
+# the client is its own distribution (client/pyproject.toml); the third-party packages come from the lock: a change to
+# any of these files reinstalls
+LOCK := locks/dev-$(ORT).txt
+STAMP := $(VENV)/.installed-$(ORT)-$(shell cat pyproject.toml client/pyproject.toml $(LOCK) | sha256sum | cut -c1-12)
 HOST ?= 127.0.0.1
 PORT ?= 3000
 BENTOFILE ?= bentofile.yaml
@@ -40,17 +42,16 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models variants serve test lint clean-models bento bentofiles image smoke-image
+.PHONY: install models variants serve test lint clean-models bento lock image smoke-image
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first and pinned: pip takes the local wheels (never an unpinned CUDA download).
-	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
 	$(PIP) uninstall -q -y $(ORT_OTHER)
-	$(PIP) install -q -e '.[$(ORT),export,dev]'
-	# the API client (triserve-client): scripts/drills and the tests use it
-	$(PIP) install -q -e ./client
+	# every third-party package at its locked version (torch==2.14.1 included: never an unpinned CUDA download),
+	# then the project and the API client (triserve-client: scripts/drills and the tests use it) on top, editable
+	$(PIP) install -q -r $(LOCK)
+	$(PIP) install -q --no-deps -e . -e ./client
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -63,7 +64,7 @@ models: install ## build/import the default models into models/store when missin
 variants: models ## INT8/FP16 variants of the stable primaries, gated (docs/bench/quantization)
 	$(PY) -m scripts.variants build --out docs/bench/quantization
 
-# `triserve serve` (scripts/cli.py) is bentoml serve services.gateway:Gateway with this file's environment defaults
+# `triserve serve` (triserve/cli.py) is bentoml serve services.gateway:Gateway with this file's environment defaults
 serve: models ## build the default models if missing, then `triserve serve` on HOST:PORT (127.0.0.1:3000)
 	$(VENV)/bin/triserve serve --host $(HOST) --port $(PORT)
 
@@ -78,8 +79,11 @@ lint: install ## ruff + mypy, zero findings
 clean-models: ## remove the built models (models/store) and the pipeline cache
 	rm -rf models/store .cache/pipeline
 
-bentofiles: install ## python.packages of bentofile*.yaml from pyproject.toml
-	$(PY) -m scripts.containerize --sync-bentofiles
+# after a change to pyproject.toml's dependencies: re-resolve (keeping every pin still allowed); LOCK_ARGS=--upgrade
+# takes the newest allowed versions. make install then installs the new lock.
+lock: ## locks/*.txt from pyproject.toml (scripts/lock.py; LOCK_ARGS=--upgrade for the newest allowed)
+	test -x $(PY) || $(MAKE) install
+	$(PY) -m scripts.lock $(LOCK_ARGS)
 
 bento: install ## bentoml build: a versioned Bento without weights (BENTOFILE=)
 	$(PY) -m scripts.containerize --check-bentofiles

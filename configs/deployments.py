@@ -25,9 +25,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import families
-from configs.settings import PROJECT_ROOT, Batching, ModelSlot, SlotOverride
+from configs.settings import PACKAGE_ROOT, Batching, ModelSlot, SlotOverride
 
-DEFAULT_MODELS_FILE = PROJECT_ROOT / "configs" / "models.yaml"
+DEFAULT_MODELS_FILE = PACKAGE_ROOT / "configs" / "models.yaml"
 DEPLOYMENT_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"  # no '_' or '.': slot keys append "_fallback"
 FALLBACK_SUFFIX = "_fallback"
 

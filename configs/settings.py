@@ -15,8 +15,31 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "serving.yaml"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+"""Where the product's packages and their data files (configs/serving.yaml, configs/models.yaml) are: the checkout, a
+Bento's src/ or, for an installed wheel, site-packages. Read-only as far as the server is concerned."""
+DEFAULT_CONFIG = PACKAGE_ROOT / "configs" / "serving.yaml"
+
+
+def installed_as_wheel() -> bool:
+    """True when the packages run from an installed wheel (site-packages), not a checkout or a Bento."""
+    return PACKAGE_ROOT.name in ("site-packages", "dist-packages")
+
+
+def state_root() -> Path:
+    """Where writable state goes by default (the local registry, the model cache, the deployments state file, sampled
+    payloads): TRISERVE_HOME when set; else the checkout (or Bento) itself, as `make serve` always did; else, for an
+    installed wheel, ~/.triserve, never site-packages."""
+    home = os.environ.get("TRISERVE_HOME")
+    if home:
+        return Path(home).expanduser().resolve()
+    return Path.home() / ".triserve" if installed_as_wheel() else PACKAGE_ROOT
+
+
+def registry_root() -> Path:
+    """The default local registry: <checkout>/models/store, or <TRISERVE_HOME or ~/.triserve>/models."""
+    root = state_root()
+    return root / "models" / "store" if root == PACKAGE_ROOT else root / "models"
 
 
 class _Section(BaseModel):
@@ -295,7 +318,8 @@ class Observability(_Section):
     drift_min_values: int = Field(100, ge=1, description="No PSI before the window holds this many values.")
     payload_sample_rate: float = Field(0.0, ge=0, le=1, description="Share of successful requests whose body is "
                                                                     "written to JSONL (replay, calibration data).")
-    payload_dir: Path = Field(PROJECT_ROOT / ".cache" / "payloads", description="Where sampled payloads go.")
+    payload_dir: Path = Field(default_factory=lambda: state_root() / ".cache" / "payloads",
+                              description="Where sampled payloads go.")
     payload_max_bytes: int = Field(256 * 1024, ge=256, description="Larger bodies are skipped (counted).")
     payload_file_bytes: int = Field(64 * 2**20, ge=4096, description="Rotate the JSONL file at this size.")
     payload_files: int = Field(5, ge=1, le=100, description="Rotated files kept.")
@@ -341,12 +365,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TRISERVE_", env_nested_delimiter="__", extra="forbid")
 
-    registry_dir: Path = Field(PROJECT_ROOT / "models" / "store", description="Local registry root.")
+    registry_dir: Path = Field(default_factory=registry_root,
+                               description="Local registry root (default: <checkout>/models/store; for an installed "
+                                           "wheel <TRISERVE_HOME or ~/.triserve>/models).")
     registry_uri: str | None = Field(
         None, description="Registry store to pull the configured models from at startup (oci://host:port/prefix, "
                           "s3://bucket/prefix, http(s)://host/prefix, file:///path); they are verified into "
                           "model_cache_dir and served from there. None: serve registry_dir directly.")
-    model_cache_dir: Path = Field(PROJECT_ROOT / ".cache" / "models",
+    model_cache_dir: Path = Field(default_factory=lambda: state_root() / ".cache" / "models",
                                   description="Verified local cache of pulled models (local registry layout); "
                                               "used offline when registry_uri is unreachable.")
     registry_retries: int = Field(4, ge=0, le=20, description="Extra attempts when registry_uri is unreachable.")
@@ -356,7 +382,7 @@ class Settings(BaseSettings):
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     deployments_state_file: Path = Field(
-        PROJECT_ROOT / ".cache" / "deployments.json",
+        default_factory=lambda: state_root() / ".cache" / "deployments.json",
         description="Where deployments added, changed or removed at run time are persisted (the whole repository); "
                     "when it exists it is served instead of configs/models.yaml (TRISERVE_MODELS_FILE). Delete it "
                     "to go back to the file.")

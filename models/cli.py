@@ -28,12 +28,14 @@ from models.manifest import Manifest
 from models.registry import IntegrityError, RegistryError
 from models.stores import RegistryStore, RegistryUnavailable, VersionExists, open_store
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
 
 def default_registry() -> str:
+    """The registry the server would serve: TRISERVE_REGISTRY_URI, TRISERVE_REGISTRY_DIR, else the settings' default
+    local registry (the checkout's models/store; ~/.triserve/models for an installed wheel)."""
+    from configs.settings import registry_root
+
     return (os.environ.get("TRISERVE_REGISTRY_URI") or os.environ.get("TRISERVE_REGISTRY_DIR")
-            or str(PROJECT_ROOT / "models" / "store"))
+            or str(registry_root()))
 
 
 def split_ref(spec: str, default: str = "stable") -> tuple[str, str]:

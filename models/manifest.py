@@ -73,9 +73,8 @@ def __getattr__(name: str):
 
 
 NOASSERTION: Final = "NOASSERTION"  # SPDX: the licence was not determined (manifests written before `license`)
-# Weights made here (the forecasters, test models): the project states no licence yet (no LICENSE file, no `license`
-# in pyproject), so its own terms are named by this SPDX LicenseRef until it does.
-PROJECT_LICENSE: Final = "LicenseRef-triserve-project"
+# Weights made here (the forecasters, test models) are under the project's own licence (LICENSE, pyproject `license`).
+PROJECT_LICENSE: Final = "Apache-2.0"
 # An SPDX license expression, checked loosely: ids (MIT, AGPL-3.0-only, LicenseRef-...) joined by AND/OR/WITH with
 # parentheses; free text ("AGPL-3.0 License (https://...)") is refused. The SPDX list itself is not consulted.
 SPDX_PATTERN = r"^[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,254}$"

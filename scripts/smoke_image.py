@@ -16,7 +16,9 @@ Steps (each printed with its time):
   6. wait for /readyz (prints the pull lines of the container log);
   7. one request per task: /v1/detect, /v1/classify, /v1/forecast (+ /v1/models), and on the gRPC port
      grpc.health.v1 Check + one triserve.v1 Classify;
-  8. stop and remove the container (podman stop of the container id this script started) and the pulled image,
+  8. the image's Python packages (name==version of every distribution the server's interpreter sees) equal the lock
+     the tests ran against, locks/serving-<cpu|gpu>.txt (installer tools pip/setuptools/wheel/uv apart);
+  9. stop and remove the container (podman stop of the container id this script started) and the pulled image,
      unless --keep.
 
 Why podman: there is no Docker engine here. Rootful podman works on this VM with runc (crun refuses the host's
@@ -144,6 +146,33 @@ def grpc_checks(port: int) -> dict:
     return {"health": status, "label": reply.results[0].label, "ms": round(ms, 1)}
 
 
+# name -> version of every distribution the container's server interpreter sees (its `pip freeze`, without pip)
+FREEZE = ("import importlib.metadata as m, json; "
+          "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+INSTALLER_TOOLS = {"pip", "setuptools", "wheel", "uv"}
+
+
+def compare_with_lock(installed: dict[str, str]) -> dict:
+    """The image's distributions against its variant's lock (the variant: which ONNX Runtime it has). Dies unless
+    they are the same set at the same versions (installer tools apart)."""
+    from packaging.utils import canonicalize_name
+
+    from scripts.lock import LOCK_DIR, read_pins
+
+    have = {str(canonicalize_name(name)): version for name, version in installed.items()}
+    variant = "gpu" if "onnxruntime-gpu" in have else "cpu"
+    lock = LOCK_DIR / f"serving-{variant}.txt"
+    want = read_pins(lock)
+    wrong = {name: (version, have.get(name)) for name, version in want.items() if have.get(name) != version}
+    extra = sorted(set(have) - set(want) - INSTALLER_TOOLS)
+    say(f"{len(have)} distributions in the image; {lock.relative_to(PROJECT_ROOT)}: {len(want)} pins; "
+        f"differing {wrong or 'none'}; not in the lock {extra or 'none'} (installer tools "
+        f"{sorted(set(have) & INSTALLER_TOOLS) or 'none'})")
+    if wrong or extra:
+        die(f"the image's packages differ from {lock.name}: (locked, in image) {wrong}; unlocked {extra}")
+    return {"lock": lock.name, "pins": len(want), "equal": True}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--image", help="registry/repository:tag (default: the last image scripts.containerize pushed)")
@@ -167,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
             die("no --image and no .cache/containerize/last-image.json: run `make image` first")
         image = json.loads(last.read_text())["image"]
     models_uri = f"oci://{args.registry}/{args.models_prefix}"
-    steps = Steps(f"smoke test {image} with models from {models_uri}", 8)
+    steps = Steps(f"smoke test {image} with models from {models_uri}", 9)
     env = container_env("smoke-storage")  # a separate, initially empty storage: run what the registry holds
 
     with steps.step("tools (podman, runc, skopeo, docker-registry)"):
@@ -250,8 +279,13 @@ def main(argv: list[str] | None = None) -> None:
         with steps.step("one request per task: /v1/detect, /v1/classify, /v1/forecast; gRPC health + Classify"):
             results = requests(base)
             grpc_result = grpc_checks(grpc_port)
+
+        with steps.step("the image's packages == locks/serving-<variant>.txt"):
+            freeze = run([tool("podman"), "exec", cid, "python", "-c", FREEZE], env=env, tail=0, quiet=True).stdout
+            packages = compare_with_lock(json.loads(freeze))
             (CACHE / "containerize" / "last-smoke.json").write_text(json.dumps(
-                {"image": image, "models": models_uri, "results": results, "grpc": grpc_result}, indent=2))
+                {"image": image, "models": models_uri, "results": results, "grpc": grpc_result,
+                 "packages": packages}, indent=2))
     finally:
         if args.keep:
             say(f"--keep: container {cid[:12]} left running on {base}")

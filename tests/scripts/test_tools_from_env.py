@@ -3,7 +3,7 @@ tools, from an absolute path in the system directories: never from a bare name o
 
 From a clean shell (`env -i HOME=$HOME PATH=...`, no activated venv), with decoys first on PATH (executables named
 bentoml, uv, python, pip, buildah, skopeo, git, ... that leave a mark when run):
-  * `make -n -B image` (and bento, smoke-image, bentofiles) prints no command that starts with a bare tool name;
+  * `make -n -B image` (and bento, smoke-image, lock) prints no command that starts with a bare tool name;
   * `make image IMAGE_ARGS=--check-tools` (the real recipe, install step assumed done: `-o install`) runs
     scripts/containerize.py, which resolves every tool its steps run and asks each for its version: Python tools
     resolve next to sys.executable, system tools in /usr/local/sbin ... /bin or are reported missing with their
@@ -74,7 +74,7 @@ def _commands(recipe_line: str) -> list[list[str]]:
 
 
 @needs_make
-@pytest.mark.parametrize("target", ["image", "smoke-image", "bento", "bentofiles", "install"])
+@pytest.mark.parametrize("target", ["image", "smoke-image", "bento", "lock", "install"])
 def test_make_dry_run_names_no_bare_tool(target, decoys):
     bin_dir, marks = decoys
     res = subprocess.run([MAKE, "-n", "-B", target], cwd=ROOT, env=clean_env(f"{bin_dir}:/usr/bin:/bin"),

@@ -3,11 +3,14 @@
     triserve serve [--host H] [--port P] [--registry PATH_OR_URL] [--config-dir DIR] [--build-missing]
                                       the server `make serve` starts (python -m bentoml serve services.gateway:Gateway)
     triserve --version                the distribution's version (+ the git commit in a checkout)
-    triserve import  [ARGS...]        python -m scripts.importer   (publish your own model: --help lists the kinds)
     triserve registry [ARGS...]       python -m models.cli         (list, show, copy, promote, rollback, pull)
+    triserve import  [ARGS...]        python -m scripts.importer   (publish your own model: --help lists the kinds)
     triserve rollout [ARGS...]        python -m scripts.rollout    (against a running service)
     triserve bench --list | NAME ...  python -m scripts.bench.NAME
     triserve drill --list | NAME ...  python -m scripts.drills.NAME
+
+`serve`, `registry` and `--version` work from the installed wheel; the others run modules of scripts/, which only a
+checkout has (an editable install): from a wheel they say so instead of failing with an import error.
 
 Everything after the subcommand (and after NAME for bench/drill) is passed on unchanged, so `triserve X --help` is
 the module's own --help. The module runs with this interpreter (`sys.executable -m ...`, replacing this process):
@@ -23,6 +26,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +47,8 @@ GROUPS = {
 SERVICE = "services.gateway:Gateway"
 # What the Makefile exports for `make serve` (and make exports them before running `triserve serve`): defaults here,
 # the caller's environment wins.
+# where `--version` looks for git (system directories only, like the Makefile: no PATH lookup)
+GIT_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")
 SERVE_ENV = {"YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "BENTOML_DO_NOT_TRACK": "True"}
 
 
@@ -98,12 +104,30 @@ def group_usage(group: str) -> str:
     return "\n".join(lines)
 
 
+def checkout_only(module: str) -> str | None:
+    """Why `module` cannot run here (a checkout tool, and this is an installed wheel), or None when it can."""
+    top = module.split(".")[0]
+    if importlib.util.find_spec(top) is None and not is_checkout(source_root()):
+        return (f"{PROG}: `python -m {module}` is a tool of the project's checkout ({top}/ is not in the wheel): "
+                f"clone the repository and `make install`, then run it there")
+    return None
+
+
 def run_module(module: str, args: list[str]) -> int:
-    """`sys.executable -m module args...`, replacing this process (exit status, signals and stdin pass through)."""
+    """`sys.executable -m module args...`, replacing this process (exit status, signals and stdin pass through). In a
+    checkout the checkout's root leads PYTHONPATH: scripts/ is not part of the installed (editable) packages."""
+    why = checkout_only(module)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    root = source_root()
+    if is_checkout(root):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     argv = [sys.executable, "-m", module, *args]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, argv)
+    os.execve(sys.executable, argv, env)
     return 0  # not reached
 
 
@@ -253,11 +277,8 @@ def version() -> str:
     root = source_root()
     if not (root / ".git").exists():
         return text
-    try:
-        from scripts.imagetools import StepFailed, system_tool
-
-        git = system_tool("git")
-    except (ImportError, StepFailed):
+    git = shutil.which("git", path=os.pathsep.join(GIT_DIRS))
+    if git is None:
         return text
     try:
         sha = subprocess.run([git, "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -273,6 +294,9 @@ def version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    root = source_root()
+    if is_checkout(root) and str(root) not in sys.path:  # scripts/ (bench, drill listings) of an editable checkout
+        sys.path.append(str(root))
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
@@ -286,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_module(COMMANDS[cmd][0], rest)
     if cmd in GROUPS:
         package = GROUPS[cmd][0]
+        why = checkout_only(package)
+        if why:
+            print(why, file=sys.stderr)
+            return 2
         if not rest or rest[0] in ("-h", "--help"):
             print(group_usage(cmd), file=sys.stdout if rest else sys.stderr)
             return 0 if rest else 2

@@ -1,4 +1,4 @@
-"""The `triserve` console script (pyproject [project.scripts] -> scripts/cli.py), run as installed in the project's
+"""The `triserve` console script (pyproject [project.scripts] -> triserve/cli.py), run as installed in the project's
 environment (`make install`: pip install -e), from a clean shell (no activated venv, PATH=/usr/bin:/bin) and a
 directory outside the checkout; `triserve serve` started for real against the session's tiny registry; `make help`."""
 from __future__ import annotations
@@ -16,8 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from scripts import cli
 from tests.conftest import NO_CAPACITY_LIMITS, TINY_MODELS, Server
+from triserve import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 TRISERVE = Path(sys.executable).parent / "triserve"
@@ -37,8 +37,10 @@ def _runnable_files(folder: str) -> list[str]:
 
 def test_console_script_is_declared_and_packaged():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["scripts"] == {"triserve": "scripts.cli:main"}
-    assert "scripts*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert project["project"]["scripts"] == {"triserve": "triserve.cli:main"}
+    assert "triserve*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    # checkout tools stay out of the wheel
+    assert "scripts*" not in project["tool"]["setuptools"]["packages"]["find"]["include"]
 
 
 def test_help_lists_every_command(tmp_path):
@@ -60,7 +62,8 @@ def test_subcommand_help_is_the_modules_own(command, module, tmp_path):
     res = triserve(command, "--help", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"python -m {module}" in res.stdout  # the module's own argparse prog
-    direct = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, env=CLEAN_ENV,
+    # scripts/ is not an installed package: run directly, a checkout tool runs from the checkout
+    direct = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, env=CLEAN_ENV,
                             capture_output=True, text=True, timeout=120)
     assert res.stdout == direct.stdout
 
@@ -95,11 +98,13 @@ def test_every_bench_and_drill_answers_help_through_the_console_script(group, pa
 
 
 def test_the_dispatcher_runs_modules_with_this_interpreter(monkeypatch):
-    calls = []
-    monkeypatch.setattr(cli.os, "execv", lambda path, argv: calls.append((path, argv)))
+    calls, envs = [], []
+    monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: (calls.append((path, argv)), envs.append(env)))
     cli.main(["registry", "--registry", "x", "list"])
     cli.main(["bench", "nms_worst_case", "--runs", "3"])
     cli.main(["drill", "overload", "--help"])
+    # the checkout leads PYTHONPATH: scripts/ is a checkout tool, not an installed package
+    assert all(env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT) for env in envs)
     assert calls == [
         (sys.executable, [sys.executable, "-m", "models.cli", "--registry", "x", "list"]),
         (sys.executable, [sys.executable, "-m", "scripts.bench.nms_worst_case", "--runs", "3"]),
