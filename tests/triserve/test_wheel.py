@@ -14,7 +14,7 @@ import http.server
 import importlib.metadata
 import io
 import json
-import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -38,13 +38,23 @@ DATA_FILES = ("configs/serving.yaml", "configs/models.yaml", "models/manifest.sc
               "configs/prometheus/alerts.yml")
 
 
+def source_files() -> list[str]:
+    """The files a fresh clone of this working tree has (tracked + new, not ignored)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                            check=True, timeout=60).stdout.decode()
+    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """Built from a copy of what a fresh clone holds: setuptools reuses a stale build/ of an in-tree build."""
     out = tmp_path_factory.mktemp("dist")
-    build = tmp_path_factory.mktemp("build")  # setuptools' build/ and egg-info outside the checkout
+    tree = tmp_path_factory.mktemp("tree")
+    for name in source_files():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tree / name)
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=600, cwd=build,
-                          env={**os.environ, "TMPDIR": str(build)})
+                           "-w", str(out), str(tree)], capture_output=True, text=True, timeout=600, cwd=tree)
     assert done.returncode == 0, done.stderr[-3000:]
     (found,) = out.glob("triserve-*.whl")
     return found
@@ -58,6 +68,8 @@ def test_wheel_holds_the_product_its_data_and_its_licence(wheel):
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
     tops = {n.split("/")[0] for n in names if not n.startswith(dist_info)}
     assert tops == set(PRODUCT), tops  # no scripts/, tests/, client/ in the server's wheel
+    modules = {n for n in source_files() if n.endswith((".py", ".pyi")) and n.split("/")[0] in PRODUCT}
+    assert modules and not modules - names, sorted(modules - names)  # every module of the product, none left out
     for path in DATA_FILES:
         assert path in names, path
     assert not [n for n in names if n.startswith("models/store/") or n.endswith((".onnx", ".pt", ".pyc"))]
@@ -92,6 +104,7 @@ def fresh_venv(wheel, tmp_path_factory) -> Path:
 
 def test_installed_wheel_imports_from_site_packages_with_its_requirements_met(fresh_venv, tmp_path):
     probe = ("import importlib.metadata as m, json, services, configs.settings as s\n"
+             "import services.gateway, runners.service  # the two BentoML services: the whole serving import tree\n"
              "from packaging.requirements import Requirement\n"
              "unmet = [str(r) for r in map(Requirement, m.requires('triserve')) if r.marker is None or "
              "r.marker.evaluate({'extra': 'cpu'})\n"
