@@ -1,5 +1,6 @@
 """A typed Python client for the triserve REST API, blocking and asyncio (distribution `triserve-client`:
-`pip install ./client`; it needs httpx, pydantic and tenacity, never the server's packages).
+`pip install ./client`; it needs httpx, pydantic and tenacity, never the server's packages), and, as the optional
+extra `pip install './client[grpc]'` (grpcio, protobuf), a typed client of its gRPC API.
 
     from triserve_client import TriserveClient, AsyncTriserveClient, RetryPolicy, TriserveAPIError
 
@@ -8,26 +9,53 @@
         r = ts.classify(["cancel my reservation"], top_k=2, request_id="demo-1")
         r.request_id, r.results[0].label, r.results[0].truncated, r.timings.total_ms
 
-Methods (the same on AsyncTriserveClient, awaited): classify, detect (bytes, paths or base64; JSON or multipart
-upload), forecast, models, ready, live, wait_ready. Results are pydantic models (triserve_client.models, kept in step
-with the service's response models by tests/client/test_schemas.py); errors are TriserveAPIError (status, code,
-message, details, request_id, retry_after) or TriserveTransportError. Retries: 429/503 honouring Retry-After with
-jitter, transport failures with exponential backoff (tenacity; RetryPolicy). Deadlines: `timeout=` seconds, sent as
-X-Request-Timeout-Ms.
+Methods (the same on AsyncTriserveClient, awaited):
+
+- tasks: classify, detect (bytes, paths or base64; JSON or multipart upload), forecast; models, ready, live,
+  wait_ready.
+- admin, with an admin key (`api_key=`, sent as X-API-Key): the model repository - deployments, put_deployment,
+  delete_deployment, load_deployment / unload_deployment (on-demand deployments); rollouts per slot ('<deployment>'
+  or '<deployment>_fallback') - rollouts, promote, rollback, set_canary / clear_canary, set_shadow / clear_shadow.
+- Open Inference Protocol v2 over REST: oip_infer (inputs as Python lists, nested or flat with a shape: OipInput; no
+  numpy), oip_model_metadata, oip_server_metadata, oip_server_ready, oip_model_ready.
+
+gRPC (triserve_client.grpc, imported only when used): TriserveGrpcClient / AsyncTriserveGrpcClient with classify,
+detect and forecast, answering the same ClassifyResponse / DetectResponse / ForecastResponse as REST.
+
+Results are pydantic models (triserve_client.models, kept in step with the service's response models by
+tests/client/test_schemas.py); errors are TriserveAPIError (status, code, message, details, request_id, retry_after)
+or TriserveTransportError, over REST, OIP and gRPC alike. Retries: 429/503 honouring Retry-After with jitter,
+transport failures with exponential backoff (tenacity; RetryPolicy); admin calls that change state retry a transport
+failure only when the request cannot have been sent. Deadlines: `timeout=` seconds, sent as X-Request-Timeout-Ms.
 """
 from triserve_client._base import DEFAULT_URL, NO_RETRY, RetryPolicy
+from triserve_client._oip import OipInput
 from triserve_client.aio import AsyncTriserveClient
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from triserve_client.models import (
     ClassifyResponse,
+    Deployment,
+    DeploymentChange,
+    DeploymentSpec,
     DeploymentStatus,
     DetectResponse,
     ForecastResponse,
+    ModelRef,
+    ModelRepository,
     ModelsListing,
+    OipInferResponse,
+    OipModelMetadata,
+    OipServerMetadata,
+    OipTensor,
+    Promotion,
+    ResidencyChange,
+    SlotRouting,
     SlotStatus,
 )
 from triserve_client.sync import TriserveClient
 
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
-           "ForecastResponse", "ModelsListing", "DeploymentStatus", "SlotStatus"]
+           "ForecastResponse", "ModelsListing", "DeploymentStatus", "SlotStatus", "DeploymentSpec", "Deployment",
+           "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange", "SlotRouting", "Promotion",
+           "OipInput", "OipInferResponse", "OipTensor", "OipModelMetadata", "OipServerMetadata"]

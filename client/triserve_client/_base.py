@@ -1,5 +1,5 @@
 """What the sync and async clients share: the retry policy (tenacity), request ids, deadlines, request building and
-answer parsing. Only the sending differs (sync.py, aio.py)."""
+answer parsing (task APIs, admin APIs, Open Inference Protocol v2). Only the sending differs (sync.py, aio.py)."""
 from __future__ import annotations
 
 import base64
@@ -10,17 +10,33 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from urllib.parse import quote, urlencode
 
 import httpx
 import tenacity
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
+from triserve_client import _oip
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
-from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+from triserve_client.models import (
+    ClassifyResponse,
+    DeploymentChange,
+    DeploymentSpec,
+    DetectResponse,
+    ForecastResponse,
+    ModelRepository,
+    ModelsListing,
+    OipInferResponse,
+    OipModelMetadata,
+    OipServerMetadata,
+    Promotion,
+    ResidencyChange,
+    SlotRouting,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13
@@ -45,9 +61,12 @@ class RetryPolicy:
     Retried: the statuses in `statuses` (429 rate limited / over capacity, 503 overloaded / not ready / runner
     unavailable), waiting the answer's Retry-After plus up to `jitter` of it more (never less than the service asked),
     or exponential backoff with jitter when the answer has none; and transport failures (connection refused or
-    reset, timeouts), which are safe to repeat because every call of the API is free of side effects. A Retry-After
-    longer than `max_retry_after` is not waited for: the error is raised at once. A call with a deadline stops
-    retrying when the next wait would not leave `min_attempt_s` of it. `attempts=1` switches retries off.
+    reset, timeouts), which are safe to repeat because every task and read call of the API is free of side effects.
+    The admin calls that change something (deployments, rollouts) run with `side_effects=True`: a transport failure
+    is retried only when the request cannot have reached the service (connection refused, connect timeout), never
+    after it may have been sent. A Retry-After longer than `max_retry_after` is not waited for: the error is raised at
+    once. A call with a deadline stops retrying when the next wait would not leave `min_attempt_s` of it.
+    `attempts=1` switches retries off.
     """
 
     attempts: int = 4
@@ -58,6 +77,7 @@ class RetryPolicy:
     max_retry_after: float = 30.0
     transport_errors: bool = True
     min_attempt_s: float = 0.05
+    side_effects: bool = False
     _backoff: tenacity.wait.wait_base = field(init=False, repr=False, compare=False)  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -72,7 +92,13 @@ class RetryPolicy:
             return exc.status in self.statuses and (exc.retry_after is None or exc.retry_after <= self.max_retry_after)
         if isinstance(exc, TriserveTimeoutError) and exc.__cause__ is None:
             return False  # the call's own deadline passed: nothing left to retry with
-        return self.transport_errors and isinstance(exc, TriserveTransportError)
+        if not (self.transport_errors and isinstance(exc, TriserveTransportError)):
+            return False
+        return not self.side_effects or isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout))
+
+    def with_side_effects(self) -> RetryPolicy:
+        """This policy for a call that changes state (see the class)."""
+        return self if self.side_effects else replace(self, side_effects=True)
 
     def wait(self, state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -108,6 +134,8 @@ class Call(Generic[T]):
     data: dict[str, str] | None = None
     retry: RetryPolicy | None = None  # None: the client's policy
     headers: dict[str, str] = field(default_factory=dict)
+    content: bytes | None = None  # a raw body (OIP: JSON, or JSON + binary tensor data), sent with `headers`
+    side_effects: bool = False  # an admin call that changes state: see RetryPolicy
 
 
 def new_request_id() -> str:
@@ -136,6 +164,10 @@ class ClientCore:
             self.headers[API_KEY_HEADER] = api_key
 
     # -- per call ---------------------------------------------------------------------------------------------------
+    def policy_of(self, call: Call) -> RetryPolicy:
+        policy = call.retry or self.retry
+        return policy.with_side_effects() if call.side_effects else policy
+
     def deadline_of(self, timeout: float | None) -> float | None:
         budget = self.timeout if timeout is None else timeout
         if budget is None:
@@ -162,6 +194,8 @@ class ClientCore:
         if call.files is not None:
             args["files"] = call.files
             args["data"] = call.data or {}
+        if call.content is not None:
+            args["content"] = call.content
         return args
 
     @staticmethod
@@ -231,6 +265,90 @@ class ClientCore:
         """/readyz or /livez: True on 200; no retries (a probe answers for now)."""
         return Call("GET", path, lambda response, request_id: True, retry=NO_RETRY)
 
+    # -- admin: the model repository (services/repository_api.py; the admin key: api_key=) --------------------------
+    @staticmethod
+    def deployments_call() -> Call[ModelRepository]:
+        return Call("GET", "/admin/deployments", _parser(ModelRepository))
+
+    @staticmethod
+    def put_deployment_call(name: str, spec: DeploymentSpec | Mapping[str, Any]) -> Call[DeploymentChange]:
+        body = deployment_body(name, spec)
+        return Call("PUT", f"/admin/deployments/{_segment(name)}", _parser(DeploymentChange), json=body,
+                    side_effects=True)
+
+    @staticmethod
+    def delete_deployment_call(name: str) -> Call[DeploymentChange]:
+        return Call("DELETE", f"/admin/deployments/{_segment(name)}", _parser(DeploymentChange), side_effects=True)
+
+    @staticmethod
+    def load_deployment_call(name: str, wait_s: float | None) -> Call[ResidencyChange]:
+        query = "" if wait_s is None else "?" + urlencode({"wait_s": wait_s})
+        return Call("POST", f"/admin/deployments/{_segment(name)}/load{query}", _parser(ResidencyChange),
+                    side_effects=True)
+
+    @staticmethod
+    def unload_deployment_call(name: str) -> Call[ResidencyChange]:
+        return Call("POST", f"/admin/deployments/{_segment(name)}/unload", _parser(ResidencyChange),
+                    side_effects=True)
+
+    # -- admin: rollouts (services/rollout_api.py) ------------------------------------------------------------------
+    @staticmethod
+    def rollouts_call() -> Call[dict[str, SlotRouting]]:
+        return Call("GET", "/admin/models", _adapter_parser(TypeAdapter(dict[str, SlotRouting])))
+
+    @staticmethod
+    def promote_call(slot: str, ref: str, alias: str | None) -> Call[Promotion]:
+        return Call("POST", f"/admin/models/{_segment(slot)}/promote", _parser(Promotion),
+                    json={"ref": ref, "alias": alias}, side_effects=True)
+
+    @staticmethod
+    def rollback_call(slot: str, alias: str) -> Call[Promotion]:
+        return Call("POST", f"/admin/models/{_segment(slot)}/rollback", _parser(Promotion), json={"alias": alias},
+                    side_effects=True)
+
+    @staticmethod
+    def canary_call(slot: str, ref: str | None, weight: float | None) -> Call[SlotRouting]:
+        """ref None: withdraw the canary (DELETE)."""
+        path = f"/admin/models/{_segment(slot)}/canary"
+        if ref is None:
+            return Call("DELETE", path, _parser(SlotRouting), side_effects=True)
+        if weight is None or not 0 < weight <= 1:
+            raise ValueError(f"weight is the canary's share of traffic, in (0, 1]; got {weight!r}")
+        return Call("POST", path, _parser(SlotRouting), json={"ref": ref, "weight": weight}, side_effects=True)
+
+    @staticmethod
+    def shadow_call(slot: str, ref: str | None) -> Call[SlotRouting]:
+        """ref None: stop mirroring (DELETE)."""
+        path = f"/admin/models/{_segment(slot)}/shadow"
+        if ref is None:
+            return Call("DELETE", path, _parser(SlotRouting), side_effects=True)
+        return Call("POST", path, _parser(SlotRouting), json={"ref": ref}, side_effects=True)
+
+    # -- Open Inference Protocol v2 over REST (services/protocols/oip_rest.py) --------------------------------------
+    @staticmethod
+    def oip_infer_call(model: str, inputs: _oip.InputsLike, *, version: str | None,
+                       outputs: Sequence[str] | None, parameters: Mapping[str, Any] | None, infer_id: str | None,
+                       binary_outputs: bool) -> Call[OipInferResponse]:
+        content, headers = _oip.encode_request(inputs, outputs=outputs, parameters=parameters, infer_id=infer_id,
+                                               binary_outputs=binary_outputs)
+
+        def parse(response: httpx.Response, request_id: str) -> OipInferResponse:
+            return _oip.decode_response(response.content, response.headers.get(_oip.HEADER_LENGTH))
+
+        return Call("POST", _oip_model_path(model, version) + "/infer", parse, content=content, headers=headers)
+
+    @staticmethod
+    def oip_model_metadata_call(model: str, version: str | None) -> Call[OipModelMetadata]:
+        return Call("GET", _oip_model_path(model, version), _parser(OipModelMetadata))
+
+    @staticmethod
+    def oip_server_metadata_call() -> Call[OipServerMetadata]:
+        return Call("GET", "/v2", _parser(OipServerMetadata))
+
+    @staticmethod
+    def oip_model_ready_path(model: str, version: str | None) -> str:
+        return _oip_model_path(model, version) + "/ready"
+
 
 # -- helpers ----------------------------------------------------------------------------------------------------------
 def _options(**kw: Any) -> dict[str, Any]:
@@ -243,6 +361,38 @@ def _parser(model: type[BaseModel]) -> Callable[[httpx.Response, str], Any]:
         return model.model_validate_json(response.content)
 
     return parse
+
+
+def _adapter_parser(adapter: TypeAdapter[T]) -> Callable[[httpx.Response, str], T]:
+    def parse(response: httpx.Response, request_id: str) -> T:
+        return adapter.validate_json(response.content)
+
+    return parse
+
+
+def _segment(name: str) -> str:
+    """A deployment, slot or model name as one path segment."""
+    if not name:
+        raise ValueError("a name is required")
+    return quote(name, safe="")
+
+
+def _oip_model_path(model: str, version: str | None) -> str:
+    return f"/v2/models/{_segment(model)}" + (f"/versions/{_segment(version)}" if version else "")
+
+
+def deployment_body(name: str, spec: DeploymentSpec | Mapping[str, Any]) -> dict[str, Any]:
+    """What PUT /admin/deployments/{name} takes: the spec's fields that are set, without a name (it is the path's)."""
+    if isinstance(spec, BaseModel):
+        body = spec.model_dump(mode="json", exclude_unset=True)
+    elif isinstance(spec, Mapping):
+        body = dict(spec)
+    else:
+        raise TypeError(f"a deployment spec is a DeploymentSpec or a mapping, not {type(spec).__name__}")
+    given = body.pop("name", name)
+    if given != name:
+        raise ValueError(f"the spec is named {given!r}, the call {name!r}")
+    return body
 
 
 def _number(v: Any) -> float | None:

@@ -1,5 +1,5 @@
 """AsyncTriserveClient: the asyncio client (httpx.AsyncClient, tenacity.AsyncRetrying); same API as
-TriserveClient, every call awaited."""
+TriserveClient (task APIs, admin APIs, Open Inference Protocol v2), every call awaited."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +11,23 @@ import httpx
 import tenacity
 
 from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
+from triserve_client._oip import InputsLike
 from triserve_client.errors import TriserveError, TriserveTimeoutError
-from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+from triserve_client.models import (
+    ClassifyResponse,
+    DeploymentChange,
+    DeploymentSpec,
+    DetectResponse,
+    ForecastResponse,
+    ModelRepository,
+    ModelsListing,
+    OipInferResponse,
+    OipModelMetadata,
+    OipServerMetadata,
+    Promotion,
+    ResidencyChange,
+    SlotRouting,
+)
 
 T = TypeVar("T")
 
@@ -85,6 +100,95 @@ class AsyncTriserveClient:
                 raise TriserveTimeoutError(f"{self.base_url} not ready after {timeout} s")
             await asyncio.sleep(interval)
 
+    # -- admin: the model repository (an admin key) -------------------------------------------------------------------
+    async def deployments(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelRepository:
+        """GET /admin/deployments."""
+        return await self._run(self._core.deployments_call(), timeout, request_id)
+
+    async def put_deployment(self, name: str, spec: DeploymentSpec | Mapping[str, Any], *,
+                             timeout: float | None = None, request_id: str | None = None) -> DeploymentChange:
+        """PUT /admin/deployments/{name} (see TriserveClient.put_deployment)."""
+        return await self._run(self._core.put_deployment_call(name, spec), timeout, request_id)
+
+    async def delete_deployment(self, name: str, *, timeout: float | None = None,
+                                request_id: str | None = None) -> DeploymentChange:
+        """DELETE /admin/deployments/{name}."""
+        return await self._run(self._core.delete_deployment_call(name), timeout, request_id)
+
+    async def load_deployment(self, name: str, *, wait_s: float | None = None, timeout: float | None = None,
+                              request_id: str | None = None) -> ResidencyChange:
+        """POST /admin/deployments/{name}/load (on-demand deployments)."""
+        return await self._run(self._core.load_deployment_call(name, wait_s), timeout, request_id)
+
+    async def unload_deployment(self, name: str, *, timeout: float | None = None,
+                                request_id: str | None = None) -> ResidencyChange:
+        """POST /admin/deployments/{name}/unload (on-demand deployments)."""
+        return await self._run(self._core.unload_deployment_call(name), timeout, request_id)
+
+    # -- admin: rollouts ----------------------------------------------------------------------------------------------
+    async def rollouts(self, *, timeout: float | None = None,
+                       request_id: str | None = None) -> dict[str, SlotRouting]:
+        """GET /admin/models."""
+        return await self._run(self._core.rollouts_call(), timeout, request_id)
+
+    async def promote(self, slot: str, ref: str, *, alias: str | None = "stable", timeout: float | None = None,
+                      request_id: str | None = None) -> Promotion:
+        """POST /admin/models/{slot}/promote."""
+        return await self._run(self._core.promote_call(slot, ref, alias), timeout, request_id)
+
+    async def rollback(self, slot: str, *, alias: str = "stable", timeout: float | None = None,
+                       request_id: str | None = None) -> Promotion:
+        """POST /admin/models/{slot}/rollback."""
+        return await self._run(self._core.rollback_call(slot, alias), timeout, request_id)
+
+    async def set_canary(self, slot: str, ref: str, weight: float, *, timeout: float | None = None,
+                         request_id: str | None = None) -> SlotRouting:
+        """POST /admin/models/{slot}/canary."""
+        return await self._run(self._core.canary_call(slot, ref, weight), timeout, request_id)
+
+    async def clear_canary(self, slot: str, *, timeout: float | None = None,
+                           request_id: str | None = None) -> SlotRouting:
+        """DELETE /admin/models/{slot}/canary."""
+        return await self._run(self._core.canary_call(slot, None, None), timeout, request_id)
+
+    async def set_shadow(self, slot: str, ref: str, *, timeout: float | None = None,
+                         request_id: str | None = None) -> SlotRouting:
+        """POST /admin/models/{slot}/shadow."""
+        return await self._run(self._core.shadow_call(slot, ref), timeout, request_id)
+
+    async def clear_shadow(self, slot: str, *, timeout: float | None = None,
+                           request_id: str | None = None) -> SlotRouting:
+        """DELETE /admin/models/{slot}/shadow."""
+        return await self._run(self._core.shadow_call(slot, None), timeout, request_id)
+
+    # -- Open Inference Protocol v2 over REST -------------------------------------------------------------------------
+    async def oip_infer(self, model: str, inputs: InputsLike, *, version: str | None = None,
+                        outputs: Sequence[str] | None = None, parameters: Mapping[str, Any] | None = None,
+                        infer_id: str | None = None, binary_outputs: bool = False, timeout: float | None = None,
+                        request_id: str | None = None) -> OipInferResponse:
+        """POST /v2/models/{model}[/versions/{version}]/infer (see TriserveClient.oip_infer)."""
+        call = self._core.oip_infer_call(model, inputs, version=version, outputs=outputs, parameters=parameters,
+                                         infer_id=infer_id, binary_outputs=binary_outputs)
+        return await self._run(call, timeout, request_id)
+
+    async def oip_model_metadata(self, model: str, *, version: str | None = None, timeout: float | None = None,
+                                 request_id: str | None = None) -> OipModelMetadata:
+        """GET /v2/models/{model}[/versions/{version}]."""
+        return await self._run(self._core.oip_model_metadata_call(model, version), timeout, request_id)
+
+    async def oip_server_metadata(self, *, timeout: float | None = None,
+                                  request_id: str | None = None) -> OipServerMetadata:
+        """GET /v2."""
+        return await self._run(self._core.oip_server_metadata_call(), timeout, request_id)
+
+    async def oip_server_ready(self, *, timeout: float | None = 2.0) -> bool:
+        """GET /v2/health/ready: True on 200, False otherwise or without answer."""
+        return await self._probe("/v2/health/ready", timeout)
+
+    async def oip_model_ready(self, model: str, *, version: str | None = None, timeout: float | None = 2.0) -> bool:
+        """GET /v2/models/{model}[/versions/{version}]/ready: True on 200, False otherwise."""
+        return await self._probe(self._core.oip_model_ready_path(model, version), timeout)
+
     # -- plumbing -----------------------------------------------------------------------------------------------------
     async def _probe(self, path: str, timeout: float | None) -> bool:
         try:
@@ -96,7 +200,7 @@ class AsyncTriserveClient:
         core = self._core
         rid = request_id or new_request_id()
         deadline = core.deadline_of(timeout)
-        policy = call.retry or core.retry
+        policy = core.policy_of(call)
         async for attempt in tenacity.AsyncRetrying(**policy.tenacity_kwargs(deadline)):
             with attempt:
                 n = attempt.retry_state.attempt_number

@@ -2,11 +2,14 @@
 
 The service answers every error as `{"error": {"code", "message", "details", "request_id"}}` (ErrorBody in
 models.py, the client's copy of the service's error model); TriserveAPIError carries those fields, the HTTP status
-and, for 429/503, the Retry-After the service asked for.
+and, for 429/503, the Retry-After the service asked for. The Open Inference Protocol endpoints (/v2) write the same
+fields in the protocol's shape, `{"error": "<code>: <message>", "code", "details", "request_id"}`; they are read into
+the same TriserveAPIError, and so are the typed gRPC API's errors (triserve_client.grpc).
 """
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 from typing import Any
 
@@ -51,11 +54,32 @@ class TriserveAPIError(TriserveError):
         try:
             body = ErrorResponse.model_validate_json(response.content).error
         except (ValidationError, ValueError):
+            oip = _oip_error(response)
+            if oip is not None:
+                code, message, details, body_rid = oip
+                return cls(response.status_code, code, message, details, body_rid or rid, retry_after, response)
             text = response.text.strip()[:300] if response.content else ""
             return cls(response.status_code, f"http_{response.status_code}", text or response.reason_phrase or "error",
                        None, rid, retry_after, response)
         return cls(response.status_code, body.code, body.message, body.details, body.request_id or rid, retry_after,
                    response)
+
+
+def _oip_error(response: httpx.Response) -> tuple[str, str, Any, str | None] | None:
+    """(code, message, details, request_id) of an Open Inference Protocol error answer, else None."""
+    try:
+        doc = json.loads(response.content)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
+        return None
+    error: str = doc["error"]
+    code = doc.get("code")
+    if not isinstance(code, str) or not code:
+        code = f"http_{response.status_code}"
+    message = error[len(code) + 2:] if error.startswith(f"{code}: ") else error
+    rid = doc.get("request_id")
+    return code, message, doc.get("details"), rid if isinstance(rid, str) and rid else None
 
 
 class TriserveTransportError(TriserveError):

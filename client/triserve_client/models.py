@@ -9,7 +9,9 @@ it does not know (extra="allow", readable via `.model_extra`); enumerations (for
 are plain strings; the forecast method report (method, method_weights, backtest_*, interval_calibration: newer than
 the rest) is optional, so a server from before it still parses; no length or range checks on answers.
 GET /v1/models answers a plain dict in the service (services/gateway.py list_models); ModelsListing types the fields
-it documents.
+it documents. The admin answers (services/repository_api.py, services/rollout_api.py) and the Open Inference Protocol
+v2 documents (services/protocols/oip_rest.py) are plain dicts in the service too: the models below type what those
+modules write.
 """
 from __future__ import annotations
 
@@ -20,7 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["ClassifyResponse", "TextResult", "LabelScore", "DetectResponse", "ImageResult", "Detection",
            "ForecastResponse", "ForecastPoint", "InputReport", "ServedBy", "ModelInfo", "Timings", "ErrorBody",
-           "ErrorResponse", "SlotStatus", "DeploymentStatus", "ModelsListing"]
+           "ErrorResponse", "SlotStatus", "DeploymentStatus", "ModelsListing", "Batching", "ModelRef",
+           "DeploymentSpec", "Deployment", "ModelRepository", "DeploymentChange", "ResidencyChange", "CanaryRoute",
+           "SlotRouting", "Promotion", "OipTensorMeta", "OipModelMetadata", "OipServerMetadata", "OipTensor",
+           "OipInferResponse"]
 
 
 class Answer(BaseModel):
@@ -181,3 +186,174 @@ class ModelsListing(Answer):
             if d.name == name:
                 return d
         raise KeyError(f"no deployment {name!r}; known: {[d.name for d in self.deployments]}")
+
+
+# -- admin: the model repository (GET/PUT/DELETE /admin/deployments, POST .../load|unload) -----------------------------
+class Batching(Answer):
+    """How a model slot batches (configs/settings.py Batching); unset fields take the service's defaults."""
+
+    max_batch_size: int | None = None
+    max_latency_ms: int | None = None
+    per_item: bool | None = None
+
+
+class ModelRef(Answer):
+    """Which registry model serves a slot (the service's ModelSlot): name, alias or version, batching."""
+
+    name: str = Field(description="Model name in the registry.")
+    ref: str = Field("stable", description="Alias or version to load.")
+    batching: Batching | None = None
+
+
+class DeploymentSpec(Answer):
+    """A deployment as PUT /admin/deployments/{name} takes it (its name is in the path). Build one, or take a
+    Deployment from `deployments()` (its name is left out when sent). Only the fields set are sent: the service's
+    defaults apply to the rest."""
+
+    family: str = Field(description="Model family: detection, text, forecast.")
+    model: ModelRef
+    fallback: ModelRef | None = None
+    limits: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+    residency: str = Field("always", description="'always' or 'on_demand'.")
+    memory_mb: float | None = None
+
+
+class Deployment(DeploymentSpec):
+    name: str
+
+
+class ModelRepository(Answer):
+    """GET /admin/deployments: the repository as served (deployments and family defaults)."""
+
+    deployments: list[Deployment]
+    defaults: dict[str, str] = Field(default_factory=dict, description="family -> deployment name.")
+
+    def deployment(self, name: str) -> Deployment:
+        """The deployment called `name` (KeyError if the repository has none)."""
+        for d in self.deployments:
+            if d.name == name:
+                return d
+        raise KeyError(f"no deployment {name!r}; known: {[d.name for d in self.deployments]}")
+
+
+class DeploymentChange(Answer):
+    """PUT (action 'added' / 'updated', the versions loaded per slot) or DELETE (action 'removed', its slots)."""
+
+    deployment: str
+    action: str
+    versions: dict[str, str] = Field(default_factory=dict, description="Slot -> version loaded (PUT).")
+    slots: list[str] = Field(default_factory=list, description="The slots removed (DELETE).")
+    residency: str | None = Field(None, description="'on_demand' when PUT verified but did not load it.")
+    load_seconds: float | None = None
+    seconds: float | None = None
+    by: str | None = Field(None, description="Who made the change ('key:<name>').")
+
+
+class ResidencyChange(Answer):
+    """POST /admin/deployments/{name}/load (state after waiting: 'resident', 'loading', ...) or /unload."""
+
+    deployment: str
+    state: str | None = None
+    evicted: bool | None = Field(None, description="Unload: whether anything was resident and evicted.")
+    seconds: float | None = None
+
+
+# -- admin: rollouts (/admin/models) -----------------------------------------------------------------------------------
+class CanaryRoute(Answer):
+    version: str
+    weight: float = Field(description="Share of request keys (sticky) sent to the candidate.")
+
+
+class SlotRouting(Answer):
+    """One slot's routing: the active version, every loaded version, the canary and the shadow."""
+
+    active: str | None = None
+    loaded: list[str] = Field(default_factory=list)
+    resident: bool | None = None
+    batch_cap: int | None = None
+    canary: CanaryRoute | None = None
+    shadow: str | None = None
+
+
+class Promotion(Answer):
+    """POST /admin/models/{slot}/promote or /rollback: the version now active and the one it replaced."""
+
+    slot: str
+    active: str
+    previous: str | None = None
+    load_seconds: float | None = None
+    seconds: float | None = None
+
+
+# -- Open Inference Protocol v2 over REST (/v2) ------------------------------------------------------------------------
+class OipTensorMeta(Answer):
+    name: str
+    datatype: str
+    shape: list[int] = Field(description="-1 marks a variable dimension.")
+
+
+class OipModelMetadata(Answer):
+    """GET /v2/models/{name}[/versions/{v}]."""
+
+    name: str
+    versions: list[str] = Field(default_factory=list)
+    platform: str = ""
+    inputs: list[OipTensorMeta] = Field(default_factory=list)
+    outputs: list[OipTensorMeta] = Field(default_factory=list)
+
+
+class OipServerMetadata(Answer):
+    """GET /v2."""
+
+    name: str
+    version: str
+    extensions: list[str] = Field(default_factory=list)
+
+
+class OipTensor(Answer):
+    """One output tensor; `data` is flat, row-major (`nested()` shapes it). BYTES elements are str (bytes when they
+    came as binary data and are not UTF-8)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    data: list[Any] = Field(default_factory=list)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    def nested(self) -> Any:
+        """`data` as nested lists of `shape` (a scalar for shape [])."""
+        return nest(self.data, self.shape)
+
+
+class OipInferResponse(Answer):
+    """POST /v2/models/{name}[/versions/{v}]/infer. `parameters` carries request_id, served_model, served_version,
+    degraded (+ degraded_reason) and the stage timings (*_ms)."""
+
+    model_name: str
+    model_version: str = ""
+    id: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    outputs: list[OipTensor] = Field(default_factory=list)
+
+    @property
+    def request_id(self) -> str | None:
+        rid = self.parameters.get("request_id")
+        return None if rid is None else str(rid)
+
+    def output(self, name: str) -> OipTensor:
+        """The output called `name` (KeyError if the answer has none)."""
+        for t in self.outputs:
+            if t.name == name:
+                return t
+        raise KeyError(f"no output {name!r}; outputs: {[t.name for t in self.outputs]}")
+
+
+def nest(flat: list[Any], shape: list[int]) -> Any:
+    """Row-major flat values -> nested lists of `shape`."""
+    if not shape:
+        return flat[0] if flat else None
+    if len(shape) == 1:
+        return list(flat)
+    step = len(flat) // shape[0] if shape[0] else 0
+    return [nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]

@@ -1,4 +1,5 @@
-"""TriserveClient: the blocking client (httpx.Client, tenacity.Retrying)."""
+"""TriserveClient: the blocking client (httpx.Client, tenacity.Retrying): task APIs, admin APIs, Open Inference
+Protocol v2 over REST."""
 from __future__ import annotations
 
 import time
@@ -9,8 +10,23 @@ import httpx
 import tenacity
 
 from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
+from triserve_client._oip import InputsLike
 from triserve_client.errors import TriserveError, TriserveTimeoutError
-from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, ModelsListing
+from triserve_client.models import (
+    ClassifyResponse,
+    DeploymentChange,
+    DeploymentSpec,
+    DetectResponse,
+    ForecastResponse,
+    ModelRepository,
+    ModelsListing,
+    OipInferResponse,
+    OipModelMetadata,
+    OipServerMetadata,
+    Promotion,
+    ResidencyChange,
+    SlotRouting,
+)
 
 T = TypeVar("T")
 
@@ -26,7 +42,8 @@ class TriserveClient:
     its result (`.request_id`) or error; a deadline (`timeout=` per call or per client, seconds, retries included)
     sent as X-Request-Timeout-Ms; retries per `RetryPolicy`; errors as TriserveAPIError (the service's error model)
     or TriserveTransportError. `transport`/`http_client` let tests or callers supply their own httpx plumbing
-    (a passed http_client is used as is and not closed here).
+    (a passed http_client is used as is and not closed here). `api_key`: sent as X-API-Key; the admin calls
+    (deployments, rollouts) need an admin key (401 without one, 403 with a key that is not an admin's).
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float | None = None,
@@ -91,6 +108,100 @@ class TriserveClient:
                 raise TriserveTimeoutError(f"{self.base_url} not ready after {timeout} s")
             time.sleep(interval)
 
+    # -- admin: the model repository (an admin key) -------------------------------------------------------------------
+    def deployments(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelRepository:
+        """GET /admin/deployments: the repository as served (deployments and family defaults)."""
+        return self._run(self._core.deployments_call(), timeout, request_id)
+
+    def put_deployment(self, name: str, spec: DeploymentSpec | Mapping[str, Any], *, timeout: float | None = None,
+                       request_id: str | None = None) -> DeploymentChange:
+        """PUT /admin/deployments/{name}: add the deployment, or replace the one of that name. The service stages,
+        verifies and warms its models before it swaps them in (409 deployment_refused changes nothing). `spec`: a
+        DeploymentSpec, a Deployment from `deployments()` (its name must be `name`), or a dict of the same fields."""
+        return self._run(self._core.put_deployment_call(name, spec), timeout, request_id)
+
+    def delete_deployment(self, name: str, *, timeout: float | None = None,
+                          request_id: str | None = None) -> DeploymentChange:
+        """DELETE /admin/deployments/{name}: stop routing to it now; its models unload once in-flight requests end."""
+        return self._run(self._core.delete_deployment_call(name), timeout, request_id)
+
+    def load_deployment(self, name: str, *, wait_s: float | None = None, timeout: float | None = None,
+                        request_id: str | None = None) -> ResidencyChange:
+        """POST /admin/deployments/{name}/load: load an on-demand deployment now and wait until it is resident (at
+        most `wait_s`, the service's default 60 s when None). 409 not_on_demand for an always-loaded one."""
+        return self._run(self._core.load_deployment_call(name, wait_s), timeout, request_id)
+
+    def unload_deployment(self, name: str, *, timeout: float | None = None,
+                          request_id: str | None = None) -> ResidencyChange:
+        """POST /admin/deployments/{name}/unload: evict an on-demand deployment (its next request loads it again)."""
+        return self._run(self._core.unload_deployment_call(name), timeout, request_id)
+
+    # -- admin: rollouts (an admin key; a slot is '<deployment>' or '<deployment>_fallback') --------------------------
+    def rollouts(self, *, timeout: float | None = None, request_id: str | None = None) -> dict[str, SlotRouting]:
+        """GET /admin/models: per slot the active version, the loaded ones, the canary and the shadow."""
+        return self._run(self._core.rollouts_call(), timeout, request_id)
+
+    def promote(self, slot: str, ref: str, *, alias: str | None = "stable", timeout: float | None = None,
+                request_id: str | None = None) -> Promotion:
+        """POST /admin/models/{slot}/promote: hot swap the slot to `ref` (a version, or an alias such as 'canary')
+        and move the registry `alias` to it (None: serve it without moving any alias)."""
+        return self._run(self._core.promote_call(slot, ref, alias), timeout, request_id)
+
+    def rollback(self, slot: str, *, alias: str = "stable", timeout: float | None = None,
+                 request_id: str | None = None) -> Promotion:
+        """POST /admin/models/{slot}/rollback: back to the alias's previous target (409 nothing_to_roll_back)."""
+        return self._run(self._core.rollback_call(slot, alias), timeout, request_id)
+
+    def set_canary(self, slot: str, ref: str, weight: float, *, timeout: float | None = None,
+                   request_id: str | None = None) -> SlotRouting:
+        """POST /admin/models/{slot}/canary: send the share `weight` (0 < weight <= 1) of request keys, sticky, to the
+        version `ref`."""
+        return self._run(self._core.canary_call(slot, ref, weight), timeout, request_id)
+
+    def clear_canary(self, slot: str, *, timeout: float | None = None, request_id: str | None = None) -> SlotRouting:
+        """DELETE /admin/models/{slot}/canary: withdraw the canary."""
+        return self._run(self._core.canary_call(slot, None, None), timeout, request_id)
+
+    def set_shadow(self, slot: str, ref: str, *, timeout: float | None = None,
+                   request_id: str | None = None) -> SlotRouting:
+        """POST /admin/models/{slot}/shadow: mirror the slot's traffic to version `ref` (compared, never returned)."""
+        return self._run(self._core.shadow_call(slot, ref), timeout, request_id)
+
+    def clear_shadow(self, slot: str, *, timeout: float | None = None, request_id: str | None = None) -> SlotRouting:
+        """DELETE /admin/models/{slot}/shadow: stop mirroring."""
+        return self._run(self._core.shadow_call(slot, None), timeout, request_id)
+
+    # -- Open Inference Protocol v2 over REST -------------------------------------------------------------------------
+    def oip_infer(self, model: str, inputs: InputsLike, *, version: str | None = None,
+                  outputs: Sequence[str] | None = None, parameters: Mapping[str, Any] | None = None,
+                  infer_id: str | None = None, binary_outputs: bool = False, timeout: float | None = None,
+                  request_id: str | None = None) -> OipInferResponse:
+        """POST /v2/models/{model}[/versions/{version}]/infer. `inputs`: {name: nested lists} (shape and datatype read
+        from the values; or {name: OipInput}) or a list of OipInput (datatype, flat data with a shape). `outputs`:
+        the names to return (None: all); `parameters`: the request's (e.g. top_k, model, horizon); `infer_id`: the
+        protocol's `id`; `binary_outputs`: outputs as binary tensor data (decoded here all the same)."""
+        call = self._core.oip_infer_call(model, inputs, version=version, outputs=outputs, parameters=parameters,
+                                         infer_id=infer_id, binary_outputs=binary_outputs)
+        return self._run(call, timeout, request_id)
+
+    def oip_model_metadata(self, model: str, *, version: str | None = None, timeout: float | None = None,
+                           request_id: str | None = None) -> OipModelMetadata:
+        """GET /v2/models/{model}[/versions/{version}]: versions, platform, input and output tensors."""
+        return self._run(self._core.oip_model_metadata_call(model, version), timeout, request_id)
+
+    def oip_server_metadata(self, *, timeout: float | None = None,
+                            request_id: str | None = None) -> OipServerMetadata:
+        """GET /v2: the server's name, version and protocol extensions."""
+        return self._run(self._core.oip_server_metadata_call(), timeout, request_id)
+
+    def oip_server_ready(self, *, timeout: float | None = 2.0) -> bool:
+        """GET /v2/health/ready: True on 200, False otherwise (400 is the protocol's 'not ready') or without answer."""
+        return self._probe("/v2/health/ready", timeout)
+
+    def oip_model_ready(self, model: str, *, version: str | None = None, timeout: float | None = 2.0) -> bool:
+        """GET /v2/models/{model}[/versions/{version}]/ready: True on 200, False otherwise."""
+        return self._probe(self._core.oip_model_ready_path(model, version), timeout)
+
     # -- plumbing -----------------------------------------------------------------------------------------------------
     def _probe(self, path: str, timeout: float | None) -> bool:
         try:
@@ -102,7 +213,7 @@ class TriserveClient:
         core = self._core
         rid = request_id or new_request_id()
         deadline = core.deadline_of(timeout)
-        policy = call.retry or core.retry
+        policy = core.policy_of(call)
         for attempt in tenacity.Retrying(**policy.tenacity_kwargs(deadline)):
             with attempt:
                 n = attempt.retry_state.attempt_number

@@ -28,7 +28,7 @@ print("REPORT " + _json.dumps({"classify": r.model_dump(mode="json"), "detect": 
                                "forecast": fc.model_dump(mode="json")}))
 """
 PROBE = f"""
-import importlib, importlib.metadata, json, triserve_client
+import importlib, importlib.metadata, importlib.resources, json, triserve_client
 
 def importable(name):
     try:
@@ -37,9 +37,17 @@ def importable(name):
         return False
     return True
 
+try:  # the [grpc] extra is not installed here
+    import triserve_client.grpc
+    grpc_client = "imported"
+except ImportError as exc:
+    grpc_client = str(exc)
+
 print(json.dumps({{"file": triserve_client.__file__, "exports": sorted(triserve_client.__all__),
                   "dists": sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions()),
-                  "importable": [m for m in {SERVER_PACKAGES!r} if importable(m)]}}))
+                  "importable": [m for m in {SERVER_PACKAGES!r} if importable(m)], "grpc_client": grpc_client,
+                  "stubs": sorted(p.name for p in importlib.resources.files("triserve_client._proto").iterdir()
+                                  if p.name.startswith("triserve_pb2"))}}))
 """
 
 
@@ -76,6 +84,10 @@ def test_client_installs_alone_and_runs_the_readme_example(server, tmp_path):
     assert {"triserve-client", "httpx", "pydantic", "tenacity"} <= set(probe["dists"])
     assert not {"triserve", "bentoml", "fastapi", "numpy", "onnxruntime"} & set(probe["dists"]), probe["dists"]
     assert {"TriserveClient", "AsyncTriserveClient", "TriserveAPIError", "ForecastResponse"} <= set(probe["exports"])
+    # gRPC is the [grpc] extra: without it the package imports, its grpc module says what to install; the stubs ship
+    assert not {"grpcio", "protobuf"} & set(probe["dists"]), probe["dists"]
+    assert "pip install 'triserve-client[grpc]'" in probe["grpc_client"], probe["grpc_client"]
+    assert probe["stubs"] == ["triserve_pb2.py", "triserve_pb2.pyi", "triserve_pb2_grpc.py"], probe["stubs"]
 
     image = tmp_path / "shapes.png"
     image.write_bytes(png_bytes(seed=3))

@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 import triserve_client.models as client_models
+from configs.deployments import ModelRepository
 from families.detection.schemas import DetectResponse
 from families.forecast.schemas import ForecastResponse, InputReport
 from families.text.schemas import ClassifyResponse
@@ -30,6 +31,8 @@ PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "DetectResponse": (DetectResponse, client_models.DetectResponse),
     "ForecastResponse": (ForecastResponse, client_models.ForecastResponse),
     "ErrorResponse": (ErrorResponse, client_models.ErrorResponse),
+    # GET /admin/deployments answers the repository's model_dump (services/repository_api.py)
+    "ModelRepository": (ModelRepository, client_models.ModelRepository),
 }
 # (method, path, status) -> the client model that reads the answer; the answers the client parses
 ROUTES = {("post", "/v1/classify", "200"): "ClassifyResponse", ("post", "/v1/detect", "200"): "DetectResponse",
@@ -214,7 +217,7 @@ def test_unknown_fields_and_values_from_a_newer_server_are_kept():
 
 
 def test_the_client_package_imports_nothing_of_the_server():
-    probe = ("import sys, triserve_client, triserve_client.models; "
+    probe = ("import sys, triserve_client, triserve_client.models, triserve_client.grpc; "
              f"print([m for m in sys.modules if m.split('.')[0] in {SERVER_PACKAGES!r}])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout

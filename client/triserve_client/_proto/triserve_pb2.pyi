@@ -1,0 +1,253 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ModelChoice(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_CHOICE_AUTO: _ClassVar[ModelChoice]
+    MODEL_CHOICE_PRIMARY: _ClassVar[ModelChoice]
+    MODEL_CHOICE_FALLBACK: _ClassVar[ModelChoice]
+MODEL_CHOICE_AUTO: ModelChoice
+MODEL_CHOICE_PRIMARY: ModelChoice
+MODEL_CHOICE_FALLBACK: ModelChoice
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class Timings(_message.Message):
+    __slots__ = ("preprocess_ms", "queue_ms", "infer_ms", "postprocess_ms", "total_ms")
+    PREPROCESS_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    INFER_MS_FIELD_NUMBER: _ClassVar[int]
+    POSTPROCESS_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    preprocess_ms: float
+    queue_ms: float
+    infer_ms: float
+    postprocess_ms: float
+    total_ms: float
+    def __init__(self, preprocess_ms: _Optional[float] = ..., queue_ms: _Optional[float] = ..., infer_ms: _Optional[float] = ..., postprocess_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+
+class DetectRequest(_message.Message):
+    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "class_aware", "model", "deployment")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CONF_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_AWARE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[bytes]
+    conf_threshold: float
+    iou_threshold: float
+    max_detections: int
+    class_aware: bool
+    model: ModelChoice
+    deployment: str
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., class_aware: _Optional[bool] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class Detection(_message.Message):
+    __slots__ = ("box", "score", "class_id", "label")
+    BOX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    box: _containers.RepeatedScalarFieldContainer[float]
+    score: float
+    class_id: int
+    label: str
+    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ImageResult(_message.Message):
+    __slots__ = ("width", "height", "detections", "candidates")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    height: int
+    detections: _containers.RepeatedCompositeFieldContainer[Detection]
+    candidates: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., detections: _Optional[_Iterable[_Union[Detection, _Mapping]]] = ..., candidates: _Optional[int] = ...) -> None: ...
+
+class DetectResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[ImageResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[ImageResult, _Mapping]]] = ...) -> None: ...
+
+class ClassifyRequest(_message.Message):
+    __slots__ = ("texts", "top_k", "model", "deployment")
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    top_k: int
+    model: ModelChoice
+    deployment: str
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class LabelScore(_message.Message):
+    __slots__ = ("label", "score")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    score: float
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class TextResult(_message.Message):
+    __slots__ = ("label", "score", "top_k", "tokens", "truncated", "chars")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    CHARS_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    score: float
+    top_k: _containers.RepeatedCompositeFieldContainer[LabelScore]
+    tokens: int
+    truncated: bool
+    chars: int
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., top_k: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., tokens: _Optional[int] = ..., truncated: _Optional[bool] = ..., chars: _Optional[int] = ...) -> None: ...
+
+class ClassifyResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[TextResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[TextResult, _Mapping]]] = ...) -> None: ...
+
+class ForecastRequest(_message.Message):
+    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model", "deployment")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    timestamps: _containers.RepeatedScalarFieldContainer[str]
+    start: str
+    frequency: str
+    horizon: int
+    model: ModelChoice
+    deployment: str
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class ForecastPoint(_message.Message):
+    __slots__ = ("timestamp", "point", "lower_50", "upper_50", "lower_90", "upper_90", "quantiles")
+    class QuantilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    LOWER_50_FIELD_NUMBER: _ClassVar[int]
+    UPPER_50_FIELD_NUMBER: _ClassVar[int]
+    LOWER_90_FIELD_NUMBER: _ClassVar[int]
+    UPPER_90_FIELD_NUMBER: _ClassVar[int]
+    QUANTILES_FIELD_NUMBER: _ClassVar[int]
+    timestamp: str
+    point: float
+    lower_50: float
+    upper_50: float
+    lower_90: float
+    upper_90: float
+    quantiles: _containers.ScalarMap[str, float]
+    def __init__(self, timestamp: _Optional[str] = ..., point: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ..., quantiles: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class InputReport(_message.Message):
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration")
+    class MethodWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    SORTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_MERGED_FIELD_NUMBER: _ClassVar[int]
+    IMPUTED_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_INFERRED_FIELD_NUMBER: _ClassVar[int]
+    PADDED_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    METHOD_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_MASE_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    sorted: bool
+    duplicates_merged: int
+    imputed: int
+    points: int
+    used: int
+    frequency: str
+    frequency_inferred: bool
+    padded: int
+    method: str
+    method_weights: _containers.ScalarMap[str, float]
+    backtest_mase: float
+    backtest_origins: int
+    interval_calibration: str
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ...) -> None: ...
+
+class ForecastResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "forecast", "input")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    forecast: _containers.RepeatedCompositeFieldContainer[ForecastPoint]
+    input: InputReport
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,203 @@
+"""triserve_client.grpc: its own copy of the stubs is the server's (the serialized FileDescriptorProto of each, read in
+a process of its own, and a fresh generation from the server's proto); against the real session server its
+classify/detect/forecast answer what REST answers for the same inputs, sync and async; errors carry the service's
+code; and `import triserve_client` works without grpcio."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import descriptor_pb2, text_format
+
+from tests.conftest import free_port
+from tests.services.test_gateway import png_bytes
+from triserve_client import (
+    ClassifyResponse,
+    DetectResponse,
+    ForecastResponse,
+    RetryPolicy,
+    TriserveAPIError,
+    TriserveClient,
+    TriserveTransportError,
+)
+from triserve_client.grpc import AsyncTriserveGrpcClient, TriserveGrpcClient
+
+ROOT = Path(__file__).resolve().parents[2]
+SERIES = [round(340 + 3 * math.sin(i * math.pi / 6) + 0.1 * i, 3) for i in range(48)]
+# every field of an answer but the two that differ between any two calls
+VOLATILE = {"request_id", "timings"}
+
+
+# --- the client's stubs are the server's ------------------------------------------------------------------------
+def serialized_descriptor(module: str) -> bytes:
+    """DESCRIPTOR.serialized_pb of `module`, imported alone in a fresh interpreter: in one process the second of two
+    files named triserve.proto would get the first one's descriptor from protobuf's default pool (or fail to load)."""
+    code = f"import sys, {module} as m; sys.stdout.buffer.write(m.DESCRIPTOR.serialized_pb)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return done.stdout
+
+
+def descriptor_drift(server: bytes, client: bytes) -> str:
+    """'' when both serialized FileDescriptorProtos are the same file, else both as text, for the failure message."""
+    if server == client:
+        return ""
+    s, c = descriptor_pb2.FileDescriptorProto(), descriptor_pb2.FileDescriptorProto()
+    s.ParseFromString(server)
+    c.ParseFromString(client)
+    if s == c:  # the same descriptor, serialized differently
+        return ""
+    return (f"the client's stubs (client/triserve_client/_proto) differ from the server's: run "
+            f"`python client/gen_protos.py`\n--- server\n{text_format.MessageToString(s)}\n--- client\n"
+            f"{text_format.MessageToString(c)}")
+
+
+def test_the_client_stubs_describe_the_servers_proto():
+    server = serialized_descriptor("services.protocols.generated.triserve_pb2")
+    client = serialized_descriptor("triserve_client._proto.triserve_pb2")
+    assert descriptor_drift(server, client) == ""
+    parsed = descriptor_pb2.FileDescriptorProto.FromString(client)
+    assert parsed.package == "triserve.v1" and [s.name for s in parsed.service] == ["Triserve"]
+    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast"]
+
+
+def test_a_drifted_client_descriptor_is_caught():
+    server = serialized_descriptor("services.protocols.generated.triserve_pb2")
+    drifted = descriptor_pb2.FileDescriptorProto.FromString(server)
+    request = next(m for m in drifted.message_type if m.name == "ClassifyRequest")
+    request.field.add(name="language", number=9, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    assert 'name: "language"' in descriptor_drift(server, drifted.SerializeToString())
+
+
+def test_the_client_stubs_are_a_fresh_generation_of_the_servers_proto():
+    spec = importlib.util.spec_from_file_location("client_gen_protos", ROOT / "client" / "gen_protos.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.stale() == [], "client/triserve_client/_proto is stale: run `python client/gen_protos.py`"
+
+
+def test_triserve_client_imports_without_grpcio():
+    probe = """
+import importlib.abc, sys
+
+class NoGrpc(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "grpc" or name.startswith("google.protobuf"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoGrpc())
+import triserve_client
+assert "TriserveClient" in triserve_client.__all__
+try:
+    import triserve_client.grpc
+except ImportError as exc:
+    print("ImportError:", exc)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ImportError: triserve_client.grpc needs grpcio and protobuf: pip install 'triserve-client[grpc]'" \
+        in done.stdout
+
+
+# --- the same answers as REST --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def rest(server):
+    with TriserveClient(server.url, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def rpc(server):
+    with TriserveGrpcClient(server.grpc_target, timeout=60) as client:
+        yield client
+
+
+def same(a, b) -> None:
+    assert type(a) is type(b)
+    assert a.model_dump(exclude=VOLATILE) == b.model_dump(exclude=VOLATILE)
+
+
+def test_classify_answers_what_rest_answers(rest, rpc):
+    texts = ["what is my balance", "book a flight to paris " * 400]
+    r = rpc.classify(texts, top_k=2, request_id="grpc-classify-1")
+    assert isinstance(r, ClassifyResponse) and r.request_id == "grpc-classify-1"
+    same(r, rest.classify(texts, top_k=2))
+    assert r.results[1].truncated and len(r.results[0].top_k) == 2
+    fallback = rpc.classify("hi", model="fallback", deployment="text")
+    assert fallback.degraded and fallback.degraded_reason == "requested"
+    same(fallback, rest.classify("hi", model="fallback", deployment="text"))
+
+
+def test_detect_answers_what_rest_answers(rest, rpc, tmp_path):
+    raw = png_bytes(seed=7)
+    path = tmp_path / "shapes.png"
+    path.write_bytes(raw)
+    opts = {"conf_threshold": 0.001, "max_detections": 10}
+    r = rpc.detect([raw, path], **opts)
+    assert isinstance(r, DetectResponse) and r.results[0].detections and r.results[0].width == 320
+    same(r, rest.detect([raw, path], **opts))
+    assert rpc.detect(base64.b64encode(raw).decode(), **opts).results == r.results[:1]
+    lite = rpc.detect(raw, model="fallback", class_aware=False, iou_threshold=0.5)
+    same(lite, rest.detect(raw, model="fallback", class_aware=False, iou_threshold=0.5))
+
+
+def test_forecast_answers_what_rest_answers(rest, rpc):
+    r = rpc.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=6)
+    assert isinstance(r, ForecastResponse) and len(r.forecast) == 6 and r.input.frequency == "MS"
+    same(r, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=6))
+    gappy = [None if i in (5, 17) else v for i, v in enumerate(SERIES)]
+    stamps = [f"{1990 + i // 12}-{i % 12 + 1:02d}-01T00:00:00" for i in range(len(SERIES))]
+    g = rpc.forecast(gappy, timestamps=stamps, horizon=3)
+    assert g.input.imputed == 2 and g.input.frequency_inferred
+    same(g, rest.forecast(gappy, timestamps=stamps, horizon=3))
+    theta = rpc.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=3, model="fallback")
+    same(theta, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=3, model="fallback"))
+
+
+def test_async_grpc_client(server, rest):
+    async def go():
+        async with AsyncTriserveGrpcClient(server.grpc_target, timeout=60) as ts:
+            return await asyncio.gather(ts.classify(["what is my balance"], request_id="grpc-async-1"),
+                                        ts.detect(png_bytes(seed=8), conf_threshold=0.001),
+                                        ts.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2))
+
+    c, d, f = asyncio.run(go())
+    assert c.request_id == "grpc-async-1"
+    same(c, rest.classify(["what is my balance"]))
+    same(d, rest.detect(png_bytes(seed=8), conf_threshold=0.001))
+    same(f, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2))
+
+
+# --- errors ---------------------------------------------------------------------------------------------------------
+def test_grpc_errors_carry_the_services_code(rpc):
+    with pytest.raises(TriserveAPIError) as err:
+        rpc.classify([], request_id="grpc-422")
+    e = err.value
+    assert (e.status, e.code, e.request_id, e.attempts) == (422, "validation_error", "grpc-422", 1)
+    assert e.message and not e.message.startswith("validation_error:") and e.details
+    with pytest.raises(TriserveAPIError) as err:
+        rpc.classify("hi", deployment="nope")
+    assert (err.value.status, err.value.code) == (404, "unknown_deployment")
+    assert err.value.details["known"] == ["text"]
+    with pytest.raises(TriserveAPIError) as err:
+        rpc.forecast([1.0, 2.0], start="2000-01-01T00:00:00", frequency="MS")
+    assert err.value.code == "series_too_short"
+    with pytest.raises(ValueError):
+        rpc.classify("hi", model="best")
+
+
+def test_grpc_without_a_server_is_a_transport_error_after_retries():
+    policy = RetryPolicy(attempts=2, backoff_initial=0.01, backoff_max=0.02)
+    with TriserveGrpcClient(f"127.0.0.1:{free_port()}", retry=policy, timeout=5) as ts:
+        with pytest.raises(TriserveTransportError) as err:
+            ts.classify("hi", request_id="grpc-refused")
+    assert err.value.attempts == 2 and err.value.request_id == "grpc-refused"
