@@ -71,10 +71,11 @@ serve: models ## build the default models if missing, then `triserve serve` on H
 test: install ## run the test suite (tiny models built inside the test session)
 	$(PY) -m pytest -q tests
 
-# ruff + mypy, zero findings (configuration in pyproject.toml); .ci/run runs it before the tests
-lint: install ## ruff + mypy, zero findings
+# ruff + mypy + import-linter, zero findings (configuration in pyproject.toml); .ci/run runs it before the tests
+lint: install ## ruff + mypy + the import layers (import-linter), zero findings
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 clean-models: ## remove the built models (models/store) and the pipeline cache
 	rm -rf models/store .cache/pipeline

@@ -125,7 +125,7 @@ class RunnerSettings(_Section):
         "gateway",
         description="Where concurrent requests are merged. 'gateway': each API worker coalesces the requests that "
                     "arrive while its previous call for a slot is in flight into one runner call (no batching window, "
-                    "one HTTP hop per batch; services/common/batcher.py). 'runner': one call per request, merged by "
+                    "one HTTP hop per batch; kernel/runner_call/batcher.py). 'runner': one call per request, merged by "
                     "BentoML's adaptive dispatcher in the runner (learns a wait from recent batches). Measured in "
                     "docs/bench/tuning.md.")
     placement: Literal["remote", "local"] = Field(
@@ -214,8 +214,8 @@ class Admission(_Section):
                                                               "traffic is routed to the fallback.")
     overload_fallback_share: float = Field(0.5, ge=0, le=1, description="That share (0 disables routing).")
     queue_control: bool = Field(
-        True, description="Standing-queue control (services/common/queue_control.py; runner.batching=gateway): when a "
-                          "slot's gateway batcher queue has held more than queue_calls rounds of runner calls for "
+        True, description="Standing-queue control (kernel/protection/queue_control.py; runner.batching=gateway): when "
+                          "a slot's gateway batcher queue has held more than queue_calls rounds of runner calls for "
                           "queue_interval_ms (a standing queue: the load exceeds what the runner carries), a request "
                           "that would not leave within queue_calls rounds is refused at once (503 overloaded, "
                           "details.reason standing_queue, Retry-After; 'auto' requests try the fallback), so accepted "
@@ -237,7 +237,7 @@ class Admission(_Section):
     queue_front_door: bool = Field(
         True, description="While every gateway-batched slot of a task (a family: its deployments' primaries and "
                           "fallbacks) is full under queue control, refuse that task's requests before their body is "
-                          "read (services/common/queue_control.shedding, asked by the request middleware): a refusal "
+                          "read (kernel/protection/queue_control.shedding, asked by the request middleware): a refusal "
                           "after parsing and preprocessing costs an API worker about as much CPU as an answer, which "
                           "at 3x capacity starves the answers.")
 

@@ -11,7 +11,7 @@ Adding a fourth family = one new folder `families/<name>/` with four modules and
 - `runtime.py` `feeds()` and `warmup_sizes()`: how the runner turns items into ONNX feeds (numpy only: the runner
   tier imports it and nothing else of the family); optionally `numpy_session(manifest, path)` for models whose
   manifest says `engine: numpy` (a statistical method with no graph, e.g. the forecast family's Theta fallback);
-- `family.py`  `FAMILY`: the gateway-side contract (families/base.py), with its REST router.
+- `family.py`  `FAMILY`: the gateway-side contract (kernel/family.py), with its REST router.
 
 Public: `names()`, `limits_model()`, `preprocess_model()`, `runtime()`, `family()`. The family folders' other modules
 are theirs.
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
-    from families.base import Family
+    from kernel.family import Family
 
 # family name -> package. The registration.
 FAMILIES: dict[str, str] = {

@@ -6,7 +6,7 @@ gateway spends per text request, 10% of its throughput on one core (docs/bench/t
 `observability.trace_sample_rate` 0 (the default) every URL is excluded from that middleware, which then hands
 requests straight through. With a rate > 0 the services
 get BentoML's tracing configured here (OTLP over HTTP to `observability.otlp_endpoint`): the request span, the stage
-spans of services/common/request_context.StageClock and the runner's spans are exported.
+spans of kernel/request_context.StageClock and the runner's spans are exported.
 
 Set here rather than in BENTOML_CONFIG because BentoML 1.4 merges each service's own config over the file's top-level
 `tracing` section, so a v1-style file never reached these services.

@@ -10,7 +10,7 @@ ready without them. Their life:
 
 Loads run one at a time on their own thread, never on the thread that runs batches (BentoML runs the runner's sync
 APIs one at a time): the other deployments keep being served while one loads. Requests for a deployment that is not
-resident are answered "loading" and the gateway resends them until their deadline (services/common/runner_client.py).
+resident are answered "loading" and the gateway resends them until their deadline (kernel/runner_call/runner_client.py).
 A model is warmed before it is routed to (runners/pool.py). When its memory does not fit, the idle on-demand
 deployments used least recently are evicted until it does (`make_room`); deployments marked `always` are never
 evicted. Batches already running on an evicted model finish on it: the pool only forgets it.

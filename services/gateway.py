@@ -18,6 +18,12 @@ from fastapi import Depends, FastAPI
 import families
 from configs.deployments import load_repository
 from configs.settings import get_settings
+from kernel.context import ServingContext
+from kernel.errors import install_error_handlers
+from kernel.request_context import ContentTypeMiddleware, RequestContextMiddleware
+from kernel.routing.drift import QualityMonitor
+from kernel.routing.inference import Protection
+from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
 from models.cache import open_serving_registry
 from observability import heapdump, memory
 from observability.metrics import settle_heap
@@ -26,12 +32,6 @@ from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
 from services.client_schema import SchemaRoutes, client_routes
-from services.common.drift import QualityMonitor
-from services.common.errors import install_error_handlers
-from services.common.inference import Protection
-from services.common.request_context import ContentTypeMiddleware, RequestContextMiddleware
-from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from services.context import ServingContext
 from services.gateway_deps import admin_guard, loaded_context
 from services.protocols.grpc_server import start_grpc
 from services.protocols.oip_rest import router as oip_router

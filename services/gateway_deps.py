@@ -8,11 +8,11 @@ from typing import Any
 import bentoml
 from fastapi import Depends, Request
 
+from kernel.context import ServingContext
+from kernel.errors import ApiError
+from kernel.protection.access import Client
+from kernel.protection.deadlines import HEADER, Deadline
 from observability.metrics import observe_timings
-from services.common.access import Client
-from services.common.deadlines import HEADER, Deadline
-from services.common.errors import ApiError
-from services.context import ServingContext
 
 
 def ready_context(gateway: Any) -> ServingContext:
@@ -46,7 +46,7 @@ class CallContext:
 
     @property
     def arrived(self):
-        """Called when this request reaches its slot's batcher (services/common/batcher.Approaching); None when the
+        """Called when this request reaches its slot's batcher (kernel/runner_call/batcher.Approaching); None when the
         request did not come through RequestContextMiddleware."""
         return getattr(self.state, "batch_arrival", None)
 

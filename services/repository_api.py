@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from configs.deployments import Deployment
 from configs.settings import ModelSlot
-from services.common.access import Client
-from services.common.errors import ApiError
-from services.context import ServingContext
+from kernel.context import ServingContext
+from kernel.errors import ApiError
+from kernel.protection.access import Client
 from services.gateway_deps import admin_guard, loaded_context
 
 router = APIRouter(prefix="/admin/deployments", tags=["operations"])

@@ -19,11 +19,11 @@ import time
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from kernel.context import ServingContext
+from kernel.errors import ApiError
+from kernel.protection.access import Client
 from models.registry import RegistryError
 from models.stores import open_store
-from services.common.access import Client
-from services.common.errors import ApiError
-from services.context import ServingContext
 from services.gateway_deps import admin_guard, loaded_context
 
 router = APIRouter(prefix="/admin/models", tags=["operations"])

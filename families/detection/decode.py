@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from services.common.errors import ApiError
+from kernel.errors import ApiError
 
 ALLOWED_FORMATS = {"JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF"}
 Image.MAX_IMAGE_PIXELS = None  # our own cap below applies first, per request config

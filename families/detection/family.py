@@ -5,9 +5,9 @@ from typing import Any
 
 import numpy as np
 
-from families.base import Family, RestRoute, TensorMeta
 from families.detection.postprocess import NMSParams, check_head, decode
 from families.detection.schemas import DetectOptions
+from kernel.family import Family, RestRoute, TensorMeta
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -75,7 +75,7 @@ class DetectionFamily(Family):
         return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
 
     async def oip_infer(self, ctx, deployment, inputs, parameters, call):
-        from services.common.request_context import StageClock
+        from kernel.request_context import StageClock
         from services.protocols.oip import bytes_tensor, pick_params
 
         opts = DetectOptions(deployment=deployment.name,
@@ -87,7 +87,7 @@ class DetectionFamily(Family):
 
     async def detect_encoded(self, ctx, deployment, raws: list[bytes], opts: DetectOptions, call, clock):
         """Encoded images -> the deployment's pipeline, exactly as /v1/detect/upload does it."""
-        from services.common.errors import ApiError
+        from kernel.errors import ApiError
 
         if not raws:
             raise ApiError(422, "validation_error", "request does not match the schema",
@@ -104,7 +104,7 @@ class DetectionFamily(Family):
         return list(message.images), opts
 
     async def handle(self, ctx, request, call):
-        from services.common.request_context import StageClock
+        from kernel.request_context import StageClock
 
         raws, opts = request
         deployment = await ctx.resolve(self.name, opts.deployment)

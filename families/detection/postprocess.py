@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.common.errors import InvalidOutput
+from kernel.errors import InvalidOutput
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.common.schemas import ModelChoice, ServedBy, deployment_field
+from kernel.schemas import ModelChoice, ServedBy, deployment_field
 
 
 class ImageInput(BaseModel):

@@ -14,14 +14,14 @@ from families.detection.manifest import DetectionPreprocess
 from families.detection.postprocess import NMSParams, decode
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.detection.schemas import Detection, DetectOptions, DetectRequest, DetectResponse, ImageResult
+from kernel.context import ServingContext
+from kernel.errors import ApiError, ErrorResponse
+from kernel.request_context import StageClock
+from kernel.routing.inference import run_task
+from kernel.routing.rollout import ServedModel
+from kernel.schemas import ModelChoice, ModelInfo
 from models.manifest import preprocess_as
 from observability.metrics import ITEMS, labelled
-from services.common.errors import ApiError, ErrorResponse
-from services.common.inference import run_task
-from services.common.request_context import StageClock
-from services.common.rollout import ServedModel
-from services.common.schemas import ModelChoice, ModelInfo
-from services.context import ServingContext
 from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
 
 router = APIRouter(prefix="/v1", tags=["detection"])

@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from families.base import Family, RestRoute, TensorMeta
 from families.forecast.features import N_FEATURES
 from families.forecast.postprocess import check_forecast
 from families.forecast.preprocess import pack_global
 from families.forecast.schemas import ForecastRequest
+from kernel.family import Family, RestRoute, TensorMeta
 
 BANDS = ("lower_50", "upper_50", "lower_90", "upper_90")
 

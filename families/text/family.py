@@ -5,9 +5,9 @@ from typing import Any
 
 import numpy as np
 
-from families.base import Family, RestRoute, TensorMeta
 from families.text.postprocess import check_probabilities
 from families.text.schemas import ClassifyRequest
+from kernel.family import Family, RestRoute, TensorMeta
 
 
 class TextFamily(Family):
@@ -40,7 +40,7 @@ class TextFamily(Family):
 
     def oip_tensor_items(self, ctx, deployment, served, tensors, batch_cap):
         manifest = served.manifest
-        from services.common.errors import ApiError
+        from kernel.errors import ApiError
         from services.protocols.oip import bad_request, check_batch
 
         ids, mask = tensors["input_ids"].data, tensors["attention_mask"].data

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.common.errors import InvalidOutput
+from kernel.errors import InvalidOutput
 
 
 def check_probabilities(probs: np.ndarray, num_labels: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.common.errors import ApiError, _jsonable_errors
+from kernel.errors import ApiError, _jsonable_errors
 
 log = logging.getLogger("triserve.protocols")
 

@@ -4,7 +4,7 @@ Per call: the request id comes from the `x-request-id` metadata (or is generated
 metadata; an already expired gRPC deadline is answered DEADLINE_EXCEEDED before any work; otherwise the remaining
 time becomes the request's Deadline (clamped to deadlines.max_ms, and never longer than an `x-request-timeout-ms`
 metadata value), so the runner drops the item once it is too late, exactly as for REST. API keys (`x-api-key` or
-`authorization: Bearer ...`) and rate limits are the REST ones (services/common/access.py).
+`authorization: Bearer ...`) and rate limits are the REST ones (kernel/protection/access.py).
 
 Errors keep the project's error model: the status message is "<code>: <message>", and trailing metadata carries
 `triserve-error-code`, `triserve-http-status` (the REST status of the same error), `triserve-error-details` (JSON)
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from services.common.deadlines import HEADER as TIMEOUT_HEADER
-from services.common.deadlines import Deadline
-from services.common.errors import ApiError
-from services.common.request_context import new_request_id
+from kernel.errors import ApiError
+from kernel.protection.deadlines import HEADER as TIMEOUT_HEADER
+from kernel.protection.deadlines import Deadline
+from kernel.request_context import new_request_id
 from services.gateway_deps import CallContext, ready_context
 from services.protocols.calls import ErrorInfo, describe_error
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from services.common.errors import ApiError
+from kernel.errors import ApiError
 from services.protocols import oip
 from services.protocols.generated import grpc_predict_v2_pb2 as pb
 from services.protocols.generated import grpc_predict_v2_pb2_grpc as pb_grpc

@@ -16,7 +16,7 @@ Two kinds of models:
 
 Every response carries parameters request_id, served_model, served_version, degraded (+ degraded_reason) and the
 stage timings (*_ms). A request parameter "timeout" (microseconds, as Triton clients send it) can only shorten the
-request's deadline. Errors are ApiError (services/common/errors.py): each transport writes them in its own format.
+request's deadline. Errors are ApiError (kernel/errors.py): each transport writes them in its own format.
 """
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ from typing import Any, Literal
 import numpy as np
 
 import families
-from families.base import TensorMeta
+from kernel.context import ServingContext
+from kernel.errors import ApiError
+from kernel.family import TensorMeta
+from kernel.protection.deadlines import Deadline
+from kernel.request_context import StageClock
+from kernel.routing.inference import run_task
 from models.manifest import Manifest, TensorSpec
-from services.common.deadlines import Deadline
-from services.common.errors import ApiError
-from services.common.inference import run_task
-from services.common.request_context import StageClock
-from services.context import ServingContext
 
 SERVER_NAME = "triserve"
 SERVER_VERSION = "0.1.0"

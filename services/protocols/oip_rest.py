@@ -29,7 +29,7 @@ import bentoml
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from services.common.errors import ApiError, request_id_of
+from kernel.errors import ApiError, request_id_of
 from services.gateway_deps import inference_guard, ready_context
 from services.protocols import oip
 from services.protocols.calls import describe_error

@@ -137,7 +137,7 @@ def test_bentofile_is_valid_for_bentoml(bentofile, monkeypatch):
     assert cfg.service == "services.gateway:Gateway"
     assert cfg.name == "triserve"
     raw = _load(path)
-    for pattern in ("services/**/*.py", "runners/**/*.py", "models/*.py", "models/stores/*.py",
+    for pattern in ("services/**/*.py", "kernel/**/*.py", "runners/**/*.py", "models/*.py", "models/stores/*.py",
                     "models/manifest.schema.json", "configs/*.py", "configs/*.yaml",
                     "services/protocols/protos/*.proto"):
         assert pattern in raw["include"], pattern

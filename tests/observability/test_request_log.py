@@ -71,7 +71,7 @@ def test_background_writer_drops_and_counts_beyond_its_bound():
 
 
 def test_fresh_request_ids_are_unique_hex_and_client_ids_are_kept():
-    from services.common.request_context import new_request_id
+    from kernel.request_context import new_request_id
 
     ids = {new_request_id(None) for _ in range(10_000)}
     assert len(ids) == 10_000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)

@@ -102,7 +102,7 @@ def test_end2end_heads_filter_sort_and_cap_without_nms():
 
 def test_end2end_output_checks():
     from families.detection.postprocess import check_head
-    from services.common.errors import InvalidOutput
+    from kernel.errors import InvalidOutput
 
     ok = np.array([[1, 1, 5, 5, 0.5, 2]], dtype=np.float32)
     check_head(ok, 3, "end2end")

@@ -355,7 +355,7 @@ def test_typed_messages_mirror_the_rest_response_models():
 
 
 def test_tensor_codec():
-    from services.common.errors import ApiError
+    from kernel.errors import ApiError
     from services.protocols import oip
 
     nested = oip.array_from_values("x", "INT64", [2, 2], [[1, 2], [3, 4]])

@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from kernel.routing.rollout import sticky_fraction
 from models.registry import LocalRegistry
-from services.common.rollout import sticky_fraction
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ADMIN = "rollout-admin"

@@ -24,8 +24,8 @@ from families.detection.limits import Limits
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.detection.schemas import DetectRequest
+from kernel.errors import ApiError
 from scripts.bench.textmix import model_dir
-from services.common.errors import ApiError
 
 _dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
 MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir(name="yolo-shapes")

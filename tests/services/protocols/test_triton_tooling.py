@@ -183,7 +183,7 @@ def test_model_config_of_hand_built_entries():
 
     from configs.deployments import ModelRepository
     from configs.settings import Settings
-    from families.base import TensorMeta
+    from kernel.family import TensorMeta
     from services.protocols import oip
 
     repo = ModelRepository.model_validate(yaml.safe_load(TINY_MODELS.read_text()))

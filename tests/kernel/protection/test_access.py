@@ -4,8 +4,8 @@ import pytest
 from starlette.requests import Request
 
 from configs.settings import AccessSettings, ApiKey
-from services.common.access import AccessControl, TokenBucket
-from services.common.errors import ApiError
+from kernel.errors import ApiError
+from kernel.protection.access import AccessControl, TokenBucket
 
 
 def request(headers: dict[str, str] | None = None, host: str = "10.0.0.1") -> Request:

@@ -4,7 +4,7 @@ Per API worker: each slot counts the items it has in flight at the runner and fi
 fixed + per-item cost (least squares over recent batches: a = per-batch overhead, c = per-item cost). The wait for a
 request is then  batches_ahead x a + items_ahead x c  with batches of the slot's max batch size. A request is refused
 when the slot is full, or when that wait would outlast its deadline: a fast 503 with Retry-After beats a slow 504.
-Under overload, the slot's standing-queue control (services/common/queue_control.py, fed by the gateway batcher)
+Under overload, the slot's standing-queue control (kernel/protection/queue_control.py, fed by the gateway batcher)
 refuses what the next runner call cannot carry, so accepted requests keep the latency of a service at capacity.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from configs.settings import Admission
-from services.common import queue_control
-from services.common.deadlines import Deadline
-from services.common.errors import ApiError
-from services.common.queue_control import StandingQueue
+from kernel.errors import ApiError
+from kernel.protection import queue_control
+from kernel.protection.deadlines import Deadline
+from kernel.protection.queue_control import StandingQueue
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Calls into the runner tier: gateway-side batching (services/common/batcher.py) and idempotent retry.
+"""Calls into the runner tier: gateway-side batching (kernel/runner_call/batcher.py) and idempotent retry.
 
 Why: inference calls are pure functions of their inputs, so a call lost in transport (a recycled connection, a runner
 worker restarting) can be sent again safely; without this, such blips surface as client-visible 5xx under load.
@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from kernel.errors import ApiError
+from kernel.runner_call.batcher import SlotBatcher, approaching
 from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
-from services.common.batcher import SlotBatcher, approaching
-from services.common.errors import ApiError
 
 log = logging.getLogger("triserve.runner_client")
 

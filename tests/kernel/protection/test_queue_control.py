@@ -1,4 +1,4 @@
-"""Standing-queue control (services/common/queue_control.py): deterministic, on a fake clock; the batcher feeding it;
+"""Standing-queue control (kernel/protection/queue_control.py): deterministic, on a fake clock; the batcher feeding it;
 admission refusing with it; and one check through a real server."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import asyncio
 import pytest
 
 from configs.settings import Admission
-from services.common import queue_control
-from services.common.admission import AdmissionControl
-from services.common.batcher import SlotBatcher, approaching
-from services.common.deadlines import Deadline
-from services.common.errors import ApiError
-from services.common.queue_control import StandingQueue
+from kernel.errors import ApiError
+from kernel.protection import queue_control
+from kernel.protection.admission import AdmissionControl
+from kernel.protection.deadlines import Deadline
+from kernel.protection.queue_control import StandingQueue
+from kernel.runner_call.batcher import SlotBatcher, approaching
 
 INTERVAL = 0.1
 

@@ -1,9 +1,9 @@
 import pytest
 
 from configs.settings import Admission, Deadlines
-from services.common.admission import AdmissionControl
-from services.common.deadlines import Deadline
-from services.common.errors import ApiError
+from kernel.errors import ApiError
+from kernel.protection.admission import AdmissionControl
+from kernel.protection.deadlines import Deadline
 
 
 def test_full_queue_is_rejected_with_retry_after():
@@ -63,7 +63,7 @@ def test_wait_model_separates_per_batch_and_per_item_cost():
 def test_running_fit_matches_least_squares_after_the_window_slides():
     import numpy as np
 
-    from services.common.admission import SlotLoad
+    from kernel.protection.admission import SlotLoad
 
     rng = np.random.default_rng(0)
     load = SlotLoad()

@@ -1,5 +1,5 @@
 from configs.settings import Breaker
-from services.common.breaker import CircuitBreaker
+from kernel.protection.breaker import CircuitBreaker
 
 
 class Clock:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from configs.settings import AccessSettings, ApiKey
+from kernel.errors import ApiError
 from observability.metrics import REJECTED
-from services.common.errors import ApiError
 
 
 @dataclass

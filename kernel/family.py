@@ -6,7 +6,7 @@ OIP v2) and every deployment of a family share one pipeline, and so that the run
 
 - `router`: the family's REST endpoints (FastAPI), which resolve the deployment and call the pipeline;
 - `pipeline(ctx, deployment)`: the request lifecycle for one deployment (validate against the deployment's limits,
-  preprocess per served model version, run through services/common/inference.run_task, check outputs, postprocess,
+  preprocess per served model version, run through kernel/routing/inference.run_task, check outputs, postprocess,
   observe drift signals);
 - `check_outputs(manifest, outputs)`: raise InvalidOutput for a model answer that must not reach a client;
 - `agreement(manifest, served, shadow)`: how far a shadow version's raw output agrees with the served one (0..1);
@@ -29,9 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from fastapi import APIRouter
 
     from configs.deployments import Deployment
+    from kernel.context import ServingContext
+    from kernel.routing.rollout import ServedModel
     from models.manifest import Manifest
-    from services.common.rollout import ServedModel
-    from services.context import ServingContext
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Family(ABC):
 
     @abstractmethod
     def check_outputs(self, manifest: Manifest, outputs: list[np.ndarray]) -> None:
-        """Raise services.common.errors.InvalidOutput when a model's raw outputs must not reach a client."""
+        """Raise kernel.errors.InvalidOutput when a model's raw outputs must not reach a client."""
 
     @abstractmethod
     def agreement(self, manifest: Manifest, served: np.ndarray, shadow: np.ndarray) -> float:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from configs.settings import Deadlines
-from services.common.errors import ApiError
+from kernel.errors import ApiError
 
 HEADER = "x-request-timeout-ms"
 

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import httpx
 
-from services.common import queue_control
-from services.common.batcher import approaching
-from services.common.request_context import RequestContextMiddleware
+from kernel.protection import queue_control
+from kernel.request_context import RequestContextMiddleware
+from kernel.runner_call.batcher import approaching
 
 
 def _app(seen: list[int], submit: bool, status: int = 200):

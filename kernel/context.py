@@ -13,14 +13,14 @@ from typing import Any
 import families
 from configs.deployments import FALLBACK_SUFFIX, Deployment
 from configs.settings import Settings
-from families.base import Family
+from kernel.errors import ApiError
+from kernel.family import Family
+from kernel.routing.drift import QualityMonitor
+from kernel.routing.inference import Protection
+from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ServedModel, ShadowMirror
+from kernel.runner_call.runner_client import RunnerClient
 from models.manifest import Manifest
 from models.registry import LocalRegistry
-from services.common.drift import QualityMonitor
-from services.common.errors import ApiError
-from services.common.inference import Protection
-from services.common.rollout import CanaryGuard, ModelCatalog, RoutingTable, ServedModel, ShadowMirror
-from services.common.runner_client import RunnerClient
 
 log = logging.getLogger("triserve.context")
 

@@ -2,7 +2,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import services.common.request_context as rc
+import kernel.request_context as rc
 
 
 def test_each_stage_becomes_a_span_in_order(monkeypatch):

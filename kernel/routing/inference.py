@@ -20,17 +20,17 @@ import numpy as np
 
 from configs.deployments import Deployment
 from configs.settings import Settings
+from kernel.errors import ApiError, InvalidOutput
+from kernel.protection.access import AccessControl
+from kernel.protection.admission import AdmissionControl
+from kernel.protection.breaker import CircuitBreaker
+from kernel.protection.deadlines import Deadline
+from kernel.request_context import StageClock
+from kernel.routing.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 from observability.metrics import DEGRADED, REJECTED, labelled, pending_declared, pending_finished, pending_started
-from services.common.access import AccessControl
-from services.common.admission import AdmissionControl
-from services.common.breaker import CircuitBreaker
-from services.common.deadlines import Deadline
-from services.common.errors import ApiError, InvalidOutput
-from services.common.request_context import StageClock
-from services.common.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from services.context import ServingContext
+    from kernel.context import ServingContext
 
 log = logging.getLogger("triserve.inference")
 

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from services.common.request_context import Timings
+from kernel.request_context import Timings
 
 ModelChoice = Literal["auto", "primary", "fallback"]
 

@@ -16,7 +16,7 @@ worker (admitted, still being parsed or preprocessed; `Approaching`), a batch fo
 otherwise left alone each time, and half of the runner calls carried one text (docs/performance.md). At concurrency 1
 nobody is on the way, so nothing waits.
 
-Each batcher also keeps its slot's queue view for admission (services/common/queue_control.py): the items waiting
+Each batcher also keeps its slot's queue view for admission (kernel/protection/queue_control.py): the items waiting
 for a call, and at each departure how many it left behind (a standing queue), so that admission can refuse under
 overload what the next call cannot carry. The wait of the oldest request of each call is exported
 (triserve_gateway_queue_wait_seconds).
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
-from services.common import queue_control
+from kernel.protection import queue_control
 
 GATEWAY_BATCH = Histogram("triserve_gateway_batch_requests", "Requests coalesced into one runner call, per slot.",
                           ["slot"], buckets=(1, 2, 4, 8, 16, 32, 64, 128))

@@ -23,11 +23,11 @@ from prometheus_client import Counter, Histogram
 
 from configs.deployments import ModelRepository
 from configs.settings import Rollout
-from families.base import Family
+from kernel.errors import ApiError
+from kernel.family import Family
 from models.manifest import Manifest
 from models.registry import LocalRegistry
 from observability.metrics import LATENCY_BUCKETS
-from services.common.errors import ApiError
 
 log = logging.getLogger("triserve.rollout")
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from services.common.drift import QualityMonitor, SignalWindow, psi
+from kernel.routing.drift import QualityMonitor, SignalWindow, psi
 from tests.models.test_manifest import make_manifest
 
 

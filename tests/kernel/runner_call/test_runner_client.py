@@ -8,9 +8,9 @@ import time
 import aiohttp
 import pytest
 
+from kernel.errors import ApiError
+from kernel.runner_call.runner_client import call_runner, runner_retrying
 from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES
-from services.common.errors import ApiError
-from services.common.runner_client import call_runner, runner_retrying
 
 
 class ProxyRunner:
@@ -98,7 +98,7 @@ class RecordingRunner:
 def test_each_client_names_itself_in_its_calls_without_touching_the_callers_items():
     """The runner gathers the calls of callers that arrive together (runners/merge.py): it needs to tell them apart."""
     from configs.settings import get_settings
-    from services.common.runner_client import RunnerClient
+    from kernel.runner_call.runner_client import RunnerClient
 
     settings = get_settings()
     assert settings.runner.batching == "gateway"

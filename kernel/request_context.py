@@ -15,11 +15,11 @@ from opentelemetry import trace
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kernel.errors import ErrorBody, ErrorResponse
+from kernel.protection import queue_control
+from kernel.runner_call.batcher import approaching
 from observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
 from observability.request_log import RequestLog
-from services.common import queue_control
-from services.common.batcher import approaching
-from services.common.errors import ErrorBody, ErrorResponse
 
 _tracer: trace.Tracer | None = None  # BentoML's, on first use (its provider is not OpenTelemetry's global one)
 
@@ -95,7 +95,7 @@ class RequestContextMiddleware:
                  max_inflight_requests: int | None = None, family_by_path: dict[str, str] | None = None,
                  front_door: bool = False):
         """front_door: refuse a task's requests before reading their body while every slot of the task is full
-        under queue control (admission.queue_front_door; services/common/queue_control.shedding)."""
+        under queue control (admission.queue_front_door; kernel/protection/queue_control.shedding)."""
         self.app = app
         self.front_door = front_door
         self.family_by_path = family_by_path or {}  # inference path -> model family (families' REST routes)

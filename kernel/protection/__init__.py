@@ -1,0 +1,1 @@
+"""Protection: admission and queue control, API keys and rate limits, circuit breakers, deadlines."""
