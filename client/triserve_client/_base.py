@@ -45,7 +45,7 @@ T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:3000"
 REQUEST_ID_HEADER = "X-Request-ID"
-TIMEOUT_HEADER = "X-Request-Timeout-Ms"  # read by services/common/deadlines.py (clamped to deadlines.max_ms there)
+TIMEOUT_HEADER = "X-Request-Timeout-Ms"  # read by kernel/protection/deadlines.py (clamped to deadlines.max_ms there)
 API_KEY_HEADER = "X-API-Key"
 USER_AGENT = f"triserve-client/0.1 httpx/{httpx.__version__}"
 
@@ -139,7 +139,7 @@ class Call(Generic[T]):
 
 
 def new_request_id() -> str:
-    """A fresh id in the form the service keeps ([A-Za-z0-9._:-]{1,128}, services/common/request_context.py)."""
+    """A fresh id in the form the service keeps ([A-Za-z0-9._:-]{1,128}, kernel/request_context.py)."""
     return uuid.uuid4().hex
 
 

@@ -1,7 +1,7 @@
 """Typed results, the client's own: nothing here imports the server, so `pip install ./client` is all a caller needs.
 
-They mirror the service's response models (families/*/schemas.py, the envelope of services/common/schemas.py, Timings
-of services/common/request_context.py, the error model of services/common/errors.py) and are kept in step with them by
+They mirror the service's response models (families/*/schemas.py, the envelope of kernel/schemas.py, Timings
+of kernel/request_context.py, the error model of kernel/errors.py) and are kept in step with them by
 tests/client/test_schemas.py, which compares them with the server's models and its live /openapi.json.
 
 Tolerant where a client should be, so that a newer server does not break an older client: every model keeps fields

@@ -23,7 +23,7 @@ from configs.deployments import ModelRepository
 from families.detection.schemas import DetectResponse
 from families.forecast.schemas import ForecastResponse, InputReport
 from families.text.schemas import ClassifyResponse
-from services.common.errors import ErrorResponse
+from kernel.errors import ErrorResponse
 
 Schema = dict[str, Any]
 PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
