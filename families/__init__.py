@@ -11,6 +11,8 @@ Adding a fourth family = one new folder `families/<name>/` with four modules and
 - `runtime.py` `feeds()` and `warmup_sizes()`: how the runner turns items into ONNX feeds (numpy only: the runner
   tier imports it and nothing else of the family); optionally `numpy_session(manifest, path)` for models whose
   manifest says `engine: numpy` (a statistical method with no graph, e.g. the forecast family's Theta fallback);
+  `RAGGED = True` when its items are sequences of their own length (the runner groups them by length; feeds() pads
+  with kernel/ragged.pad_sequences);
 - `family.py`  `FAMILY`: the gateway-side contract (kernel/family.py), with its REST router.
 
 Public: `names()`, `limits_model()`, `preprocess_model()`, `runtime()`, `family()`. The family folders' other modules

@@ -45,6 +45,7 @@ class LoadedModel:
     output_names: list[str] = field(default_factory=list)
     footprint: Footprint | None = None  # measured at load (runners/memory.py)
     batch_cap: int = 1  # the largest batch its memory reservation covers (<= the slot's max_batch_size)
+    ragged: bool = False  # its family's items are sequences of their own length (runtime.RAGGED): length groups
     item_len: int = 0  # ragged models: the longest warm-up sequence, the length per_item was measured at
     peak_batch: int = 0  # the largest batch it has run (its peak memory: resident + per item x this)
 
@@ -217,7 +218,8 @@ class ModelPool:
             after_batch[_batch_of(feed)] = rss_mb()
         model.footprint = _at_least(_footprint(rss_before, after_batch), weights_mb,
                                     self.measured.get(f"{name}:{manifest.version}"))
-        model.item_len = _ragged_len(manifest)
+        model.ragged = bool(getattr(families.runtime(manifest.task), "RAGGED", False))
+        model.item_len = _ragged_len(manifest) if model.ragged else 0
         self.measured[f"{name}:{manifest.version}"] = model.footprint
         if make_room is not None:
             make_room(model.footprint.need(max(max_batch, 1)))

@@ -1,29 +1,14 @@
-"""Ragged integer sequences -> one padded tensor plus mask.
+"""How the runner batches ragged items (families whose runtime says `RAGGED = True`): by length, one call per group.
 
-Why: adaptive batching merges requests of different lengths; padding to the longest item of the batch (not to the
-model's max length) keeps short batches cheap, and the mask keeps padded positions out of the result.
+Why: one call over a mixed batch pads every row to the longest; grouping by length with a per-call cost keeps the
+padded work low, and a token budget keeps a flood of long sequences inside the memory reservation. The padding itself
+is the family's (kernel/ragged.pad_sequences in its feeds()).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
-
-
-def pad_sequences(seqs: Sequence[np.ndarray], pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """[n ragged int arrays] -> (ids [n, L] int64, mask [n, L] int64), L = longest length in the batch."""
-    if len(seqs) == 0:
-        raise ValueError("empty batch")
-    lengths = [int(len(s)) for s in seqs]
-    if min(lengths) == 0:
-        raise ValueError("empty sequence in batch")
-    width = max(lengths)
-    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(seqs), width), dtype=np.int64)
-    for i, s in enumerate(seqs):
-        ids[i, : lengths[i]] = s
-        mask[i, : lengths[i]] = 1
-    return ids, mask
 
 
 def length_buckets(seqs: Sequence[np.ndarray], call_cost_tokens: float = 12.0) -> list[list[int]]:

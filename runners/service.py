@@ -370,7 +370,7 @@ class ModelRunner:
         largest = 1
         if per_item:
             out = [self.pool.run_model(model, self._feeds(model, [x]))[0][0] for x in xs]
-        elif "attention_mask" in model.input_names:  # ragged: one call per length bucket, rows back in order
+        elif model.ragged:  # the family's items are ragged: one call per length bucket, rows back in order
             out = [None] * n
             lengths = [len(x) for x in xs]
             max_tokens = cap * model.item_len  # the reservation covers cap items of the longest sequence

@@ -4,8 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from families.text.manifest import TextPreprocess
+from kernel.ragged import pad_sequences
 from models.manifest import Manifest, preprocess_as
-from runners.ragged import pad_sequences
+
+# Items are token-id sequences of their own length: the runner groups them by length (runners/ragged.py) and
+# feeds() pads each group to its longest.
+RAGGED = True
 
 
 def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:

@@ -127,7 +127,8 @@ def inproc_measure(batch_sizes: list[int], seconds_per_size: float, n_texts: int
     import onnxruntime as ort
 
     from families.text.preprocess import TextTokenizer
-    from runners.ragged import length_buckets, pad_sequences
+    from kernel.ragged import pad_sequences
+    from runners.ragged import length_buckets
 
     texts, _ = mix_texts(n_texts)
     d, manifest = model_dir()

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     from families.text.preprocess import TextTokenizer
-    from runners.ragged import length_buckets, pad_sequences
+    from kernel.ragged import pad_sequences
+    from runners.ragged import length_buckets
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch-sizes", default="8,16,32")
