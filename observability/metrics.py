@@ -1,4 +1,6 @@
-"""Service-side Prometheus metrics (exported through BentoML's /metrics, aggregated across processes).
+"""The gateway tier's Prometheus metrics (exported through BentoML's /metrics, aggregated across processes): the
+request path, admission, batching, breakers, rollouts and drift, in one module (the runner tier's: runners/metrics.py;
+process-wide ones, the allocator's, the accelerator's and the log writer's, stay with their modules in observability/).
 
 Buckets are dense between 1 ms and 10 s so P50, P99 and P999 can be read with histogram_quantile.
 """
@@ -43,6 +45,38 @@ REJECTED = Counter("triserve_rejected_total", "Requests refused before inference
                    "refused before naming one) and error code.", ["family", "deployment", "code"])
 ITEMS = Histogram("triserve_request_items", "Items (images, texts, series) per request.", ["deployment"],
                   buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+
+
+# batcher (kernel/runner_call/batcher.py)
+GATEWAY_BATCH = Histogram("triserve_gateway_batch_requests", "Requests coalesced into one runner call, per slot.",
+                          ["slot"], buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+QUEUE_WAIT = Histogram("triserve_gateway_queue_wait_seconds", "Wait of the oldest request of each runner call in its "
+                       "slot's gateway batcher queue (submitted -> call left), per slot.", ["slot"],
+                       buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+# rollout (kernel/routing/rollout.py)
+VERSION_REQUESTS = Counter("triserve_version_requests_total", "Runner calls per model version and role "
+                           "(stable/canary), by outcome.", ["slot", "version", "role", "outcome"])
+VERSION_SECONDS = Histogram("triserve_version_seconds", "Runner round trip per model version and role.",
+                            ["slot", "version", "role"], buckets=LATENCY_BUCKETS)
+CANARY_ROLLBACKS = Counter("triserve_canary_rollbacks_total", "Canaries withdrawn automatically.", ["slot", "reason"])
+SHADOW_CALLS = Counter("triserve_shadow_total", "Shadow mirror calls by outcome (ok, dropped, error).",
+                       ["slot", "version", "outcome"])
+SHADOW_AGREEMENT = Histogram("triserve_shadow_agreement", "Per-request agreement of shadow vs served answer "
+                             "(1 = identical; detection: matched-box share, text: top-1 match, forecast: 1 - "
+                             "relative difference).", ["slot", "version"],
+                             buckets=(0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0))
+SHADOW_SECONDS = Histogram("triserve_shadow_seconds", "Shadow runner round trip.", ["slot", "version"],
+                           buckets=LATENCY_BUCKETS)
+
+# drift (kernel/routing/drift.py)
+DRIFT_PSI = Gauge("triserve_drift_psi", "Population Stability Index of a live distribution vs the manifest reference "
+                  "(0.1 moderate, 0.2 significant drift).", ["family", "model", "signal"], multiprocess_mode="max")
+
+# breaker (kernel/protection/breaker.py)
+BREAKER_STATE = Gauge("triserve_breaker_state", "Circuit breaker state per primary slot: 0 closed, 1 half-open, "
+                      "2 open.", ["slot"], multiprocess_mode="max")
+BREAKER_TRANSITIONS = Counter("triserve_breaker_transitions_total", "Breaker state changes.", ["slot", "to"])
 
 
 @functools.cache

@@ -25,13 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from prometheus_client import Histogram
-
-MERGED_CALLS = Histogram("triserve_runner_merged_calls", "Runner calls (from any API worker or gateway instance) "
-                         "served by one computation, per slot.", ["slot"], buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32))
-GATHER_SECONDS = Histogram("triserve_runner_gather_seconds", "Time an idle runner waited for the other callers' "
-                           "calls before a computation (runners/merge.py), per slot.", ["slot"],
-                           buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05))
+from runners.metrics import GATHER_SECONDS, MERGED_CALLS
 
 Compute = Callable[[list[dict]], list[dict]]
 SMOOTHING = 0.2  # weight of the newest computation in the moving means

@@ -20,7 +20,6 @@ from typing import Any, ClassVar, NamedTuple, cast
 
 import bentoml
 import numpy as np
-from prometheus_client import Counter, Gauge, Histogram
 
 import families
 from configs.deployments import FALLBACK_SUFFIX, Deployment, ModelRepository, load_repository, save_state
@@ -35,6 +34,20 @@ from observability.tracing import service_tracing
 from runners.faults import inject_faults
 from runners.memory import MB
 from runners.merge import CallMerger
+from runners.metrics import (
+    BATCH_SECONDS,
+    BATCH_SIZE,
+    EXPIRED,
+    LOAD_DURATION,
+    LOAD_SECONDS,
+    MEMORY_BUDGET,
+    MEMORY_SPLITS,
+    MODEL_EVICTIONS,
+    MODEL_INFO,
+    MODEL_LOADS,
+    MODEL_MEMORY,
+    MODEL_RESIDENT,
+)
 from runners.pool import LoadedModel, ModelPool, fixed_batch
 from runners.ragged import length_buckets, token_groups
 from runners.residency import REFUSED, RESIDENT, UNLOADED, Residency
@@ -78,33 +91,6 @@ def check_pair(dep: Deployment, primary: LoadedModel | Manifested, fallback: Loa
             + ": a fallback must have the same labels in the same order")
 
 
-BATCH_SIZE = Histogram("triserve_runner_batch_size", "Items per ONNX Runtime call, per model slot.",
-                       ["slot", "model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
-EXPIRED = Counter("triserve_runner_expired_total", "Items dropped before compute because their deadline passed.",
-                  ["slot"])
-MODEL_INFO = Gauge("triserve_model_info", "Loaded model per slot (value 1).", ["slot", "name", "version", "sha256",
-                   "provider"], multiprocess_mode="max")
-LOAD_SECONDS = Gauge("triserve_model_load_seconds", "Load + verify + warm-up time per model.",
-                     ["slot", "model", "version"], multiprocess_mode="max")
-MODEL_MEMORY = Gauge("triserve_model_memory_bytes", "Measured memory of each loaded model version: resident, per "
-                     "batch item, and reserved (resident + per item x batch cap; runners/memory.py).",
-                     ["slot", "version", "kind"], multiprocess_mode="max")
-MEMORY_BUDGET = Gauge("triserve_runner_memory_budget_bytes", "The runner's memory budget: total, reserved, free.",
-                      ["state"], multiprocess_mode="max")
-MODEL_RESIDENT = Gauge("triserve_model_resident", "1 while a slot's model is loaded in the runner, 0 when it is not "
-                       "(on-demand deployments: runners/residency.py).", ["slot"], multiprocess_mode="max")
-MODEL_LOADS = Counter("triserve_model_loads_total", "Model loads per slot by trigger (startup, on_demand, admin) and "
-                      "outcome (ok, refused).", ["slot", "trigger", "outcome"])
-MODEL_EVICTIONS = Counter("triserve_model_evictions_total", "On-demand models unloaded to make room or by the admin "
-                          "API.", ["slot"])
-LOAD_DURATION = Histogram("triserve_model_load_duration_seconds", "Pull-verify-load-warm time of a model load, "
-                          "per slot (an on-demand deployment's first requests wait this long).", ["slot"],
-                          buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120))
-MEMORY_SPLITS = Counter("triserve_runner_memory_splits_total", "Runner batches split because they exceeded the "
-                        "model's memory batch cap.", ["slot"])
-BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
-                          ["slot", "model"],
-                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 
 
 def _reserved_batch(m: ModelSlot) -> int:

@@ -8,13 +8,9 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from prometheus_client import Counter, Gauge
-
 from configs.settings import Breaker
+from observability.metrics import BREAKER_STATE, BREAKER_TRANSITIONS
 
-STATE = Gauge("triserve_breaker_state", "Circuit breaker state per primary slot: 0 closed, 1 half-open, 2 open.",
-              ["slot"], multiprocess_mode="max")
-TRANSITIONS = Counter("triserve_breaker_transitions_total", "Breaker state changes.", ["slot", "to"])
 _CODES = {"closed": 0, "half_open": 1, "open": 2}
 
 
@@ -26,12 +22,12 @@ class CircuitBreaker:
         self.opened_at = 0.0
         self.probe_successes = 0
         self.probes_in_flight = 0
-        STATE.labels(slot).set(0)
+        BREAKER_STATE.labels(slot).set(0)
 
     def _move(self, state: str) -> None:
         self.state = state
-        STATE.labels(self.slot).set(_CODES[state])
-        TRANSITIONS.labels(self.slot, state).inc()
+        BREAKER_STATE.labels(self.slot).set(_CODES[state])
+        BREAKER_TRANSITIONS.labels(self.slot, state).inc()
 
     def allow(self) -> bool:
         """May a request use the primary now?"""

@@ -11,12 +11,10 @@ from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
-from prometheus_client import Gauge
 
 from models.manifest import Manifest
+from observability.metrics import DRIFT_PSI
 
-PSI = Gauge("triserve_drift_psi", "Population Stability Index of a live distribution vs the manifest reference "
-            "(0.1 moderate, 0.2 significant drift).", ["family", "model", "signal"], multiprocess_mode="max")
 EPS = 1e-4
 
 
@@ -78,7 +76,7 @@ class QualityMonitor:
             self._since[key] = 0
             value = win.psi()
             if value is not None:  # None only for an empty window
-                PSI.labels(self.tasks[model], model, signal).set(value)
+                DRIFT_PSI.labels(self.tasks[model], model, signal).set(value)
 
     def snapshot(self) -> dict:
         return {f"{m}/{s}": {"values": len(w.values), "psi": self._shown_psi(w)} for (m, s), w in self.windows.items()}

@@ -26,8 +26,18 @@ from kernel.protection.admission import AdmissionControl
 from kernel.protection.breaker import CircuitBreaker
 from kernel.protection.deadlines import Deadline
 from kernel.request_context import StageClock
-from kernel.routing.rollout import CANARY_ROLLBACKS, VERSION_REQUESTS, VERSION_SECONDS, ServedModel
-from observability.metrics import DEGRADED, REJECTED, labelled, pending_declared, pending_finished, pending_started
+from kernel.routing.rollout import ServedModel
+from observability.metrics import (
+    CANARY_ROLLBACKS,
+    DEGRADED,
+    REJECTED,
+    VERSION_REQUESTS,
+    VERSION_SECONDS,
+    labelled,
+    pending_declared,
+    pending_finished,
+    pending_started,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from kernel.context import ServingContext

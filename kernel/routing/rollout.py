@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter, Histogram
 
 from configs.deployments import ModelRepository
 from configs.settings import Rollout
@@ -27,23 +26,14 @@ from kernel.errors import ApiError
 from kernel.family import Family
 from models.manifest import Manifest
 from models.registry import LocalRegistry
-from observability.metrics import LATENCY_BUCKETS
+from observability.metrics import (
+    SHADOW_AGREEMENT,
+    SHADOW_CALLS,
+    SHADOW_SECONDS,
+)
 
 log = logging.getLogger("triserve.rollout")
 
-VERSION_REQUESTS = Counter("triserve_version_requests_total", "Runner calls per model version and role "
-                           "(stable/canary), by outcome.", ["slot", "version", "role", "outcome"])
-VERSION_SECONDS = Histogram("triserve_version_seconds", "Runner round trip per model version and role.",
-                            ["slot", "version", "role"], buckets=LATENCY_BUCKETS)
-CANARY_ROLLBACKS = Counter("triserve_canary_rollbacks_total", "Canaries withdrawn automatically.", ["slot", "reason"])
-SHADOW_CALLS = Counter("triserve_shadow_total", "Shadow mirror calls by outcome (ok, dropped, error).",
-                       ["slot", "version", "outcome"])
-SHADOW_AGREEMENT = Histogram("triserve_shadow_agreement", "Per-request agreement of shadow vs served answer "
-                             "(1 = identical; detection: matched-box share, text: top-1 match, forecast: 1 - "
-                             "relative difference).", ["slot", "version"],
-                             buckets=(0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0))
-SHADOW_SECONDS = Histogram("triserve_shadow_seconds", "Shadow runner round trip.", ["slot", "version"],
-                           buckets=LATENCY_BUCKETS)
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from prometheus_client import Histogram
-
 from kernel.protection import queue_control
-
-GATEWAY_BATCH = Histogram("triserve_gateway_batch_requests", "Requests coalesced into one runner call, per slot.",
-                          ["slot"], buckets=(1, 2, 4, 8, 16, 32, 64, 128))
-QUEUE_WAIT = Histogram("triserve_gateway_queue_wait_seconds", "Wait of the oldest request of each runner call in its "
-                       "slot's gateway batcher queue (submitted -> call left), per slot.", ["slot"],
-                       buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+from observability.metrics import GATEWAY_BATCH, QUEUE_WAIT
 
 Send = Callable[[list[dict]], Awaitable[list[dict]]]
 
