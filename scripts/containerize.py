@@ -100,6 +100,13 @@ def tool(name: str) -> str:
 # The Bento installs exactly the lock the tests ran against (scripts/lock.py): a bentofile's python section is
 # `requirements_txt: locks/serving-<variant>.txt` with BentoML's own resolution off (lock_packages: false). Checked
 # by tests/configs/test_deploy.py and before every `make bento` / `make image`.
+def project_license() -> str:
+    """The SPDX licence expression of the code (pyproject.toml [project].license)."""
+    import tomllib
+
+    return str(tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["license"])
+
+
 def bentofile_variant(data: dict) -> str:
     return str((data.get("labels") or {}).get("variant") or "cpu")
 
@@ -416,7 +423,12 @@ def main(argv: list[str] | None = None) -> None:
                "--opt", f"label=ai.triserve.base-image={base or wanted}",
                # the base image's own title/description would otherwise be inherited
                "--opt", "label=org.opencontainers.image.title=triserve",
-               "--opt", f"label=org.opencontainers.image.description=triserve Bento {tag} (bentoml containerize)"]
+               "--opt", f"label=org.opencontainers.image.description=triserve Bento {tag} (bentoml containerize)",
+               # the code's licence; the weights are not in the image (pulled at startup, each model's licence in
+               # its manifest, /v1/models and its OCI artefact's annotations)
+               "--opt", f"label=org.opencontainers.image.licenses={project_license()}",
+               "--opt", "label=ai.triserve.weights=pulled at startup from TRISERVE_REGISTRY_URI; licences per model "
+                        "in /v1/models"]
         info_labels = yaml.safe_load((bento_path / "bento.yaml").read_text()).get("labels") or {}
         for key, value in sorted(info_labels.items()):  # the Bento's labels (git commit, model aliases, variant)
             cmd += ["--opt", f"label=ai.triserve.bento.{key}={value}"]
