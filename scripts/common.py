@@ -21,6 +21,9 @@ from models.manifest import Manifest, ParityCheck
 from scripts.imagetools import StepFailed, system_tool
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# where `python -m scripts.pipeline build` publishes and caches by default (scripts/pipeline.py, detection/build.py)
+LOCAL_REGISTRY = PROJECT_ROOT / "models" / "store"
+PIPELINE_CACHE = PROJECT_ROOT / ".cache" / "pipeline"
 log = logging.getLogger("triserve.pipeline")
 
 

@@ -24,11 +24,19 @@ import time
 from pathlib import Path
 
 from models.registry import LocalRegistry
-from scripts.common import PROJECT_ROOT, BuildContext, GateFailed, git_commit, recipe_hash
+from scripts.common import (
+    LOCAL_REGISTRY,
+    PIPELINE_CACHE,
+    PROJECT_ROOT,
+    BuildContext,
+    GateFailed,
+    git_commit,
+    recipe_hash,
+)
 
 TASKS = ("detection", "text", "forecast")
-DEFAULT_REGISTRY = PROJECT_ROOT / "models" / "store"
-DEFAULT_CACHE = PROJECT_ROOT / ".cache" / "pipeline"
+DEFAULT_REGISTRY = LOCAL_REGISTRY
+DEFAULT_CACHE = PIPELINE_CACHE
 log = logging.getLogger("triserve.pipeline")
 
 

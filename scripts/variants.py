@@ -431,12 +431,12 @@ class DetectionTask(Task):
 
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         # the builder's own evaluation settings and drift references (same code path as the base's mAP)
-        from scripts.detection.build import _eval_nms, _references
+        from scripts.detection.build import eval_nms_params, reference_distribution
         from scripts.detection.evaluate import evaluate
 
-        res = evaluate(ort_session(path, self.threads), self.test, self.imgsz, eval_nms=_eval_nms(self.recipe),
+        res = evaluate(ort_session(path, self.threads), self.test, self.imgsz, eval_nms=eval_nms_params(self.recipe),
                        progress=False)
-        return Evaluation({"map50": res.map50, "map50_95": res.map50_95}, reference=_references(res))
+        return Evaluation({"map50": res.map50, "map50_95": res.map50_95}, reference=reference_distribution(res))
 
     def speed_feeds(self) -> dict[str, dict[str, np.ndarray]]:
         from scripts.detection.build import parity_images

@@ -654,8 +654,8 @@ def run_profile(args, servers: dict, requests: dict, out: Path) -> dict:
                 result.setdefault("errors", {})[role] = err.decode(errors="replace")[-500:]
         svg, raw = files[role]
         result["command"][role] = (f"py-spy record --nonblocking -d {int(args.profile_seconds)} -r 50 -p <{role} pid> "
-                                   f"-o {_shown(svg)}")
-        result[role] = {"svg": _shown(svg) if svg.exists() else None, **top_frames(raw)}
+                                   f"-o {shown(svg)}")
+        result[role] = {"svg": shown(svg) if svg.exists() else None, **top_frames(raw)}
         raw.unlink(missing_ok=True)
     return result
 
@@ -700,24 +700,24 @@ def to_markdown(res: dict) -> str:
     ip = s["table"].get("inproc")
     if ip:
         L += [f"In-process ONNX Runtime ceiling (tokenisation + padding + top-3 included): "
-              f"**{_fmt(ip['ceiling_texts_per_s'])} texts/s** (best configuration per round: {ip['best']}); without "
+              f"**{cell(ip['ceiling_texts_per_s'])} texts/s** (best configuration per round: {ip['best']}); without "
               f"length groups (each batch padded to its longest item) at the servers' thread setting: "
-              f"{_fmt(ip['ceiling_padded_same_threads_texts_per_s'])} texts/s ({ip['best_padded_same_threads']}); "
-              f"batch-1 call p50 {_fmt(ip['single_call_ms_p50'], 2)} ms.", "",
+              f"{cell(ip['ceiling_padded_same_threads_texts_per_s'])} texts/s ({ip['best_padded_same_threads']}); "
+              f"batch-1 call p50 {cell(ip['single_call_ms_p50'], 2)} ms.", "",
               "| in-process config (intra-op threads / batch / strategy) | texts/s | pad efficiency |", "|---|---|---|"]
-        L += [f"| {k} | {_fmt(v)} | {ip['pad_efficiency'].get(k)} |" for k, v in ip["by_config_texts_per_s"].items()]
+        L += [f"| {k} | {cell(v)} | {ip['pad_efficiency'].get(k)} |" for k, v in ip["by_config_texts_per_s"].items()]
         L.append("")
     L += ["| system | c | texts/s | p50 ms | p90 ms | p99 ms | non-200 |", "|---|---|---|---|---|---|---|"]
     for name, per_c in s["table"].items():
         if name == "inproc":
             continue
         for c, row in per_c.items():
-            L.append(f"| {name} | {c} | {_fmt(row['texts_per_s'])} | {_fmt(row['p50'], 2)} | {_fmt(row['p90'], 2)} | "
-                     f"{_fmt(row['p99'], 2)} | {row['non_200_total']} |")
+            L.append(f"| {name} | {c} | {cell(row['texts_per_s'])} | {cell(row['p50'], 2)} | {cell(row['p90'], 2)} | "
+                     f"{cell(row['p99'], 2)} | {row['non_200_total']} |")
     L += ["", "| goal | measured (median [range] over rounds) | target | met |", "|---|---|---|---|"]
     for g in s["goals"].values():
         met = "n/a" if g["met"] is None else ("yes" if g["met"] else "**no**")
-        L.append(f"| {g['description']} | {_fmt(g, 2)} | {g['goal']} | {met} |")
+        L.append(f"| {g['description']} | {cell(g, 2)} | {g['goal']} | {met} |")
     if res.get("skipped"):
         L += ["", "Not measured:", ""] + [f"- {k}: {v}" for k, v in res["skipped"].items()]
     L += batch_hist.markdown(s.get("batch_histograms") or {}, SLOT)
@@ -751,12 +751,12 @@ def to_markdown(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def _shown(path: Path) -> str:
+def shown(path: Path) -> str:
     """A path relative to the repository when it is inside it, else as is."""
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def _fmt(mr: dict | None, nd: int = 0) -> str:
+def cell(mr: dict | None, nd: int = 0) -> str:
     if not mr or mr.get("median") is None:
         return "n/a"
     f = f"{{:.{nd}f}}"
@@ -936,7 +936,7 @@ def main() -> None:
     import onnxruntime
 
     res = {"command": command, "started_utc": started_utc, "wall_seconds": round(time.monotonic() - t0, 1),
-           "model": f"minilm-intent:{manifest['version']} ({_shown(d)})", "texts_source": source,
+           "model": f"minilm-intent:{manifest['version']} ({shown(d)})", "texts_source": source,
            "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                    f"onnxruntime {onnxruntime.__version__}",
            "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu,
@@ -951,11 +951,11 @@ def main() -> None:
     # first: a plotting failure loses nothing
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
     try:
-        res["plots"] = [_shown(Path(p)) for p in plot_rounds(res, out, "texts", "minilm-intent, 1 server CPU")]
+        res["plots"] = [shown(Path(p)) for p in plot_rounds(res, out, "texts", "minilm-intent, 1 server CPU")]
         hist_png = batch_hist.plot(res["summary"]["batch_histograms"], out.with_name(out.name + "_batch_sizes.png"),
                                    "text batch sizes", command)
         if hist_png:
-            res["plots"].append(_shown(Path(hist_png)))
+            res["plots"].append(shown(Path(hist_png)))
     except Exception as exc:  # noqa: BLE001  # the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     write_report(out, res, to_markdown(res))

@@ -70,14 +70,14 @@ from scripts.bench.compare import (
     Peer,
     Servers,
     TriservePeer,
-    _fmt,
-    _shown,
+    cell,
     default_generator,
     free_port,
     load_cell,
     med_range,
     pinned,
     plot_rounds,
+    shown,
     timings_probe,
 )
 from scripts.bench.report import write_report
@@ -499,12 +499,12 @@ def to_markdown(res: dict) -> str:
           f"{res['wall_seconds']} s. Host: {res['host']}"), ""]
     ip = s["table"].get("inproc")
     if ip:
-        st = ", ".join(f"{k} {_fmt(v, 2)}" for k, v in ip["single_call_stage_ms_p50"].items())
+        st = ", ".join(f"{k} {cell(v, 2)}" for k, v in ip["single_call_stage_ms_p50"].items())
         L += [(f"In-process ONNX Runtime ceiling (base64 + image decode + letterbox + run + NMS included): "
-               f"**{_fmt(ip['ceiling_images_per_s'])} images/s** (best configuration per round: {ip['best']}); "
-               f"batch-1 call p50 {_fmt(ip['single_call_ms_p50'], 2)} ms (stages, ms: {st})."), "",
+               f"**{cell(ip['ceiling_images_per_s'])} images/s** (best configuration per round: {ip['best']}); "
+               f"batch-1 call p50 {cell(ip['single_call_ms_p50'], 2)} ms (stages, ms: {st})."), "",
               "| in-process config (intra-op threads / batch) | images/s | call p50 ms |", "|---|---|---|"]
-        L += [f"| {k} | {_fmt(v)} | {_fmt(ip['by_config_call_ms_p50'][k], 2)} |"
+        L += [f"| {k} | {cell(v)} | {cell(ip['by_config_call_ms_p50'][k], 2)} |"
               for k, v in ip["by_config_images_per_s"].items()]
         L.append("")
     L += ["| system | c | images/s | p50 ms | p90 ms | p99 ms | non-200 |", "|---|---|---|---|---|---|---|"]
@@ -512,12 +512,12 @@ def to_markdown(res: dict) -> str:
         if name == "inproc":
             continue
         for c, row in per_c.items():
-            L.append(f"| {name} | {c} | {_fmt(row['images_per_s'])} | {_fmt(row['p50'], 2)} | {_fmt(row['p90'], 2)} | "
-                     f"{_fmt(row['p99'], 2)} | {row['non_200_total']} |")
+            L.append(f"| {name} | {c} | {cell(row['images_per_s'])} | {cell(row['p50'], 2)} | {cell(row['p90'], 2)} | "
+                     f"{cell(row['p99'], 2)} | {row['non_200_total']} |")
     L += ["", "| goal | measured (median [range] over rounds) | target | met |", "|---|---|---|---|"]
     for g in s["goals"].values():
         met = "n/a" if g["met"] is None else ("yes" if g["met"] else "**no**")
-        L.append(f"| {g['description']} | {_fmt(g, 2)} | {g['goal']} | {met} |")
+        L.append(f"| {g['description']} | {cell(g, 2)} | {g['goal']} | {met} |")
     L += batch_hist.markdown(s.get("batch_histograms") or {}, SLOT)
     ag = res.get("agreement")
     if ag:
@@ -653,7 +653,7 @@ def main() -> None:
     import onnxruntime
 
     res = {"command": command, "started_utc": started_utc, "wall_seconds": round(time.monotonic() - t0, 1),
-           "model": f"{MODEL}:{manifest['version']} ({_shown(d)}), input imgsz {manifest['preprocess']['imgsz']}",
+           "model": f"{MODEL}:{manifest['version']} ({shown(d)}), input imgsz {manifest['preprocess']['imgsz']}",
            "images_source": source,
            "images": [{"width": im["width"], "height": im["height"], "jpeg_bytes": im["jpeg_bytes"],
                        "objects": len(im["objects"])} for im in images],
@@ -672,12 +672,12 @@ def main() -> None:
     # first: a plotting failure loses nothing
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
     try:
-        res["plots"] = [_shown(Path(p)) for p in plot_rounds(
+        res["plots"] = [shown(Path(p)) for p in plot_rounds(
             res, out, "images", f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")]
         hist_png = batch_hist.plot(res["summary"]["batch_histograms"], out.with_name(out.name + "_batch_sizes.png"),
                                    "detection batch sizes", command)
         if hist_png:
-            res["plots"].append(_shown(Path(hist_png)))
+            res["plots"].append(shown(Path(hist_png)))
     except Exception as exc:  # noqa: BLE001  # the numbers are already saved
         res["plots"] = f"failed: {type(exc).__name__}: {exc}"
     write_report(out, res, to_markdown(res))

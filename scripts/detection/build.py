@@ -45,6 +45,8 @@ from models.manifest import (
     utcnow,
 )
 from scripts.common import (
+    LOCAL_REGISTRY,
+    PIPELINE_CACHE,
     Artifact,
     BuildContext,
     GateFailed,
@@ -491,14 +493,14 @@ def check_parity(model, onnx_path: Path, sizes: Sequence[Sequence[int]], batches
 
 
 # -- evaluation -------------------------------------------------------------------------------------------------------
-def _references(result) -> dict[str, dict[str, list[float]]]:
+def reference_distribution(result) -> dict[str, dict[str, list[float]]]:
     return {
         "confidence": histogram_reference(result.confidences, CONFIDENCE_BINS),
         "boxes_per_image": histogram_reference(np.minimum(result.boxes_per_image, 30), BOXES_PER_IMAGE_BINS),
     }
 
 
-def _eval_nms(recipe: dict):
+def eval_nms_params(recipe: dict):
     from families.detection.postprocess import NMSParams
 
     return NMSParams(conf_threshold=recipe.get("eval_conf", 0.001), iou_threshold=recipe.get("eval_iou", 0.7),
@@ -542,7 +544,7 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
 
     session = ort_session(onnx_path)
     test = labelled_split(dataset, "test")
-    eval_nms = _eval_nms(recipe)
+    eval_nms = eval_nms_params(recipe)
     primary = evaluate(session, test, imgsz, eval_nms=eval_nms, desc=f"test @{imgsz}")
     fallback = evaluate(session, test, fb_imgsz, eval_nms=eval_nms, desc=f"test @{fb_imgsz}")
     latency = latency_ab(session, [imgsz, fb_imgsz], runs=recipe["latency_runs"], seed=recipe["seed"])
@@ -581,12 +583,12 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     m_primary = Manifest(
         name=PRIMARY, variant="primary", preprocess=DetectionPreprocess(imgsz=imgsz),
         metrics={"map50": primary.map50, "map50_95": primary.map50_95, "ms_per_image": latency[imgsz]},
-        gates=gates_primary, reference=_references(primary), **common)
+        gates=gates_primary, reference=reference_distribution(primary), **common)
     m_fallback = Manifest(
         name=FALLBACK, variant="fallback", fallback_for=PRIMARY, preprocess=DetectionPreprocess(imgsz=fb_imgsz),
         metrics={"map50": fallback.map50, "map50_95": fallback.map50_95, "ms_per_image": latency[fb_imgsz],
                  "map50_drop": drop, "speedup": speedup},
-        gates=gates_fallback, reference=_references(fallback), **common)
+        gates=gates_fallback, reference=reference_distribution(fallback), **common)
 
     artifacts = []
     for manifest in (m_primary, m_fallback):
@@ -681,9 +683,7 @@ def export_user_model(weights: Path, name: str, version: str, work_dir: Path, im
         raise ValueError(f"head must be auto, anchors or end2end, got {head!r}")
     weights = Path(weights)
     if cache_dir is None:
-        from scripts.pipeline import DEFAULT_CACHE
-
-        cache_dir = DEFAULT_CACHE / "detection"
+        cache_dir = PIPELINE_CACHE / "detection"
     setup_ultralytics(Path(cache_dir))
     model = load_torch_model(weights)
     task = getattr(model, "task", None) or type(model).__name__
@@ -763,7 +763,7 @@ def export_user_model(weights: Path, name: str, version: str, work_dir: Path, im
         else:
             result = evaluate(session, items, imgsz, desc=f"{split} @{imgsz}")
         metrics.update(map50=result.map50, map50_95=result.map50_95)
-        reference = _references(result)
+        reference = reference_distribution(result)
         fingerprint = data_fingerprint(*[f for p in images for f in (p, _yolo_label_path(p))])
     wsha = sha256_file(weights)
     recipe = {"head": kind, "max_det": max_det, "dynamic_batch": dynamic, "batch_proof_reason": proof_reason,
@@ -800,7 +800,6 @@ def publish_user_model(weights: Path, name: str, version: str, registry, imgsz: 
 
 def main(argv: list[str] | None = None) -> int:
     from models.registry import LocalRegistry
-    from scripts.pipeline import DEFAULT_CACHE, DEFAULT_REGISTRY
 
     ap = argparse.ArgumentParser(prog="python -m scripts.detection.build", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -809,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--weights", type=Path, required=True)
     e.add_argument("--name", required=True, help="registry model name, e.g. my-detector")
     e.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
-    e.add_argument("--registry", type=Path, default=Path(os.environ.get("TRISERVE_REGISTRY_DIR", DEFAULT_REGISTRY)))
+    e.add_argument("--registry", type=Path, default=Path(os.environ.get("TRISERVE_REGISTRY_DIR", LOCAL_REGISTRY)))
     e.add_argument("--imgsz", type=int, default=None, help="letterbox size (default: the checkpoint's train imgsz)")
     e.add_argument("--data", type=Path, default=None, help="ultralytics data yaml to score the model on")
     e.add_argument("--alias", default=None, help="also point this alias (e.g. canary) at the new version")
@@ -819,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         m = publish_user_model(args.weights, args.name, args.version, LocalRegistry(args.registry), args.imgsz,
-                               args.data, args.alias, cache_dir=DEFAULT_CACHE / "detection", head=args.head)
+                               args.data, args.alias, cache_dir=PIPELINE_CACHE / "detection", head=args.head)
     except (GateFailed, ValueError) as exc:
         log.error("gate failed, nothing published: %s", exc)
         return 2

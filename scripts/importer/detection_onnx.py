@@ -400,9 +400,9 @@ def _pin_batch_one(src: Path, dst: Path) -> None:
     onnx.save(model, str(dst))
 
 
-def _references(dets: Sequence[Dets]) -> dict[str, dict[str, list[float]]]:
+def detection_references(dets: Sequence[Dets]) -> dict[str, dict[str, list[float]]]:
     """The drift references scripts/detection/build.py writes (confidence, boxes_per_image), from these detections."""
-    from scripts.detection.build import _references as build_references
+    from scripts.detection.build import reference_distribution as build_references
 
     conf = np.concatenate([d.scores for d in dets]) if dets else np.zeros(0)
     return build_references(SimpleNamespace(confidences=conf, boxes_per_image=np.array([len(d) for d in dets])))
@@ -679,7 +679,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
                 model_file="model.onnx", files=[], opset=_opset(fb_staging / "model.onnx"), inputs=fb_inputs,
                 outputs=fb_outputs, preprocess=fb_pre, labels=info.labels, source=fb_source,
                 data_fingerprint=data_fingerprint(model_path, *[p.path for p in photos.calibration]),
-                metrics=fb_metrics, parity=[], gates=chosen["gates"], reference=_references(fb_dets),
+                metrics=fb_metrics, parity=[], gates=chosen["gates"], reference=detection_references(fb_dets),
                 recipe_hash=stable_hash({"primary": recipe_hash, "fallback": chosen["method"]}),
                 created_at=utcnow(), git_commit=git_commit()))
             report["fallback"] = {"name": fallback_name, "method": chosen["method"]["summary"], **fb_metrics}
@@ -695,7 +695,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
         opset=_opset(served), inputs=inputs, outputs=outputs, preprocess=pre, labels=info.labels,
         source=source.model_copy(update={"recipe": {**source.recipe, **recipe}}),
         data_fingerprint=data_fingerprint(model_path), metrics=primary_metrics, parity=proof.checks,
-        gates=primary_gates, reference=_references(fp32_agree + fp32_cal), recipe_hash=recipe_hash,
+        gates=primary_gates, reference=detection_references(fp32_agree + fp32_cal), recipe_hash=recipe_hash,
         created_at=utcnow(), git_commit=git_commit())
     report["primary_metrics"] = primary_metrics
     report["timings_s"] = timings
@@ -986,7 +986,7 @@ def quiet_stdout():
     return contextlib.redirect_stdout(sys.stderr)
 
 
-def _print_result(published: list[Manifest], report: dict | None = None) -> None:
+def print_result(published: list[Manifest], report: dict | None = None) -> None:
     out = [{"name": m.name, "version": m.version, "variant": m.variant, "inputs": [i.model_dump() for i in m.inputs],
             "gates": m.gates, "metrics": {k: round(v, 4) for k, v in m.metrics.items()}} for m in published]
     print(json.dumps({"published": out, **({"report": report} if report else {})}, indent=2, default=str))
@@ -1006,7 +1006,7 @@ def _cmd_onnx(args) -> int:
         log.error("nothing published: %s", exc)
         return 2
     log_report(report)
-    _print_result(published, report)
+    print_result(published, report)
     return 0
 
 
@@ -1024,7 +1024,7 @@ def _cmd_coco(args) -> int:
         print(json.dumps({"published": [], "note": "already in the registry",
                           "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
         return 0
-    _print_result(published)
+    print_result(published)
     return 0
 
 

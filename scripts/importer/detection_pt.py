@@ -388,7 +388,7 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
     NOASSERTION, or LicenseRequired with `require_license`: scripts/importer/licenses.py).
     """
     from scripts.detection.build import export_user_model
-    from scripts.importer.detection_onnx import DEFAULT_CACHE, _references
+    from scripts.importer.detection_onnx import DEFAULT_CACHE, detection_references
     from scripts.importer.photos import package_photos, read_rgb
 
     t0 = time.monotonic()
@@ -456,7 +456,7 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
             batch = 1 if isinstance(m.inputs[0].shape[0], int) else 4
             dets = run_detector(sess, [read_rgb(p) for p in _photo_paths(photo_set)], m.preprocess,
                                 nms_params(c.serving_conf, c.serving_iou, max_det=100, topk=1000), batch=batch)
-            reference = _references(dets)
+            reference = detection_references(dets)
     recipe = {**m.source.recipe, "importer": "scripts/importer/detection_pt.py", "checkpoint": info.describe(),
               "params": asdict(params), "photos": photo_set.describe() if photo_set is not None else None,
               "ultralytics_check": "skipped" if ultra is None else "passed"}

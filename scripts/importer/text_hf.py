@@ -337,7 +337,7 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
     `license`: SPDX expression of the weights (else README.md's `license:`, else NOASSERTION, or LicenseRequired with
     `require_license`: scripts/importer/licenses.py)."""
     from families.text.preprocess import TextTokenizer
-    from scripts.importer.text_onnx import _feeds, check_texts
+    from scripts.importer.text_onnx import check_texts, token_feeds
 
     model_dir, work_dir = Path(model_dir), Path(work_dir)
     check_eval_args(eval_csv, min_accuracy)
@@ -358,7 +358,7 @@ def import_text_hf(model_dir: Path, name: str, version: str, work_dir: Path, *, 
 
     # the example batch the exporter traces: two real texts, one padded
     tok = TextTokenizer(staging / TOKENIZER_FILE, info.max_length)
-    example = _feeds(info.pad_token_id, info.input_names, tok.encode(check_texts(4)[:2]))
+    example = token_feeds(info.pad_token_id, info.input_names, tok.encode(check_texts(4)[:2]))
     wrapped = probability_model(model, info.input_names)
     reference = torch_reference(wrapped, info.input_names)
     try:

@@ -224,7 +224,7 @@ def check_served_graph(path: Path, n_labels: int) -> list[str]:
     return names
 
 
-def _feeds(pad_token_id: int, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
+def token_feeds(pad_token_id: int, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
     """The runner's feeds (families/text/runtime.feeds) for ragged id rows."""
     from families.text import runtime
 
@@ -255,7 +255,7 @@ def padded_cases(tokenizer_file: Path, max_length: int, pad_token_id: int, input
         longest = long_text(tok, texts)
         for i, b in enumerate(batches):
             chosen = [longest] + [texts[(s * 7 + i * 37 + j) % len(texts)] for j in range(b - 1)]
-            feeds = _feeds(pad_token_id, input_names, tok.encode(chosen))
+            feeds = token_feeds(pad_token_id, input_names, tok.encode(chosen))
             if feeds["input_ids"].shape != (b, s):
                 raise GateFailed(f"parity case batch{b}/seq{s}: padded shape {feeds['input_ids'].shape}")
             name = f"batch{b}/seq{s}" + ("/truncated" if s == max_length else "")
@@ -598,7 +598,7 @@ def inspect_text_onnx(path: Path, labels: Sequence[str], outputs: str, tokenizer
         raise ImportRefused(f"{Path(tokenizer_path).name}: not a readable tokenizers file ({type(exc).__name__}: "
                             f"{exc})") from exc
     texts = check_texts(8)
-    feeds = _feeds(0, names, tok.encode([long_text(tok, texts), texts[0]]))  # pad id: the mask hides it
+    feeds = token_feeds(0, names, tok.encode([long_text(tok, texts), texts[0]]))  # pad id: the mask hides it
     try:
         session = ort_session(path, threads=1)
         y = session.run(None, feeds)[0]
@@ -744,7 +744,7 @@ def publish_text_onnx(model_path: Path, tokenizer_path: Path, labels_file: Path,
 def run_cli(fn: Callable[[], tuple[list, dict]]) -> int:
     """Run an import, answer JSON on stdout; refusals (GateFailed, RegistryError) exit 2 with the reason logged."""
     from models.registry import RegistryError
-    from scripts.importer.detection_onnx import _print_result, quiet_stdout
+    from scripts.importer.detection_onnx import print_result, quiet_stdout
 
     try:
         with quiet_stdout():
@@ -752,7 +752,7 @@ def run_cli(fn: Callable[[], tuple[list, dict]]) -> int:
     except (GateFailed, RegistryError) as exc:
         log.error("nothing published: %s", exc)
         return 2
-    _print_result(published, report)
+    print_result(published, report)
     return 0
 
 
