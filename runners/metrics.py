@@ -2,9 +2,18 @@
 one module, so what the runner exports reads in one place. The gateway tier's are observability/metrics.py."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram
 
-# the compute host (runners/service.py)
+from runners.memory import MB
+
+if TYPE_CHECKING:
+    from runners.memory import MemoryBudget
+    from runners.pool import LoadedModel
+
+# the runner's models: compute (runners/compute.py), loads and residency (runners/repository_state.py,
+# runners/on_demand.py)
 BATCH_SIZE = Histogram("triserve_runner_batch_size", "Items per ONNX Runtime call, per model slot.",
                        ["slot", "model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
 EXPIRED = Counter("triserve_runner_expired_total", "Items dropped before compute because their deadline passed.",
@@ -39,3 +48,21 @@ MERGED_CALLS = Histogram("triserve_runner_merged_calls", "Runner calls (from any
 GATHER_SECONDS = Histogram("triserve_runner_gather_seconds", "Time an idle runner waited for the other callers' "
                            "calls before a computation (runners/merge.py), per slot.", ["slot"],
                            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05))
+
+
+def model_info(slot: str, m: LoadedModel) -> None:
+    """A loaded model's identity, load time and measured memory (set when it is installed or activated)."""
+    MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
+                      m.provider).set(1)
+    LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
+    if m.footprint is not None:
+        fp = m.footprint
+        for kind, mb in (("resident", fp.resident_mb), ("per_item", fp.per_item_mb),
+                         ("reserved", fp.need(m.batch_cap))):
+            MODEL_MEMORY.labels(slot, m.manifest.version, kind).set(mb * MB)
+
+
+def memory_gauges(budget: MemoryBudget) -> None:
+    """The memory budget's total, reserved and free bytes (set after every load, install or unload)."""
+    for state, mb in (("total", budget.budget_mb), ("reserved", budget.used_mb), ("free", budget.free_mb)):
+        MEMORY_BUDGET.labels(state).set(mb * MB)

@@ -68,7 +68,7 @@ def test_oip_float_tensors_are_served_next_to_uint8_letterboxes(local_server, ti
 
 def test_runner_feeds_mix_uint8_letterboxes_and_float_tensors():
     """One runner batch can hold both forms; each row must be the tensor preprocess_image makes."""
-    from runners.service import ModelRunner
+    from runners.compute import feeds as runner_feeds
 
     img = np.random.default_rng(1).integers(0, 256, (40, 70, 3), dtype=np.uint8)
     tensor, _ = preprocess_image(img, 32)
@@ -76,7 +76,7 @@ def test_runner_feeds_mix_uint8_letterboxes_and_float_tensors():
     model = SimpleNamespace(input_names=["images"],
                             manifest=SimpleNamespace(task="detection",
                                                      preprocess=SimpleNamespace(scale=1 / 255.0, color_order="RGB")))
-    feeds = ModelRunner.inner._feeds(model, [boxed, tensor, boxed])
+    feeds = runner_feeds(model, [boxed, tensor, boxed])
     assert feeds["images"].shape == (3, 3, 32, 32) and feeds["images"].dtype == np.float32
     for row in feeds["images"]:
         assert np.array_equal(row, tensor)
