@@ -13,6 +13,7 @@ from typing import Any
 import families
 from configs.deployments import FALLBACK_SUFFIX, Deployment
 from configs.settings import Settings
+from kernel.call import CallContext
 from kernel.errors import ApiError
 from kernel.family import Family
 from kernel.routing.drift import QualityMonitor
@@ -98,6 +99,12 @@ class ServingContext:
                 for manifest in self.active_manifests(dep).values():
                     self.quality.track(manifest)
         return entry[1]
+
+    async def run(self, family: str, request: Any, call: CallContext, deployment: Deployment | None = None) -> Any:
+        """Every transport's one way into a family: the deployment the request names (or the one given, or the
+        family default) -> its pipeline's `run(request, call)`."""
+        dep = deployment or await self.resolve(family, getattr(request, "deployment", None))
+        return await self.pipeline(dep).run(request, call)
 
     def limits(self, dep: Deployment):
         return self.settings.family_limits(dep.family, dep.limits)

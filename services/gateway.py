@@ -35,6 +35,7 @@ from services.client_schema import SchemaRoutes, client_routes
 from services.gateway_deps import admin_guard, loaded_context
 from services.protocols.grpc_server import start_grpc
 from services.protocols.oip_rest import router as oip_router
+from services.protocols.rest import family_router
 from services.repository_api import router as repository_router
 from services.rollout_api import router as rollout_router
 
@@ -54,8 +55,9 @@ app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max
                    max_inflight_requests=settings.admission.max_inflight_requests,
                    front_door=settings.admission.queue_control and settings.admission.queue_front_door,
                    family_by_path={r.path: name for name in families.names() for r in families.family(name).routes})
-for name in families.names():
-    app.include_router(families.family(name).router)
+FAMILY_ROUTERS = [family_router(name) for name in families.names()]
+for router in FAMILY_ROUTERS:
+    app.include_router(router)
 app.include_router(rollout_router)
 app.include_router(repository_router)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
@@ -191,4 +193,4 @@ class Gateway:
 # BentoML's SyncHTTPClient / AsyncHTTPClient read their methods from /schema.json: list the JSON inference routes there
 # (services/client_schema.py), so `bentoml.SyncHTTPClient(url).classify(texts=[...])` calls /v1/classify itself.
 cast("bentoml.Service[Gateway]", Gateway).add_asgi_middleware(
-    SchemaRoutes, routes=client_routes(r for name in families.names() for r in families.family(name).router.routes))
+    SchemaRoutes, routes=client_routes(r for router in FAMILY_ROUTERS for r in router.routes))

@@ -29,6 +29,12 @@ class DetectRequest(DetectOptions):
         {"images": [{"data": "<base64 PNG>"}], "conf_threshold": 0.25, "max_detections": 50}]})
 
 
+class DetectUpload(DetectOptions):
+    """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
+
+    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
+
+
 class Detection(BaseModel):
     box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.", min_length=4, max_length=4)
     score: float

@@ -21,11 +21,12 @@ from typing import Any, TypeVar
 
 import grpc
 
+from kernel.call import CallContext
 from kernel.errors import ApiError
 from kernel.protection.deadlines import HEADER as TIMEOUT_HEADER
 from kernel.protection.deadlines import Deadline
 from kernel.request_context import new_request_id
-from services.gateway_deps import CallContext, ready_context
+from services.gateway_deps import ready_context
 from services.protocols.calls import ErrorInfo, describe_error
 
 REQUEST_ID_KEY = "x-request-id"

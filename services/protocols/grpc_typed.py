@@ -1,13 +1,19 @@
-"""The typed gRPC task APIs (triserve.v1.Triserve): each request becomes the REST request model and runs through the
-same pipeline method as /v1/*, and the REST response model is copied field by field into the response message.
+"""The typed gRPC task APIs (triserve.v1.Triserve), one generic adapter for every family: the request message's
+fields become the family's request model (`request_model`, the same validation as REST), the family pipeline runs
+through the kernel (ServingContext.run), and the response model is copied field by field into the response message.
 
-Proto3 `optional` fields that are unset are left out, so the REST defaults apply (top_k 3, horizon 12, ...).
+The family declares only its method name (`grpc_method`); the messages are `<Method>Request` / `<Method>Response` in
+services/protocols/protos/triserve.proto. Field mapping: repeated fields when non-empty (bytes stay bytes), proto3
+`optional` fields only when set (unset ones take the request model's defaults: top_k 3, horizon 12, ...), enums by
+their value's name without the enum's prefix, lower-cased (MODEL_CHOICE_PRIMARY -> "primary"; an unknown number
+stays unknown, so the request model refuses it like any other bad value).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from pydantic import BaseModel
 
 import families
@@ -15,18 +21,32 @@ from services.protocols.generated import triserve_pb2, triserve_pb2_grpc
 from services.protocols.grpc_common import RpcScope, handle
 
 SERVICE_NAME = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"].full_name
-_CHOICES: dict[int, str] = {triserve_pb2.MODEL_CHOICE_AUTO: "auto", triserve_pb2.MODEL_CHOICE_PRIMARY: "primary",
-            triserve_pb2.MODEL_CHOICE_FALLBACK: "fallback"}
 
 
-def model_choice(value: int) -> str:
-    # An unknown enum number stays unknown, so the request model refuses it like any other bad value.
-    return _CHOICES.get(value, f"unknown_model_choice_{value}")
+def _enum_value(field: FieldDescriptor, number: int) -> str:
+    enum = field.enum_type
+    value = enum.values_by_number.get(number)
+    prefix = "".join("_" + c if c.isupper() and i else c for i, c in enumerate(enum.name)).upper() + "_"
+    if value is None:
+        return f"unknown_{prefix.lower()}{number}"
+    return value.name.removeprefix(prefix).lower()
 
 
-def set_fields(message, names: tuple[str, ...]) -> dict[str, Any]:
-    """The proto3 optional fields that are set (unset ones take the REST model's defaults)."""
-    return {n: getattr(message, n) for n in names if message.HasField(n)}
+def message_fields(message) -> dict[str, Any]:
+    """A request message -> the request model's fields (see the module docstring for the rules)."""
+    fields: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.is_repeated:
+            if len(value):
+                fields[field.name] = list(value)
+        elif field.has_presence and not message.HasField(field.name):
+            continue
+        elif field.type == FieldDescriptor.TYPE_ENUM:
+            fields[field.name] = _enum_value(field, value)
+        else:
+            fields[field.name] = value
+    return fields
 
 
 def to_message(response: BaseModel, message):
@@ -36,14 +56,14 @@ def to_message(response: BaseModel, message):
 
 
 def _method(family_name: str):
-    """The family's RPC: request message -> REST request model -> the family's pipeline -> response message."""
+    """The family's RPC: request message -> request model -> the family's pipeline -> response message."""
     fam = families.family(family_name)
     response_type = getattr(triserve_pb2, f"{fam.grpc_method}Response")
 
     async def rpc(self, request, context):
         async def work(scope: RpcScope):
-            call = scope.call(fam.name)
-            resp = await fam.handle(scope.ctx, fam.grpc_request(request), call)
+            body = fam.request_model.model_validate(message_fields(request))
+            resp = await scope.ctx.run(fam.name, body, scope.call(fam.name))
             return to_message(resp, response_type())
 
         return await handle(context, self.gateway, work, f"Triserve/{fam.grpc_method}")

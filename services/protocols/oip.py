@@ -32,10 +32,10 @@ import numpy as np
 import families
 from kernel.context import ServingContext
 from kernel.errors import ApiError
-from kernel.family import TensorMeta
 from kernel.protection.deadlines import Deadline
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
+from kernel.tensors import TensorMeta, bad_request
 from models.manifest import Manifest, TensorSpec
 
 SERVER_NAME = "triserve"
@@ -108,10 +108,6 @@ class ModelEntry:
     slot: str | None = None  # runner slot of a tensor model
     manifest: Manifest | None = None
     unavailable: str = ""  # why the model cannot serve although listed (a pipeline whose primary is not loaded)
-
-
-def bad_request(code: str, message: str, details: Any = None) -> ApiError:
-    return ApiError(400, code, message, details)
 
 
 # ---- tensor codec -------------------------------------------------------------------------------------------------
@@ -246,9 +242,22 @@ def bytes_tensor(name: str, items: list[Any], shape: list[int] | None = None) ->
     return Tensor(name, "BYTES", shape, arr.reshape(shape))
 
 
-def fp32_tensor(name: str, values: Any) -> Tensor:
-    arr = np.asarray(values, dtype=np.float32)
-    return Tensor(name, "FP32", list(arr.shape), arr)
+def output_tensor(meta: TensorMeta, values: Any) -> Tensor:
+    """A pipeline output as its family declares it: `values` (a nested list or an array) in `meta.datatype`."""
+    if meta.datatype == "BYTES":
+        arr = np.asarray(values, dtype=object)
+        return bytes_tensor(meta.name, list(arr.reshape(-1)), list(arr.shape))
+    arr = np.asarray(values, dtype=DATATYPES[meta.datatype])
+    return Tensor(meta.name, meta.datatype, list(arr.shape), arr)
+
+
+def request_field(meta: TensorMeta, tensor: Tensor) -> list[Any]:
+    """A pipeline input tensor -> the value of the request field it fills (flat, row-major)."""
+    if meta.datatype != "BYTES":
+        return tensor.data.reshape(-1).tolist()
+    if meta.binary:
+        return [bytes(b) for b in tensor.data.reshape(-1)]
+    return utf8(tensor.data, meta.name)
 
 
 # ---- catalog, metadata, readiness ---------------------------------------------------------------------------------
@@ -453,18 +462,6 @@ def _with_timeout(call, parameters: dict[str, Any]):
     return dataclasses.replace(call, deadline=Deadline.from_budget(budget_ms))
 
 
-def check_batch(n: int, cap: int, name: str) -> None:
-    if n < 1:
-        raise bad_request("empty_batch", f"input {name!r} has no items", {"input": name})
-    if n > cap:
-        raise ApiError(422, "too_many_items", f"{n} items exceed the limit of {cap}", {"limit": cap, "received": n})
-
-
-def check_finite(arr: np.ndarray, name: str) -> None:
-    if not np.isfinite(arr).all():
-        raise ApiError(422, "non_finite_value", f"input {name!r} contains NaN or infinity", {"input": name})
-
-
 def utf8(items: np.ndarray, name: str) -> list[str]:
     out = []
     for i, b in enumerate(items.reshape(-1)):
@@ -482,7 +479,8 @@ async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: Infer
     dep = ctx.deployment(entry.family, entry.deployment)
     served = ctx.catalog.get(entry.slot, entry.manifest.version)
     ctx.protection.access.capacity(dep.name, dep.family)
-    items = families.family(dep.family).oip_tensor_items(ctx, dep, served, tensors, ctx.slot_batch(entry.slot))
+    arrays = {name: t.data for name, t in tensors.items()}
+    items = families.family(dep.family).tensor_items(ctx.pipeline(dep), served, arrays, ctx.slot_batch(entry.slot))
     clock = StageClock()
     result = await run_task(ctx, dep, lambda _model: items, "primary", clock, call.deadline,
                             request_id=call.request_id, slot=entry.slot)
@@ -493,6 +491,22 @@ async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: Infer
     params = {"served_model": result.model, "served_version": result.version, "degraded": False,
               "batch": int(result.batch), **{k: float(v) for k, v in timings.model_dump().items()}}
     return [Tensor(out_meta.name, out_meta.datatype, list(ys.shape), ys)], params, result.version
+
+
+async def _infer_pipeline(ctx: ServingContext, entry: ModelEntry, req: InferRequest,
+                          call) -> tuple[list[Tensor], dict[str, Any]]:
+    """A deployment as an OIP model: its family's declared input tensors and parameters become the family's request
+    model, the response model its declared output tensors; the family pipeline runs in between (as for REST)."""
+    fam = families.family(entry.family)
+    dep = ctx.deployment(entry.family, entry.deployment)
+    tensors = _inputs(req, entry.inputs)
+    fields: dict[str, Any] = {meta.field: request_field(meta, tensors[meta.name])
+                              for meta in fam.oip_pipeline_inputs if meta.name in tensors}
+    fields.update(pick_params(req.parameters, fam.oip_parameters))
+    request = fam.request_model.model_validate({**fields, "deployment": dep.name})
+    resp = await ctx.run(fam.name, request, call, dep)
+    outputs = [output_tensor(meta, meta.value(resp)) for meta in fam.oip_pipeline_outputs if meta.value is not None]
+    return outputs, {**_envelope(resp), **fam.oip_extra_parameters(resp)}
 
 
 def _envelope(resp) -> dict[str, Any]:
@@ -526,10 +540,7 @@ async def infer(ctx: ServingContext, entry: ModelEntry, req: InferRequest, call)
     if entry.kind == "tensor":
         outputs, params, version = await _infer_tensor_model(ctx, entry, req, call)
     else:
-        fam = families.family(entry.family)
-        dep = ctx.deployment(entry.family, entry.deployment)
-        outputs, resp = await fam.oip_infer(ctx, dep, _inputs(req, entry.inputs), req.parameters, call)
-        params = {**_envelope(resp), **fam.oip_extra_parameters(resp)}
+        outputs, params = await _infer_pipeline(ctx, entry, req, call)
         version = PIPELINE_VERSION
     params = {"request_id": call.request_id, **params}
     return InferResponse(model_name=entry.name, model_version=version, id=req.id,

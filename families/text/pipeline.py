@@ -1,11 +1,9 @@
-"""Text classification endpoint: tokenise (ragged) -> runner pads per batch -> top-k labels."""
+"""The text classification pipeline: tokenise (ragged) -> runner pads per batch -> top-k labels."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends
 
 from configs.deployments import Deployment
 from families.text.limits import Limits
@@ -13,18 +11,15 @@ from families.text.manifest import TextPreprocess
 from families.text.postprocess import top_k
 from families.text.preprocess import TextTokenizer, prepare_text
 from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
+from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
-from kernel.errors import ApiError, ErrorResponse
+from kernel.errors import ApiError
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.routing.rollout import ServedModel
 from kernel.schemas import ModelInfo
 from models.manifest import preprocess_as
 from observability.metrics import ITEMS, labelled
-from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
-
-router = APIRouter(prefix="/v1", tags=["text"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
 @dataclass
@@ -65,7 +60,7 @@ class TextPipeline:
                                {"index": i})
         return list(body.texts)
 
-    async def classify(self, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
+    async def run(self, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:
         clock = StageClock()
         ctx, dep = self.ctx, self.deployment
         texts = self.validate(body)
@@ -96,8 +91,3 @@ class TextPipeline:
             degraded=result.degraded, degraded_reason=result.degraded_reason,
             timings=clock.timings(result.infer_ms), results=results), call, result.batch)
 
-
-@router.post("/classify", response_model=ClassifyResponse, responses=ERRORS, summary="Classify texts")
-async def classify(body: ClassifyRequest, call: CallContext = Depends(inference_guard("text"))) -> ClassifyResponse:
-    ctx = current_context()
-    return await ctx.pipeline(await ctx.resolve("text", body.deployment)).classify(body, call)

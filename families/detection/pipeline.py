@@ -1,11 +1,9 @@
-"""Detection endpoints: JSON (base64) and multipart upload, letterbox -> runner -> capped NMS -> original pixels."""
+"""The detection pipeline: encoded images (base64 or bytes) -> letterbox -> runner -> capped NMS -> original pixels."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, File, Form, UploadFile
 
 from configs.deployments import Deployment
 from families.detection.decode import decode_base64, decode_image
@@ -13,19 +11,23 @@ from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
 from families.detection.postprocess import NMSParams, decode
 from families.detection.preprocess import boxes_to_original, letterbox
-from families.detection.schemas import Detection, DetectOptions, DetectRequest, DetectResponse, ImageResult
+from families.detection.schemas import (
+    Detection,
+    DetectOptions,
+    DetectRequest,
+    DetectResponse,
+    DetectUpload,
+    ImageResult,
+)
+from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
-from kernel.errors import ApiError, ErrorResponse
+from kernel.errors import ApiError
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.routing.rollout import ServedModel
-from kernel.schemas import ModelChoice, ModelInfo
+from kernel.schemas import ModelInfo
 from models.manifest import preprocess_as
 from observability.metrics import ITEMS, labelled
-from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
-
-router = APIRouter(prefix="/v1", tags=["detection"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
 @dataclass
@@ -50,6 +52,18 @@ class DetectionPipeline:
         if n > self.limits.max_images:
             raise ApiError(422, "too_many_images", f"{n} images exceed the limit of {self.limits.max_images}",
                            {"limit": self.limits.max_images, "received": n})
+
+    async def run(self, request: DetectRequest | DetectUpload, call: CallContext) -> DetectResponse:
+        """Base64 images (the JSON route) or encoded bytes (uploads, typed gRPC, OIP) -> detections."""
+        clock = StageClock()
+        if isinstance(request, DetectRequest):
+            self.check_count(len(request.images))
+            lim = self.limits
+            images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes,
+                                   lim.max_pixels) for i, im in enumerate(request.images)]
+        else:
+            images = self.decode_all(request.images)
+        return await self.detect(images, request, clock, call)
 
     def decode_all(self, raws: list[bytes]) -> list[np.ndarray]:
         """Encoded images -> RGB arrays: count cap, then safe decoding with size and pixel caps from the header."""
@@ -96,42 +110,3 @@ class DetectionPipeline:
             degraded=result.degraded, degraded_reason=result.degraded_reason,
             timings=clock.timings(result.infer_ms), results=out), call, result.batch)
 
-
-async def _pipeline(name: str | None) -> DetectionPipeline:
-    ctx = current_context()
-    return ctx.pipeline(await ctx.resolve("detection", name))
-
-
-@router.post("/detect", response_model=DetectResponse, responses=ERRORS,
-             summary="Detect objects in base64-encoded images")
-async def detect_json(body: DetectRequest, call: CallContext = Depends(inference_guard("detection"))) -> DetectResponse:
-    clock = StageClock()
-    pipeline = await _pipeline(body.deployment)
-    pipeline.check_count(len(body.images))
-    lim = pipeline.limits
-    images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes, lim.max_pixels)
-              for i, im in enumerate(body.images)]
-    return await pipeline.detect(images, body, clock, call)
-
-
-@router.post("/detect/upload", response_model=DetectResponse, responses=ERRORS,
-             summary="Detect objects in uploaded image files (multipart/form-data, field 'images')")
-async def detect_upload(images: list[UploadFile] = File(description="One or more image files."),
-                        conf_threshold: float | None = Form(None, ge=0.0, le=1.0),
-                        iou_threshold: float | None = Form(None, ge=0.0, le=1.0),
-                        max_detections: int | None = Form(None, ge=1),
-                        class_aware: bool = Form(True),
-                        model: ModelChoice = Form("auto"),
-                        deployment: str | None = Form(None, min_length=1, max_length=63),
-                        call: CallContext = Depends(inference_guard("detection"))) -> DetectResponse:
-    clock = StageClock()
-    pipeline = await _pipeline(deployment)
-    pipeline.check_count(len(images))
-    lim = pipeline.limits
-    decoded = []
-    for i, upload in enumerate(images):
-        raw = await upload.read(lim.max_image_bytes + 1)
-        decoded.append(decode_image(raw, i, lim.max_image_bytes, lim.max_pixels))
-    opts = DetectOptions(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
-                         class_aware=class_aware, model=model, deployment=deployment)
-    return await pipeline.detect(decoded, opts, clock, call)

@@ -1,12 +1,10 @@
-"""Forecast endpoint: regularise -> per-model item (scaled history) -> runner -> unscaled quantiles."""
+"""The forecast pipeline: regularise -> per-model item (scaled history) -> runner -> unscaled quantiles."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends
 
 from configs.deployments import Deployment
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
@@ -24,18 +22,15 @@ from families.forecast.preprocess import (
     series_timestamps,
 )
 from families.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
+from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
-from kernel.errors import ApiError, ErrorResponse
+from kernel.errors import ApiError
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.routing.rollout import ServedModel
 from kernel.schemas import ModelInfo
 from models.manifest import preprocess_as
 from observability.metrics import ITEMS, labelled
-from services.gateway_deps import CallContext, bind, current_context, finish, inference_guard
-
-router = APIRouter(prefix="/v1", tags=["forecast"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 
 
 def _utc(t: datetime) -> np.datetime64:
@@ -98,7 +93,7 @@ class ForecastPipeline:
                                                         "inferred": inferred})
         return frequency, inferred, stamps
 
-    async def forecast(self, body: ForecastRequest, call: CallContext) -> ForecastResponse:
+    async def run(self, body: ForecastRequest, call: CallContext) -> ForecastResponse:
         clock = StageClock()
         ctx, dep, lim, contract = self.ctx, self.deployment, self.limits, self.contract
         frequency, inferred, stamps = self._check(body)
@@ -173,9 +168,3 @@ class ForecastPipeline:
                                                used=item.used, padded=item.padded, **method)), call,
             result.batch)
 
-
-@router.post("/forecast", response_model=ForecastResponse, responses=ERRORS,
-             summary="Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)")
-async def forecast(body: ForecastRequest, call: CallContext = Depends(inference_guard("forecast"))) -> ForecastResponse:
-    ctx = current_context()
-    return await ctx.pipeline(await ctx.resolve("forecast", body.deployment)).forecast(body, call)
