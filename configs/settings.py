@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+import configs.families  # the registry: family modules load by name, on first use
+
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 """Where the product's packages and their data files (configs/serving.yaml, configs/models.yaml) are: the checkout, a
 Bento's src/ or, for an installed wheel, site-packages. Read-only as far as the server is concerned."""
@@ -406,17 +408,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _known_family_limits(self) -> Settings:
-        import families  # the registry only; family modules load lazily
-
         for name, values in self.limits.items():
-            families.limits_model(name).model_validate(values)  # unknown family or field: fails at startup
+            # unknown family or field: fails at startup
+            configs.families.limits_model(name).model_validate(values)
         return self
 
     def family_limits(self, family: str, overrides: dict[str, Any] | None = None):
         """The typed limits of a family, with a deployment's overrides applied."""
-        import families
-
-        return families.limits_model(family).model_validate({**self.limits.get(family, {}), **(overrides or {})})
+        merged = {**self.limits.get(family, {}), **(overrides or {})}
+        return configs.families.limits_model(family).model_validate(merged)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

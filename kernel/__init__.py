@@ -11,6 +11,7 @@ Below the families and the transports (import direction: kernel < families < tra
 - `runner_call/`: the call to the runner tier and the gateway-side adaptive batcher;
 - `context`: `ServingContext`, the catalog of served models and the wiring of the pieces above for one process.
 
-Callers (families, transports, the gateway) import these modules; nothing here imports a family folder or a
-transport. The one exception is discovery: `context` asks families/__init__.py's registry for a family by name.
+Callers (families, transports, the gateway) import these modules; nothing here imports the families package or a
+transport. `context` finds a deployment's family by name in the registry below it (configs/families.py: discovery,
+not an import).
 """

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import families
+import configs.families
 from configs.deployments import FALLBACK_SUFFIX, Deployment
 from configs.settings import Settings
 from kernel.call import CallContext
@@ -88,7 +88,8 @@ class ServingContext:
         return dep
 
     def family(self, dep: Deployment) -> Family:
-        return families.family(dep.family)
+        """The deployment's family, found by name in the registry (configs/families.py: discovery, not an import)."""
+        return configs.families.family(dep.family)
 
     def pipeline(self, dep: Deployment) -> Any:
         """The family pipeline of a deployment, rebuilt when the deployment's configuration changes."""

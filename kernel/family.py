@@ -65,7 +65,7 @@ class Pipeline(Protocol):
 
 
 class Family(ABC):
-    """One model family. Subclasses are singletons registered in families/__init__.py (FAMILIES)."""
+    """One model family. Subclasses are singletons registered in configs/families.py (FAMILIES)."""
 
     name: ClassVar[str]
     request_model: ClassVar[type[BaseModel]]  # built from transport fields (typed gRPC, OIP, multipart uploads)

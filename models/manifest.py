@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal, TypeAlias, TypeVar,
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-import families
+import configs.families
 
 SCHEMA_VERSION: Final = 1
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # also a valid OCI tag
@@ -43,15 +43,12 @@ class TensorSpec(_Strict):
     shape: list[int | str] = Field(description="Static sizes as ints, dynamic axes by name (e.g. 'batch').")
 
 
-# Every family's preprocessing record (families/<family>/manifest.py), told apart by its `kind` (the family name).
-_PREPROCESS = {cls.__name__: cls for cls in (families.preprocess_model(n) for n in families.names())}
+# Every family's preprocessing record (families/<family>/manifest.py `Preprocess`), told apart by its `kind` (the family
+# name). The registry (configs/families.py) loads them by name: this layer imports no family.
+_PREPROCESS = {cls.__name__: cls for cls in (configs.families.preprocess_model(n) for n in configs.families.names())}
 if TYPE_CHECKING:
-    # What the registry above assembles at run time, spelled out for the type checker: one member per family.
-    from families.detection.manifest import DetectionPreprocess
-    from families.forecast.manifest import ForecastPreprocess
-    from families.text.manifest import TextPreprocess
-
-    Preprocess: TypeAlias = DetectionPreprocess | TextPreprocess | ForecastPreprocess
+    # The type checker sees a pydantic model: a family's code narrows it to its own record with preprocess_as().
+    Preprocess: TypeAlias = BaseModel
 else:
     Preprocess = Annotated[functools.reduce(operator.or_, _PREPROCESS.values()), Field(discriminator="kind")]
 P = TypeVar("P", bound=BaseModel)
@@ -60,12 +57,14 @@ P = TypeVar("P", bound=BaseModel)
 def preprocess_as(manifest: Manifest, record: type[P]) -> P:
     """`manifest.preprocess` typed as the record of the family asking (families/<family>/manifest.py). A family's
     code is only reached through its own models (families.runtime(manifest.task), deployments of its family), so
-    this narrows the union for the type checker and checks nothing at run time."""
+    this narrows the record for the type checker and checks nothing at run time."""
     return cast(P, manifest.preprocess)
 
 
-def __getattr__(name: str):
-    """`from models.manifest import DetectionPreprocess` keeps working: the classes live in their families."""
+def __getattr__(name: str) -> type[BaseModel]:
+    """`from models.manifest import DetectionPreprocess` keeps working at run time (found through the registry, by
+    name): the classes live in their families, and the project imports them from there
+    (`from families.detection.manifest import DetectionPreprocess`; the type checker sees only that spelling)."""
     try:
         return _PREPROCESS[name]
     except KeyError:
@@ -132,7 +131,7 @@ class Manifest(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: str = Field(pattern=NAME_PATTERN, description="Model name in the registry, e.g. 'yolo-shapes'.")
     version: str = Field(pattern=VERSION_PATTERN, description="Immutable version, e.g. '1.0.0-3fa2b1c9'.")
-    task: str = Field(description="Model family (families/__init__.py FAMILIES), e.g. 'detection'.")
+    task: str = Field(description="Model family (configs/families.py), e.g. 'detection'.")
     variant: Literal["primary", "fallback"] = Field(description="Fallbacks are cheaper, degraded siblings.")
     fallback_for: str | None = Field(None, description="For a fallback: the primary model name it backs up.")
     model_file: str = Field(description="The ONNX graph inside the artifact (engine numpy: the method's JSON).")
@@ -162,8 +161,8 @@ class Manifest(_Strict):
     @field_validator("task")
     @classmethod
     def _known_family(cls, task: str) -> str:
-        if task not in families.names():
-            raise ValueError(f"unknown model family {task!r}; known: {', '.join(families.names())}")
+        if task not in configs.families.names():
+            raise ValueError(f"unknown model family {task!r}; known: {', '.join(configs.families.names())}")
         return task
 
     @field_validator("files")

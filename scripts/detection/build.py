@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from families.detection.manifest import DetectionPreprocess
 from models.manifest import (
     PROJECT_LICENSE,
-    DetectionPreprocess,
     Manifest,
     ParityCheck,
     Source,

@@ -65,7 +65,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from models.manifest import DetectionPreprocess, Manifest, Source, TensorSpec, sha256_file, utcnow
+from families.detection.manifest import DetectionPreprocess
+from models.manifest import Manifest, Source, TensorSpec, sha256_file, utcnow
 from scripts.common import (
     PROJECT_ROOT,
     Artifact,

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.manifest import PROJECT_LICENSE, Manifest, Source, TensorSpec, TextPreprocess, utcnow
+from families.text.manifest import TextPreprocess
+from models.manifest import PROJECT_LICENSE, Manifest, Source, TensorSpec, utcnow
 from scripts.common import (
     Artifact,
     BuildContext,

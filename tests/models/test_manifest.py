@@ -5,7 +5,8 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from models.manifest import DetectionPreprocess, FileEntry, Manifest, Source, TensorSpec, json_schema, utcnow
+from families.detection.manifest import DetectionPreprocess
+from models.manifest import FileEntry, Manifest, Source, TensorSpec, json_schema, utcnow
 
 
 def make_manifest(**overrides) -> Manifest:

@@ -12,8 +12,9 @@ pytest.importorskip("onnx")
 import onnx
 from onnx import numpy_helper
 
+from families.text.manifest import TextPreprocess
 from families.text.preprocess import TextTokenizer
-from models.manifest import Manifest, TextPreprocess
+from models.manifest import Manifest
 from models.registry import LocalRegistry
 from scripts.common import GateFailed, ort_session, parity_gate
 from scripts.pipeline import build_task
