@@ -2,12 +2,14 @@
 
 A family (detection, text classification, forecasting) is one folder that owns its request and response schemas,
 request limits, preprocessing, output checks, postprocessing, tensor metadata (what the generic transports adapt),
-drift signals, shadow agreement and importers. Everything else in triserve (runner, routing, rollouts, protocols, metrics, admission, model
-cache) iterates over the deployments configured in configs/models.yaml and asks the deployment's family.
+drift signals, shadow agreement and importers. Everything else in triserve (runner, routing, rollouts, protocols,
+metrics, admission, model cache) iterates over the deployments configured in configs/models.yaml and asks the
+deployment's family.
 
-Adding a fourth family = one new folder `families/<name>/` (ARCHITECTURE.md has the checklist) and one line in configs/families.py
-`FAMILIES` (the registry sits in the bottom layer so that configs, models and the kernel can name families without
-importing this package; a third-party family registers through the `triserve.families` entry-point group instead):
+Adding a fourth family = one new folder `families/<name>/` (ARCHITECTURE.md has the checklist) and one line in
+configs/families.py `FAMILIES` (the registry sits in the bottom layer so that configs, models and the kernel can name
+families without importing this package; a third-party family registers through the `triserve.families` entry-point
+group instead):
 - `limits.py`  `Limits`: the typed request limits (pydantic; no project imports, so configs can validate them);
 - `manifest.py` `Preprocess`: what its models record in their manifests (pydantic, `kind` = the family name);
 - `runtime.py` `feeds()` and `warmup_sizes()`: how the runner turns items into ONNX feeds (numpy only: the runner

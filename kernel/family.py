@@ -53,6 +53,7 @@ class RestRoute:
     summary: str
     files: str = ""
     files_description: str = ""
+    response: type[BaseModel] | None = None  # when not the family's response_model
 
 
 class Pipeline(Protocol):

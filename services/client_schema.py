@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 # client method name -> the JSON route it calls (the multipart /v1/detect/upload stays REST only)
-CLIENT_APIS: dict[str, str] = {"classify": "/v1/classify", "detect": "/v1/detect", "forecast": "/v1/forecast"}
+CLIENT_APIS: dict[str, str] = {"classify": "/v1/classify", "detect": "/v1/detect", "forecast": "/v1/forecast",
+                               "forecast_panel": "/v1/forecast/panel"}
 SCHEMA_PATH = "/schema.json"
 
 

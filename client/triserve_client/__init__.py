@@ -11,8 +11,8 @@ extra `pip install './client[grpc]'` (grpcio, protobuf), a typed client of its g
 
 Methods (the same on AsyncTriserveClient, awaited):
 
-- tasks: classify, detect (bytes, paths or base64; JSON or multipart upload), forecast; models, ready, live,
-  wait_ready.
+- tasks: classify, detect (bytes, paths or base64; JSON or multipart upload), forecast, forecast_panel (many series
+  in one request); models, ready, live, wait_ready.
 - admin, with an admin key (`api_key=`, sent as X-API-Key): the model repository - deployments, put_deployment,
   delete_deployment, load_deployment / unload_deployment (on-demand deployments); rollouts per slot ('<deployment>'
   or '<deployment>_fallback') - rollouts, promote, rollback, set_canary / clear_canary, set_shadow / clear_shadow.
@@ -47,6 +47,7 @@ from triserve_client.models import (
     OipModelMetadata,
     OipServerMetadata,
     OipTensor,
+    PanelForecastResponse,
     Promotion,
     ResidencyChange,
     SlotRouting,
@@ -56,6 +57,7 @@ from triserve_client.sync import TriserveClient
 
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
-           "ForecastResponse", "ModelsListing", "DeploymentStatus", "SlotStatus", "DeploymentSpec", "Deployment",
-           "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange", "SlotRouting", "Promotion",
+           "ForecastResponse", "PanelForecastResponse", "ModelsListing", "DeploymentStatus", "SlotStatus",
+           "DeploymentSpec", "Deployment", "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange",
+           "SlotRouting", "Promotion",
            "OipInput", "OipInferResponse", "OipTensor", "OipModelMetadata", "OipServerMetadata"]

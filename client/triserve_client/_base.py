@@ -33,6 +33,7 @@ from triserve_client.models import (
     OipInferResponse,
     OipModelMetadata,
     OipServerMetadata,
+    PanelForecastResponse,
     Promotion,
     ResidencyChange,
     SlotRouting,
@@ -250,6 +251,14 @@ class ClientCore:
                         start=None if start is None else _timestamp(start), frequency=frequency, horizon=horizon,
                         model=model, deployment=deployment)
         return Call("POST", "/v1/forecast", _parser(ForecastResponse), json=body)
+
+    def forecast_panel_call(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp,
+                            frequency: str, horizon: int | None, model: str | None,
+                            deployment: str | None) -> Call[PanelForecastResponse]:
+        body = _options(series=[{"id": key, "values": [_number(v) for v in values], "start": _timestamp(start)}
+                                for key, values in series.items()],
+                        frequency=frequency, horizon=horizon, model=model, deployment=deployment)
+        return Call("POST", "/v1/forecast/panel", _parser(PanelForecastResponse), json=body)
 
     @staticmethod
     def models_call() -> Call[ModelsListing]:

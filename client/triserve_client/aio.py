@@ -24,6 +24,7 @@ from triserve_client.models import (
     OipInferResponse,
     OipModelMetadata,
     OipServerMetadata,
+    PanelForecastResponse,
     Promotion,
     ResidencyChange,
     SlotRouting,
@@ -76,6 +77,15 @@ class AsyncTriserveClient:
         """POST /v1/forecast."""
         call = self._core.forecast_call(values, timestamps=timestamps, start=start, frequency=frequency,
                                         horizon=horizon, model=model, deployment=deployment)
+        return await self._run(call, timeout, request_id)
+
+    async def forecast_panel(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp,
+                             frequency: str, horizon: int | None = None, model: str | None = None,
+                             deployment: str | None = None, timeout: float | None = None,
+                             request_id: str | None = None) -> PanelForecastResponse:
+        """POST /v1/forecast/panel (see TriserveClient.forecast_panel)."""
+        call = self._core.forecast_panel_call(series, start=start, frequency=frequency, horizon=horizon,
+                                              model=model, deployment=deployment)
         return await self._run(call, timeout, request_id)
 
     async def models(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelsListing:

@@ -131,6 +131,20 @@ class ForecastResponse(ServedBy):
     input: InputReport
 
 
+# -- POST /v1/forecast/panel -------------------------------------------------------------------------------------------
+class SeriesForecast(Answer):
+    id: str = Field(description="The series' id, as sent.")
+    model: ModelInfo
+    degraded: bool
+    forecast: list[ForecastPoint]
+    input: InputReport
+
+
+class PanelForecastResponse(ServedBy):
+    runner_calls: int = Field(description="Runner calls the panel took.")
+    series: list[SeriesForecast] = Field(description="One answer per series, in request order.")
+
+
 # -- errors ------------------------------------------------------------------------------------------------------------
 class ErrorBody(Answer):
     """The service's error model: every error answer is {"error": ErrorBody}."""

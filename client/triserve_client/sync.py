@@ -23,6 +23,7 @@ from triserve_client.models import (
     OipInferResponse,
     OipModelMetadata,
     OipServerMetadata,
+    PanelForecastResponse,
     Promotion,
     ResidencyChange,
     SlotRouting,
@@ -84,6 +85,15 @@ class TriserveClient:
         frequency inferred when omitted) or `start` + `frequency`."""
         call = self._core.forecast_call(values, timestamps=timestamps, start=start, frequency=frequency,
                                         horizon=horizon, model=model, deployment=deployment)
+        return self._run(call, timeout, request_id)
+
+    def forecast_panel(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp, frequency: str,
+                       horizon: int | None = None, model: str | None = None, deployment: str | None = None,
+                       timeout: float | None = None, request_id: str | None = None) -> PanelForecastResponse:
+        """POST /v1/forecast/panel: many series (id -> values, all starting at `start`) in one request; the answer
+        holds one forecast per series, in the mapping's order."""
+        call = self._core.forecast_panel_call(series, start=start, frequency=frequency, horizon=horizon,
+                                              model=model, deployment=deployment)
         return self._run(call, timeout, request_id)
 
     def models(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelsListing:

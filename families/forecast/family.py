@@ -11,7 +11,7 @@ import numpy as np
 from families.forecast.features import N_FEATURES
 from families.forecast.postprocess import check_forecast
 from families.forecast.preprocess import pack_global
-from families.forecast.schemas import ForecastRequest, ForecastResponse
+from families.forecast.schemas import ForecastRequest, ForecastResponse, PanelForecastRequest, PanelForecastResponse
 from kernel.family import Family, RestRoute
 from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
 
@@ -31,7 +31,10 @@ class ForecastFamily(Family):
     request_model = ForecastRequest
     response_model = ForecastResponse
     routes = (RestRoute("/v1/forecast", "application/json", ForecastRequest,
-                        "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),)
+                        "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),
+              RestRoute("/v1/forecast/panel", "application/json", PanelForecastRequest,
+                        "Forecast many series in one request (a panel: ids, shared frequency and horizon)",
+                        response=PanelForecastResponse))
     oip_alias = "forecast"
     oip_pipeline_inputs = (TensorMeta("VALUES", "FP64", (-1,), also=("FP32",), field="values"),
                            TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"))

@@ -12,3 +12,5 @@ class Limits(BaseModel):
                                                       "(beyond either: 422 horizon_too_long).")
     max_gap_fraction: float = Field(0.2, ge=0, le=1, description="Share of imputed points above which a series is "
                                                                "refused (422) rather than silently invented.")
+    max_series: int = Field(1_000, ge=1, description="Series per panel request (POST /v1/forecast/panel).")
+    max_panel_points: int = Field(1_000_000, ge=10, description="History points over all series of a panel request.")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from configs.deployments import Deployment
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
+from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many
 from families.forecast.features import QUANTILES, infer_frequency, step_timestamps
 from families.forecast.limits import Limits
 from families.forecast.manifest import ForecastPreprocess
@@ -21,12 +21,21 @@ from families.forecast.preprocess import (
     regularize,
     series_timestamps,
 )
-from families.forecast.schemas import ForecastPoint, ForecastRequest, ForecastResponse, InputReport
+from families.forecast.schemas import (
+    ForecastPoint,
+    ForecastRequest,
+    ForecastResponse,
+    InputReport,
+    PanelForecastRequest,
+    PanelForecastResponse,
+    SeriesForecast,
+    SeriesInput,
+)
 from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
 from kernel.errors import ApiError
 from kernel.request_context import StageClock
-from kernel.routing.inference import run_task
+from kernel.routing.inference import RunnerResult, run_task
 from kernel.routing.rollout import ServedModel
 from kernel.schemas import ModelInfo
 from models.manifest import preprocess_as
@@ -58,6 +67,20 @@ def combines(pre: ForecastPreprocess, raw_history: bool) -> bool:
     """A model the ensemble weighs: a global-contract graph with the standard quantiles (the numpy Theta fallback,
     which reads the raw history, answers alone as the degraded path; so does a user's window model)."""
     return pre.contract == "global" and not raw_history and tuple(pre.quantiles) == QUANTILES
+
+
+@dataclass
+class Prepared:
+    """One series, validated and regularised: what its model items and its answer are built from."""
+
+    regular: np.ndarray
+    last_ts: np.datetime64
+    report: dict
+    frequency: str
+    inferred: bool
+    horizon: int
+    future: np.ndarray
+    cuts: list[int]
 
 
 @dataclass
@@ -93,9 +116,13 @@ class ForecastPipeline:
                                                         "inferred": inferred})
         return frequency, inferred, stamps
 
-    async def run(self, body: ForecastRequest, call: CallContext) -> ForecastResponse:
-        clock = StageClock()
-        ctx, dep, lim, contract = self.ctx, self.deployment, self.limits, self.contract
+    def prepare(self, body: ForecastRequest | SeriesInput, frequency: str | None = None,
+                horizon: int | None = None) -> Prepared:
+        """Validate one series against the deployment's limits and the primary's contract; regularise it."""
+        lim, contract = self.limits, self.contract
+        if isinstance(body, SeriesInput):  # a panel's series: the panel's frequency and horizon apply
+            body = ForecastRequest(values=body.values, timestamps=body.timestamps, start=body.start,
+                                   frequency=frequency, horizon=horizon)
         frequency, inferred, stamps = self._check(body)
         values = np.array([np.nan if v is None else v for v in body.values], dtype=np.float64)
         if stamps is None:
@@ -113,58 +140,138 @@ class ForecastPipeline:
         if len(regular) < contract.min_history:
             raise ApiError(422, "series_too_short", f"need at least {contract.min_history} regular points, got "
                            f"{len(regular)}", {"required": contract.min_history, "received": len(regular)})
-        future = future_timestamps(last_ts, frequency, horizon)
+        return Prepared(regular, last_ts, report, frequency, inferred, horizon,
+                        future_timestamps(last_ts, frequency, horizon), backtest_cuts(len(regular), horizon))
+
+    @staticmethod
+    def items(series: Prepared, model: ServedModel) -> list[Item]:
+        """The model's items for one series: the full history, then each backtest origin when the ensemble weighs
+        this model (forecast in the same runner call)."""
+        pre = preprocess_as(model.manifest, ForecastPreprocess)
+        regular, frequency = series.regular, series.frequency
+        if frequency not in pre.frequencies or len(regular) < pre.min_history:
+            raise ApiError(422, "unsupported_by_model", f"{model.manifest.name} cannot forecast this series "
+                           f"({frequency}, {len(regular)} points)", {"model": model.manifest.name})
+        raw = reads_history(i.name for i in model.manifest.inputs)
+        items = [model_item(pre, regular, frequency, series.future[0], raw)]
+        if combines(pre, raw):
+            items += [model_item(pre, regular[:c], frequency, past_timestamp(series.last_ts, frequency, c, len(
+                regular)), raw) for c in series.cuts]
+        return items
+
+    def answer(self, prepared: list[Prepared], served: ServedModel, items: list[list[Item]],
+               outputs: list[list[np.ndarray]], model: str) -> list[tuple[list[ForecastPoint], InputReport]]:
+        """Model outputs -> each series' forecast: combined with the classical methods (all series in one pass,
+        ensemble.combine_many) when the served model is one the ensemble weighs, else the model alone."""
+        pre = preprocess_as(served.manifest, ForecastPreprocess)
+        raw = reads_history(i.name for i in served.manifest.inputs)
+        quality = self.ctx.quality
+        scaled = []
+        for series, its, outs in zip(prepared, items, outputs):
+            if quality is not None:
+                quality.observe(model, "relative_spread", [its[0].scale / (abs(its[0].loc) + its[0].scale)])
+            steps = backtest_steps(len(series.regular), series.horizon)
+            scaled.append([quantile_forecast(out, pre, it.loc, it.scale, series.horizon if k == 0 else steps)
+                           for k, (out, it) in enumerate(zip(outs, its))])
+        if combines(pre, raw):  # the served forecaster: the model and the classical methods
+            fcs = combine_many([s.regular for s in prepared], [s.frequency for s in prepared],
+                               [s.horizon for s in prepared], [[o[1] for o in outs] for outs in scaled])
+            results = [(fc.quantiles, list(QUANTILES),
+                        {"method": fc.method, "method_weights": fc.weights, "backtest_mase": fc.backtest_mase,
+                         "backtest_origins": fc.origins, "interval_calibration": fc.calibration}) for fc in fcs]
+        else:  # a model alone: the degraded fallback, or a model whose output the ensemble cannot read
+            name = "theta" if raw else "model"
+            results = [(outs[0][1], outs[0][0], {"method": name, "method_weights": {name: 1.0},
+                                                 "backtest_mase": None, "backtest_origins": 0,
+                                                 "interval_calibration": "model"}) for outs in scaled]
+        answers = []
+        for series, its, (q, levels, method) in zip(prepared, items, results):
+            median = q[:, levels.index(0.5)]
+            band = bands(levels, q)
+            keys = [f"{level:g}" for level in levels]
+            points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=UTC),
+                                    point=float(median[i]),
+                                    **{k: None if v is None else float(v[i]) for k, v in band.items()},
+                                    quantiles={k: float(q[i, j]) for j, k in enumerate(keys)})
+                      for i, t in enumerate(series.future)]
+            answers.append((points, InputReport(**series.report, frequency=series.frequency,
+                                                frequency_inferred=series.inferred, used=its[0].used,
+                                                padded=its[0].padded, **method)))
+        return answers
+
+    async def forecast(self, prepared: list[Prepared], choice: str, clock: StageClock,
+                       call: CallContext) -> tuple[RunnerResult, list[tuple[list[ForecastPoint], InputReport]]]:
+        """Run prepared series through one runner call (run_task) and answer them."""
+        items: dict[ServedModel, list[list[Item]]] = {}
+
+        def items_for(model: ServedModel) -> list[np.ndarray]:
+            items[model] = [self.items(series, model) for series in prepared]
+            return [item.x for its in items[model] for item in its]
+
+        result = await run_task(self.ctx, self.deployment, items_for, choice, clock, call.deadline,
+                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
+        served_items = items[result.served]
+        outputs, at = [], 0
+        for its in served_items:
+            outputs.append(result.outputs[at: at + len(its)])
+            at += len(its)
+        return result, self.answer(prepared, result.served, served_items, outputs, result.model)
+
+    async def run(self, body: ForecastRequest | PanelForecastRequest, call: CallContext):
+        if isinstance(body, PanelForecastRequest):
+            return await self.run_panel(body, call)
+        clock = StageClock()
+        ctx, dep = self.ctx, self.deployment
+        series = self.prepare(body)
         ctx.protection.access.capacity(dep.name, dep.family)
         bind(call, dep.name)
         labelled(ITEMS, dep.name).observe(1)
-        items: dict[ServedModel, list[Item]] = {}
-        cuts = backtest_cuts(len(regular), horizon)
-
-        def items_for(model: ServedModel) -> list[np.ndarray]:
-            pre = preprocess_as(model.manifest, ForecastPreprocess)
-            if frequency not in pre.frequencies or len(regular) < pre.min_history:
-                raise ApiError(422, "unsupported_by_model", f"{model.manifest.name} cannot forecast this series "
-                               f"({frequency}, {len(regular)} points)", {"model": model.manifest.name})
-            raw = reads_history(i.name for i in model.manifest.inputs)
-            items[model] = [model_item(pre, regular, frequency, future[0], raw)]
-            if combines(pre, raw):  # the backtest origins, forecast in the same runner call
-                items[model] += [model_item(pre, regular[:c], frequency, past_timestamp(last_ts, frequency, c, len(
-                    regular)), raw) for c in cuts]
-            return [item.x for item in items[model]]
-
-        result = await run_task(ctx, dep, items_for, body.model, clock, call.deadline, request_id=call.request_id,
-                                route_key=call.route_key, arrived=call.arrived)
-        served_items = items[result.served]
-        item = served_items[0]
-        if ctx.quality is not None:
-            ctx.quality.observe(result.model, "relative_spread", [item.scale / (abs(item.loc) + item.scale)])
-        served_pre = preprocess_as(result.served.manifest, ForecastPreprocess)
-        outputs = [quantile_forecast(out, served_pre, it.loc, it.scale, horizon if k == 0 else backtest_steps(
-            len(regular), horizon)) for k, (out, it) in enumerate(zip(result.outputs, served_items))]
-        levels, q = outputs[0]
-        served_raw = reads_history(i.name for i in result.served.manifest.inputs)
-        if combines(served_pre, served_raw):  # the served forecaster: the model and the classical methods
-            fc = combine(regular, frequency, horizon, [o[1] for o in outputs])
-            q, levels = fc.quantiles, list(QUANTILES)
-            method = {"method": fc.method, "method_weights": fc.weights, "backtest_mase": fc.backtest_mase,
-                      "backtest_origins": fc.origins, "interval_calibration": fc.calibration}
-        else:  # a model alone: the degraded fallback, or a model whose output the ensemble cannot read
-            name = "theta" if served_raw else "model"
-            method = {"method": name, "method_weights": {name: 1.0}, "backtest_mase": None, "backtest_origins": 0,
-                      "interval_calibration": "model"}
-        median = q[:, levels.index(0.5)]
-        band = bands(levels, q)
-        keys = [f"{level:g}" for level in levels]
-        points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=UTC),
-                                point=float(median[i]),
-                                **{k: None if v is None else float(v[i]) for k, v in band.items()},
-                                quantiles={k: float(q[i, j]) for j, k in enumerate(keys)})
-                  for i, t in enumerate(future)]
+        result, [(points, report)] = await self.forecast([series], body.model, clock, call)
         clock.stage("postprocess")
         return finish(dep.name, ForecastResponse(
             request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),
             degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
-            forecast=points, input=InputReport(**report, frequency=frequency, frequency_inferred=inferred,
-                                               used=item.used, padded=item.padded, **method)), call,
-            result.batch)
+            forecast=points, input=report), call, result.batch)
 
+    async def run_panel(self, body: PanelForecastRequest, call: CallContext) -> PanelForecastResponse:
+        """Many series in one request: validated all first (a bad series refuses the request, naming it), then
+        forecast in chunks of at most one runner batch of items each, one chunk after the other (each admitted like
+        a request, so a panel never floods the queue), the classical fits of a chunk in one pass."""
+        clock = StageClock()
+        ctx, dep, lim = self.ctx, self.deployment, self.limits
+        if len(body.series) > lim.max_series:
+            raise ApiError(422, "too_many_series", f"{len(body.series)} series exceed the limit of {lim.max_series}",
+                           {"limit": lim.max_series, "received": len(body.series)})
+        points_total = sum(len(s.values) for s in body.series)
+        if points_total > lim.max_panel_points:
+            raise ApiError(422, "panel_too_large", f"{points_total} points in all exceed the limit of "
+                           f"{lim.max_panel_points}", {"limit": lim.max_panel_points, "received": points_total})
+        prepared = []
+        for index, s in enumerate(body.series):
+            try:
+                prepared.append(self.prepare(s, body.frequency, body.horizon))
+            except ApiError as exc:
+                raise ApiError(exc.status, exc.code, f"series {index} ({s.id!r}): {exc.message}",
+                               {"index": index, "id": s.id, **(exc.details or {})}) from exc
+        ctx.protection.access.capacity(dep.name, dep.family)
+        bind(call, dep.name)
+        labelled(ITEMS, dep.name).observe(len(prepared))
+        per_series = 1 + max(len(p.cuts) for p in prepared)
+        chunk = max(1, ctx.slot_batch(dep.name) // per_series)
+        answers: list[SeriesForecast] = []
+        results: list[RunnerResult] = []
+        for start in range(0, len(prepared), chunk):
+            part = prepared[start: start + chunk]
+            result, answered = await self.forecast(part, body.model, clock, call)
+            results.append(result)
+            info = ModelInfo(name=result.model, version=result.version)
+            answers += [SeriesForecast(id=s.id, model=info, degraded=result.degraded, forecast=points, input=report)
+                        for s, (points, report) in zip(body.series[start: start + chunk], answered)]
+        first = results[0]
+        degraded = next((r for r in results if r.degraded), None)
+        clock.stage("postprocess")
+        return finish(dep.name, PanelForecastResponse(
+            request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=first.model, version=first.version),
+            degraded=degraded is not None, degraded_reason=degraded.degraded_reason if degraded else None,
+            timings=clock.timings(sum(r.infer_ms for r in results)), runner_calls=len(results), series=answers),
+            call, max(r.batch for r in results))

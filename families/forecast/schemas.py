@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
 
@@ -37,6 +37,51 @@ class ForecastRequest(BaseModel):
             raise ValueError("give exactly one of 'timestamps' or 'start'")
         if self.start is not None and self.frequency is None:
             raise ValueError("'start' needs a 'frequency' (it can only be inferred from timestamps)")
+        return self
+
+
+class SeriesInput(BaseModel):
+    """One series of a panel: its id and its points (the panel's frequency and horizon apply)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=256, description="The series' id, echoed in its answer (unique).")
+    values: list[float | None] = Field(min_length=1, description="Observations; null or NaN marks a missing point.")
+    timestamps: list[datetime] | None = Field(None, description="One per value, any order; omit to use start.")
+    start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
+
+    @model_validator(mode="after")
+    def _one_time_axis(self) -> SeriesInput:
+        if (self.timestamps is None) == (self.start is None):
+            raise ValueError("give exactly one of 'timestamps' or 'start'")
+        return self
+
+
+class PanelForecastRequest(BaseModel):
+    """Many series in one request (POST /v1/forecast/panel): one call for a client with 1,000 series."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"series": [{"id": "sku-1", "values": [10, 20, 30, 40], "start": "2026-01-01T00:00:00"},
+                    {"id": "sku-2", "values": [5, 5, 6, 5], "start": "2026-01-01T00:00:00"}],
+         "frequency": "D", "horizon": 7}]})
+    series: list[SeriesInput] = Field(min_length=1, description="The series (count and total points capped by "
+                                                                "limits.forecast.max_series / max_panel_points).")
+    frequency: Frequency | None = Field(None, description="Shared by every series; omitted: inferred per series "
+                                                          "from its timestamps.")
+    horizon: int | None = Field(None, ge=1, description="Steps to forecast for every series (default and maximum: "
+                                                         "the model's horizon for the frequency).")
+    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = deployment_field()
+
+    @model_validator(mode="after")
+    def _ids_and_time_axis(self) -> PanelForecastRequest:
+        seen: set[str] = set()
+        for i, s in enumerate(self.series):
+            if s.id in seen:
+                raise ValueError(f"series {i}: id {s.id!r} is given twice")
+            seen.add(s.id)
+            if s.start is not None and self.frequency is None:
+                raise ValueError(f"series {i} ({s.id!r}): 'start' needs a 'frequency' (it can only be inferred "
+                                 f"from timestamps)")
         return self
 
 
@@ -76,3 +121,19 @@ class InputReport(BaseModel):
 class ForecastResponse(ServedBy):
     forecast: list[ForecastPoint]
     input: InputReport
+
+
+class SeriesForecast(BaseModel):
+    id: str = Field(description="The series' id, as sent.")
+    model: ModelInfo = Field(description="The model version that forecast this series.")
+    degraded: bool = Field(description="True when a fallback model answered for this series.")
+    forecast: list[ForecastPoint]
+    input: InputReport
+
+
+class PanelForecastResponse(ServedBy):
+    """`model` and `degraded` of the envelope: the first runner call's model, and whether any series was degraded
+    (each series says which model answered it)."""
+
+    runner_calls: int = Field(description="Runner calls the panel took (chunks of at most one runner batch).")
+    series: list[SeriesForecast] = Field(description="One answer per series, in request order.")

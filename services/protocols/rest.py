@@ -61,6 +61,6 @@ def family_router(family_name: str) -> APIRouter:
         build = _multipart_endpoint if route.files else _json_endpoint
         endpoint = build(fam, route)
         endpoint.__name__ = route.path.removeprefix("/v1/").strip("/").replace("/", "_")  # operation ids
-        router.add_api_route(route.path, endpoint, methods=["POST"], response_model=fam.response_model,
-                             responses=ERRORS, summary=route.summary)
+        router.add_api_route(route.path, endpoint, methods=["POST"], responses=ERRORS, summary=route.summary,
+                             response_model=route.response or fam.response_model)
     return router

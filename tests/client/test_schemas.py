@@ -21,7 +21,7 @@ from pydantic import BaseModel
 import triserve_client.models as client_models
 from configs.deployments import ModelRepository
 from families.detection.schemas import DetectResponse
-from families.forecast.schemas import ForecastResponse, InputReport
+from families.forecast.schemas import ForecastResponse, InputReport, PanelForecastResponse
 from families.text.schemas import ClassifyResponse
 from kernel.errors import ErrorResponse
 
@@ -30,6 +30,7 @@ PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "ClassifyResponse": (ClassifyResponse, client_models.ClassifyResponse),
     "DetectResponse": (DetectResponse, client_models.DetectResponse),
     "ForecastResponse": (ForecastResponse, client_models.ForecastResponse),
+    "PanelForecastResponse": (PanelForecastResponse, client_models.PanelForecastResponse),
     "ErrorResponse": (ErrorResponse, client_models.ErrorResponse),
     # GET /admin/deployments answers the repository's model_dump (services/repository_api.py)
     "ModelRepository": (ModelRepository, client_models.ModelRepository),
@@ -37,6 +38,7 @@ PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
 # (method, path, status) -> the client model that reads the answer; the answers the client parses
 ROUTES = {("post", "/v1/classify", "200"): "ClassifyResponse", ("post", "/v1/detect", "200"): "DetectResponse",
           ("post", "/v1/detect/upload", "200"): "DetectResponse", ("post", "/v1/forecast", "200"): "ForecastResponse",
+          ("post", "/v1/forecast/panel", "200"): "PanelForecastResponse",
           ("post", "/v1/classify", "422"): "ErrorResponse", ("post", "/v1/forecast", "503"): "ErrorResponse"}
 SERVER_PACKAGES = ("services", "families", "configs", "models", "runners", "observability", "scripts", "bentoml")
 
