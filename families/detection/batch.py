@@ -54,6 +54,10 @@ class Adapter:
             except ApiError as exc:
                 out.errors[i] = (exc.code, exc.message)
                 continue
+            except Exception as exc:  # noqa: BLE001 - whatever else a decoder raises (a PIL plugin patched in by a
+                # library of the same process) is this image's error row: one bad image never stops a job
+                out.errors[i] = ("invalid_image", f"could not be decoded: {type(exc).__name__}: {exc}")
+                continue
             boxed, meta = letterbox(image, self.pre.imgsz, self.pre.pad_value)
             out.items.append(boxed)
             out.owners.append(i)

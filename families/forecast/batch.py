@@ -92,6 +92,9 @@ class Adapter:
             except SeriesError as exc:
                 out.errors[i] = (exc.code, str(exc))
                 continue
+            except (ValueError, TypeError, KeyError) as exc:  # malformed timestamps or values: this series' row
+                out.errors[i] = ("invalid_series", f"{type(exc).__name__}: {exc}")
+                continue
             items = series.pop("items")
             for item in items:
                 out.items.append(item.x)
