@@ -39,6 +39,7 @@ def make_inputs(root: Path, n_texts: int, n_images: int, n_series: int, points: 
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(3)
+    root.mkdir(parents=True, exist_ok=True)
     words = ("what is my account balance book a flight to paris next monday set a timer for ten minutes how do you "
              "say good morning in german transfer two hundred dollars to my savings tell me a joke").split()
     texts = root / "texts.jsonl"
@@ -79,7 +80,7 @@ def measure(command: str, deployment: str, source: Path, args, work: Path) -> di
     from batch.sources import Loader, open_source
     from batch.work import ShardWorker
 
-    parsed = cli._parser().parse_args(cli_args(command, deployment, source, work / "probe", args.registry,
+    parsed = cli._parser().parse_args(cli_args(command, deployment, source, work / f"probe-{command}", args.registry,
                                                args.models_file, work / "cache", args.workers))
     plan, descriptors, _, _ = cli.prepare_job(parsed)
     worker = ShardWorker(plan)
