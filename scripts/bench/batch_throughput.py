@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from scripts.drills.common import DEFAULT_REGISTRY
 from scripts.drills.server import ROOT
@@ -121,7 +122,7 @@ def measure(command: str, deployment: str, source: Path, args, work: Path) -> di
 def scaling(command: str, deployment: str, source: Path, args, work: Path) -> list[dict]:
     from batch import cli
 
-    out = []
+    out: list[dict[str, Any]] = []
     for engine in ("local", "ray", "spark"):
         for workers in (1, 2):
             parsed = cli._parser().parse_args(cli_args(command, deployment, source, work / f"s-{engine}-{workers}",
