@@ -9,10 +9,10 @@ versions nobody tested (protobuf 7 under stubs generated for 6). Now pyproject.t
 compile` turns them into four pinned files, each constrained by the one before, so a package shared by two files has
 the same version in both:
 
-    locks/dev-cpu.txt      dependencies + cpu + export + dev   make install (the tests' environment)
+    locks/dev-cpu.txt      dependencies + cpu + export + dev + batch extras   make install (the tests' environment)
     locks/serving-cpu.txt  dependencies + cpu                  bentofile.yaml python.requirements_txt (the CPU image)
     locks/serving-gpu.txt  dependencies + gpu                  bentofile.gpu.yaml (the GPU image)
-    locks/dev-gpu.txt      dependencies + gpu + export + dev   make install ORT=gpu
+    locks/dev-gpu.txt      dependencies + gpu + export + dev + batch extras   make install ORT=gpu
 
 uv takes pip's configured package sources (`pip config list`: find-links, extra index URLs, the constraints file) so
 a lock made here resolves against what this machine's pip installs. The check is pure reading (no network), run by
@@ -53,11 +53,13 @@ class Lock:
 
 
 # in resolution order: each file is compiled with the ones before it as constraints
+# the batch extras (batch/: pyarrow, Ray Data, Spark) are in the dev sets (their tests run there), not in the images
+BATCH = ("batch", "batch-ray", "batch-spark")
 LOCKS = (
-    Lock("dev-cpu", ("cpu", "export", "dev")),
+    Lock("dev-cpu", ("cpu", "export", "dev", *BATCH)),
     Lock("serving-cpu", ("cpu",), ("dev-cpu",)),
     Lock("serving-gpu", ("gpu",), ("serving-cpu",)),
-    Lock("dev-gpu", ("gpu", "export", "dev"), ("serving-gpu", "dev-cpu")),
+    Lock("dev-gpu", ("gpu", "export", "dev", *BATCH), ("serving-gpu", "dev-cpu")),
 )
 BY_NAME = {lock.name: lock for lock in LOCKS}
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")

@@ -34,6 +34,7 @@ from pathlib import Path
 PROG = "triserve"
 # subcommand -> module run with `python -m`
 COMMANDS = {
+    "batch": ("batch.cli", "offline batch inference over files and tables: detect, classify, forecast (resumable)"),
     "import": ("scripts.importer", "import a model made elsewhere into the registry"),
     "registry": ("models.cli", "the model registry: list, show, copy, promote, rollback, pull"),
     "rollout": ("scripts.rollout", "rollouts against a running service: status, promote, rollback, canary, shadow"),

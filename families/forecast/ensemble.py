@@ -28,6 +28,7 @@ import numpy as np
 
 from families.forecast import classical
 from families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
+from families.forecast.manifest import ForecastPreprocess
 
 ORIGINS = 3
 MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two; 3 points still get a backtest)
@@ -50,6 +51,13 @@ class Forecast:
     backtest_mase: float | None = None  # the combination's scaled error over the backtest (None: no backtest)
     origins: int = 0
     calibration: str = "model"  # "conformal" (backtest errors) or "model" (no backtest: the model's own)
+
+
+def combines(pre: ForecastPreprocess, raw_history: bool) -> bool:
+    """A model this ensemble weighs: a global-contract graph with the standard
+    quantiles. The numpy Theta fallback, which reads the raw history, answers alone (the degraded path); so does a
+    user's window model."""
+    return pre.contract == "global" and not raw_history and tuple(pre.quantiles) == QUANTILES
 
 
 def backtest_steps(n: int, horizon: int) -> int:

@@ -49,6 +49,12 @@ def future_timestamps(last_bucket_start: np.datetime64, frequency: str, horizon:
     return step_timestamps(last_bucket_start, frequency, horizon, offset=1)
 
 
+def past_timestamp(last_ts: np.datetime64, frequency: str, cut: int, n: int) -> np.datetime64:
+    """The timestamp of point `cut` of an n-point regular series whose last point is at last_ts: the first step a
+    history cut to `cut` points forecasts (a backtest origin's next timestamp)."""
+    return step_timestamps(last_ts, frequency, 1, offset=cut - (n - 1))[0]
+
+
 def series_timestamps(start: np.datetime64, frequency: str, n: int) -> np.ndarray:
     """Timestamps of n regular points from `start` (a request that gives start + frequency instead of timestamps)."""
     return step_timestamps(start, frequency, n)

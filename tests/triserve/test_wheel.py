@@ -30,7 +30,7 @@ from PIL import Image
 from tests.conftest import NO_CAPACITY_LIMITS, TINY_MODELS, Server
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runners", "models", "configs")
+PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
 # what the server reads at run time, and the operator's files that go with it
 DATA_FILES = ("configs/serving.yaml", "configs/models.yaml", "models/manifest.schema.json",
               "services/protocols/protos/triserve.proto", "services/protocols/protos/grpc_predict_v2.proto",

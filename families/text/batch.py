@@ -1,0 +1,83 @@
+"""Offline adapter of the text family (kernel/batch.py's contract): one text -> token ids -> top-k labels, as a row.
+
+The same steps as the /v1/classify pipeline (families/text/service.py), per text instead of per request: the hard
+length limit and blank texts refuse that text only (an error row); longer texts are cut at the character budget and
+tokens at the model's max length (TextTokenizer.encode_received), and the row says `truncated` with the `chars`
+received. The runner items are the ragged id arrays the service sends; runtime.feeds pads them per call.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from families.text.limits import Limits
+from families.text.manifest import TextPreprocess
+from families.text.postprocess import top_k
+from families.text.preprocess import TextTokenizer, prepare_text
+from kernel.batch import Prepared, error_row
+from models.manifest import Manifest, preprocess_as
+
+
+class Adapter:
+    FAMILY = "text"
+    SOURCE = "texts"
+    HEAVY_FINISH = False
+    COLUMNS = {"label": "str", "score": "f64", "top_labels": "list<str>", "top_scores": "list<f64>",
+               "tokens": "i64", "truncated": "bool", "chars": "i64"}
+
+    def __init__(self, directory: Path, manifest: Manifest, limits: Limits, options: dict[str, Any]):
+        pre = preprocess_as(manifest, TextPreprocess)
+        self.tokenizer = TextTokenizer(Path(directory) / pre.tokenizer_file, pre.max_length, pre.pad_token_id)
+        self.labels = manifest.labels
+        self.limits = limits
+        self.top_k = int(options.get("top_k") or 3)
+        if not 1 <= self.top_k <= limits.max_top_k:
+            raise ValueError(f"top_k {self.top_k} outside 1..{limits.max_top_k} (limits.text.max_top_k)")
+
+    def check(self, text: object, index: int) -> tuple[str, str] | None:
+        """Why this text is refused (code, message), or None: what the service refuses a request for, per text."""
+        lim = self.limits
+        if not isinstance(text, str):
+            return "invalid_text", f"not a string ({type(text).__name__})"
+        if len(text) > lim.hard_max_chars:
+            return "text_too_long", (f"{len(text)} characters, above the hard limit of "
+                                     f"{lim.hard_max_chars}")
+        if not prepare_text(text, lim.max_chars)[0]:
+            return "empty_text", "empty after removing control characters"
+        return None
+
+    def prepare(self, records: Sequence[dict]) -> Prepared:
+        out = Prepared(keys=[str(r["key"]) for r in records], states=[None] * len(records))
+        texts, where = [], []
+        for i, record in enumerate(records):
+            refused = self.check(record.get("text"), i)
+            if refused is not None:
+                out.errors[i] = refused
+            else:
+                texts.append(record["text"])
+                where.append(i)
+        if texts:
+            ids, truncated = self.tokenizer.encode_received(texts, self.limits.max_chars)
+            for i, text, x, cut in zip(where, texts, ids, truncated):
+                out.items.append(x)
+                out.owners.append(i)
+                out.states[i] = (len(x), bool(cut), len(text))
+        return out
+
+    def finish(self, prepared: Prepared, outputs: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+        rows = []
+        for i, outs in enumerate(prepared.outputs_of(outputs)):
+            if i in prepared.errors:
+                rows.append(error_row(self.COLUMNS, *prepared.errors[i]))
+                continue
+            probs = np.asarray(outs[0])
+            best = top_k(probs, self.top_k)
+            tokens, truncated, chars = prepared.states[i]
+            rows.append({"label": self.labels[best[0]], "score": round(float(probs[best[0]]), 6),
+                         "top_labels": [self.labels[j] for j in best],
+                         "top_scores": [round(float(probs[j]), 6) for j in best],
+                         "tokens": tokens, "truncated": truncated, "chars": chars, "error_code": None, "error": None})
+        return rows

@@ -1,0 +1,68 @@
+"""The offline contract of a family: what a batch job (batch/) asks of `families/<name>/batch.py`.
+
+Why here: the families implement it and batch/ drives it, so it lives below both (as kernel/family.py does for the
+online pipeline). A job reads input records (an image's bytes, a text, one series of a long table), and for each chunk
+of records the family's adapter
+
+  1. `prepare(records)` -> Prepared: the runner items (what `families/<name>/runtime.feeds` reads, exactly what the
+     service sends the runner), which record each item belongs to, a small picklable state per record (what
+     postprocessing needs back: a letterbox, a token count, a regular history) and the records refused, each with
+     its error code and message (a corrupt image is a row, not a stopped job);
+  2. `finish(prepared, outputs)` -> one flat row per record, in order: the model's output rows (one per item) turned
+     into the family's columns, or the record's error.
+
+Both run anywhere (a worker process, a Ray actor, a Spark executor): the adapter is built from the model's directory,
+its manifest, the deployment's limits and the job's options, never from a service.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+# Columns every output row has, before the family's: the record's key, the deployment and model that answered it, and
+# for a refused record its error code and message (both null when it succeeded).
+COMMON_COLUMNS = {"key": "str", "deployment": "str", "model": "str", "version": "str", "error_code": "str",
+                  "error": "str"}
+
+
+@dataclass
+class Prepared:
+    """One chunk of records made ready for the model."""
+
+    keys: list[str]
+    items: list[np.ndarray] = field(default_factory=list)  # runner items, in record order
+    owners: list[int] = field(default_factory=list)  # per item: the index (in keys) of the record it belongs to
+    states: list[Any] = field(default_factory=list)  # per record: what finish() needs (None for a refused one)
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)  # record index -> (code, message)
+
+    def without_items(self) -> Prepared:
+        """The same chunk with its items dropped (what goes back to a worker for finish: the outputs replace them)."""
+        return Prepared(self.keys, [], self.owners, self.states, self.errors)
+
+    def outputs_of(self, outputs: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+        """The model's output rows grouped per record (in item order)."""
+        grouped: list[list[np.ndarray]] = [[] for _ in self.keys]
+        for owner, out in zip(self.owners, outputs):
+            grouped[owner].append(out)
+        return grouped
+
+
+class Adapter(Protocol):
+    """`families/<name>/batch.py` `Adapter(directory, manifest, limits, options)`."""
+
+    FAMILY: str
+    COLUMNS: dict[str, str]  # the family's output columns -> type (batch/sinks.py: str f64 i64 bool list<...>)
+    SOURCE: str  # which inputs it reads: "images" | "texts" | "series"
+    HEAVY_FINISH: bool  # finish costs more than moving the outputs between processes (run it in the workers)
+
+    def prepare(self, records: Sequence[dict]) -> Prepared: ...
+
+    def finish(self, prepared: Prepared, outputs: Sequence[np.ndarray]) -> list[dict[str, Any]]: ...
+
+
+def error_row(columns: dict[str, str], code: str, message: str) -> dict[str, Any]:
+    """A refused record's family columns: all null, with its error."""
+    return {**{name: None for name in columns}, "error_code": code, "error": message}

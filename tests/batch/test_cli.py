@@ -1,0 +1,34 @@
+"""batch/cli.py and `triserve batch`: the summary line, a refused mismatch, the wrong family."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batch import cli
+
+
+def test_main_prints_the_summary_and_saves_it(tiny_registry, batch_inputs, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["classify", "--deployment", "text", "--input", str(batch_inputs["classify"]), "--output", str(out),
+            "--registry", str(tiny_registry.root), "--cache-dir", str(tmp_path / "cache"), "--workers", "0"]
+    assert cli.main(argv) == 0
+    first, line = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(line)
+    assert "40 items, 10 errors" in first and "items/s" in first
+    assert summary == json.loads((out / "_SUCCESS.json").read_text())
+    assert cli.main(argv + ["--top-k", "1"]) == 2  # other options, same output: refused
+    assert "holds another job" in capsys.readouterr().err
+
+
+def test_a_deployment_of_another_family_is_refused(tiny_registry, batch_inputs, tmp_path):
+    args = cli._parser().parse_args(["detect", "--deployment", "text", "--input", str(batch_inputs["detect"]),
+                                     "--output", str(tmp_path / "o"), "--registry", str(tiny_registry.root)])
+    with pytest.raises(SystemExit, match="text deployment"):
+        cli.run(args)
+
+
+def test_triserve_lists_batch():
+    from triserve.cli import COMMANDS
+
+    assert COMMANDS["batch"][0] == "batch.cli"
