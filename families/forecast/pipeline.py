@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import numpy as np
 
 from configs.deployments import Deployment
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many
-from families.forecast.features import QUANTILES, infer_frequency, step_timestamps
+from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
+from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
 from families.forecast.manifest import ForecastPreprocess
 from families.forecast.postprocess import bands, quantile_forecast
@@ -17,6 +17,7 @@ from families.forecast.preprocess import (
     SeriesError,
     future_timestamps,
     model_item,
+    past_timestamp,
     reads_history,
     regularize,
     series_timestamps,
@@ -55,18 +56,6 @@ def _frequency(body: ForecastRequest, stamps: np.ndarray | None) -> tuple[str, b
         raise ApiError(422, "frequency_required", "give 'frequency': it cannot be inferred from fewer than two "
                        "distinct timestamps", {"timestamps": len(stamps)})
     return infer_frequency(stamps), True
-
-
-def past_timestamp(last_ts: np.datetime64, frequency: str, cut: int, n: int) -> np.datetime64:
-    """The timestamp of point `cut` (the first step a history cut to `cut` points forecasts); last_ts is point
-    n - 1's."""
-    return step_timestamps(last_ts, frequency, 1, offset=cut - (n - 1))[0]
-
-
-def combines(pre: ForecastPreprocess, raw_history: bool) -> bool:
-    """A model the ensemble weighs: a global-contract graph with the standard quantiles (the numpy Theta fallback,
-    which reads the raw history, answers alone as the degraded path; so does a user's window model)."""
-    return pre.contract == "global" and not raw_history and tuple(pre.quantiles) == QUANTILES
 
 
 @dataclass
