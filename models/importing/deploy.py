@@ -8,7 +8,9 @@ where the swap is staged and checked against the running service.
 """
 from __future__ import annotations
 
+import json
 import logging
+import sys
 from pathlib import Path
 
 import yaml
@@ -51,3 +53,23 @@ def add_deployment(new: dict, path: Path | None = None) -> Path:
     log.info("deployment %s added to %s (served from the next start; or PUT /admin/deployments/%s now)",
              new["name"], path, new["name"])
     return path
+
+
+def deploy_published(args) -> int:
+    """The CLI's optional last step (`--deployment NAME`): a deployment entry for the version just published (same
+    registry, same name; its fallback too when one was published). 0, or 2 when the entry is refused."""
+    from models.registry import LocalRegistry
+
+    registry = LocalRegistry(args.registry)
+    version = getattr(args, "version", None) or registry.resolve(args.name, "stable")
+    manifest = registry.manifest(args.name, version)
+    fallback = getattr(args, "fallback_name", None)
+    if fallback and not registry.has(fallback, version):
+        fallback = None
+    try:
+        path = add_deployment(entry(args.deployment, manifest.task, args.name, version, fallback), args.models_file)
+    except DeploymentRefused as exc:
+        log.error("published, but no deployment added: %s", exc)
+        return 2
+    print(json.dumps({"deployment": args.deployment, "models_file": str(path)}), file=sys.stderr)
+    return 0

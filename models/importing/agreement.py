@@ -1,31 +1,19 @@
-"""Run a detector through triserve's serving path and compare two detectors' boxes photo by photo.
-
-The serving path is the family's own code: letterbox (preprocess_image) -> ONNX Runtime -> capped NMS (nms), or for
-an end-to-end head the confidence filter and cap (postprocess.decode with the manifest's preprocess.head) ->
-boxes_to_original. It is imported from families/detection (or services/detection, where it lived before the
-families refactor), never re-implemented here.
+"""Compare two detectors' boxes photo by photo: which boxes they share, how well they overlap, what got lost.
 
 Agreement between a reference detector (FP32, or ultralytics itself) and a candidate (INT8, or triserve): boxes are
 matched greedily in the reference's score order, same class only, to the unclaimed candidate box of highest IoU, if
 that IoU reaches `min_iou`. Reported: matched boxes, share = 2 x matched / (reference boxes + candidate boxes)
 (1.0 when both found nothing; it falls for a box lost AND for a box invented), recall and precision, mean IoU of the
 matches, and the recall of the reference's confident boxes (score >= 0.5), which must survive any cheaper variant.
+
+numpy only: the boxes come from anywhere (the detection family's serving path, ultralytics' predictor, a drill).
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-
-def detection_module(name: str):
-    """families.detection.<name>, or services.detection.<name> in a tree from before the families refactor."""
-    try:
-        return importlib.import_module(f"families.detection.{name}")
-    except ImportError:
-        return importlib.import_module(f"services.detection.{name}")
 
 
 @dataclass(frozen=True)
@@ -41,45 +29,6 @@ class Dets:
 
     def summary(self, labels: Sequence[str] | None = None) -> list[str]:
         return [f"{labels[c] if labels and c < len(labels) else c} {s:.2f}" for c, s in zip(self.classes, self.scores)]
-
-
-def nms_params(conf: float = 0.25, iou: float = 0.45, max_det: int = 300, topk: int = 30000):
-    return detection_module("postprocess").NMSParams(conf_threshold=conf, iou_threshold=iou, pre_nms_topk=topk,
-                                                     max_detections=max_det)
-
-
-def letterboxed(images: Sequence[np.ndarray], pre) -> tuple[np.ndarray, list]:
-    """HxWx3 uint8 RGB images -> ([n, 3, S, S] float32 network inputs, letterbox metas) with the manifest's settings."""
-    prep = detection_module("preprocess")
-    tensors, metas = [], []
-    for img in images:
-        x, meta = prep.preprocess_image(img, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
-        tensors.append(x)
-        metas.append(meta)
-    return np.stack(tensors), metas
-
-
-def run_detector(session, images: Sequence[np.ndarray], pre, params, batch: int = 1) -> list[Dets]:
-    """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph). The head
-    format is the manifest's (`pre.head`): capped NMS for anchors heads, the confidence filter and cap for
-    end-to-end heads."""
-    prep, post = detection_module("preprocess"), detection_module("postprocess")
-    head = getattr(pre, "head", "anchors")
-    if head == "anchors":
-        decode = post.nms
-    else:  # the family's own decode for the manifest's head format (postprocess.decode)
-        def decode(row, p):
-            return post.decode(row, head, p)
-    name = session.get_inputs()[0].name
-    out: list[Dets] = []
-    for start in range(0, len(images), batch):
-        x, metas = letterboxed(images[start:start + batch], pre)
-        raw = session.run(None, {name: x})[0]
-        for row, meta in zip(raw, metas):
-            det = decode(row, params)
-            out.append(Dets(prep.boxes_to_original(det.boxes, meta), det.scores.astype(np.float32),
-                            det.classes.astype(np.int64)))
-    return out
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:

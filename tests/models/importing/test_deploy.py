@@ -1,10 +1,10 @@
-"""The importers' optional deployment entry (scripts/importer/deploy.py)."""
+"""The importers' optional deployment entry (models/importing/deploy.py)."""
 from __future__ import annotations
 
 import pytest
 
 from configs.deployments import load_repository
-from scripts.importer.deploy import DeploymentRefused, add_deployment, entry
+from models.importing.deploy import DeploymentRefused, add_deployment, deploy_published, entry
 
 FILE = """# my repository (this comment must survive)
 defaults: {text: intent}
@@ -41,11 +41,10 @@ def test_existing_or_invalid_entries_leave_the_file_unchanged(tmp_path):
 
 
 def test_cli_deployment_step_names_what_was_published(tmp_path):
-    """`python -m scripts.importer --deployment NAME ...`: the entry serves the published version and its fallback."""
+    """`triserve import --deployment NAME ...`: the entry serves the published version and its fallback."""
     from types import SimpleNamespace
 
     from models.registry import LocalRegistry
-    from scripts.importer.__main__ import deploy
     from tests.models.test_manifest import make_manifest
 
     registry = LocalRegistry(tmp_path / "registry")
@@ -58,8 +57,8 @@ def test_cli_deployment_step_names_what_was_published(tmp_path):
     path.write_text(FILE)
     args = SimpleNamespace(registry=registry.root, name="plates", version="1.0.0", fallback_name="plates-int8",
                            deployment="plates", models_file=path)
-    assert deploy(args) == 0
+    assert deploy_published(args) == 0
     plates = load_repository(path).find("plates")
     assert plates.family == "detection" and (plates.model.name, plates.fallback.name) == ("plates", "plates-int8")
-    assert deploy(args) == 2  # a second time: refused, the file keeps one entry
+    assert deploy_published(args) == 2  # a second time: refused, the file keeps one entry
     assert path.read_text().count("name: plates\n") == 1

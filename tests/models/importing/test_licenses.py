@@ -1,11 +1,11 @@
-"""scripts/importer/licenses.py: what a source states about its licence, mapped to SPDX, and --license over it."""
+"""models/importing/licenses.py: what a source states about its licence, mapped to SPDX, and --license over it."""
 from __future__ import annotations
 
 import argparse
 
 import pytest
 
-from scripts.importer.licenses import (
+from models.importing.licenses import (
     LicenseRequired,
     add_license_option,
     card_license,

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from scripts.importer import wheels
+from models.importing import wheels
 
 
 def _wheel(path, members: dict[str, bytes]):

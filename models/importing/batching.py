@@ -17,8 +17,8 @@ axis 0) are not rewritten; they are listed in `suspects` and the proof decides.
 The proof (prove_dynamic_batch): run the rewritten graph on batches of distinct real inputs (4 and 2 by default) and
 compare each row with a batch-1 run of the ORIGINAL graph on that row alone. A graph that fails (an error or a row
 beyond tolerance) is not served batched: the caller publishes the original, fixed-batch graph instead. End-to-end
-heads ([b, max_det, 6], a TopK at the end) are compared row set against row set (`compare=`, end2end.compare_batch):
-near-tied rows may legitimately come out in another order.
+heads ([b, max_det, 6], a TopK at the end) are compared row set against row set (`compare=`, the detection family's
+importers/end2end.compare_batch): near-tied rows may legitimately come out in another order.
 """
 from __future__ import annotations
 
@@ -196,8 +196,8 @@ def prove_dynamic_batch(original: Runner, rewritten: Runner, input_name: str, ro
     tolerance), e.g. {'boxes': (slice(0, 4), 1e-4 * imgsz), 'scores': (slice(4, None), 1e-4)}. Also checks the
     rewritten graph at batch 1 against the original. Errors (a Reshape that cannot take the batch) fail the proof.
     `compare`: for outputs that are not channel slices (end-to-end heads [1, max_det, 6], whose near-tied rows may
-    come out in another order: end2end.compare_batch), a function (reference row [1, ...], row [1, ...]) ->
-    {part: diff}; the slices in `parts` are then unused, only the tolerances.
+    come out in another order: the detection family's end2end.compare_batch), a function (reference row [1, ...],
+    row [1, ...]) -> {part: diff}; the slices in `parts` are then unused, only the tolerances.
     """
     if len(rows) < max(batches):
         raise ValueError(f"need {max(batches)} distinct rows, got {len(rows)}")
