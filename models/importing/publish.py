@@ -106,4 +106,5 @@ def run_cli(fn: Callable[[], tuple[list, dict]]) -> int:
 def add_registry_option(p) -> None:
     """--registry, as every importer takes it."""
     p.add_argument("--registry", type=Path, default=default_registry(),
-                   help="registry root (default: $TRISERVE_REGISTRY_DIR, else the checkout's models/store)")
+                   help="registry root (default: $TRISERVE_REGISTRY_DIR, else the local registry the server serves: "
+                        "the checkout's models/store, ~/.triserve/models for an installed wheel)")

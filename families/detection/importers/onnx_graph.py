@@ -39,12 +39,12 @@ pipeline must find the same boxes on the agreement photos (ultralytics' bus.jpg 
 office scenes of gradio-yolov8-det, or --images): every box matched, IoU >= 0.9, score within 0.02; a disagreement
 refuses the import. A model that finds nothing on those photos makes the check vacuous (logged; use --images).
 
-Fallback (with a fallback name): static INT8 (onnxruntime quantize_static, QDQ, per-channel weights, MinMax
-calibration on real photos that ship in packages, photos.py), the Detect head's decode kept FP32. Gated on agreement
-with the FP32 graph on held-out photos and on one-core latency (FALLBACK_GATES); if it fails, a second INT8 attempt
-also keeps the head's last convolutions FP32; then the FP32 graph at a smaller letterbox size, but only where the
-graph has dynamic height/width: a fixed export bakes the anchor count (8400 at 640) into Reshape constants and anchor
-tables, and that is refused rather than patched (an end-to-end graph also bakes its top-k k).
+Fallback (with a fallback name): static INT8 (onnxruntime quantize_static, QDQ, per-channel weights, MinMax calibration
+on real photos that ship in packages, models/importing/photos.py), the Detect head's decode kept FP32 (quantize.py).
+Gated on agreement with the FP32 graph on held-out photos and on one-core latency (FALLBACK_GATES); if it fails, a
+second INT8 attempt also keeps the head's last convolutions FP32; then the FP32 graph at a smaller letterbox size, but
+only where the graph has dynamic height/width: a fixed export bakes the anchor count (8400 at 640) into Reshape
+constants and anchor tables, and that is refused rather than patched (an end-to-end graph also bakes its top-k k).
 """
 from __future__ import annotations
 
