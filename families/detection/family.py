@@ -45,7 +45,6 @@ class DetectionFamily(Family):
                                        value=lambda r: [x.model_dump_json() for x in r.results]),)
     oip_parameters = ("conf_threshold", "iou_threshold", "max_detections", "class_aware", "model")
     grpc_method = "Detect"
-    importers = ("detection-pt", "detection-onnx", "coco-default")
 
     def pipeline(self, ctx, deployment):
         from families.detection.pipeline import DetectionPipeline

@@ -47,7 +47,6 @@ class ForecastFamily(Family):
         TensorMeta(n.upper(), "FP64", (-1,), value=_band(n)) for n in BANDS)
     oip_parameters = ("start", "frequency", "horizon", "model")
     grpc_method = "Forecast"
-    importers = ("forecast-onnx",)
 
     def pipeline(self, ctx, deployment):
         from families.forecast.pipeline import ForecastPipeline

@@ -16,7 +16,7 @@ class ForecastPreprocess(BaseModel):
     per-series mean/mean-absolute-deviation scaling, left padding with a mask), output [batch, horizon, quantiles].
     contract "window": one input [batch, context] holding the last `context` points (scaled as `scaling` says), output
     [batch, horizon] (a point forecast) or [batch, horizon, quantiles]: the shape most users' own ONNX forecasters
-    have (scripts/importer/forecast_onnx.py).
+    have (families/forecast/importers/onnx_graph.py).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -24,7 +24,6 @@ class TextFamily(Family):
         TensorMeta("TOP_K_SCORES", "FP32", (-1, -1), value=lambda r: [[t.score for t in x.top_k] for x in r.results]))
     oip_parameters = ("top_k", "model")
     grpc_method = "Classify"
-    importers = ("text-hf", "text-onnx", "text-sklearn")
 
     def pipeline(self, ctx, deployment):
         from families.text.pipeline import TextPipeline

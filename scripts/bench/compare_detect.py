@@ -7,9 +7,10 @@ The detection twin of scripts/bench/compare.py (same method, same placement, sam
 
 Requests: one image per request, JPEG (quality 90), generated deterministically from --seed: 30% 320x240, 40% 640x480,
 30% 1280x720 (exact shares, shuffled), each a landscape canvas holding a square of 1-6 drawn shapes from the
-detector's own synthetic-data generator (scripts/detection/dataset.draw_image). Sent as base64 JSON: triserve and the
-naive peer get POST /v1/detect {"images": [{"data": <b64>}]} (families/detection/schemas.DetectRequest), PyTriton the
-same base64 string as a KServe v2 BYTES tensor. Every system decodes, letterboxes, runs and NMSes on the server side.
+detector's own synthetic-data generator (families/detection/importers/scenes.draw_image). Sent as base64 JSON:
+triserve and the naive peer get POST /v1/detect {"images": [{"data": <b64>}]}
+(families/detection/schemas.DetectRequest), PyTriton the same base64 string as a KServe v2 BYTES tensor. Every system
+decodes, letterboxes, runs and NMSes on the server side.
 
 Systems (all on the same ONNX file, yolo-shapes:stable from models/store, same session options, CPU execution provider,
 the same families/detection functions for decode, letterbox, capped NMS and the mapping back to original pixels):
@@ -124,7 +125,7 @@ def make_image(width: int, height: int, rng: np.random.Generator, max_objects: i
                ) -> tuple[np.ndarray, list[tuple[int, list[float]]]]:
     """A width x height RGB image: a noisy gradient canvas holding a min(w, h) square of 1..max_objects shapes drawn
     by the detector's training-data generator. Objects as (class, [x1, y1, x2, y2]) in image pixels."""
-    from scripts.detection.dataset import draw_image
+    from families.detection.importers.scenes import draw_image
 
     side = min(width, height)
     c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)

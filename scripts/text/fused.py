@@ -24,6 +24,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 from torch import nn
 
+from families.text.importers.torch_export import export_onnx as export_onnx
+
 if TYPE_CHECKING:
     from transformers import BertModel
 
@@ -185,18 +187,3 @@ class IntentModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.classifier(self.embed(input_ids, attention_mask)), dim=-1)
-
-
-def export_onnx(model: IntentModel, path: Path, opset: int, example_len: int = 16) -> Path:
-    """Trace to ONE ONNX graph with dynamic batch and sequence axes (TorchScript exporter: no onnxscript needed)."""
-    ids = torch.full((2, example_len), 1000, dtype=torch.long)
-    mask = torch.ones((2, example_len), dtype=torch.long)
-    mask[1, example_len // 2:] = 0
-    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-            "probabilities": {0: "batch"}}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TracerWarnings and the legacy-exporter deprecation notice
-        torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
-                          output_names=["probabilities"], dynamic_axes=axes, opset_version=opset,
-                          do_constant_folding=True, dynamo=False)
-    return path

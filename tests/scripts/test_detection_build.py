@@ -11,9 +11,11 @@ pytest.importorskip("ultralytics")
 pytest.importorskip("onnx")
 import onnx
 
+from families.detection.importers import export
+from families.detection.importers.ultralytics_env import setup_ultralytics
+from models.importing.result import GateFailed
 from models.manifest import Manifest
 from models.registry import LocalRegistry
-from scripts.common import GateFailed
 from scripts.detection import build as det
 from scripts.pipeline import build_task
 
@@ -114,12 +116,12 @@ def test_perturbed_onnx_fails_parity(built, tmp_path):
     bad = tmp_path / "perturbed.onnx"
     onnx.save(model, str(bad))
 
-    torch_model = det.load_torch_model(_tiny_weights(cache))
+    torch_model = export.load_torch_model(_tiny_weights(cache))
     # the untouched graph passes the same cases ...
-    det.check_parity(torch_model, src, [[64, 64]], [1, 4], progress=False)
+    export.check_parity(torch_model, src, [[64, 64]], [1, 4], progress=False)
     # ... the perturbed one is refused
     with pytest.raises(GateFailed, match="parity gate failed"):
-        det.check_parity(torch_model, bad, [[64, 64]], [1, 4], progress=False)
+        export.check_parity(torch_model, bad, [[64, 64]], [1, 4], progress=False)
 
 
 NAMES = {0: "apple", 1: "banana", 2: "cherry", 3: "date", 4: "elderberry"}
@@ -129,7 +131,7 @@ NAMES = {0: "apple", 1: "banana", 2: "cherry", 3: "date", 4: "elderberry"}
 def user_pt(built, tmp_path_factory):
     """A user checkpoint with 5 custom classes, saved by ultralytics itself (random init: parity needs no training)."""
     _, cache, _ = built
-    det.setup_ultralytics(cache / "detection")
+    setup_ultralytics(cache / "detection")
     from ultralytics import YOLO
     from ultralytics.nn.tasks import DetectionModel
 
@@ -173,7 +175,7 @@ def test_user_export_cli(built, user_pt, tmp_path, capsys):
 def test_user_export_scores_on_a_dataset(built, tmp_path):
     _, cache, _ = built
     data = next((cache / "detection" / "datasets").glob("*/data.yaml"))
-    art = det.export_user_model(_tiny_weights(cache), "shapes-user", "0.0.1", tmp_path, imgsz=64, data=data,
+    art = export.export_user_model(_tiny_weights(cache), "shapes-user", "0.0.1", tmp_path, imgsz=64, data=data,
                                 split="test", batches=(1, 2), sizes=[[64, 64]], cache_dir=cache / "detection")
     m = art.manifest
     assert {"map50", "map50_95", "ms_per_image"} <= set(m.metrics)
@@ -184,13 +186,13 @@ def test_user_export_scores_on_a_dataset(built, tmp_path):
 
 def test_user_export_refuses_non_detection_models(built, tmp_path):
     _, cache, _ = built
-    det.setup_ultralytics(cache / "detection")
+    setup_ultralytics(cache / "detection")
     from ultralytics import YOLO
 
     pt = tmp_path / "classifier.pt"
     YOLO("yolov8n-cls.yaml").save(str(pt))
     with pytest.raises(ValueError, match="only detection models"):
-        det.export_user_model(pt, "cls", "0.1.0", tmp_path / "out", imgsz=64, cache_dir=cache / "detection")
+        export.export_user_model(pt, "cls", "0.1.0", tmp_path / "out", imgsz=64, cache_dir=cache / "detection")
 
 
 def test_rebuild_is_cached(built):
@@ -206,7 +208,7 @@ def test_user_export_of_an_end_to_end_checkpoint(built, tmp_path, capsys):
     import json
 
     _, cache, _ = built
-    det.setup_ultralytics(cache / "detection")
+    setup_ultralytics(cache / "detection")
     from ultralytics import YOLO
     from ultralytics.nn.tasks import DetectionModel
 

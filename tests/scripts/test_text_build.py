@@ -12,6 +12,7 @@ pytest.importorskip("onnx")
 import onnx
 from onnx import numpy_helper
 
+from families.text.importers.utterances import BASE, evaluation_utterances, parity_texts
 from families.text.manifest import TextPreprocess
 from families.text.preprocess import TextTokenizer
 from models.manifest import Manifest
@@ -20,7 +21,6 @@ from scripts.common import GateFailed, ort_session, parity_gate
 from scripts.pipeline import build_task
 from scripts.text import build as tb
 from scripts.text import fused
-from scripts.text.utterances import BASE, evaluation_utterances, parity_texts
 
 PRIMARY, FALLBACK = tb.ARTIFACTS
 TINY = tb.RECIPES["tiny"]

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("statsmodels")
 pytest.importorskip("onnx")
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from models.registry import LocalRegistry
 from scripts import variants
@@ -158,21 +158,3 @@ def test_non_finite_outputs_fail_sanity(run, tmp_path):
     _, problems = variants.sanity(task.base_path, tmp_path / "nan.onnx", task.speed_feeds(), 1, task.base.inputs,
                                   task.base.outputs)
     assert problems and "non-finite" in problems[0]
-
-
-def test_detect_decode_nodes_keep_the_head_decode_fp32():
-    """Nodes of the output's module stay FP32 except its per-level conv stacks (cv2.* boxes, cv3.* classes)."""
-    def node(op, name, inputs, output):
-        return helper.make_node(op, inputs, [output], name=name)
-
-    nodes = [node("Conv", "/model.21/cv2/conv/Conv", ["x", "w"], "a"),
-             node("Conv", "/model.22/cv2.0/cv2.0.0/conv/Conv", ["a", "w"], "b"),
-             node("Conv", "/model.22/cv3.0/cv3.0.2/Conv", ["a", "w"], "c"),
-             node("Softmax", "/model.22/dfl/Softmax", ["b"], "d"),
-             node("Sigmoid", "/model.22/Sigmoid", ["c"], "e"),
-             helper.make_node("Concat", ["d", "e"], ["output0"], name="/model.22/Concat_26", axis=1)]
-    f = helper.make_tensor_value_info
-    graph = helper.make_graph(nodes, "g", [f("x", TensorProto.FLOAT, None), f("w", TensorProto.FLOAT, None)],
-                              [f("output0", TensorProto.FLOAT, None)])
-    assert variants.detect_decode_nodes(helper.make_model(graph)) == [
-        "/model.22/dfl/Softmax", "/model.22/Sigmoid", "/model.22/Concat_26"]

@@ -37,7 +37,7 @@ REPOSITORY = {
          "limits": {"max_texts": 2}},
         {"name": "forecast", "family": "forecast", "model": {"name": "forecast-global"},
          "fallback": {"name": "forecast-theta"}},
-        # a user's window forecaster (scripts/importer/forecast_onnx.py) backed by the numpy Theta fallback
+        # a user's window forecaster (families/forecast/importers/onnx_graph.py) backed by the numpy Theta fallback
         {"name": "user-load", "family": "forecast", "model": {"name": "user-window"},
          "fallback": {"name": "forecast-theta"}},
     ]}
@@ -62,8 +62,8 @@ def registry(tiny_registry, tmp_path_factory) -> LocalRegistry:
     shutil.copytree(src, staging)
     reg.publish(staging, manifest.model_copy(update={"name": "other-labels", "labels": ["cat", "dog", "bus"]}))
     reg.set_alias("other-labels", "stable", manifest.version, by="test")
-    from scripts.importer.forecast_onnx import publish_forecast_onnx
-    from tests.scripts.importer.test_forecast_onnx import window_graph
+    from families.forecast.importers.onnx_graph import publish_forecast_onnx
+    from tests.families.forecast.importers.test_onnx_graph import window_graph
 
     publish_forecast_onnx(window_graph(root.parent / "user-window.onnx", quantiles=3), "user-window", "1.0.0", reg,
                           frequencies=["h", "D"], quantiles=[0.1, 0.5, 0.9], alias="stable")

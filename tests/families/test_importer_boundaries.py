@@ -1,0 +1,56 @@
+"""The importers' boundaries, read from the code (import-linter's layers cover models/ below families/, not one family
+beside another): a family's importers import models.importing, their own family and kernel, never another family,
+the transports, the runners, the CLI or scripts/ (checkout tools); every module imports without the export extra."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import families
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN = ("services", "runners", "triserve", "scripts", "observability")
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.append(node.module)
+    return out
+
+
+def test_family_importers_stay_in_their_family():
+    offenders = []
+    for name in families.names():
+        package = families.FAMILIES[name]
+        folder = ROOT / Path(*package.split(".")) / "importers"
+        assert (folder / "__init__.py").is_file(), folder
+        for path in sorted(folder.glob("*.py")):
+            for module in _imports(path):
+                top = module.split(".")[0]
+                own = module == package or module.startswith(f"{package}.")
+                other_family = top == "families" and module != "families" and not own
+                if top in FORBIDDEN or other_family or module == "families":
+                    offenders.append(f"{path.relative_to(ROOT)}: {module}")
+    assert not offenders, offenders
+
+
+def test_every_importer_module_imports_in_the_serving_environment():
+    """torch, ultralytics, transformers, onnx, scikit-learn, onnxruntime.quantization are imported inside the
+    functions that need them: importing any importer module (and models.importing) pulls none of them."""
+    modules = sorted({".".join(p.relative_to(ROOT).with_suffix("").parts)
+                      for p in [*ROOT.glob("families/*/importers/*.py"), *ROOT.glob("models/importing/*.py")]})
+    probe = ("import importlib, sys\n"
+             f"for m in {modules!r}:\n"
+             "    importlib.import_module(m.removesuffix('.__init__'))\n"
+             "heavy = ('torch', 'ultralytics', 'transformers', 'sentence_transformers', 'onnx', 'sklearn', 'joblib',\n"
+             "         'onnxruntime.quantization', 'matplotlib', 'scripts')\n"
+             "print([m for m in heavy if m in sys.modules])\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
