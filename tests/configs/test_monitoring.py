@@ -65,7 +65,8 @@ REQUIRED_ALERTS = {"TriserveLatencyP99High", "TriserveErrorRateHigh", "TriserveQ
                    "TriserveMemoryLeakTrend", "TriserveDeviceMemoryHigh", "TriserveModelThrashing",
                    "TriserveDriftHigh", "TriserveBreakerOpen", "TriserveDegradedShareHigh"}
 # Grafana variables -> what a query for "All" becomes.
-GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$deployment": ".*", "$slot": ".*"}
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$deployment": ".*", "$slot": ".*",
+                "$gpu_namespace": ".*"}
 
 
 def metric_families(expr: str) -> set[str]:
