@@ -210,16 +210,20 @@ def test_promtool_check_example_config():
 
 # --- live: a real Prometheus scraping the session server ----------------------------------------------------------
 class Prometheus:
-    """`prometheus` on 127.0.0.1:<free port> scraping one target every second; stopped by PID (process group)."""
+    """`prometheus` on 127.0.0.1:<free port> scraping one target every second (or the scrape configs given, e.g. the
+    Prometheus Operator's for a PodMonitor: tests/configs/test_k8s_live.py); stopped by PID (process group)."""
 
-    def __init__(self, target: str, workdir: Path):
+    def __init__(self, target: str | None, workdir: Path, scrape_configs: list[dict] | None = None,
+                 rule_files: list[Path] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        if scrape_configs is None:
+            scrape_configs = [{"job_name": "triserve", "scrape_interval": "1s", "scrape_timeout": "1s",
+                               "static_configs": [{"targets": [target]}]}]
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ALERTS)],
-            "scrape_configs": [{"job_name": "triserve", "scrape_interval": "1s", "scrape_timeout": "1s",
-                                "static_configs": [{"targets": [target]}]}],
+            "rule_files": [str(p) for p in (rule_files if rule_files is not None else [ALERTS])],
+            "scrape_configs": scrape_configs,
         }
         config_path = workdir / "prometheus.yml"
         config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
