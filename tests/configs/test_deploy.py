@@ -6,9 +6,10 @@
   without weights.
 * pyproject.toml / Makefile: onnxruntime (`cpu` extra) and onnxruntime-gpu (`gpu` extra) never both; `make install`
   picks exactly one.
-* configs/deploy/k8s/*.yaml: the Kubernetes OpenAPI schemas shipped by kubernetes-validate (strict: unknown fields are
-  errors) for the oldest and newest Kubernetes version tested, plus the wiring between them (selectors, ports,
-  probes, GPU, cache volume, HPA metric == the metric the service exports == the prometheus-adapter rule).
+* configs/deploy/k8s/*.yaml (the hardware-neutral base): the Kubernetes OpenAPI schemas shipped by
+  kubernetes-validate (strict: unknown fields are errors) for the oldest and newest Kubernetes version tested, plus
+  the wiring between them (selectors, ports, probes, cache volume, HPA metric == the metric the service exports ==
+  the prometheus-adapter rule). The overlays (GPU, CPU) and the operator components: test_k8s_operator.py.
 * configs/deploy/yatai/bentodeployment.yaml, configs/deploy/bentocloud.yaml and the adapter's rule config: the JSON
   schemas in configs/deploy/schemas/ (each says which upstream source it was written from); embedded Kubernetes
   types resolve to kubernetes-validate's definitions. The BentoCloud file is also structured by BentoML's own
@@ -342,8 +343,12 @@ def test_k8s_schema_check_is_not_vacuous():
 def test_kustomization_lists_every_manifest():
     kust = _load(K8S_DIR / "kustomization.yaml")
     assert sorted(kust["resources"]) == sorted(p.name for p in K8S_FILES)
+    # the base sets no image: each overlay (configs/deploy/overlays/, rendered in test_k8s_operator.py) sets its own
     image = _docs()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert [i["name"] for i in kust["images"]] == [image]
+    assert "images" not in kust
+    for overlay in ("cpu", "gpu"):
+        over = _load(DEPLOY / "overlays" / overlay / "kustomization.yaml")
+        assert over["resources"] == ["../../k8s"] and [i["name"] for i in over["images"]] == [image]
 
 
 def test_k8s_wiring(monkeypatch):
@@ -357,8 +362,14 @@ def test_k8s_wiring(monkeypatch):
         assert sel.items() <= labels.items()
     assert {d["metadata"]["namespace"] for d in (dep, svc, pdb, hpa)} == {docs["Namespace"]["metadata"]["name"]}
     (ctr,) = pod["spec"]["containers"]
-    # GPU
-    assert str(ctr["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+    # hardware-neutral base: the GPU (limits, node selector, toleration) comes from overlays/gpu
+    # (test_k8s_operator.py renders it); the pods carry the label the PodMonitor selects
+    assert "nvidia" not in json.dumps(dep)
+    assert labels["app.kubernetes.io/part-of"] == "triserve"
+    gpu = _load(DEPLOY / "overlays" / "gpu" / "gpu.yaml")
+    assert (gpu["kind"], gpu["metadata"]["name"]) == ("Deployment", dep["metadata"]["name"])
+    (gpu_ctr,) = gpu["spec"]["template"]["spec"]["containers"]
+    assert gpu_ctr["name"] == ctr["name"] and str(gpu_ctr["resources"]["limits"]["nvidia.com/gpu"]) == "1"
     # probes: startup and readiness on /readyz, liveness on /livez, all on the HTTP port
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
     assert ports == {"http": 3000, "grpc": 3001}
@@ -390,6 +401,11 @@ def test_k8s_wiring(monkeypatch):
     pods_metrics = [m["pods"]["metric"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
     assert {m["name"] for m in pods_metrics} == {PENDING_ITEMS._name} == {"triserve_deployment_pending_items"}
     assert sorted(m["selector"]["matchLabels"]["deployment"] for m in pods_metrics) == ["coco", "intent", "series"]
+    # and every other deployment (added at run time too): one External metric over the deployments not listed
+    (other,) = [m["external"]["metric"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    assert other["name"] == PENDING_ITEMS._name
+    assert other["selector"] == {"matchExpressions": [{"key": "deployment", "operator": "NotIn",
+                                                      "values": ["coco", "intent", "series"]}]}
 
 
 def test_prometheus_adapter_rule_serves_the_hpa_metric():

@@ -1,6 +1,7 @@
 """configs/deploy/k8s/split/: the tiers apart on Kubernetes, validated offline.
 
-Kubernetes' OpenAPI schemas (kubernetes-validate, strict) for the oldest and newest version tested, and the wiring:
+Kubernetes' OpenAPI schemas (kubernetes-validate, strict) for the oldest and newest version tested, and the wiring
+(of the hardware-neutral base; the split-gpu / split-cpu overlays are rendered in test_k8s_operator.py):
 each Deployment serves exactly one service of the Bento (`start-http-server --service-name`, the names the source
 declares), the gateway finds the runner tier by BENTOML_SERVE_DEPENDS at the runner Service's cluster DNS name and
 port (the key scripts/tiers.py sets), no BENTOML_RUNNER_MAP anywhere, the Services and policies select the right pods.
@@ -16,6 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ROOT / "configs" / "deploy" / "k8s" / "split"
+OVERLAYS = ROOT / "configs" / "deploy" / "overlays"
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (dev extra) not installed")
 K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 FILES = sorted(p for p in SPLIT.glob("*.yaml") if p.name != "kustomization.yaml")
@@ -63,7 +65,11 @@ def test_split_kustomization_lists_every_manifest():
     kust = yaml.safe_load((SPLIT / "kustomization.yaml").read_text())
     assert sorted(kust["resources"]) == sorted(p.name for p in FILES)
     images = {_container(d)["image"] for d in _docs() if d["kind"] == "Deployment"}
-    assert [i["name"] for i in kust["images"]] == sorted(images) == ["triserve"]
+    assert "images" not in kust  # the overlays set it (configs/deploy/overlays/split-*)
+    for overlay in ("split-cpu", "split-gpu"):
+        over = yaml.safe_load((OVERLAYS / overlay / "kustomization.yaml").read_text())
+        assert over["resources"] == ["../../k8s/split"]
+        assert [i["name"] for i in over["images"]] == sorted(images) == ["triserve"]
     assert {d["metadata"]["namespace"] for d in _docs() if d["kind"] != "Namespace"} == {
         _one("Namespace", "triserve")["metadata"]["name"]}
 
@@ -78,9 +84,13 @@ def test_each_deployment_serves_one_service_of_the_bento():
         ctr = _container(dep)
         assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert ctr["livenessProbe"]["httpGet"]["path"] == "/livez"
-    # the GPU belongs to the runner tier only
-    assert str(_container(runner)["resources"]["limits"]["nvidia.com/gpu"]) == "1"
-    assert "nvidia.com/gpu" not in _container(gateway)["resources"].get("limits", {})
+    # hardware-neutral base; the GPU belongs to the runner tier only, from the split-gpu overlay
+    # (rendered by test_k8s_operator.py)
+    assert "nvidia" not in yaml.safe_dump([runner, gateway])
+    patch = yaml.safe_load((OVERLAYS / "split-gpu" / "gpu.yaml").read_text())
+    assert (patch["kind"], patch["metadata"]["name"]) == ("Deployment", runner["metadata"]["name"])
+    (ctr,) = patch["spec"]["template"]["spec"]["containers"]
+    assert ctr["name"] == _container(runner)["name"] and str(ctr["resources"]["limits"]["nvidia.com/gpu"]) == "1"
 
 
 def test_gateway_finds_the_runner_service_by_bentoml_serve_depends():

@@ -65,7 +65,8 @@ REQUIRED_ALERTS = {"TriserveLatencyP99High", "TriserveErrorRateHigh", "TriserveQ
                    "TriserveMemoryLeakTrend", "TriserveDeviceMemoryHigh", "TriserveModelThrashing",
                    "TriserveDriftHigh", "TriserveBreakerOpen", "TriserveDegradedShareHigh"}
 # Grafana variables -> what a query for "All" becomes.
-GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$deployment": ".*", "$slot": ".*"}
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$deployment": ".*", "$slot": ".*",
+                "$gpu_namespace": ".*"}
 
 
 def metric_families(expr: str) -> set[str]:
@@ -174,6 +175,37 @@ def test_dashboard_shows_memory_residency_and_devices_with_the_alert_lines():
     assert f"* 3600 > {line('RSS growth per process')}" in rules["TriserveMemoryLeakTrend"]
 
 
+def test_dashboard_has_dcgm_panels_next_to_the_nvml_ones_in_the_same_units():
+    """NVIDIA's dcgm-exporter (what GPU clusters already run) beside the runner's own NVML series: memory in bytes
+    (DCGM's MiB converted), used share and utilisation as 0-1 ratios (DCGM's percent converted), plus power."""
+    panels = all_panels(dashboard())
+    titles = [p["title"] for p in panels]
+    nvml_row, dcgm_row = titles.index("Device (NVML, from the runner)"), titles.index("GPU (DCGM exporter)")
+    assert dcgm_row == nvml_row + 5  # the row right after the NVML row's four panels
+    dcgm = {p["title"]: p for p in panels[dcgm_row + 1:] if "DCGM" in json.dumps(p.get("targets", []))}
+
+    by_title = {p["title"]: p for p in panels}
+
+    def unit(part: str) -> str:
+        return next(p for t, p in by_title.items() if part in t)["fieldConfig"]["defaults"]["unit"]
+
+    def exprs(part: str) -> str:
+        return " ".join(t["expr"] for title, p in dcgm.items() if part in title for t in p["targets"])
+
+    assert unit("Device memory (used / total)") == unit("GPU framebuffer, DCGM") == "bytes"
+    assert "DCGM_FI_DEV_FB_USED" in exprs("GPU framebuffer, DCGM") and "* 1048576" in exprs("GPU framebuffer, DCGM")
+    assert unit("Device memory used share") == unit("GPU framebuffer used share") == "percentunit"
+    assert unit("Device utilisation") == unit("GPU utilisation, DCGM") == "percentunit"
+    assert "DCGM_FI_DEV_GPU_UTIL" in exprs("GPU utilisation") and ") / 100" in exprs("GPU utilisation")
+    assert "DCGM_FI_DEV_POWER_USAGE" in exprs("power") and unit("power") == "watt"
+    share = next(p for t, p in dcgm.items() if "used share" in t)
+    steps = share["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert {"color": "red", "value": 0.9} in steps  # TriserveDeviceMemoryHigh's threshold, as on the NVML panel
+    for p in dcgm.values():
+        for t in p["targets"]:
+            assert '{namespace=~"$gpu_namespace"}' in t["expr"], (p["title"], t["expr"])
+
+
 def test_alert_rules_are_complete():
     rules = alert_rules()
     names = {r["alert"] for r in rules}
@@ -209,16 +241,20 @@ def test_promtool_check_example_config():
 
 # --- live: a real Prometheus scraping the session server ----------------------------------------------------------
 class Prometheus:
-    """`prometheus` on 127.0.0.1:<free port> scraping one target every second; stopped by PID (process group)."""
+    """`prometheus` on 127.0.0.1:<free port> scraping one target every second (or the scrape configs given, e.g. the
+    Prometheus Operator's for a PodMonitor: tests/configs/test_k8s_live.py); stopped by PID (process group)."""
 
-    def __init__(self, target: str, workdir: Path):
+    def __init__(self, target: str | None, workdir: Path, scrape_configs: list[dict] | None = None,
+                 rule_files: list[Path] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        if scrape_configs is None:
+            scrape_configs = [{"job_name": "triserve", "scrape_interval": "1s", "scrape_timeout": "1s",
+                               "static_configs": [{"targets": [target]}]}]
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(ALERTS)],
-            "scrape_configs": [{"job_name": "triserve", "scrape_interval": "1s", "scrape_timeout": "1s",
-                                "static_configs": [{"targets": [target]}]}],
+            "rule_files": [str(p) for p in (rule_files if rule_files is not None else [ALERTS])],
+            "scrape_configs": scrape_configs,
         }
         config_path = workdir / "prometheus.yml"
         config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
