@@ -16,7 +16,7 @@ import numpy as np
 from families.text.limits import Limits
 from families.text.manifest import TextPreprocess
 from families.text.postprocess import top_k
-from families.text.preprocess import TextTokenizer, prepare_text
+from families.text.preprocess import TextTokenizer, refusal
 from kernel.batch import Prepared, error_row
 from models.manifest import Manifest, preprocess_as
 
@@ -42,12 +42,8 @@ class Adapter:
         lim = self.limits
         if not isinstance(text, str):
             return "invalid_text", f"not a string ({type(text).__name__})"
-        if len(text) > lim.hard_max_chars:
-            return "text_too_long", (f"{len(text)} characters, above the hard limit of "
-                                     f"{lim.hard_max_chars}")
-        if not prepare_text(text, lim.max_chars)[0]:
-            return "empty_text", "empty after removing control characters"
-        return None
+        refused = refusal(text, lim.max_chars, lim.hard_max_chars)
+        return None if refused is None else refused[:2]
 
     def prepare(self, records: Sequence[dict]) -> Prepared:
         out = Prepared(keys=[str(r["key"]) for r in records], states=[None] * len(records))

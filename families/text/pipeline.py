@@ -9,7 +9,7 @@ from configs.deployments import Deployment
 from families.text.limits import Limits
 from families.text.manifest import TextPreprocess
 from families.text.postprocess import top_k
-from families.text.preprocess import TextTokenizer, prepare_text
+from families.text.preprocess import TextTokenizer, refusal
 from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
@@ -49,15 +49,10 @@ class TextPipeline:
             raise ApiError(422, "top_k_too_large", f"top_k {body.top_k} exceeds {lim.max_top_k}",
                            {"limit": lim.max_top_k})
         for i, t in enumerate(body.texts):
-            if len(t) > lim.hard_max_chars:
-                raise ApiError(422, "text_too_long", f"text {i} has {len(t)} characters, above the hard limit of "
-                               f"{lim.hard_max_chars} (longer texts up to it are truncated and classified)",
-                               {"index": i, "limit": lim.hard_max_chars, "length": len(t),
-                                "truncated_above": lim.max_chars})
-            if not prepare_text(t, lim.max_chars)[0]:
-                raise ApiError(422, "empty_text", f"text {i} is empty after removing control characters"
-                               + (f" (within its first {lim.max_chars} characters)" if len(t) > lim.max_chars else ""),
-                               {"index": i})
+            refused = refusal(t, lim.max_chars, lim.hard_max_chars)
+            if refused is not None:
+                code, message, details = refused
+                raise ApiError(422, code, f"text {i}: {message}", {"index": i, **details})
         return list(body.texts)
 
     async def run(self, body: ClassifyRequest, call: CallContext) -> ClassifyResponse:

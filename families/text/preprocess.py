@@ -46,6 +46,19 @@ def prepare_text(text: str, max_chars: int) -> tuple[str, bool]:
     return clean_text(stripped[:max_chars] if cut else stripped), cut
 
 
+def refusal(text: str, max_chars: int, hard_max_chars: int) -> tuple[str, str, dict] | None:
+    """Why one text is refused (code, message, details), or None: above the hard length limit, or blank after
+    removing control characters. The service refuses the request for it (422), a batch job writes an error row."""
+    if len(text) > hard_max_chars:
+        return ("text_too_long", f"{len(text)} characters, above the hard limit of {hard_max_chars} (longer texts up "
+                "to it are truncated and classified)",
+                {"limit": hard_max_chars, "length": len(text), "truncated_above": max_chars})
+    if not prepare_text(text, max_chars)[0]:
+        return ("empty_text", "empty after removing control characters"
+                + (f" (within its first {max_chars} characters)" if len(text) > max_chars else ""), {})
+    return None
+
+
 class TextTokenizer:
     """A tokenizer.json with truncation fixed to the manifest's max_length."""
 
