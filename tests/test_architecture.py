@@ -47,3 +47,64 @@ def test_nothing_below_the_families_imports_upward():
                                                                  f"from {p} ")) for p in forbidden):
                     offenders.append(f"{path.relative_to(ROOT)}:{number}: {text}")
     assert not offenders, offenders
+
+
+PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_product_has_no_import_circle():
+    """Done-when of the architecture step: the runtime import graph of the product (every module, imports under
+    TYPE_CHECKING left out: they are annotations, never executed) has no circle, inside a layer included."""
+    import grimp
+
+    graph = grimp.build_graph(*PRODUCT, exclude_type_checking_imports=True)
+    edges = {m: {d for d in graph.find_modules_directly_imported_by(m) if d.split(".")[0] in PRODUCT}
+             for m in graph.modules}
+    assert cycles(edges) == []
