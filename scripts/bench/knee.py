@@ -5,7 +5,7 @@
     python -m scripts.bench.knee --write-config   # also writes access.deployment_rate_per_s in configs/serving.yaml
 
 Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate keeps sending,
-so the rate where p99 leaves the SLO is the real capacity. The generator is scripts/bench/compare.py's open_loop:
+so the rate where p99 leaves the SLO is the real capacity. The generator is scripts/bench/harness.py's open_loop:
 Grafana's k6 (constant-arrival-rate, --no-usage-report) when its binary is installed in the system directories, else
 the project's bounded aiohttp generator (scripts/drills/loadgen.py; a few hundred requests/s at most on one core).
 One triserve instance (default config, capacity limits off, per-client limit raised since the generator is one
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from configs.deployments import load_repository
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
+from scripts.bench.harness import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.report import pyplot, write_report
 from scripts.drills.common import TEXTS
 from scripts.drills.loadgen import closed_loop, open_loop, phase

@@ -9,7 +9,7 @@ e.g. one text or one image each) is replayed in order by scripts/bench/wrk_repla
                        warmup_s=2, duration_s=10, max_requests=200_000, cpu=1)
 
 Bounded in time (wrk -d) and count (the script stops sending after max_requests); loopback targets only. The result
-has the shape of scripts.bench.compare.closed_loop's (ok, texts_per_s = successful requests per second, latency
+has the shape of scripts.bench.harness.closed_loop's (ok, texts_per_s = successful requests per second, latency
 percentiles in ms, non_200), plus p99.9 and the transport-error breakdown. wrk counts answers with status >= 400 as
 one number, so "status" holds {"<400": n, ">=400": n}.
 """

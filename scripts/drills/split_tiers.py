@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.report import pyplot
 from scripts.drills.common import OUT_DIR, TEXTS, base_parser, save
 from scripts.drills.loadgen import LoadResult, open_loop, per_second, phase

@@ -1,5 +1,6 @@
-"""compare.py's open-loop cell without Grafana's k6: scripts/drills/loadgen.py at a constant arrival rate, reported
-with k6's numbers (requests, dropped arrivals, failed share, latency percentiles) against a loopback server."""
+"""The harness's open-loop cell (compare.py --open-loop-rate, knee.py) without Grafana's k6: scripts/drills/loadgen.py
+at a constant arrival rate, reported with k6's numbers (requests, dropped arrivals, failed share, latency percentiles)
+against a loopback server."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scripts.bench import compare
+from scripts.bench import harness
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -37,9 +38,9 @@ def server():
 
 
 def test_without_k6_the_cell_runs_on_loadgen(server, tmp_path, monkeypatch):
-    monkeypatch.setattr(compare, "k6_binary", lambda: None)
+    monkeypatch.setattr(harness, "k6_binary", lambda: None)
     requests = [(f"{server}/v1/classify", json.dumps({"texts": ["hi"], "ok": i != 3}).encode()) for i in range(4)]
-    cell = compare.open_loop("naive", requests, rate=40, duration_s=1.0, tmp=tmp_path, cpu=0)
+    cell = harness.open_loop("naive", requests, rate=40, duration_s=1.0, tmp=tmp_path, cpu=0)
     assert cell["load_generator"].startswith("scripts/drills/loadgen.py")
     assert cell["rate"] == 40 and cell["seconds"] == 1.0
     assert 35 <= cell["requests"] <= 40 and cell["dropped_iterations"] == 0
