@@ -17,9 +17,15 @@ CPU execution provider, one text per request, top-3 labels back):
   triserve          the same, default config (adaptive batching, max_batch_size 64)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local: the runner's code inside the API worker, no
                     gateway->runner hop (runners/local.py; single-node CPU serving)
-Both triserve instances run with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST) and the
-capacity limits off (they are set from the knee, which this does not measure), since one
-load generator is one client address, and gRPC off (its fixed port would collide); nothing else is changed.
+Every triserve system runs with the per-client rate limit raised (TRISERVE_ACCESS__RATE_PER_S / BURST) and the
+capacity limits off (they are set from the knee, which this does not measure), since one load generator is one client
+address, gRPC off (its fixed port would collide) and the overload spill off (harness.SPILL_OFF:
+admission.overload_fallback_share 0, so no share of the traffic is routed to the cheaper fallback model); nothing else
+is changed.
+
+Counting (every cell, every generator): throughput and latency count primary answers; a 200 whose answer says
+`degraded: true` (a fallback model answered) is counted apart ("degraded", with its latency and reasons where the
+generator can time it alone), never as throughput; anything else is non-200.
 
 Placement: every server (and the in-process measurement) is pinned to --server-cpu (default 0), this process, which
 is the load generator, to --load-cpu (default 1). Load: closed loop (wrk with scripts/bench/wrk_replay.lua when
@@ -333,11 +339,14 @@ def to_markdown(res: dict) -> str:
         gens = sorted({str(v.get("load_generator", "k6")) for v in ol.values()})
         L += ["", f"Open loop (constant arrival rate, {rate} requests/s for {res['duration_s']} s, one cell per "
               f"server after the closed-loop rounds; generator: {', '.join(gens)}):", "",
-              "| system | requests | dropped | failed | p50 ms | p90 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+              "| system | requests | dropped | failed | degraded | p50 ms | p90 ms | p99 ms |",
+              "|---|---|---|---|---|---|---|---|"]
         for k, v in ol.items():
-            lat = v["latency_ms"]
+            lat = " | ".join("n/a" if v["latency_ms"].get(q) is None else f"{v['latency_ms'][q]:.2f}"
+                             for q in ("p50", "p90", "p99"))
             L.append(f"| {k} | {v['requests']} | {v['dropped_iterations']} | {v['failed_share']} | "
-                     f"{lat['p50']:.2f} | {lat['p90']:.2f} | {lat['p99']:.2f} |")
+                     f"{v.get('degraded', 'n/a')} | {lat} |")
+        L += ["", "Latency of the primary answers (degraded answers apart)."]
     L += harness.breakdown_markdown(res)
     pr = res.get("profile")
     if pr and "gateway" in pr:

@@ -25,8 +25,10 @@ the same families/detection functions for decode, letterbox, capped NMS and the 
                     TRISERVE_SLOTS__<DETECTION DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
   triserve          the same, default config (gateway batching while busy, max_batch_size 16)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local (runner code in the API worker, no hop)
-Both triserve instances run with harness.RAISED_LIMITS (per-client rate limit raised: one load generator is one
-client address; gRPC off: its fixed port would collide) and a BENTOML_HOME of their own; nothing else is changed.
+Every triserve system runs with harness.RAISED_LIMITS (per-client rate limit raised: one load generator is one
+client address; gRPC off: its fixed port would collide), the overload spill off (harness.SPILL_OFF) and a BENTOML_HOME
+of its own; nothing else is changed. Counted as in compare.py: images/s and latency are primary answers only,
+degraded answers (a fallback model answered) apart.
 
 Placement: every server (and the in-process measurement) pinned to --server-cpu (default 0), this process (the load
 generator) to --load-cpu (default 1). Closed loop (harness.load_cell: wrk when installed, else --load-generator

@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -40,6 +41,7 @@ from scripts.bench import batch_hist, wrk
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.wrk import LOOPBACK
+from scripts.drills.common import DEGRADED, PRIMARY, answer_kind, says_degraded
 from scripts.drills.server import free_port
 from scripts.imagetools import StepFailed
 
@@ -50,7 +52,12 @@ LOCAL_ENV = {"TRISERVE_RUNNER__PLACEMENT": "local"}
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
                  "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
                  "TRISERVE_GRPC__ENABLED": "false"}
+# a comparison never lets a system answer with a cheaper model: no share of 'auto' traffic is routed to the fallback
+# when the primary's queue is long (configs/settings.py Admission.overload_fallback_share; 0 disables the routing)
+SPILL_OFF = {"TRISERVE_ADMISSION__OVERLOAD_FALLBACK_SHARE": "0"}
 LOG_DIR = ROOT / ".cache" / "bench" / "logs"
+COUNTING = ("throughput and latency count primary answers; a 200 whose answer says degraded: true (a fallback model "
+            "answered) is counted apart (degraded), never as throughput")
 T = TypeVar("T")
 
 
@@ -192,9 +199,10 @@ Servers = dict[str, tuple[Peer | TriservePeer, str]]  # name -> (the running ser
 
 
 def triserve_env(name: str, args) -> dict[str, str]:
-    """The environment of a triserve system: RAISED_LIMITS, the comparison's intra-op threads, batching off for
-    triserve_nobatch (--nobatch-env), the runner in the API worker for triserve_local."""
-    env = dict(RAISED_LIMITS)
+    """The environment of a triserve system: RAISED_LIMITS, the overload spill off (SPILL_OFF), the comparison's
+    intra-op threads, batching off for triserve_nobatch (--nobatch-env), the runner in the API worker for
+    triserve_local."""
+    env = {**RAISED_LIMITS, **SPILL_OFF}
     if args.intra_op:
         env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = str(args.intra_op)
     if name == "triserve_nobatch":
@@ -307,16 +315,60 @@ def intra_sweep(intra_op: int) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 # load
 # --------------------------------------------------------------------------------------------------------------------
+_REASON = re.compile(rb'"degraded_reason"\s*:\s*"([^"]*)"')
+
+
+def percentiles(ms: Sequence[float], qs: Sequence[float] = (50, 90, 99), nd: int = 3) -> dict[str, float | None]:
+    return {f"p{q:g}": (round(float(np.percentile(ms, q)), nd) if len(ms) else None) for q in qs}
+
+
+class Tally:
+    """The answers of one load cell, counted as every benchmark and drill counts (scripts/drills/common.answer_kind):
+    primary answers make the throughput ("ok", texts_per_s) and the latency percentiles; degraded answers (a 200 that
+    says a fallback model answered) are counted, timed and explained (degraded_reason) apart, never as throughput;
+    anything else is non-200."""
+
+    def __init__(self) -> None:
+        self.status: Counter = Counter()
+        self.errors: Counter = Counter()
+        self.reasons: Counter = Counter()
+        self.ms: dict[str, list[float]] = {PRIMARY: [], DEGRADED: []}
+
+    def add(self, status: int | str, ms: float, body: bytes = b"", error: str | None = None) -> str:
+        kind = answer_kind(status, status == 200 and says_degraded(body))
+        self.status[status] += 1
+        if error:
+            self.errors[error] += 1
+        if kind in self.ms:
+            self.ms[kind].append(ms)
+        if kind == DEGRADED:
+            m = _REASON.search(body)
+            self.reasons[m.group(1).decode(errors="replace") if m else "?"] += 1
+        return kind
+
+    def cell(self, seconds: float) -> dict:
+        ok, degraded = len(self.ms[PRIMARY]), len(self.ms[DEGRADED])
+        out = {"seconds": round(seconds, 2), "ok": ok, "texts_per_s": round(ok / seconds, 1),
+               "latency_ms": percentiles(self.ms[PRIMARY]), "latency_of": "primary answers",
+               "degraded": degraded, "degraded_per_s": round(degraded / seconds, 1),
+               "status": {str(k): v for k, v in self.status.items()}, "errors": dict(self.errors),
+               "non_200": sum(v for k, v in self.status.items() if k != 200)}
+        if degraded:
+            out["latency_degraded_ms"] = percentiles(self.ms[DEGRADED])
+            out["degraded_reasons"] = dict(self.reasons)
+        return out
+
+
 async def closed_loop(requests: list[tuple[str, bytes]], concurrency: int, warmup_s: float, duration_s: float,
                       max_requests: int) -> dict:
+    """`concurrency` connections, each sending its next request when the previous answer arrived; the answers that
+    started after the warm-up and ended within the duration are counted (Tally)."""
     import aiohttp
 
     for url, _ in requests[:1]:
         if urlparse(url).hostname not in LOOPBACK:
             raise SystemExit("refusing to send load to a non-loopback address")
-    codes: Counter = Counter()
-    errors: Counter = Counter()
-    lat: list[float] = []
+    tally = Tally()
     sent = 0
     t_start = time.perf_counter()
     t_measure = t_start + warmup_s
@@ -337,26 +389,20 @@ async def closed_loop(requests: list[tuple[str, bytes]], concurrency: int, warmu
                 i += concurrency
                 t0 = time.perf_counter()
                 status: int | str
+                answer, error = b"", None
                 try:
                     async with session.post(url, data=body, headers=headers) as resp:
-                        await resp.read()
+                        answer = await resp.read()
                         status = resp.status
                 except Exception as exc:  # noqa: BLE001  # counted, never hidden
-                    status = "transport_error"
-                    errors[type(exc).__name__] += 1
+                    status, error = "transport_error", type(exc).__name__
                 t1 = time.perf_counter()
                 if t0 >= t_measure and t1 <= t_end:
-                    codes[status] += 1
-                    if status == 200:
-                        lat.append((t1 - t0) * 1000)
+                    tally.add(status, (t1 - t0) * 1000, answer, error)
 
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
     measured = max(1e-9, min(time.perf_counter(), t_end) - t_measure)
-    ok = codes.get(200, 0)
-    pct = {f"p{q:g}": (round(float(np.percentile(lat, q)), 3) if lat else None) for q in (50, 90, 99)}
-    return {"concurrency": concurrency, "seconds": round(measured, 2), "ok": ok, "texts_per_s": round(ok / measured, 1),
-            "latency_ms": pct, "status": {str(k): v for k, v in codes.items()}, "errors": dict(errors),
-            "non_200": sum(v for k, v in codes.items() if k != 200), "sent_total": sent}
+    return {"concurrency": concurrency, **tally.cell(measured), "sent_total": sent, "generator": "aiohttp"}
 
 
 def default_generator() -> str:
@@ -424,19 +470,27 @@ def open_loop(system: str, requests: list[tuple[str, bytes]], rate: int, duratio
     if not summary.exists():
         return {"error": f"k6 exited {p.returncode}: {(p.stderr or p.stdout)[-800:]}"}
     m = json.loads(summary.read_text())["metrics"]
-    d = m.get("http_req_duration", {})
+
+    def trend(name: str) -> dict:
+        d = m.get(name) or {}
+        return {"p50": d.get("p(50)"), "p90": d.get("p(90)"), "p99": d.get("p(99)"), "max": d.get("max")}
+
+    degraded = int((m.get("degraded_answers") or {}).get("count", 0))
     return {"load_generator": f"k6 ({k6})", "rate": rate, "seconds": duration_s,
             "requests": m.get("http_reqs", {}).get("count"),
             "dropped_iterations": m.get("dropped_iterations", {}).get("count", 0),
             "failed_share": m.get("http_req_failed", {}).get("value"),
-            "latency_ms": {"p50": d.get("p(50)"), "p90": d.get("p(90)"), "p99": d.get("p(99)"), "max": d.get("max")}}
+            "ok": int((m.get("primary_answers") or {}).get("count", 0)), "degraded": degraded,
+            "latency_ms": trend("primary_req_duration"), "latency_all_ms": trend("http_req_duration"),
+            **({"latency_degraded_ms": trend("degraded_req_duration")} if degraded else {})}
 
 
 def loadgen_open_loop(requests: list[tuple[str, bytes]], rate: int, duration_s: float, cpu: int | None = None) -> dict:
     """The open-loop cell without k6: scripts/drills/loadgen.py's bounded generator, this thread pinned to `cpu`
-    meanwhile; the same numbers as k6's summary (requests sent, arrivals dropped at the in-flight cap, failed share,
-    latency percentiles)."""
+    meanwhile; the same numbers as the k6 cell (requests sent, arrivals dropped at the in-flight cap, failed share,
+    primary and degraded answers, latency percentiles of the primary answers)."""
     from scripts.drills import loadgen
+    from scripts.drills.common import FAILED, by_kind
 
     urls = [u for u, _ in requests]
     bodies = [json.loads(b) for _, b in requests]
@@ -449,12 +503,18 @@ def loadgen_open_loop(requests: list[tuple[str, bytes]], rate: int, duration_s: 
                                             max_inflight=OPEN_LOOP_MAX_INFLIGHT))
     finally:
         os.sched_setaffinity(0, before)
-    ms = np.array([r.ms for r in res.rows]) if res.rows else np.array([np.nan])
+    kinds = by_kind(res.rows)
+
+    def lat(rows) -> dict:
+        ms = [r.ms for r in rows]
+        return percentiles(ms) | {"max": round(max(ms), 3) if ms else None}
+
     return {"load_generator": "scripts/drills/loadgen.py (aiohttp)", "rate": rate, "seconds": duration_s,
             "requests": res.sent, "dropped_iterations": res.skipped,
-            "failed_share": sum(not r.ok for r in res.rows) / res.sent if res.sent else None,
-            "latency_ms": {f"p{q}": round(float(np.percentile(ms, q)), 3) for q in (50, 90, 99)}
-            | {"max": round(float(np.max(ms)), 3)}}
+            "failed_share": len(kinds[FAILED]) / res.sent if res.sent else None,
+            "ok": len(kinds[PRIMARY]), "degraded": len(kinds[DEGRADED]), "latency_ms": lat(kinds[PRIMARY]),
+            "latency_all_ms": lat(res.rows),
+            **({"latency_degraded_ms": lat(kinds[DEGRADED])} if kinds[DEGRADED] else {})}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -504,7 +564,8 @@ def run_rounds(args, fam: Family, servers: Servers, requests: dict[str, list], i
                 if delta is not None:
                     rec["batch_histograms"].setdefault(name, {})[str(c)] = delta
                 fam.say(f"round {r + 1} {name} c={c}: {cell[fam.per_s]} {fam.unit}/s p50 {cell['latency_ms']['p50']} "
-                        f"p99 {cell['latency_ms']['p99']} ms non-200 {cell['non_200']}{batch_hist.describe(delta)}")
+                        f"p99 {cell['latency_ms']['p99']} ms degraded {cell.get('degraded', 0)} non-200 "
+                        f"{cell['non_200']}{batch_hist.describe(delta)}")
         rounds.append(rec)
     return rounds
 
@@ -560,7 +621,9 @@ def evaluate_goals(goals: dict[str, tuple[str, str, float]], per_round: list[dic
 
 
 def system_table(rounds: list[dict], systems: Sequence[str], concurrency: Sequence[int], per_s: str) -> dict:
-    """system -> str(c) -> throughput and latency percentiles (median [range] over rounds), non-200 summed."""
+    """system -> str(c) -> throughput and latency percentiles of the primary answers (median [range] over rounds),
+    degraded answers and non-200 summed over rounds; latency_includes_degraded where a generator could not time the
+    primary answers alone (wrk) and degraded answers came back."""
     table: dict[str, dict] = {}
     for s in systems:
         if s == "inproc":
@@ -571,7 +634,11 @@ def system_table(rounds: list[dict], systems: Sequence[str], concurrency: Sequen
             if cells:
                 per_c[str(c)] = {per_s: med_range([x[per_s] for x in cells]),
                                  **{q: med_range([x["latency_ms"][q] for x in cells]) for q in ("p50", "p90", "p99")},
-                                 "non_200_total": sum(x["non_200"] for x in cells)}
+                                 "degraded_total": sum(x.get("degraded", 0) for x in cells),
+                                 "non_200_total": sum(x["non_200"] for x in cells),
+                                 "latency_includes_degraded": any(x.get("degraded") and
+                                                                  not str(x.get("latency_of", "")).startswith("primary")
+                                                                  for x in cells)}
         if per_c:
             table[s] = per_c
     return table
@@ -644,7 +711,8 @@ def base_result(args, command: str, started_utc: str, t0: float) -> dict:
             "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu,
                           "load": f"closed loop, {args.load_generator}"},
             "duration_s": args.duration, "warmup_s": args.warmup, "concurrency": args.concurrency,
-            "systems": args.systems, "triserve_env": RAISED_LIMITS, "triserve_nobatch_env": args.nobatch_env,
+            "systems": args.systems, "triserve_env": {**RAISED_LIMITS, **SPILL_OFF},
+            "counting": COUNTING, "triserve_nobatch_env": args.nobatch_env,
             "intra_op_threads": args.intra_op}
 
 
@@ -661,13 +729,24 @@ def cell(mr: dict | None, nd: int = 0) -> str:
 
 
 def systems_markdown(table: dict, per_s: str, unit: str) -> list[str]:
-    L = [f"| system | c | {unit}/s | p50 ms | p90 ms | p99 ms | non-200 |", "|---|---|---|---|---|---|---|"]
+    """The systems table: throughput and latency of primary answers, degraded answers and non-200 apart."""
+    L = [f"| system | c | {unit}/s (primary answers) | p50 ms | p90 ms | p99 ms | degraded | non-200 |",
+         "|---|---|---|---|---|---|---|---|"]
+    mixed = False
     for name, per_c in table.items():
         if name == "inproc":
             continue
         for c, row in per_c.items():
-            L.append(f"| {name} | {c} | {cell(row[per_s])} | {cell(row['p50'], 2)} | {cell(row['p90'], 2)} | "
-                     f"{cell(row['p99'], 2)} | {row['non_200_total']} |")
+            mark = " *" if row.get("latency_includes_degraded") else ""
+            mixed = mixed or bool(mark)
+            lat = " | ".join(f"{cell(row[q], 2)}{mark}" for q in ("p50", "p90", "p99"))
+            L.append(f"| {name} | {c} | {cell(row[per_s])} | {lat} | {row.get('degraded_total', 'n/a')} | "
+                     f"{row['non_200_total']} |")
+    L += ["", f"{COUNTING[0].upper()}{COUNTING[1:]}; every triserve system runs with the overload spill off "
+          f"({', '.join(f'{k}={v}' for k, v in SPILL_OFF.items())})."]
+    if mixed:
+        L.append("\\* latency over every answer, degraded ones included: wrk cannot time the primary answers alone "
+                 "(--load-generator aiohttp can).")
     return L
 
 

@@ -2,41 +2,17 @@
 aiohttp closed loop), the tables over rounds and the reports of both families (no triserve, no model)."""
 from __future__ import annotations
 
-import json
-import threading
 import time
 from argparse import Namespace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from scripts.bench import compare, compare_detect, harness
 
 
-class _Answers(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as the load generators expect
-
-    def do_POST(self) -> None:  # http.server's method naming
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        out = json.dumps({"results": [{"label": "x"}], "degraded": False}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture()
-def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+def server(json_server):
+    return json_server(lambda path, body: (200, {"results": [{"label": "x"}], "degraded": False}, 0.0))
 
 
 def _args(**kw) -> Namespace:
@@ -118,7 +94,7 @@ def test_detection_report_renders_the_shared_blocks():
            "placement": {"server_cpu": 0, "load_cpu": 1, "load": "closed loop, aiohttp"}, "rounds": 1, "warmup_s": 1,
            "duration_s": 2, "wall_seconds": 3, "host": "h"}
     md = compare_detect.to_markdown(res)
-    assert "| naive | 32 | 10 [10-10] | 1.00 [1.00-1.00] | 2.00 [2.00-2.00] | 3.00 [3.00-3.00] | 1 |" in md
+    assert "| naive | 32 | 10 [10-10] | 1.00 [1.00-1.00] | 2.00 [2.00-2.00] | 3.00 [3.00-3.00] | 0 | 1 |" in md
     assert "| intra1/b4 | 20 [20-20] | 9.00 [9.00-9.00] |" in md and "run 3.00 [3.00-3.00]" in md
     assert "Not measured" not in md and "Notes" not in md
 

@@ -4,37 +4,15 @@ against a loopback server."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from scripts.bench import harness
 
 
-class _Echo(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # http.server's method naming
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        status = 200 if json.loads(body).get("ok", True) else 503
-        out = json.dumps({"timings": {"total_ms": 0.1}}).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture()
-def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+def server(json_server):
+    return json_server(lambda path, body: (200 if body.get("ok", True) else 503, {"timings": {"total_ms": 0.1}}, 0.0))
 
 
 def test_without_k6_the_cell_runs_on_loadgen(server, tmp_path, monkeypatch):
