@@ -7,7 +7,9 @@ peers), its request mix, its in-process ceiling and its goals; everything else i
   start is skipped with the reason;
 - the closed-loop load cell, bounded in time (warm-up + duration) and count (--max-requests): wrk when installed
   (scripts/bench/wrk.py), else an aiohttp loop in this process; the open-loop cell (Grafana's k6, else
-  scripts/drills/loadgen.py);
+  scripts/drills/loadgen.py); every cell counts primary answers as throughput and latency, degraded answers (a
+  fallback model answered) apart (docs/bench/counting.md), and every compared triserve system runs with the
+  overload spill off (SPILL_OFF);
 - the rounds: systems interleaved per round, each cell with the batch-size histogram of its triserve instance
   (scripts/bench/batch_hist.py); medians over rounds with [min-max]; goal ratios computed within each round;
 - the result: the JSON, the markdown tables and the plots (scripts/bench/report.py).
@@ -131,15 +133,6 @@ class Peer:
                 pass
             time.sleep(0.25)
         raise TimeoutError(f"{self.name} not ready after {timeout}s; log {self.log_path}")
-
-    def pids(self) -> list[int]:
-        import psutil
-
-        try:
-            p = psutil.Process(self.proc.pid)
-            return [p.pid] + [c.pid for c in p.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
 
     def stop(self) -> None:
         import psutil
