@@ -9,7 +9,7 @@ night), more than most single changes are worth, so numbers taken from two separ
 and every metric is reported as the per-round difference head - base: drift shared by both sides cancels.
 
 The base is a git ref checked out (detached) into .cache/bench/ab/<sha>; the head is this working tree (or --head,
-another ref). Both serve the same registry (models/store here) with the same environment (compare.RAISED_LIMITS,
+another ref). Both serve the same registry (models/store here) with the same environment (harness.RAISED_LIMITS,
 ONNX Runtime intra-op --intra-op, plus --env), and both are up at once in each round (fresh servers per round, both
 pinned to --server-cpu; the idle one costs next to nothing). Per cell (task:concurrency): a warm-up cell for each,
 then four measured wrk closed-loop cells in the order A B B A (B A A B in odd rounds; load pinned to --load-cpu), each
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, med_range, timings_probe
+from scripts.bench.harness import RAISED_LIMITS, TriservePeer, default_generator, load_cell, med_range, timings_probe
 from scripts.bench.knee import task_requests
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT

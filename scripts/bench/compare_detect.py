@@ -1,5 +1,5 @@
 """Object detection, one model, five ways, one run: how close does triserve get to the ONNX Runtime ceiling?
-The detection twin of scripts/bench/compare.py (same method, same placement, same server helpers, imported from it).
+The detection twin of scripts/bench/compare.py (same method, same placement: both run on scripts/bench/harness.py).
 
     python -m scripts.bench.compare_detect                     # ~9 min: what docs/bench/compare_detect.* holds
     python -m scripts.bench.compare_detect --rounds 1 --duration 2 --warmup 1 --concurrency 1,8 \\
@@ -25,11 +25,13 @@ the same families/detection functions for decode, letterbox, capped NMS and the 
                     TRISERVE_SLOTS__<DETECTION DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
   triserve          the same, default config (gateway batching while busy, max_batch_size 16)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local (runner code in the API worker, no hop)
-Both triserve instances run with compare.RAISED_LIMITS (per-client rate limit raised: one load generator is one
-client address; gRPC off: its fixed port would collide) and a BENTOML_HOME of their own; nothing else is changed.
+Every triserve system runs with harness.RAISED_LIMITS (per-client rate limit raised: one load generator is one
+client address; gRPC off: its fixed port would collide), the overload spill off (harness.SPILL_OFF) and a BENTOML_HOME
+of its own; nothing else is changed. Counted as in compare.py: images/s and latency are primary answers only,
+degraded answers (a fallback model answered) apart.
 
 Placement: every server (and the in-process measurement) pinned to --server-cpu (default 0), this process (the load
-generator) to --load-cpu (default 1). Closed loop (compare.load_cell: wrk when installed, else --load-generator
+generator) to --load-cpu (default 1). Closed loop (harness.load_cell: wrk when installed, else --load-generator
 aiohttp; a fixed number of connections each sending its next request when the previous answer arrived) at each
 --concurrency; each cell is --warmup seconds
 unmeasured then --duration seconds measured. Rounds interleave the systems; tables report medians over rounds with
@@ -50,11 +52,8 @@ import io
 import json
 import math
 import os
-import platform
 import random
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,33 +63,19 @@ from typing import Any
 
 import numpy as np
 
-from scripts.bench import batch_hist
-from scripts.bench.compare import (
-    LOCAL_ENV,
-    RAISED_LIMITS,
-    Peer,
-    Servers,
-    TriservePeer,
-    cell,
-    default_generator,
-    free_port,
-    load_cell,
-    med_range,
-    pinned,
-    plot_rounds,
-    shown,
-    timings_probe,
-)
-from scripts.bench.report import write_report
+from scripts.bench import batch_hist, harness
+from scripts.bench.harness import Family, RoundView, cell, shown
+from scripts.bench.peers import common as peers
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.common import default_deployment
 
 MODEL = "yolo-shapes"
 SLOT = default_deployment("detection")
-SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
-HTTP_SYSTEMS = SYSTEMS[1:]
-TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
-NOBATCH_ENV = f"TRISERVE_SLOTS__{SLOT.upper()}__BATCHING__MAX_BATCH_SIZE=1"
+SYSTEMS = harness.SYSTEMS
+FAMILY = Family(tag="compare_detect", model=MODEL, slot=SLOT, unit="images",
+                naive_app="scripts.bench.peers.naive_fastapi_detect:app",
+                pytriton_script="scripts/bench/peers/pytriton_detect.py", pytriton_model="detector",
+                log_prefix="detect_", pytriton_args=lambda args: ["--max-batch-size", str(args.pytriton_max_batch)])
 SIZE_MIX = ((320, 240, 0.3), (640, 480, 0.4), (1280, 720, 0.3))  # (width, height, share)
 GOALS = {  # name: (description with {c} for the goal concurrency, comparison, threshold)
     "batching_on_vs_off": ("triserve default / triserve batching off (detection max_batch_size 1), throughput at c={c}",
@@ -188,15 +173,8 @@ def parse_detections(system: str, payload: dict) -> list[tuple[int, list[float],
 # the pipeline, in process (the ceiling and the agreement reference)
 # --------------------------------------------------------------------------------------------------------------------
 def open_session(intra_op: int):
-    import onnxruntime as ort
-
     d, manifest = model_dir(name=MODEL)
-    opts = ort.SessionOptions()  # as runners/pool.py with configs/serving.yaml (intra_op_threads varies here)
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = intra_op
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(d / manifest["model_file"]), opts, providers=["CPUExecutionProvider"])
-    return sess, manifest
+    return peers.session(d, manifest, intra_op), manifest  # as the runner's (intra-op threads vary here)
 
 
 def run_pipeline(sess, manifest: dict, b64s: list[str]) -> tuple[list[list[tuple]], dict[str, float]]:
@@ -239,25 +217,11 @@ def inproc_measure(b64s: list[str], batch_sizes: list[int], seconds_per_size: fl
         for b in (1, max(batch_sizes)):  # warm-up
             run_pipeline(sess, manifest, b64s[:b])
         for b in batch_sizes:
-            lat: list[float] = []
-            stages: dict[str, list[float]] = {}
-            done, i = 0, 0
-            end = time.perf_counter() + seconds_per_size
-            started = time.perf_counter()
-            while time.perf_counter() < end:
-                chunk = [b64s[(i + j) % len(b64s)] for j in range(b)]
-                i += b
-                t0 = time.perf_counter()
-                _, st = run_pipeline(sess, manifest, chunk)
-                lat.append((time.perf_counter() - t0) * 1000)
-                for k, v in st.items():
-                    stages.setdefault(k, []).append(v)
-                done += b
-            elapsed = time.perf_counter() - started
-            out[f"intra{intra}/b{b}"] = {
-                "intra_op": intra, "batch": b, "images_per_s": done / elapsed,
-                "call_ms_p50": float(np.percentile(lat, 50)), "call_ms_p99": float(np.percentile(lat, 99)),
-                "calls": len(lat), "stage_ms_p50": {k: round(float(np.median(v)), 3) for k, v in stages.items()}}
+            row, answers = harness.back_to_back(partial(run_pipeline, sess, manifest), b64s, b, seconds_per_size,
+                                                "images_per_s")
+            stages = {k: [st[k] for _, st in answers] for k in answers[0][1]}
+            out[f"intra{intra}/b{b}"] = {"intra_op": intra, "batch": b, **row, "stage_ms_p50": {
+                k: round(float(np.median(v)), 3) for k, v in stages.items()}}
     cfg = intra_ops[0]  # the configuration every server runs with
     # the ceiling uses the servers' thread setting only: intra-op 0 lets ONNX Runtime pin a thread to another core
     best = max((k for k in out if out[k]["intra_op"] == cfg), key=lambda k: out[k]["images_per_s"])
@@ -269,15 +233,9 @@ def inproc_measure(b64s: list[str], batch_sizes: list[int], seconds_per_size: fl
 
 
 def run_inproc(args, images_file: Path) -> dict:
-    intra = [args.intra_op] + [i for i in (0, 1) if i != args.intra_op]
-    cmd = [sys.executable, "-m", "scripts.bench.compare_detect", "_inproc", "--images", str(images_file),
-           "--batch-sizes", args.batch_sizes, "--seconds-per-size", str(args.inproc_seconds),
-           "--intra-ops", ",".join(map(str, intra))]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-                       preexec_fn=pinned(args.server_cpu))
-    if p.returncode:
-        raise RuntimeError(f"in-process measurement failed: {p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return harness.run_inproc("scripts.bench.compare_detect", [
+        "--images", str(images_file), "--batch-sizes", args.batch_sizes, "--seconds-per-size", str(args.inproc_seconds),
+        "--intra-ops", harness.intra_sweep(args.intra_op)], args.server_cpu, 600)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -355,135 +313,44 @@ def check_agreement(servers: dict, images: list[dict], n: int, tol_px: float, in
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# servers
-# --------------------------------------------------------------------------------------------------------------------
-def start_servers(args, tmp: Path, log_dir: Path) -> tuple[Servers, dict[str, str]]:
-    """name -> (peer, base url); name -> reason it is not measured."""
-    servers: Servers = {}
-    skipped: dict[str, str] = {}
-    d, _ = model_dir(name=MODEL)
-    for name in [s for s in args.systems if s in HTTP_SYSTEMS]:
-        log = log_dir / f"detect_{name}.log"
-        peer: Peer | TriservePeer
-        try:
-            if name == "naive":
-                port = free_port()
-                peer = Peer(name, [sys.executable, "-m", "uvicorn", "scripts.bench.peers.naive_fastapi_detect:app",
-                                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-                                   "--no-access-log"],
-                            {"TRISERVE_BENCH_INTRA_OP": str(args.intra_op), "TRISERVE_BENCH_MODEL_DIR": str(d)},
-                            args.server_cpu, log, f"http://127.0.0.1:{port}/readyz")
-                url = f"http://127.0.0.1:{port}"
-            elif name == "pytriton":
-                py = Path(args.pytriton_python)
-                if not py.exists():
-                    raise RuntimeError(f"no PyTriton interpreter at {py} (see scripts/bench/peers/pytriton_detect.py "
-                                       "for the venv recipe)")
-                libdir = subprocess.run([str(py), "-c", "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))"],
-                                        capture_output=True, text=True, check=True).stdout.strip()
-                port, gport, mport = free_port(), free_port(), free_port()
-                env = {"LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
-                peer = Peer(name, [str(py), str(ROOT / "scripts/bench/peers/pytriton_detect.py"), "--model-dir", str(d),
-                                   "--http-port", str(port), "--grpc-port", str(gport), "--metrics-port", str(mport),
-                                   "--max-batch-size", str(args.pytriton_max_batch),
-                                   "--max-queue-delay-us", str(args.pytriton_delay_us),
-                                   "--intra-op", str(args.intra_op)],
-                            env, args.server_cpu, log, f"http://127.0.0.1:{port}/v2/models/detector/ready")
-                url = f"http://127.0.0.1:{port}"
-            else:
-                env = dict(RAISED_LIMITS)
-                if args.intra_op:
-                    env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = str(args.intra_op)
-                if name == "triserve_nobatch":
-                    env.update(kv.split("=", 1) for kv in args.nobatch_env.split(",") if kv)
-                if name == "triserve_local":
-                    env.update(LOCAL_ENV)
-                home = tmp / f"bentoml_home_{name}"
-                home.mkdir(parents=True, exist_ok=True)
-                peer = TriservePeer(name, env, args.server_cpu, log, home)
-                url = peer.url
-            servers[name] = (peer, url)
-        except Exception as exc:  # noqa: BLE001  # the reason is reported
-            skipped[name] = f"{type(exc).__name__}: {exc}"
-    for name, (peer, _) in list(servers.items()):
-        try:
-            print(f"[compare_detect] {name} ready after {peer.wait_ready():.1f}s", file=sys.stderr)
-        except Exception as exc:  # noqa: BLE001  # a peer that never gets ready is skipped with the reason
-            skipped[name] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
-            peer.stop()
-            del servers[name]
-    return servers, skipped
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # summary
 # --------------------------------------------------------------------------------------------------------------------
 def ratios_for_round(r: dict, c: int = 32) -> dict:
     """The goal quantities within one round (None where a system or cell is missing)."""
-    def cell(s, cc):
-        return (r.get(s) or {}).get(str(cc)) or {}
+    v = RoundView(r, FAMILY.per_s)
+    div, ceiling = v.div, v.inproc.get("ceiling_images_per_s")
 
     def tp(s):
-        return cell(s, c).get("images_per_s")
+        return v.tp(s, c)
 
-    def q(s, cc, p):
-        return (cell(s, cc).get("latency_ms") or {}).get(p)
-
-    def div(a, b):
-        return a / b if a and b else None
-
-    ip = r.get("inproc") or {}
-    tri_p50, single = q("triserve", 1, "p50"), ip.get("single_call_ms_p50")
-    local_p50 = q("triserve_local", 1, "p50")
     return {"batching_on_vs_off": div(tp("triserve"), tp("triserve_nobatch")),
             "triserve_vs_naive": div(tp("triserve"), tp("naive")),
-            "triserve_p99_vs_naive": div(q("triserve", c, "p99"), q("naive", c, "p99")),
+            "triserve_p99_vs_naive": div(v.q("triserve", c, "p99"), v.q("naive", c, "p99")),
             "triserve_vs_pytriton": div(tp("triserve"), tp("pytriton")),
-            "triserve_vs_ceiling": div(tp("triserve"), ip.get("ceiling_images_per_s")),
-            "c1_p50_overhead_ms": (tri_p50 - single) if tri_p50 is not None and single is not None else None,
+            "triserve_vs_ceiling": div(tp("triserve"), ceiling),
+            "c1_p50_overhead_ms": v.c1_overhead("triserve"),
             "local_vs_naive": div(tp("triserve_local"), tp("naive")),
             "local_vs_pytriton": div(tp("triserve_local"), tp("pytriton")),
-            "local_vs_ceiling": div(tp("triserve_local"), ip.get("ceiling_images_per_s")),
-            "local_c1_p50_overhead_ms": (local_p50 - single) if local_p50 is not None and single is not None else None}
+            "local_vs_ceiling": div(tp("triserve_local"), ceiling),
+            "local_c1_p50_overhead_ms": v.c1_overhead("triserve_local")}
 
 
 def evaluate_goals(per_round: list[dict], c: int = 32) -> dict:
-    goals = {}
-    for k, (desc, op, thr) in GOALS.items():
-        mr = med_range([pr.get(k) for pr in per_round])
-        m = mr["median"]
-        goals[k] = {"description": desc.format(c=c), "goal": f"{op} {thr}", **mr,
-                    "met": None if m is None else (m >= thr if op == ">=" else m <= thr)}
-    return goals
+    return harness.evaluate_goals(GOALS, per_round, c)
 
 
 def summarise(rounds: list[dict], systems: list[str], concurrency: list[int], goal_c: int) -> dict:
     table: dict = {}
-    for s in systems:
-        if s == "inproc":
-            ips = [r["inproc"] for r in rounds if "inproc" in r]
-            if not ips:
-                continue
-            table[s] = {"ceiling_images_per_s": med_range([x["ceiling_images_per_s"] for x in ips]),
-                        "single_call_ms_p50": med_range([x["single_call_ms_p50"] for x in ips]),
-                        "best": [x["best"] for x in ips],
-                        "by_config_images_per_s": {k: med_range([x["by_config"][k]["images_per_s"] for x in ips])
-                                                   for k in ips[0]["by_config"]},
-                        "by_config_call_ms_p50": {k: med_range([x["by_config"][k]["call_ms_p50"] for x in ips])
-                                                  for k in ips[0]["by_config"]},
-                        "single_call_stage_ms_p50": {k: med_range([(x["single_call_stage_ms_p50"] or {}).get(k)
-                                                                   for x in ips])
-                                                     for k in (ips[0]["single_call_stage_ms_p50"] or {})}}
-            continue
-        per_c = {}
-        for c in concurrency:
-            cells = [r[s][str(c)] for r in rounds if s in r and str(c) in r[s]]
-            if cells:
-                per_c[str(c)] = {"images_per_s": med_range([x["images_per_s"] for x in cells]),
-                                 **{q: med_range([x["latency_ms"][q] for x in cells]) for q in ("p50", "p90", "p99")},
-                                 "non_200_total": sum(x["non_200"] for x in cells)}
-        if per_c:
-            table[s] = per_c
+    ip = harness.inproc_table(rounds, FAMILY.per_s) if "inproc" in systems else None
+    if ip:
+        ips = [r["inproc"] for r in rounds if "inproc" in r]
+        med_range = harness.med_range
+        table["inproc"] = {**ip, "by_config_call_ms_p50": {k: med_range([x["by_config"][k]["call_ms_p50"] for x in ips])
+                                                           for k in ips[0]["by_config"]},
+                           "single_call_stage_ms_p50": {k: med_range([(x["single_call_stage_ms_p50"] or {}).get(k)
+                                                                      for x in ips])
+                                                        for k in (ips[0]["single_call_stage_ms_p50"] or {})}}
+    table.update(harness.system_table(rounds, systems, concurrency, FAMILY.per_s))
     per_round = [ratios_for_round(r, goal_c) for r in rounds]
     return {"table": table, "goals": evaluate_goals(per_round, goal_c), "per_round_ratios": per_round,
             "batch_histograms": batch_hist.over_rounds(rounds)}
@@ -508,17 +375,8 @@ def to_markdown(res: dict) -> str:
         L += [f"| {k} | {cell(v)} | {cell(ip['by_config_call_ms_p50'][k], 2)} |"
               for k, v in ip["by_config_images_per_s"].items()]
         L.append("")
-    L += ["| system | c | images/s | p50 ms | p90 ms | p99 ms | non-200 |", "|---|---|---|---|---|---|---|"]
-    for name, per_c in s["table"].items():
-        if name == "inproc":
-            continue
-        for c, row in per_c.items():
-            L.append(f"| {name} | {c} | {cell(row['images_per_s'])} | {cell(row['p50'], 2)} | {cell(row['p90'], 2)} | "
-                     f"{cell(row['p99'], 2)} | {row['non_200_total']} |")
-    L += ["", "| goal | measured (median [range] over rounds) | target | met |", "|---|---|---|---|"]
-    for g in s["goals"].values():
-        met = "n/a" if g["met"] is None else ("yes" if g["met"] else "**no**")
-        L.append(f"| {g['description']} | {cell(g, 2)} | {g['goal']} | {met} |")
+    L += harness.systems_markdown(s["table"], FAMILY.per_s, FAMILY.unit)
+    L += harness.goals_markdown(s["goals"])
     L += batch_hist.markdown(s.get("batch_histograms") or {}, SLOT)
     ag = res.get("agreement")
     if ag:
@@ -527,13 +385,9 @@ def to_markdown(res: dict) -> str:
               "; ".join(f"{k} {v['images_agree']}/{v['images']} (max box diff {v['max_box_diff_px']} px"
                         + (f"; {', '.join(v['mismatches'])}" if v["mismatches"] else "") + ")"
                         for k, v in ag["systems"].items())]
-    for name, b in (res.get("c1_breakdown") or {}).items():
-        L += ["", f"{name}, {b['requests']} sequential requests: client p50 {b['client_ms_p50']} ms; server stage "
-              "p50s (ms): " + ", ".join(f"{k} {v}" for k, v in b["server_timings_ms_p50"].items())]
-    if res.get("skipped"):
-        L += ["", "Not measured:", ""] + [f"- {k}: {v}" for k, v in res["skipped"].items()]
-    if res.get("notes"):
-        L += ["", "Notes:", ""] + [f"- {n}" for n in res["notes"]]
+    L += harness.breakdown_markdown(res)
+    L += harness.listed(res, "skipped", "Not measured:")
+    L += harness.listed(res, "notes", "Notes:")
     return "\n".join(L) + "\n"
 
 
@@ -542,47 +396,22 @@ def to_markdown(res: dict) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list from {','.join(SYSTEMS)}")
-    ap.add_argument("--concurrency", default="1,8,32")
+    harness.common_args(ap, FAMILY, concurrency="1,8,32", duration=8.0, batch_sizes="1,4,8,16", max_total_seconds=1500,
+                        out=ROOT / "docs/bench/compare_detect")
     ap.add_argument("--goal-concurrency", type=int, default=32, help="concurrency the throughput goals are read at")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=8.0, help="measured seconds per cell")
-    ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each cell")
-    ap.add_argument("--max-requests", type=int, default=200_000, help="hard cap per cell")
-    ap.add_argument("--load-generator", choices=("wrk", "aiohttp"), default=default_generator(),
-                    help="closed-loop client (default wrk when installed: apt-get install -y wrk)")
     ap.add_argument("--images", type=int, default=60, help="distinct images in the request mix")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jpeg-quality", type=int, default=90)
-    ap.add_argument("--batch-sizes", default="1,4,8,16", help="in-process batch sizes swept")
-    ap.add_argument("--inproc-seconds", type=float, default=1.5, help="seconds per in-process configuration")
     ap.add_argument("--intra-op", type=int, default=1, help="ONNX Runtime intra-op threads for every system "
                     "(default 1: with 0 ONNX Runtime pins an extra thread to another core by itself, escaping the "
                     "server's CPU pinning; see compare.py); the in-process sweep also tries the other of 0/1")
-    ap.add_argument("--nobatch-env", default=NOBATCH_ENV,
-                    help="comma list of VAR=VALUE that turns batching off for triserve_nobatch")
     ap.add_argument("--agree-images", type=int, default=8, help="images in the agreement check")
     ap.add_argument("--agree-tol-px", type=float, default=1.0)
-    ap.add_argument("--server-cpu", type=int, default=0)
-    ap.add_argument("--load-cpu", type=int, default=1)
-    ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))
-    ap.add_argument("--pytriton-delay-us", type=int, default=0)
     ap.add_argument("--pytriton-max-batch", type=int, default=16)
     ap.add_argument("--probe-requests", type=int, default=50, help="sequential requests per c=1 timings probe")
-    ap.add_argument("--max-total-seconds", type=float, default=1500, help="stop starting new cells after this")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs/bench/compare_detect")
-    args = ap.parse_args()
-    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    bad = set(args.systems) - set(SYSTEMS)
-    if bad:
-        raise SystemExit(f"unknown systems {bad}")
-    args.concurrency = [int(c) for c in args.concurrency.split(",")]
-    args.out = args.out.resolve()
-    argv = " ".join(shlex.quote(a) for a in sys.argv[1:])
-    command = f"python -m scripts.bench.compare_detect {argv}".strip()
+    args, command = harness.parse(ap, FAMILY)
     t0 = time.monotonic()
     started_utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    os.sched_setaffinity(0, {args.load_cpu})
 
     images = image_mix(args.images, args.seed, args.jpeg_quality)
     b64s = [im["b64"] for im in images]
@@ -591,97 +420,35 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="triserve_bench_detect_"))
     images_file = tmp / "images.json"
     images_file.write_text(json.dumps(b64s))
-    log_dir = ROOT / ".cache" / "bench" / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    servers: Servers = {}
-    skipped: dict[str, str] = {}
     rounds: list[dict] = []
-    agreement = None
     breakdown: dict = {}
     notes: list[str] = []
     try:
-        servers, skipped = start_servers(args, tmp, log_dir)
-        requests = {name: [request_for(name, url, s) for s in b64s] for name, (_, url) in servers.items()}
-        agreement = check_agreement(servers, images, min(args.agree_images, len(images)), args.agree_tol_px,
-                                    args.intra_op)
-        print("[compare_detect] agreement: " + ", ".join(f"{k} {v['images_agree']}/{v['images']}"
-                                                         for k, v in agreement["systems"].items()), file=sys.stderr)
-        for name in servers:  # a short unmeasured warm-up of every server at c=1 (each cell has its own warm-up)
-            load_cell(args.load_generator, requests[name], 1, 1.5, 0.0, 5000, args.load_cpu)
-        for name in TRISERVE_SYSTEMS:  # c=1 stage timings before any concurrent load...
-            if name in servers:
-                breakdown[f"{name}/fresh"] = timings_probe(requests[name], args.probe_requests)
-        for r in range(args.rounds):
-            rec: dict = {"batch_histograms": {}}
-            for name in args.systems:
-                if time.monotonic() - t0 > args.max_total_seconds:
-                    notes.append(f"stopped starting cells after {args.max_total_seconds} s (round {r + 1})")
-                    break
-                if name == "inproc":
-                    rec["inproc"] = run_inproc(args, images_file)
-                    print(f"[compare_detect] round {r + 1} inproc ceiling {rec['inproc']['ceiling_images_per_s']:.1f} "
-                          f"images/s ({rec['inproc']['best']}), b1 p50 {rec['inproc']['single_call_ms_p50']:.2f} ms",
-                          file=sys.stderr)
-                    continue
-                if name not in servers:
-                    continue
-                rec[name] = {}
-                url = servers[name][1]
-                for c in args.concurrency:
-                    cell, delta = batch_hist.around(
-                        url if name in TRISERVE_SYSTEMS else None, SLOT,
-                        partial(load_cell, args.load_generator, requests[name], c, args.warmup, args.duration,
-                                args.max_requests, args.load_cpu))
-                    cell["images_per_s"] = cell.pop("texts_per_s")  # load_cell counts requests: 1 image each
-                    rec[name][str(c)] = cell
-                    if delta is not None:
-                        rec["batch_histograms"].setdefault(name, {})[str(c)] = delta
-                    print(f"[compare_detect] round {r + 1} {name} c={c}: {cell['images_per_s']} images/s p50 "
-                          f"{cell['latency_ms']['p50']} p99 {cell['latency_ms']['p99']} ms non-200 {cell['non_200']}"
-                          f"{batch_hist.describe(delta)}", file=sys.stderr)
-            rounds.append(rec)
-        for name in TRISERVE_SYSTEMS:
-            if name in servers:
-                breakdown[f"{name}/after_rounds"] = timings_probe(requests[name], args.probe_requests)
+        with harness.running(args, FAMILY, tmp) as (servers, skipped):
+            requests = {name: [request_for(name, url, s) for s in b64s] for name, (_, url) in servers.items()}
+            agreement = check_agreement(servers, images, min(args.agree_images, len(images)), args.agree_tol_px,
+                                        args.intra_op)
+            FAMILY.say("agreement: " + ", ".join(f"{k} {v['images_agree']}/{v['images']}"
+                                                 for k, v in agreement["systems"].items()))
+            harness.warm_up(args, servers, requests)
+            harness.probe_triserve(servers, requests, args.probe_requests, "fresh", breakdown)
+            rounds = harness.run_rounds(args, FAMILY, servers, requests, lambda: run_inproc(args, images_file), t0,
+                                        notes)
+            harness.probe_triserve(servers, requests, args.probe_requests, "after_rounds", breakdown)
     finally:
-        for name, (peer, _) in servers.items():
-            try:
-                peer.stop()
-            except Exception as exc:  # noqa: BLE001  # said, and the other servers are still stopped
-                print(f"[compare_detect] stopping {name}: {exc}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    import onnxruntime
-
-    res = {"command": command, "started_utc": started_utc, "wall_seconds": round(time.monotonic() - t0, 1),
+    res = {**harness.base_result(args, command, started_utc, t0),
            "model": f"{MODEL}:{manifest['version']} ({shown(d)}), input imgsz {manifest['preprocess']['imgsz']}",
            "images_source": source,
            "images": [{"width": im["width"], "height": im["height"], "jpeg_bytes": im["jpeg_bytes"],
                        "objects": len(im["objects"])} for im in images],
-           "host": f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-                   f"onnxruntime {onnxruntime.__version__}",
-           "placement": {"server_cpu": args.server_cpu, "load_cpu": args.load_cpu,
-                         "load": f"closed loop, {args.load_generator}"},
-           "rounds": len(rounds), "duration_s": args.duration, "warmup_s": args.warmup,
-           "concurrency": args.concurrency, "goal_concurrency": args.goal_concurrency, "systems": args.systems,
-           "skipped": skipped, "agreement": agreement, "triserve_env": RAISED_LIMITS,
-           "triserve_nobatch_env": args.nobatch_env, "intra_op_threads": args.intra_op,
+           "rounds": len(rounds), "goal_concurrency": args.goal_concurrency, "skipped": skipped,
+           "agreement": agreement,
            "summary": summarise(rounds, args.systems, args.concurrency, args.goal_concurrency), "raw_rounds": rounds,
            "c1_breakdown": breakdown, "notes": notes}
-    out = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # first: a plotting failure loses nothing
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
-    try:
-        res["plots"] = [shown(Path(p)) for p in plot_rounds(
-            res, out, "images", f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs")]
-        hist_png = batch_hist.plot(res["summary"]["batch_histograms"], out.with_name(out.name + "_batch_sizes.png"),
-                                   "detection batch sizes", command)
-        if hist_png:
-            res["plots"].append(shown(Path(hist_png)))
-    except Exception as exc:  # noqa: BLE001  # the numbers are already saved
-        res["plots"] = f"failed: {type(exc).__name__}: {exc}"
-    write_report(out, res, to_markdown(res))
+    harness.save(res, args.out, FAMILY, f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs",
+                 "detection batch sizes", to_markdown)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.load_mix import run as run_mix
 from scripts.bench.report import write_report
 from scripts.bench.soak_rss import rss_mb

@@ -5,15 +5,16 @@
     python -m scripts.bench.knee --write-config   # also writes access.deployment_rate_per_s in configs/serving.yaml
 
 Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate keeps sending,
-so the rate where p99 leaves the SLO is the real capacity. The generator is scripts/bench/compare.py's open_loop:
+so the rate where p99 leaves the SLO is the real capacity. The generator is scripts/bench/harness.py's open_loop:
 Grafana's k6 (constant-arrival-rate, --no-usage-report) when its binary is installed in the system directories, else
 the project's bounded aiohttp generator (scripts/drills/loadgen.py; a few hundred requests/s at most on one core).
 One triserve instance (default config, capacity limits off, per-client limit raised since the generator is one
 client) is pinned to --server-cpu and the generator to --load-cpu. Per task and round the rate starts at
---start-rate and grows by --factor per step of --step-seconds until a step breaks the SLO: p99 above the task's SLO,
-more than 1% failed requests, or more than 1% of the arrivals dropped by the generator (k6 for lack of VUs, loadgen
-at its in-flight cap). The knee is the last rate that held; the knee of a task is the median over --rounds ramps,
-and the limit written is floor(0.8 x knee) requests/s for the instance.
+--start-rate and grows by --factor per step of --step-seconds until a step breaks the SLO: p99 of the primary answers
+above the task's SLO, more than 1% failed requests, more than 1% degraded answers (a fallback model answered: the
+primary did not hold that rate; counted apart, never as served load), or more than 1% of the arrivals dropped by the
+generator (k6 for lack of VUs, loadgen at its in-flight cap). The knee is the last rate that held; the knee of a task
+is the median over --rounds ramps, and the limit written is floor(0.8 x knee) requests/s for the instance.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 from configs.deployments import load_repository
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
+from scripts.bench.harness import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT
@@ -49,12 +50,19 @@ def task_requests(task: str, base: str) -> list[tuple[str, bytes]]:
 
 
 def held(cell: dict, slo_ms: float) -> bool:
-    """A step holds when p99 is within the SLO and (almost) nothing failed or was dropped."""
+    """A step holds when the primary answers' p99 is within the SLO and (almost) nothing failed, was answered
+    degraded (by a fallback model) or was dropped."""
     if "latency_ms" not in cell or not cell.get("requests"):
         return False
     expected = cell["rate"] * cell["seconds"]
-    return (cell["latency_ms"]["p99"] <= slo_ms and (cell.get("failed_share") or 0.0) <= 0.01
+    p99 = cell["latency_ms"].get("p99")
+    return (p99 is not None and p99 <= slo_ms and (cell.get("failed_share") or 0.0) <= 0.01
+            and cell.get("degraded", 0) <= 0.01 * cell["requests"]
             and cell.get("dropped_iterations", 0) <= 0.01 * expected)
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
 
 
 def ramp(task: str, requests: list, args, tmp: Path) -> dict:
@@ -65,8 +73,8 @@ def ramp(task: str, requests: list, args, tmp: Path) -> dict:
         cell["held"] = held(cell, SLO_MS[task])
         steps.append(cell)
         lat = cell.get("latency_ms", {})
-        print(f"[knee] {task} {int(rate):>5}/s  p50 {lat.get('p50', float('nan')):8.1f}  p99 "
-              f"{lat.get('p99', float('nan')):8.1f} ms  failed {cell.get('failed_share')}  dropped "
+        print(f"[knee] {task} {int(rate):>5}/s  p50 {_ms(lat.get('p50')):>8}  p99 {_ms(lat.get('p99')):>8} ms  "
+              f"failed {cell.get('failed_share')}  degraded {cell.get('degraded')}  dropped "
               f"{cell.get('dropped_iterations')}  {'held' if cell['held'] else 'BROKE'}", file=sys.stderr)
         if not cell["held"]:
             break
@@ -98,23 +106,26 @@ def write_limits(limits: dict[str, int], config: Path = CONFIG) -> None:
 def to_markdown(res: dict) -> str:
     L = [f"# Latency knee per task ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
          f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate, rate x{res['factor']} "
-         f"per step; a step breaks on p99 > SLO, > 1% failed or > 1% dropped arrivals. Knee = median over "
+         f"per step; a step breaks on p99 of the primary answers > SLO, > 1% failed, > 1% degraded answers (a "
+         f"fallback model answered) or > 1% dropped arrivals. Knee = median over "
          f"{res['rounds']} ramps; limit = floor({LIMIT_SHARE} x knee).", "",
          "| task | SLO p99 ms | knee per round (req/s) | knee (median) | limit written |", "|---|---|---|---|---|"]
     for task, r in res["tasks"].items():
         L.append(f"| {task} | {SLO_MS[task]:g} | {', '.join(str(k) for k in r['knees'])} | {r['knee_rps']} | "
                  f"{r['limit_rps']} |")
     L += ["", "Steps (every round):", "",
-          "| task | round | offered req/s | achieved req/s | p50 ms | p90 ms | p99 ms | failed | dropped | verdict |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "| task | round | offered req/s | sent req/s | primary answers/s | p50 ms | p90 ms | p99 ms | failed | "
+          "degraded | dropped | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for task, r in res["tasks"].items():
         for i, rnd in enumerate(r["rounds"]):
             for c in rnd["steps"]:
                 lat = c.get("latency_ms", {})
                 got = (c.get("requests") or 0) / c["seconds"] if c.get("seconds") else 0
-                L.append(f"| {task} | {i + 1} | {c.get('rate')} | {got:.0f} | {lat.get('p50', 0):.1f} | "
-                         f"{lat.get('p90', 0):.1f} | {lat.get('p99', 0):.1f} | {c.get('failed_share', 0) or 0:.3f} | "
-                         f"{c.get('dropped_iterations', 0)} | {'held' if c['held'] else 'broke'} |")
+                primary = f"{c['ok'] / c['seconds']:.0f}" if c.get("seconds") and "ok" in c else "n/a"
+                L.append(f"| {task} | {i + 1} | {c.get('rate')} | {got:.0f} | {primary} | {_ms(lat.get('p50'))} | "
+                         f"{_ms(lat.get('p90'))} | {_ms(lat.get('p99'))} | {c.get('failed_share', 0) or 0:.3f} | "
+                         f"{c.get('degraded', 'n/a')} | {c.get('dropped_iterations', 0)} | "
+                         f"{'held' if c['held'] else 'broke'} |")
     # count - (le="0.05" bucket) = pauses longer than 50 ms
     signals = [ln for ln in res.get("stall_signals") or [] if "_count" in ln or 'le="0.05"' in ln]
     if signals:
@@ -136,11 +147,12 @@ def plot(res: dict, out: Path) -> str | None:
     for ax, task in zip(axes[0], tasks):
         r = res["tasks"][task]
         for i, rnd in enumerate(r["rounds"]):
-            xs = [c["rate"] for c in rnd["steps"] if "latency_ms" in c]
-            ax.plot(xs, [c["latency_ms"]["p99"] for c in rnd["steps"] if "latency_ms" in c], "o-",
-                    label=f"p99 round {i + 1}")
-            ax.plot(xs, [c["latency_ms"]["p50"] for c in rnd["steps"] if "latency_ms" in c], "x--", alpha=0.6,
-                    label=f"p50 round {i + 1}")
+            steps = [c for c in rnd["steps"] if "latency_ms" in c]
+            xs = [c["rate"] for c in steps]
+            for q, style, alpha in (("p99", "o-", 1.0), ("p50", "x--", 0.6)):
+                ys = [c["latency_ms"].get(q) for c in steps]
+                ax.plot(xs, [float("nan") if y is None else y for y in ys], style, alpha=alpha,
+                        label=f"{q} round {i + 1} (primary answers)")
         ax.axhline(SLO_MS[task], color="red", lw=1, label="SLO (p99)")
         if r["knee_rps"]:
             ax.axvline(r["knee_rps"], color="grey", ls=":", label=f"knee {r['knee_rps']}/s")

@@ -4,6 +4,8 @@
 
 Bounded in count (--requests) and time (--max-seconds); only loopback targets are accepted. Saves JSON to --out.
 The claim it checks: the runner hop drops nothing under load (zero 5xx, zero transport errors).
+Counted as every benchmark counts (scripts/drills/common.answer_kind): throughput_rps and the latency percentiles are
+primary answers; a 200 whose answer says `degraded: true` (a fallback model answered) is counted apart, per path.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from urllib.parse import urlparse
 
 import aiohttp
 import numpy as np
+
+from scripts.drills.common import DEGRADED, PRIMARY, answer_kind, says_degraded
 
 TEXTS = ["what is my account balance", "book a flight to paris next monday", "set a timer for ten minutes",
          "how do you say good morning in german", "transfer 200 dollars to my savings account", "tell me a joke",
@@ -62,7 +66,8 @@ async def run(url: str, requests: int, concurrency: int, max_seconds: float) -> 
     mix = payloads()
     codes: Counter = Counter()
     errors: Counter = Counter()
-    latencies: dict[str, list[float]] = {"/v1/detect": [], "/v1/classify": [], "/v1/forecast": []}
+    paths = ("/v1/detect", "/v1/classify", "/v1/forecast")
+    latencies: dict[str, dict[str, list[float]]] = {p: {PRIMARY: [], DEGRADED: []} for p in paths}
     counter = iter(range(requests))
     deadline = time.monotonic() + max_seconds
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -74,31 +79,42 @@ async def run(url: str, requests: int, concurrency: int, max_seconds: float) -> 
                     return
                 path, body = mix[i % len(mix)]
                 started = time.perf_counter()
+                status: int | str = "transport_error"
+                answer = b""
                 try:
                     async with session.post(url + path, json=body) as resp:
-                        await resp.read()
-                        codes[resp.status] += 1
+                        answer = await resp.read()
+                        status = resp.status
                         if resp.status >= 500:
-                            errors[f"{resp.status}:{(await resp.text())[:120]}"] += 1
+                            errors[f"{resp.status}:{answer[:120].decode(errors='replace')}"] += 1
                 except Exception as exc:  # noqa: BLE001  # every failure is counted, none is hidden
-                    codes["transport_error"] += 1
                     errors[type(exc).__name__] += 1
-                latencies[path].append((time.perf_counter() - started) * 1000)
+                codes[status] += 1
+                kind = answer_kind(status, status == 200 and says_degraded(answer))
+                if kind in latencies[path]:
+                    latencies[path][kind].append((time.perf_counter() - started) * 1000)
 
         started = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.monotonic() - started
     total = sum(codes.values())
+    ok = sum(len(v[PRIMARY]) for v in latencies.values())
+    degraded = {p: len(v[DEGRADED]) for p, v in latencies.items() if v[DEGRADED]}
     return {
         "requests": total, "concurrency": concurrency, "seconds": round(elapsed, 2),
-        "throughput_rps": round(total / elapsed, 1),
+        "ok": ok, "throughput_rps": round(ok / elapsed, 1), "degraded": sum(degraded.values()),
+        "degraded_by_path": degraded, "requests_rps": round(total / elapsed, 1),
         "status": {str(k): v for k, v in sorted(codes.items(), key=lambda kv: str(kv[0]))},
         "5xx": sum(v for k, v in codes.items() if isinstance(k, int) and k >= 500),
         "transport_errors": codes.get("transport_error", 0),
         "errors": dict(errors.most_common(10)),
-        "latency_ms": {p: {q: round(float(np.percentile(v, q)), 1) for q in (50, 90, 99, 99.9)}
-                       for p, v in latencies.items() if v},
+        "latency_ms": {p: pcts(v[PRIMARY]) for p, v in latencies.items() if v[PRIMARY]},
+        "latency_degraded_ms": {p: pcts(v[DEGRADED]) for p, v in latencies.items() if v[DEGRADED]},
     }
+
+
+def pcts(ms: list[float]) -> dict[float, float]:
+    return {q: round(float(np.percentile(ms, q)), 1) for q in (50, 90, 99, 99.9)}
 
 
 def main() -> None:

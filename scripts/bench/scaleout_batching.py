@@ -17,7 +17,9 @@ its share: with keep-alive the few connections of one load generator stay with t
     open loop    --rate arrivals per second (below every cell's capacity): latency and batch sizes at equal rate
 Runner batches are read from the runner: its triserve_runner_batch_size histogram (/metrics, deltas over the load)
 and its per-batch JSON lines (logger triserve.runner.batches) for the distribution. Cells are interleaved across
-rounds (every cell once per round); the tables give medians over rounds with the range.
+rounds (every cell once per round); the tables give medians over rounds with the range. Throughput and latency count
+primary answers (scripts/drills/loadgen.phase): a 200 that says `degraded: true` (a fallback model answered) is
+counted apart, never as throughput.
 
 Goal (issue 21 part 2): mean runner batch with 4 workers >= 80% of the 1-worker mean, throughput not lower.
 """
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.report import pyplot, write_report
 from scripts.drills.common import TEXTS
 from scripts.drills.loadgen import closed_loop, open_loop, phase
@@ -113,7 +115,7 @@ async def measure(tiers: Tiers, kind: str, args) -> dict:
              for k in ("merged", "computations", "gather_s", "gathers")}
     p = phase(res.rows, None, None)
     return {"kind": kind, "seconds": round(elapsed, 2), "requests": p["requests"], "ok": p["ok"],
-            "status": p["status"], "skipped_by_client": res.skipped,
+            "degraded": p["degraded"], "failed": p["failed"], "status": p["status"], "skipped_by_client": res.skipped,
             "throughput_rps": round(p["ok"] / elapsed, 1), "latency_ms": p["latency_ok_ms"],
             "runner_items": items, "runner_batches": calls,
             "mean_batch": round(items / calls, 2) if calls else None,
@@ -193,7 +195,8 @@ def aggregate(cells: list[dict]) -> dict:
                              "throughput_rps": med([m["throughput_rps"] for m in ms]),
                              "p50_ms": med([m["latency_ms"]["p50"] for m in ms]),
                              "p99_ms": med([m["latency_ms"]["p99"] for m in ms]),
-                             "failed": sum(m["requests"] - m["ok"] for m in ms),
+                             "degraded": sum(m.get("degraded", 0) for m in ms),
+                             "failed": sum(m.get("failed", m["requests"] - m["ok"]) for m in ms),
                              "busiest_worker_share": med([m["busiest_worker_share"] for m in ms]),
                              "distribution": dict(dist)}
             out[f"{mode}/{topo}"] = agg
@@ -228,20 +231,23 @@ def to_markdown(res: dict) -> str:
          f"Command: `{res['command']}`", "", res["setup"], "",
          f"Closed loop, {res['concurrency']} clients (same offered load everywhere); medians over {res['rounds']} "
          "rounds (range). Mean batch = items / runner batches of the `intent` slot (runner histogram deltas).", "",
-         "| batching | gateway tier | mean runner batch | throughput req/s | p50 ms | p99 ms | failed | busiest API "
-         "worker's CPU share |", "|---|---|---|---|---|---|---|---|"]
+         "Throughput and latency: primary answers; degraded answers (a fallback model answered) apart.", "",
+         "| batching | gateway tier | mean runner batch | throughput req/s | p50 ms | p99 ms | degraded | failed | "
+         "busiest API worker's CPU share |", "|---|---|---|---|---|---|---|---|---|"]
     for key, a in res["aggregate"].items():
         mode, topo = key.split("/")
         c = a["closed"]
         L.append(f"| {mode} | {topo} | {fmt(c['mean_batch'])} | {fmt(c['throughput_rps'])} | {fmt(c['p50_ms'])} | "
-                 f"{fmt(c['p99_ms'])} | {c['failed']} | {fmt(c['busiest_worker_share'])} |")
+                 f"{fmt(c['p99_ms'])} | {c.get('degraded', 'n/a')} | {c['failed']} | "
+                 f"{fmt(c['busiest_worker_share'])} |")
     L += ["", f"Open loop, {res['rate']} arrivals/s (below every cell's capacity): equal rate, so throughput = rate.",
-          "", "| batching | gateway tier | mean runner batch | p50 ms | p99 ms | failed |", "|---|---|---|---|---|---|"]
+          "", "| batching | gateway tier | mean runner batch | p50 ms | p99 ms | degraded | failed |",
+          "|---|---|---|---|---|---|---|"]
     for key, a in res["aggregate"].items():
         mode, topo = key.split("/")
         o = a["open"]
         L.append(f"| {mode} | {topo} | {fmt(o['mean_batch'])} | {fmt(o['p50_ms'])} | {fmt(o['p99_ms'])} | "
-                 f"{o['failed']} |")
+                 f"{o.get('degraded', 'n/a')} | {o['failed']} |")
     L += ["", "Runner batch-size distribution, closed loop, all rounds (batches per size range):", "",
           "| batching | gateway tier | " + " | ".join(next(iter(res["aggregate"].values()))["closed"]["distribution"])
           + " |", "|---|---|" + "---|" * len(BUCKETS + (0,))]

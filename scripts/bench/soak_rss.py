@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.load_mix import run as run_mix
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
            "met": bool(growth) and all(g <= GOAL for g in growth.values()), "samples": samples}
     L = [f"# RSS over {res['requests']:,} requests ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
          f"Mixed load (scripts/bench/load_mix), concurrency {args.concurrency}, after {args.warmup:,} warm-up "
-         f"requests. Server env beyond compare.RAISED_LIMITS: {args.env or 'none'}. Status codes: {res['status']}.", "",
+         f"requests. Server env beyond harness.RAISED_LIMITS: {args.env or 'none'}. Status codes: {res['status']}.", "",
          "| process | RSS MB after warm-up | RSS MB at end | growth | goal | met |", "|---|---|---|---|---|---|"]
     for p, g in growth.items():
         L.append(f"| {p} | {first[p]} | {last[p]} | {g * 100:+.2f}% | <= {GOAL * 100:g}% | "

@@ -29,7 +29,8 @@ from families.detection.manifest import DetectionPreprocess
 from families.forecast.manifest import ForecastPreprocess
 from models.manifest import preprocess_as
 from scripts.bench.batch_hist import around
-from scripts.bench.compare import RAISED_LIMITS, TriservePeer, default_generator, load_cell, request_for
+from scripts.bench.compare import request_for
+from scripts.bench.harness import RAISED_LIMITS, TriservePeer, default_generator, load_cell
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts

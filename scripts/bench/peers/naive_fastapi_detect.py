@@ -6,17 +6,12 @@ request body (DetectRequest: base64 images) and the same response shape as trise
     uvicorn scripts.bench.peers.naive_fastapi_detect:app --host 127.0.0.1 --port 8100
 
 Model: TRISERVE_BENCH_MODEL_DIR (an artifact directory with manifest.json and model.onnx), default
-models/store/yolo-shapes at alias stable. ONNX Runtime intra-op threads: TRISERVE_BENCH_INTRA_OP (default 0).
+models/store/yolo-shapes at alias stable. ONNX Runtime intra-op threads: TRISERVE_BENCH_INTRA_OP (default 0)
+(scripts/bench/peers/common.py naive_model).
 """
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import numpy as np
-import onnxruntime as ort
-from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from families.detection.decode import decode_base64, decode_image
@@ -25,24 +20,15 @@ from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.detection.schemas import DetectRequest
 from kernel.errors import ApiError
-from scripts.bench.textmix import model_dir
+from scripts.bench.peers.common import naive_app, naive_model
 
-_dir = os.environ.get("TRISERVE_BENCH_MODEL_DIR")
-MODEL_DIR, MANIFEST = (Path(_dir), None) if _dir else model_dir(name="yolo-shapes")
-if MANIFEST is None:
-    MANIFEST = json.loads((MODEL_DIR / "manifest.json").read_text())
+MODEL_DIR, MANIFEST, SESSION = naive_model("yolo-shapes")
 PRE = MANIFEST["preprocess"]
 LABELS = MANIFEST["labels"]
 LIMITS = Limits()  # the detection family's defaults (configs/serving.yaml sets the same)
-
-opts = ort.SessionOptions()  # as runners/pool.py with configs/serving.yaml: all graph optimisations, intra 0, inter 1
-opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-opts.intra_op_num_threads = int(os.environ.get("TRISERVE_BENCH_INTRA_OP", "0"))
-opts.inter_op_num_threads = 1
-SESSION = ort.InferenceSession(str(MODEL_DIR / MANIFEST["model_file"]), opts, providers=["CPUExecutionProvider"])
 INPUT = SESSION.get_inputs()[0].name
 
-app = FastAPI(title="naive detector")
+app = naive_app("naive detector")
 
 
 @app.exception_handler(ApiError)
@@ -75,8 +61,3 @@ def detect(body: DetectRequest) -> dict:  # a plain def: FastAPI runs it on its 
              "label": LABELS[int(c)] if int(c) < len(LABELS) else str(int(c))}
             for b, s, c in zip(boxes, det.scores, det.classes)]})
     return {"results": results}
-
-
-@app.get("/readyz")
-def readyz() -> dict:
-    return {"ready": True}

@@ -20,25 +20,21 @@ padding.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from pytriton.decorators import batch
-from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.model_config import Tensor
 
 # run as a script from its own venv: the project's detection functions (numpy, OpenCV, Pillow; errors.py needs
-# fastapi) are imported from the checkout
+# fastapi) and the peers' shared helpers are imported from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from families.detection.decode import decode_base64, decode_image
 from families.detection.postprocess import NMSParams, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
+from scripts.bench.peers.common import serve_triton, triton_model, triton_parser
 
 # the detection family's default limits (families/detection/limits.py), spelt out
 MAX_IMAGE_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000
@@ -46,25 +42,9 @@ NMS = NMSParams(conf_threshold=0.25, iou_threshold=0.45, pre_nms_topk=1000, max_
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", type=Path, required=True)
-    ap.add_argument("--http-port", type=int, default=8200)
-    ap.add_argument("--grpc-port", type=int, default=8201)
-    ap.add_argument("--metrics-port", type=int, default=8202)
-    ap.add_argument("--max-batch-size", type=int, default=16, help="as triserve's detection slot")
-    ap.add_argument("--max-queue-delay-us", type=int, default=0, help="DynamicBatcher delay (Triton default 0)")
-    ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads (0 = ORT default)")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-
-    manifest = json.loads((args.model_dir / "manifest.json").read_text())
+    args = triton_parser(max_batch_size=16, max_batch_help="as triserve's detection slot").parse_args()
+    manifest, session = triton_model(args)
     pre = manifest["preprocess"]
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = args.intra_op
-    opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(args.model_dir / manifest["model_file"]), opts,
-                                   providers=["CPUExecutionProvider"])
     input_name = session.get_inputs()[0].name
 
     @batch
@@ -91,19 +71,11 @@ def main() -> None:
                 classes[i, :m] = d.classes
         return {"count": count, "boxes": boxes, "scores": scores, "classes": classes}
 
-    config = TritonConfig(http_address="127.0.0.1", http_port=args.http_port, grpc_address="127.0.0.1",
-                          grpc_port=args.grpc_port, metrics_port=args.metrics_port)
-    with Triton(config=config) as triton:
-        triton.bind(model_name="detector", infer_func=infer,
-                    inputs=[Tensor(name="image", dtype=bytes, shape=(1,))],
-                    outputs=[Tensor(name="count", dtype=np.int32, shape=(1,)),
-                             Tensor(name="boxes", dtype=np.float32, shape=(-1, 4)),
-                             Tensor(name="scores", dtype=np.float32, shape=(-1,)),
-                             Tensor(name="classes", dtype=np.int32, shape=(-1,))],
-                    config=ModelConfig(max_batch_size=args.max_batch_size,
-                                       batcher=DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)),
-                    strict=False)
-        triton.serve()
+    serve_triton(args, "detector", infer, inputs=[Tensor(name="image", dtype=bytes, shape=(1,))],
+                 outputs=[Tensor(name="count", dtype=np.int32, shape=(1,)),
+                          Tensor(name="boxes", dtype=np.float32, shape=(-1, 4)),
+                          Tensor(name="scores", dtype=np.float32, shape=(-1,)),
+                          Tensor(name="classes", dtype=np.int32, shape=(-1,))])
 
 
 if __name__ == "__main__":

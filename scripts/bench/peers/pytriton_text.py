@@ -11,37 +11,30 @@ Runs in its own venv (nvidia-pytriton pins numpy<2; the project venv keeps numpy
         .cache/bench/pytriton-venv/bin/python scripts/bench/peers/pytriton_text.py --http-port 8200 --model-dir DIR
 
 HTTP (KServe v2): POST /v2/models/intent/infer {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
-"data": ["play jazz"]}]}. Standalone on purpose: imports nothing from the project.
+"data": ["play jazz"]}]}. From the project it imports only scripts/bench/peers/common.py (standard library and
+onnxruntime: the command line, the session, the Triton server), with the checkout on sys.path.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import logging
+import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from pytriton.decorators import batch
-from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.model_config import Tensor
 from tokenizers import Tokenizer
+
+# run as a script from its own venv: the peers' shared helpers are imported from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from scripts.bench.peers.common import serve_triton, triton_model, triton_parser
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", type=Path, required=True)
-    ap.add_argument("--http-port", type=int, default=8200)
-    ap.add_argument("--grpc-port", type=int, default=8201)
-    ap.add_argument("--metrics-port", type=int, default=8202)
-    ap.add_argument("--max-batch-size", type=int, default=64)
-    ap.add_argument("--max-queue-delay-us", type=int, default=0, help="DynamicBatcher delay (Triton default 0)")
+    ap = triton_parser(max_batch_size=64)
     ap.add_argument("--top-k", type=int, default=3)
-    ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads (0 = ORT default)")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-
-    manifest = json.loads((args.model_dir / "manifest.json").read_text())
+    manifest, session = triton_model(args)
     pre = manifest["preprocess"]
     labels = np.array([s.encode() for s in manifest["labels"]], dtype=object)
     tok = Tokenizer.from_file(str(args.model_dir / pre["tokenizer_file"]))
@@ -49,12 +42,6 @@ def main() -> None:
     tok.enable_truncation(max_length=int(pre["max_length"]))
     pad = tok.token_to_id("[PAD]")
     pad_id = int(pad if pad is not None else 0)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = args.intra_op
-    opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(args.model_dir / manifest["model_file"]), opts,
-                                   providers=["CPUExecutionProvider"])
     k = args.top_k
 
     @batch
@@ -71,17 +58,9 @@ def main() -> None:
         top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
         return {"labels": labels[top], "scores": np.take_along_axis(probs, top, axis=1).astype(np.float32)}
 
-    config = TritonConfig(http_address="127.0.0.1", http_port=args.http_port, grpc_address="127.0.0.1",
-                          grpc_port=args.grpc_port, metrics_port=args.metrics_port)
-    with Triton(config=config) as triton:
-        triton.bind(model_name="intent", infer_func=infer,
-                    inputs=[Tensor(name="text", dtype=bytes, shape=(1,))],
-                    outputs=[Tensor(name="labels", dtype=bytes, shape=(k,)),
-                             Tensor(name="scores", dtype=np.float32, shape=(k,))],
-                    config=ModelConfig(max_batch_size=args.max_batch_size,
-                                       batcher=DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)),
-                    strict=False)
-        triton.serve()
+    serve_triton(args, "intent", infer, inputs=[Tensor(name="text", dtype=bytes, shape=(1,))],
+                 outputs=[Tensor(name="labels", dtype=bytes, shape=(k,)),
+                          Tensor(name="scores", dtype=np.float32, shape=(k,))])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""scripts/bench/harness.py, what compare.py and compare_detect.py run on: the rounds against a loopback server (the
+aiohttp closed loop), the tables over rounds and the reports of both families (no triserve, no model)."""
+from __future__ import annotations
+
+import time
+from argparse import Namespace
+
+import pytest
+
+from scripts.bench import compare, compare_detect, harness
+
+
+@pytest.fixture()
+def server(json_server):
+    return json_server(lambda path, body: (200, {"results": [{"label": "x"}], "degraded": False}, 0.0))
+
+
+def _args(**kw) -> Namespace:
+    base = {"rounds": 2, "systems": ["inproc", "naive"], "concurrency": [1, 2], "warmup": 0.0, "duration": 0.4,
+            "max_requests": 200, "load_generator": "aiohttp", "load_cpu": None, "max_total_seconds": 60}
+    return Namespace(**{**base, **kw})
+
+
+def test_rounds_interleave_the_systems_and_name_the_family_unit(server):
+    calls = []
+
+    def inproc() -> dict:
+        calls.append(1)
+        return {"ceiling_images_per_s": 10.0, "best": "intra1/b4", "single_call_ms_p50": 5.0}
+
+    notes: list[str] = []
+    servers: dict = {"naive": (None, server)}  # (the peer is not needed: the load goes to the URL)
+    requests = {"naive": [compare_detect.request_for("naive", server, "QUJD")]}
+    rounds = harness.run_rounds(_args(), compare_detect.FAMILY, servers, requests, inproc, time.monotonic(), notes)
+    assert len(rounds) == 2 and len(calls) == 2 and not notes
+    for rec in rounds:
+        assert rec["inproc"]["ceiling_images_per_s"] == 10.0 and rec["batch_histograms"] == {}
+        for c in ("1", "2"):
+            cell = rec["naive"][c]
+            assert "texts_per_s" not in cell and cell["images_per_s"] > 0 and cell["non_200"] == 0
+            assert cell["ok"] > 0 and cell["latency_ms"]["p50"] > 0
+    table = harness.system_table(rounds, ["inproc", "naive"], [1, 2], "images_per_s")
+    assert set(table) == {"naive"} and table["naive"]["1"]["images_per_s"]["n"] == 2
+
+
+def test_rounds_stop_starting_cells_after_the_time_budget():
+    notes: list[str] = []
+    rounds = harness.run_rounds(_args(max_total_seconds=-1), compare.FAMILY, {}, {}, dict, time.monotonic(), notes)
+    assert rounds == [{"batch_histograms": {}}, {"batch_histograms": {}}]
+    assert notes and "round 1" in notes[0]
+
+
+def _text_round(tri32: float) -> dict:
+    def cell(tp, p50=2.0):
+        return {"texts_per_s": tp, "latency_ms": {"p50": p50, "p90": 3.0, "p99": 4.0}, "non_200": 0}
+
+    by_config = {"intra1/b1/padded": {"texts_per_s": 50.0, "pad_efficiency": 1.0},
+                 "intra1/b8/bucketed": {"texts_per_s": 100.0, "pad_efficiency": 0.9}}
+    return {"inproc": {"ceiling_texts_per_s": 100.0, "single_call_ms_p50": 1.0, "best": "intra1/b8/bucketed",
+                       "best_padded_same_threads": "intra1/b1/padded", "ceiling_padded_same_threads_texts_per_s": 50.0,
+                       "by_config": by_config},
+            "triserve": {"1": cell(40, p50=3.5), "32": cell(tri32)}, "triserve_nobatch": {"32": cell(tri32 / 3)},
+            "naive": {"32": cell(tri32 / 2)}, "batch_histograms": {}}
+
+
+def test_text_summary_and_report():
+    args = Namespace(systems=["inproc", "naive", "triserve_nobatch", "triserve"], concurrency=[1, 32])
+    s = compare.summarise([_text_round(90.0), _text_round(80.0)], args)
+    assert s["table"]["inproc"]["ceiling_texts_per_s"]["median"] == 100.0
+    assert s["table"]["inproc"]["pad_efficiency"] == {"intra1/b1/padded": 1.0, "intra1/b8/bucketed": 0.9}
+    assert s["table"]["triserve"]["32"]["texts_per_s"]["median"] == 85.0
+    assert s["goals"]["batching_on_vs_off_c32"]["median"] == pytest.approx(3.0)
+    assert s["goals"]["c1_p50_overhead_ms"]["median"] == 2.5 and s["goals"]["c1_p50_overhead_ms"]["met"] is True
+    assert s["goals"]["triserve_vs_pytriton_c32"]["met"] is None  # no PyTriton measured
+    res = {"summary": s, "started_utc": "t", "command": "python -m scripts.bench.compare", "model": "m",
+           "texts_source": "src", "placement": {"server_cpu": 0, "load_cpu": 1, "load": "closed loop, wrk"},
+           "rounds": 2, "warmup_s": 1, "duration_s": 2, "host": "h", "skipped": {"pytriton": "no venv"},
+           "notes": ["a note"], "c1_breakdown": {"triserve/fresh": {"requests": 3, "client_ms_p50": 1.0,
+                                                                  "server_timings_ms_p50": {"total_ms": 0.5}}}}
+    md = compare.to_markdown(res)
+    assert "| triserve | 32 | 85 [80-90] | 2.00 [2.00-2.00] |" in md
+    assert "- pytriton: no venv" in md and "- a note" in md and "triserve/fresh, 3 sequential requests" in md
+    assert "**100 [100-100] texts/s**" in md
+
+
+def test_detection_report_renders_the_shared_blocks():
+    rec = {"inproc": {"ceiling_images_per_s": 20.0, "single_call_ms_p50": 4.0, "best": "intra1/b4",
+                      "by_config": {"intra1/b4": {"images_per_s": 20.0, "call_ms_p50": 9.0}},
+                      "single_call_stage_ms_p50": {"run": 3.0}},
+           "naive": {"32": {"images_per_s": 10.0, "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "non_200": 1}},
+           "batch_histograms": {}}
+    s = compare_detect.summarise([rec], ["inproc", "naive"], [32], 32)
+    res = {"summary": s, "started_utc": "t", "command": "c", "model": "m", "images_source": "src",
+           "placement": {"server_cpu": 0, "load_cpu": 1, "load": "closed loop, aiohttp"}, "rounds": 1, "warmup_s": 1,
+           "duration_s": 2, "wall_seconds": 3, "host": "h"}
+    md = compare_detect.to_markdown(res)
+    assert "| naive | 32 | 10 [10-10] | 1.00 [1.00-1.00] | 2.00 [2.00-2.00] | 3.00 [3.00-3.00] | 0 | 1 |" in md
+    assert "| intra1/b4 | 20 [20-20] | 9.00 [9.00-9.00] |" in md and "run 3.00 [3.00-3.00]" in md
+    assert "Not measured" not in md and "Notes" not in md
+
+
+def test_back_to_back_cycles_the_items_in_batches_for_the_time_given():
+    seen: list[list[int]] = []
+
+    def call(chunk: list[int]) -> int:
+        seen.append(chunk)
+        return sum(chunk)
+
+    row, results = harness.back_to_back(call, [1, 2, 3], 2, 0.05, "things_per_s")
+    assert seen[:3] == [[1, 2], [3, 1], [2, 3]] and results[:3] == [3, 4, 5]
+    assert row["calls"] == len(seen) >= 3 and row["things_per_s"] > 0
+    assert 0 <= row["call_ms_p50"] <= row["call_ms_p99"]
+
+
+def test_detection_ceiling_is_the_best_configuration_at_the_servers_threads(monkeypatch):
+    def pipeline(sess, manifest, b64s):  # fake: a batch of 4 is twice as fast per image as one image
+        time.sleep(0.002 if len(b64s) == 1 else 0.004)
+        return [[] for _ in b64s], {"decode": 0.1, "run": 1.0 * len(b64s)}
+
+    monkeypatch.setattr(compare_detect, "open_session", lambda intra: (f"sess{intra}", {}))
+    monkeypatch.setattr(compare_detect, "run_pipeline", pipeline)
+    out = compare_detect.inproc_measure(["a", "b", "c"], [1, 4], 0.05, [1, 0])
+    assert set(out["by_config"]) == {"intra1/b1", "intra1/b4", "intra0/b1", "intra0/b4"}
+    assert out["best"] == "intra1/b4" and out["best_batch"] == 4
+    assert out["ceiling_images_per_s"] == out["by_config"]["intra1/b4"]["images_per_s"]
+    assert out["single_call_ms_p50"] == out["by_config"]["intra1/b1"]["call_ms_p50"]
+    assert out["single_call_stage_ms_p50"] == {"decode": 0.1, "run": 1.0}
