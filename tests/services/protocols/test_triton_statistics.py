@@ -302,3 +302,137 @@ def test_statistics_metrics_are_exported(server):
 
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
     assert {f for f in STATISTICS if f"\n{f}" not in text} == set()
+
+
+# --- live: two API workers ----------------------------------------------------------------------------------------
+SERIES = [float(v) for v in (340 + np.sin(np.arange(48) / 12 * 2 * np.pi) * 3 + np.arange(48) * 0.1).round(3)]
+
+
+@pytest.fixture(scope="module")
+def two_workers(tiny_registry, tmp_path_factory):
+    """Two API workers; the forecast primary answers NaN (its fallback answers instead): failed runner calls."""
+    env = {**NO_CAPACITY_LIMITS, "TRISERVE_GATEWAY__WORKERS": "2",
+           "TRISERVE_RUNNER__FAULTS__NAN_OUTPUT": json.dumps(["forecast"])}
+    with Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "two_workers.log") as srv:
+        srv.wait_ready()
+        yield srv
+
+
+def worker_holding(srv: Server, server_port: int, client_ports: set[int]) -> int | None:
+    """The API worker whose socket on `server_port` is connected to one of our `client_ports`."""
+    for pid in srv.entry_pids():
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.laddr and c.raddr and c.laddr.port == server_port and c.raddr.port in client_ports for c in conns):
+            return pid
+    return None
+
+
+def on_fresh_connection(srv: Server, method: str, path: str, **kwargs) -> tuple[httpx.Response, int | None]:
+    """One request on a new connection, and the API worker that answered it (the connection is still open)."""
+    with httpx.Client(base_url=srv.url, timeout=60) as client:
+        resp = client.request(method, path, **kwargs)
+        port = resp.extensions["network_stream"].get_extra_info("client_addr")[1]
+        return resp, worker_holding(srv, srv.port, {port})
+
+
+def classify_body(text: str) -> dict:
+    return {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [text]}]}
+
+
+def grpc_stats_on_each_worker(srv: Server, name: str) -> dict[int, service_pb2.ModelStatisticsResponse]:
+    """ModelStatistics asked over new channels (no shared subchannel: a TCP connection each) until both API workers
+    (SO_REUSEPORT spreads connections between them) have answered."""
+    answers: dict[int, service_pb2.ModelStatisticsResponse] = {}
+    own = psutil.Process()
+    for _ in range(40):
+        before = {c.laddr.port for c in own.net_connections(kind="tcp") if c.raddr and c.raddr.port == srv.grpc_port}
+        with grpc.insecure_channel(srv.grpc_target, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            answer = stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=name), timeout=30)
+            ports = {c.laddr.port for c in own.net_connections(kind="tcp")
+                     if c.raddr and c.raddr.port == srv.grpc_port} - before
+            pid = worker_holding(srv, srv.grpc_port, ports)
+        if pid is not None:
+            answers.setdefault(pid, answer)
+            assert answer == answers[pid]
+        if len(answers) == 2:
+            break
+    return answers
+
+
+def test_two_api_workers_answer_the_same_totals(two_workers):
+    srv = two_workers
+    models = ("classify", "minilm-intent", "forecast", "forecast-global", "forecast-theta")
+
+    def stats_of(name: str) -> dict[int, list[dict]]:
+        """The statistics of `name` as each API worker answers them (asked until both have answered twice)."""
+        answers: dict[int, list[list[dict]]] = {}
+        for _ in range(60):
+            resp, pid = on_fresh_connection(srv, "GET", f"/v2/models/{name}/stats")
+            assert resp.status_code == 200, resp.text
+            if pid is not None:
+                answers.setdefault(pid, []).append(resp.json()["model_stats"])
+            if len(answers) == 2 and all(len(a) >= 2 for a in answers.values()):
+                break
+        assert len(answers) == 2, f"only workers {sorted(answers)} answered (API workers: {srv.entry_pids()})"
+        return {pid: a[0] for pid, a in answers.items() if all(x == a[0] for x in a)}
+
+    before = {}
+    for name in models:
+        answers = stats_of(name)
+        assert len(answers) == 2 and len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 1, answers
+        before[name] = next(iter(answers.values()))
+
+    served: dict[int | None, int] = {}
+    for i in range(40):  # until both workers have served at least 3
+        resp, pid = on_fresh_connection(srv, "POST", "/v2/models/classify/infer", json=classify_body(f"hello {i}"))
+        assert resp.status_code == 200, resp.text
+        served[pid] = served.get(pid, 0) + 1
+        if len([p for p, n in served.items() if p is not None and n >= 3]) == 2:
+            break
+    ok = sum(served.values())
+    assert len([p for p in served if p is not None]) == 2, served
+    refused = [on_fresh_connection(srv, "POST", "/v2/models/classify/infer", json=classify_body("\x00"))
+               for _ in range(2)]
+    assert [r.status_code for r, _ in refused] == [422, 422], [r.text for r, _ in refused]
+    forecast = {"inputs": [{"name": "VALUES", "datatype": "FP64", "shape": [len(SERIES)], "data": SERIES}],
+                "parameters": {"start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 6}}
+    for _ in range(2):
+        resp, _ = on_fresh_connection(srv, "POST", "/v2/models/forecast/infer", json=forecast)
+        assert resp.status_code == 200 and resp.json()["parameters"]["degraded"] is True, resp.text
+
+    after = {}
+    for name in models:
+        answers = stats_of(name)
+        values = list(answers.values())
+        assert len(answers) == 2 and values[0] == values[1], answers  # not per process: the server's totals
+        after[name] = values[0]
+    print("two workers, per worker requests:", served, json.dumps(after["classify"]))
+
+    pipe = delta(one(after["classify"], "1"), one(before["classify"], "1"))
+    assert (pipe["success"]["count"], pipe["fail"]["count"]) == (ok, 2)
+    assert pipe["success"]["ns"] > 0 and pipe["compute_infer"]["ns"] > 0
+    check_consistent(one(after["classify"], "1"))
+    (text_version,) = [m["version"] for m in after["minilm-intent"]]
+    tensor = delta(one(after["minilm-intent"], text_version), one(before["minilm-intent"], text_version))
+    assert tensor["success"]["count"] == tensor["inference_count"] == ok
+    assert 1 <= tensor["execution_count"] <= ok
+
+    fc = delta(one(after["forecast"], "1"), one(before["forecast"], "1"))
+    assert (fc["success"]["count"], fc["fail"]["count"]) == (2, 0)  # answered (degraded) by the fallback
+    (primary_version,) = [m["version"] for m in after["forecast-global"]]
+    primary = delta(one(after["forecast-global"], primary_version),
+                    one(before["forecast-global"], primary_version))
+    assert primary["success"]["count"] == 0 and 1 <= primary["fail"]["count"] <= 2  # NaN (then maybe its breaker)
+    assert primary["fail"]["ns"] > 0
+    (fallback_version,) = [m["version"] for m in after["forecast-theta"]]
+    fallback = delta(one(after["forecast-theta"], fallback_version), one(before["forecast-theta"], fallback_version))
+    assert fallback["success"]["count"] == 2 and fallback["fail"]["count"] == 0
+
+    grpc_answers = grpc_stats_on_each_worker(srv, "classify")
+    assert len(grpc_answers) == 2, f"gRPC: only workers {sorted(grpc_answers)} answered"
+    for answer in grpc_answers.values():
+        assert answer == triton_message(after["classify"])
