@@ -46,6 +46,10 @@ composing models of an ensemble):
   server started (a canary, a version since replaced).
 
 Not measured: cache_hit and cache_miss (no response cache: zeros), memory_usage and response_stats (left out).
+
+perf_analyzer reads a model's statistics by integer version (std::stoll of each version, then its to_string): it finds
+a pipeline's ("1"), not a tensor model's registry version ("1.0.0-3fa2b1c9" becomes "1"), so its server-side figures
+work for pipelines only; tritonclient and anything reading the versions as strings see every version.
 """
 from __future__ import annotations
 
