@@ -6,7 +6,9 @@ family code can be tested against a context built by hand and never imports the 
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, Serv
 from kernel.runner_call.runner_client import RunnerClient
 from models.manifest import Manifest
 from models.registry import LocalRegistry
+from observability.metrics import deployment_failed
 
 log = logging.getLogger("triserve.context")
 
@@ -105,7 +108,12 @@ class ServingContext:
         """Every transport's one way into a family: the deployment the request names (or the one given, or the
         family default) -> its pipeline's `run(request, call)`."""
         dep = deployment or await self.resolve(family, getattr(request, "deployment", None))
-        return await self.pipeline(dep).run(request, call)
+        started = time.perf_counter()
+        try:
+            return await self.pipeline(dep).run(request, call)
+        except (Exception, asyncio.CancelledError):  # Triton's fail statistics of the deployment's OIP model
+            deployment_failed(dep.name, time.perf_counter() - started)
+            raise
 
     def limits(self, dep: Deployment):
         return self.settings.family_limits(dep.family, dep.limits)

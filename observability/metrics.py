@@ -10,7 +10,7 @@ import functools
 import os
 import time
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, Summary
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                    0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0)
@@ -46,6 +46,23 @@ REJECTED = Counter("triserve_rejected_total", "Requests refused before inference
 ITEMS = Histogram("triserve_request_items", "Items (images, texts, series) per request.", ["deployment"],
                   buckets=(1, 2, 4, 8, 16, 32, 64, 128))
 
+
+# Triton's statistics extension (GET /v2/models/stats, gRPC ModelStatistics: services/protocols/statistics.py reads
+# these back from every process's multiprocess files; a pipeline's successes and stage times are STAGE_SECONDS'). The
+# per-version ones count runner calls of a registry model, whichever deployment or transport they come from.
+DEPLOYMENT_FAILED = Summary("triserve_deployment_failed_seconds", "Requests that entered a deployment's pipeline and "
+                            "failed (refused, timed out, errored; any transport) and their time in it.",
+                            ["deployment"])
+DEPLOYMENT_LAST = Gauge("triserve_deployment_last_inference_timestamp_seconds", "Unix time of a deployment's last "
+                        "successful response.", ["deployment"], multiprocess_mode="max")
+VERSION_CALLS = Summary("triserve_version_call_seconds", "Runner calls per registry model version by outcome "
+                        "(success, fail: refused by admission, errored, timed out, invalid output) and their round "
+                        "trip; compute: the compute time of the execution each successful call rode in.",
+                        ["slot", "model", "version", "stat"])
+VERSION_ITEMS = Counter("triserve_version_items_total", "Items of successful runner calls per registry model "
+                        "version.", ["slot", "model", "version"])
+VERSION_LAST = Gauge("triserve_version_last_inference_timestamp_seconds", "Unix time of a registry model version's "
+                     "last successful runner call.", ["slot", "model", "version"], multiprocess_mode="max")
 
 # batcher (kernel/runner_call/batcher.py)
 GATEWAY_BATCH = Histogram("triserve_gateway_batch_requests", "Requests coalesced into one runner call, per slot.",
@@ -106,8 +123,26 @@ def pending_finished(deployment: str, items: int) -> None:
 
 
 def observe_timings(deployment: str, timings) -> None:
+    """A successful response's per-stage latency, and the deployment's last successful inference (kernel/call.py)."""
     for stage in ("preprocess", "queue", "infer", "postprocess", "total"):
         labelled(STAGE_SECONDS, deployment, stage).observe(getattr(timings, f"{stage}_ms") / 1000.0)
+    labelled(DEPLOYMENT_LAST, deployment).set(time.time())
+
+
+def deployment_failed(deployment: str, seconds: float) -> None:
+    labelled(DEPLOYMENT_FAILED, deployment).observe(seconds)
+
+
+def version_succeeded(slot: str, model: str, version: str, items: int, seconds: float, compute_s: float) -> None:
+    """A successful runner call: its round trip, the compute of its execution (at most the round trip), its items."""
+    labelled(VERSION_CALLS, slot, model, version, "success").observe(seconds)
+    labelled(VERSION_CALLS, slot, model, version, "compute").observe(min(compute_s, seconds))
+    labelled(VERSION_ITEMS, slot, model, version).inc(items)
+    labelled(VERSION_LAST, slot, model, version).set(time.time())
+
+
+def version_failed(slot: str, model: str, version: str, seconds: float) -> None:
+    labelled(VERSION_CALLS, slot, model, version, "fail").observe(seconds)
 INFLIGHT = Gauge("triserve_inflight_requests", "Inference requests being handled, per model family.", ["family"],
                  multiprocess_mode="livesum")
 RSS = Gauge("triserve_process_rss_bytes", "Resident memory per process.", ["service"], multiprocess_mode="all")

@@ -21,7 +21,7 @@ from observability.metrics import observe_rss
 from observability.request_log import stdout_json_logger
 from runners.faults import inject_faults
 from runners.memory import MB
-from runners.metrics import BATCH_SECONDS, BATCH_SIZE, EXPIRED, MEMORY_SPLITS, MODEL_MEMORY
+from runners.metrics import BATCH_SECONDS, BATCH_SIZE, EXECUTIONS, EXPIRED, MEMORY_SPLITS, MODEL_MEMORY
 from runners.pool import LoadedModel, ModelPool
 from runners.ragged import length_buckets, token_groups
 from runners.repository_state import RepositoryState
@@ -135,5 +135,6 @@ class ComputeHost:
         infer_ms = (time.perf_counter() - started) * 1000
         BATCH_SIZE.labels(slot, model.manifest.name).observe(n)
         BATCH_SECONDS.labels(slot, model.manifest.name).observe(infer_ms / 1000)
+        EXECUTIONS.labels(slot, model.manifest.name, model.manifest.version, str(n)).observe(infer_ms / 1000)
         meta = {"batch": n, "infer_ms": infer_ms, "model": model.manifest.name, "version": model.manifest.version}
         return [{"y": out[i], **meta} for i in range(n)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, Summary
 
 from runners.memory import MB
 
@@ -41,6 +41,10 @@ MEMORY_SPLITS = Counter("triserve_runner_memory_splits_total", "Runner batches s
 BATCH_SECONDS = Histogram("triserve_runner_batch_seconds", "ONNX Runtime time per batch, per model slot.",
                           ["slot", "model"],
                           buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+# Triton's execution_count and batch_stats (services/protocols/statistics.py): BATCH_SECONDS per version and exact
+# batch size (one series per size the runner has computed: bounded by its largest batch)
+EXECUTIONS = Summary("triserve_runner_execution_seconds", "ONNX Runtime time per batch, per model version and batch "
+                     "size (items).", ["slot", "model", "version", "size"])
 
 # merged calls (runners/merge.py)
 MERGED_CALLS = Histogram("triserve_runner_merged_calls", "Runner calls (from any API worker or gateway instance) "

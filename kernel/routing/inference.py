@@ -37,6 +37,8 @@ from observability.metrics import (
     pending_declared,
     pending_finished,
     pending_started,
+    version_failed,
+    version_succeeded,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,6 +148,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
                 prot.admission.admit(slot, len(xs), deadline)
             except ApiError as exc:
                 REJECTED.labels(dep.family, dep.name, exc.code).inc()
+                version_failed(slot, model.manifest.name, model.manifest.version, 0.0)  # Triton: a queue rejection
                 if breaker:
                     breaker.release()
                 if has_next:
@@ -167,6 +170,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
                 if breaker:
                     breaker.record(False)
                 ctx.canary.record(slot, role, False, time.perf_counter() - started)
+                version_failed(slot, model.manifest.name, model.manifest.version, time.perf_counter() - started)
                 if attempt_s < deadline.remaining():  # the primary did not answer in time: the fallback does
                     last_error = ApiError(503, "runner_unavailable", f"{slot} did not answer within "
                                           f"{attempt_s * 1000:.0f} ms", {"slot": slot}, headers={"Retry-After": "1"})
@@ -178,7 +182,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             except ApiError as exc:
                 if breaker:
                     breaker.record(False)
-                _count(ctx, slot, version, role, False, started)
+                _count(ctx, slot, version, role, False, started, model)
                 last_error, fallback_reason = exc, "primary_failed"
                 break
             except asyncio.CancelledError:  # the client went away: no verdict on the model, free a half-open probe
@@ -214,6 +218,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             if any("error" in it for it in items):
                 if breaker:
                     breaker.record(False)
+                version_failed(slot, model.manifest.name, model.manifest.version, time.perf_counter() - started)
                 REJECTED.labels(dep.family, dep.name, "deadline_exceeded").inc()
                 raise ApiError(504, "deadline_exceeded", "the deadline passed while the request was queued",
                                {"budget_ms": deadline.budget_ms, "stage": "queue", "slot": slot})
@@ -223,14 +228,14 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             except InvalidOutput as exc:
                 if breaker:
                     breaker.record(False)
-                _count(ctx, slot, version, role, False, started)
+                _count(ctx, slot, version, role, False, started, model)
                 last_error = ApiError(503, "invalid_model_output", "the model produced an invalid output",
                                       {"slot": slot, "reason": str(exc)}, headers={"Retry-After": "1"})
                 fallback_reason = "invalid_output"
                 break
             if breaker:
                 breaker.record(True)
-            _count(ctx, slot, version, role, True, started)
+            _count(ctx, slot, version, role, True, started, model, items)
             shadow = ctx.routing.shadow(slot)
             if shadow and shadow != version:
                 ctx.shadow.mirror(ctx.runner, family, model.manifest, slot, shadow, payload, outputs)
@@ -256,11 +261,18 @@ def _attempt_timeout(ctx: ServingContext, slot: str, items: int, has_fallback: b
     return max(runner.primary_attempt_ms / 1000, 3 * ctx.protection.admission.estimated_wait(slot, items))
 
 
-def _count(ctx: ServingContext, slot: str, version: str, role: str, ok: bool, started: float) -> None:
-    """Per-version metrics, and the canary verdict: a canary worse than allowed is withdrawn on the spot."""
+def _count(ctx: ServingContext, slot: str, version: str, role: str, ok: bool, started: float, model: ServedModel,
+           items: list[dict] | None = None) -> None:
+    """Per-version metrics (Triton's statistics included: `items`, the runner's answers of a successful call), and
+    the canary verdict: a canary worse than allowed is withdrawn on the spot."""
     seconds = time.perf_counter() - started
     labelled(VERSION_REQUESTS, slot, version, role, "ok" if ok else "error").inc()
     labelled(VERSION_SECONDS, slot, version, role).observe(seconds)
+    name, served = model.manifest.name, model.manifest.version
+    if ok and items:
+        version_succeeded(slot, name, served, len(items), seconds, max(it["infer_ms"] for it in items) / 1000)
+    else:
+        version_failed(slot, name, served, seconds)
     ctx.canary.record(slot, role, ok, seconds)
     if role == "canary":
         verdict = ctx.canary.verdict(slot)

@@ -2,8 +2,9 @@
 
 Inputs may come as raw_input_contents (what tritonclient sends) or typed `contents`; outputs are always returned in
 raw_output_contents (what tritonclient reads). Request parameters map to Python values (bool, int, float, str).
-Triton extensions: ModelConfig (the configuration oip.model_config builds, parsed into the message) and
-RepositoryIndex (`ready` filters; `repository_name` is ignored: there is one repository).
+Triton extensions: ModelConfig (the configuration oip.model_config builds, parsed into the message),
+ModelStatistics (oip.statistics' JSON parsed into the message; an empty name: every model) and RepositoryIndex
+(`ready` filters; `repository_name` is ignored: there is one repository).
 
 Note: this module registers the standard `inference.*` message names in protobuf's default descriptor pool; a process
 that also imports tritonclient.grpc (which registers the same names) cannot import it. Clients use their own stubs.
@@ -104,6 +105,11 @@ def config_to_pb(doc: dict) -> pb.ModelConfigResponse:
     return pb.ModelConfigResponse(config=json_format.ParseDict(doc, pb.ModelConfig()))
 
 
+def statistics_to_pb(model_stats: list[dict]) -> pb.ModelStatisticsResponse:
+    """Triton's statistics JSON (the HTTP body's model_stats) -> the message (same field names)."""
+    return json_format.ParseDict({"model_stats": model_stats}, pb.ModelStatisticsResponse())
+
+
 def index_to_pb(index: list[dict]) -> pb.RepositoryIndexResponse:
     msg = pb.RepositoryIndexResponse()
     for i in index:
@@ -153,6 +159,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return config_to_pb(oip.model_config(ctx, await oip.resolve(ctx, request.name, request.version)))
 
         return await handle(context, self.gateway, work, "ModelConfig")
+
+    async def ModelStatistics(self, request, context):
+        async def work(scope: RpcScope):
+            return statistics_to_pb(await oip.statistics(scope.ctx, request.name, request.version))
+
+        return await handle(context, self.gateway, work, "ModelStatistics")
 
     async def RepositoryIndex(self, request, context):
         async def work(scope: RpcScope):

@@ -1,6 +1,7 @@
 """Open Inference Protocol v2 (KServe / Triton): the transport-agnostic core shared by REST (oip_rest.py) and gRPC
-(grpc_oip.py): the model catalog, server and model metadata, readiness, the tensor codec and inference, and the two
-Triton extensions its tools ask for: the model configuration (model_config) and the repository index.
+(grpc_oip.py): the model catalog, server and model metadata, readiness, the tensor codec and inference, and the three
+Triton extensions its tools ask for: the model configuration (model_config), the repository index and the inference
+statistics (statistics; what each number means here: statistics.py).
 
 Two kinds of models:
 
@@ -20,6 +21,7 @@ request's deadline. Errors are ApiError (kernel/errors.py): each transport write
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import struct
@@ -37,10 +39,11 @@ from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.tensors import TensorMeta, bad_request
 from models.manifest import Manifest, TensorSpec
+from services.protocols import statistics as stats
 
 SERVER_NAME = "triserve"
 SERVER_VERSION = "0.1.0"
-EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration"]
+EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration", "statistics"]
 TENSOR_PLATFORM = "onnxruntime_onnx"
 TENSOR_BACKEND = "onnxruntime"
 PIPELINE_PLATFORM = "triserve_pipeline"
@@ -422,6 +425,35 @@ def model_config(ctx: ServingContext, entry: ModelEntry) -> dict:
         params["batching"] = runner.batching
     doc["parameters"] = {k: {"string_value": str(v)} for k, v in params.items()}
     return doc
+
+
+# ---- Triton statistics --------------------------------------------------------------------------------------------
+async def statistics(ctx: ServingContext, name: str = "", version: str = "") -> list[dict]:
+    """Triton's model statistics of one model (every version, or `version`), or of every model (`name` empty; the
+    version is then ignored, as Triton does), aggregated over the server's processes (statistics.py). An unknown model
+    or a version with no statistics and not served: 404."""
+    if name:
+        entries = [await resolve(ctx, name)]
+    else:
+        await ctx.routing.ensure_fresh(ctx.runner)
+        entries = list(catalog(ctx).values())
+        version = ""
+    samples = stats.Samples(await asyncio.to_thread(stats.read_samples))
+    out, versions = [], []
+    for e in entries:
+        if e.kind == "pipeline":
+            versions.append(PIPELINE_VERSION)
+            if version in ("", PIPELINE_VERSION):
+                out.append(stats.pipeline_stats(samples, e.name, PIPELINE_VERSION, e.deployment))
+            continue
+        for v in stats.tensor_versions(samples, e.name, e.versions):
+            versions.append(v)
+            if version in ("", v):
+                out.append(stats.tensor_stats(samples, e.name, v))
+    if version and not out:
+        raise ApiError(404, "model_version_not_found", f"model {name!r} has no version {version!r}",
+                       {"versions": versions})
+    return out
 
 
 # ---- inference ----------------------------------------------------------------------------------------------------

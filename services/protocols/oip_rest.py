@@ -5,6 +5,7 @@
     GET  /v2/models/{name}[/versions/{v}]            model metadata
     GET  /v2/models/{name}[/versions/{v}]/ready      model readiness
     GET  /v2/models/{name}[/versions/{v}]/config     Triton model configuration (model_config.proto as JSON)
+    GET  /v2/models[/{name}[/versions/{v}]]/stats    Triton inference statistics (every model, one model, one version)
     POST /v2/models/{name}[/versions/{v}]/infer      inference (JSON, or JSON + binary tensor data)
     POST /v2/repository/index                        the models (name, version, state, reason); body {"ready": true}
                                                      (optional) lists only the ready ones
@@ -69,6 +70,17 @@ async def server_live() -> dict:
 async def server_ready() -> JSONResponse:
     ready = await oip.server_ready(_gateway())
     return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
+
+
+@router.get("/models/stats", summary="Triton inference statistics of every model")
+@router.get("/models/{name}/stats", summary="Triton inference statistics of one model")
+@router.get("/models/{name}/versions/{version}/stats", summary="Triton inference statistics of one model version")
+async def model_statistics(request: Request, name: str = "", version: str = ""):
+    # declared before /models/{name}: "stats" would otherwise be read as a model name
+    try:
+        return {"model_stats": await oip.statistics(_ctx(), name, version)}
+    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
+        return oip_error(request, exc)
 
 
 @router.get("/models/{name}", summary="OIP v2 model metadata")

@@ -58,6 +58,11 @@ CONTRACT = {
     # devices (observability/device.py): only where NVML sees a GPU
     "triserve_device_memory_bytes", "triserve_device_utilization_ratio", "triserve_device_info",
 }
+# Exported for Triton's statistics extension (services/protocols/statistics.py reads them back; not on the dashboard:
+# tests/services/protocols/test_triton_statistics.py checks that /metrics has them).
+STATISTICS = {"triserve_deployment_failed_seconds", "triserve_deployment_last_inference_timestamp_seconds",
+              "triserve_version_call_seconds", "triserve_version_items_total",
+              "triserve_version_last_inference_timestamp_seconds", "triserve_runner_execution_seconds"}
 HISTOGRAMS = {"triserve_stage_seconds", "triserve_runner_batch_size", "triserve_runner_batch_seconds",
               "triserve_model_load_duration_seconds",
               "bentoml_service_request_duration_seconds", "bentoml_service_adaptive_batch_size"}

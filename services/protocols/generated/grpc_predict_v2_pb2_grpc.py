@@ -69,6 +69,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=grpc__predict__v2__pb2.ModelConfigRequest.SerializeToString,
                 response_deserializer=grpc__predict__v2__pb2.ModelConfigResponse.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=grpc__predict__v2__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=grpc__predict__v2__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=grpc__predict__v2__pb2.RepositoryIndexRequest.SerializeToString,
@@ -128,6 +133,13 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """Triton extension: cumulative inference statistics per model and version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """Triton extension: the models of the repository and their state.
         """
@@ -172,6 +184,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelConfig,
                     request_deserializer=grpc__predict__v2__pb2.ModelConfigRequest.FromString,
                     response_serializer=grpc__predict__v2__pb2.ModelConfigResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=grpc__predict__v2__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=grpc__predict__v2__pb2.ModelStatisticsResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
@@ -368,6 +385,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelConfig',
             grpc__predict__v2__pb2.ModelConfigRequest.SerializeToString,
             grpc__predict__v2__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            grpc__predict__v2__pb2.ModelStatisticsRequest.SerializeToString,
+            grpc__predict__v2__pb2.ModelStatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,
