@@ -10,7 +10,8 @@
 
 The file is named after the server's arbiter (the API workers' parent process, by its pid and start time), so the
 workers of one server find the same table and another server on the host has its own; tables of servers that are
-gone are removed by the next one to start. Memory is bounded (max_clients x 2 slots of 32 bytes); when a key's probe
+gone are removed by the arbiter's exit (services/gateway.py registers it) or, after a crash, by the next server to
+start. Memory is bounded (max_clients x 2 slots of 32 bytes); when a key's probe
 window is full its least recently used entry is replaced, as the LRU does.
 """
 from __future__ import annotations
@@ -85,10 +86,20 @@ def default_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def server_table(directory: Path | None = None) -> Path:
-    """The shared table of the server this process is an API worker of (named after its parent, the arbiter)."""
-    parent = os.getppid()
+def server_table(directory: Path | None = None, arbiter: int | None = None) -> Path:
+    """The shared table of the server this process is an API worker of (named after its parent, the arbiter), or
+    of the server whose arbiter is `arbiter`."""
+    parent = os.getppid() if arbiter is None else arbiter
     return (directory or default_dir()) / f"triserve-limits-{parent}-{_start_time(parent) or 0}.bin"
+
+
+def remove_own_table(directory: Path | None = None) -> None:
+    """At the arbiter's exit: remove the table its API workers shared (nothing to do in any other process, whose
+    pid names no table)."""
+    try:
+        server_table(directory, arbiter=os.getpid()).unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 _NAME = re.compile(r"^triserve-limits-(\d+)-(\d+)\.bin$")
