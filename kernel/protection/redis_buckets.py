@@ -2,10 +2,10 @@
 
 One Lua script per check (EVALSHA): refill from Redis's own clock (TIME, so the replicas' clocks do not matter), take,
 store, and expire the key once it would be full again (an idle client costs nothing). A check is one round trip to
-Redis (0.06 ms on loopback, tests/kernel/protection/test_redis_buckets.py, plus the network's round trip),
-made from the API worker's event loop with short timeouts. When Redis cannot be
-reached the worker falls back to buckets of its own (per worker, logged, retried after `retry_s`): a Redis outage
-loosens the limits, it never refuses or stalls requests.
+Redis (0.06-0.15 ms on loopback, tests/kernel/protection/test_redis_buckets.py, plus the network's round trip), made
+from the API worker's event loop with short timeouts. When Redis cannot be reached the worker falls back to buckets of
+its own (per worker, logged, retried after `retry_s`): a Redis outage loosens the limits, it never refuses or stalls
+requests.
 """
 from __future__ import annotations
 
