@@ -6,6 +6,7 @@ TRISERVE_REGISTRY_DIR=/models. Every field says what it does; invalid combinatio
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -268,19 +269,59 @@ class AccessSettings(_Section):
     require_key_for_inference: bool = Field(False, description="Inference needs a valid key (admin always does).")
     api_keys: list[ApiKey] = Field(default_factory=list, description="Accepted keys (X-API-Key or Bearer).")
     rate_per_s: float = Field(200.0, gt=0, description="Token refill per second per key (or per client address "
-                                                       "when anonymous), per API worker.")
+                                                       "when anonymous), per limits_scope (default: per server).")
     burst: int = Field(400, ge=1, description="Bucket size: the largest burst accepted at once.")
     max_clients: int = Field(10_000, ge=1, description="Buckets kept (least recently used evicted): bounded memory.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Networks (CIDRs, or single addresses) of the reverse proxies / ingresses in front of the server. "
+                    "From a peer in them, the client address (rate-limit bucket of anonymous callers, canary key) is "
+                    "the right-most forwarded_header entry that is not itself in them; from any other peer the "
+                    "header is ignored. Empty (default): trust nobody, the peer is the client "
+                    "(kernel/protection/forwarded.py).")
+    forwarded_header: Literal["x-forwarded-for", "forwarded"] = Field(
+        "x-forwarded-for", description="The one header the trusted proxies write: X-Forwarded-For or RFC 7239 "
+                                       "Forwarded (for=). Only this one is read: a proxy passes the other through "
+                                       "untouched, so a client could forge it.")
+    peers_are_clients: bool = Field(
+        False, description="A peer address (not forwarded by a trusted proxy) identifies one client: clients connect "
+                           "directly, no proxy or NAT in front. Then a canary split keeps anonymous callers on one "
+                           "side by it. Off (default): such an address may be everybody behind one ingress, so a 30% "
+                           "canary would take all of their traffic or none; their requests are drawn one by one.")
+    limits_scope: Literal["worker", "server", "cluster"] = Field(
+        "server",
+        description="Who shares the rate-limit and capacity buckets: 'server' (default) all API workers of one "
+                    "server (replica), through a small memory-mapped table (kernel/protection/buckets.py), so the "
+                    "limits are per replica, whatever gateway.workers is; 'cluster' every replica, through Redis "
+                    "(redis_url; needs the `redis` extra); 'worker' each API worker on its own (the limits "
+                    "multiply with gateway.workers; capacity is split over them).")
+    shared_dir: Path | None = Field(None, description="limits_scope=server: where the shared table lives (default "
+                                                      "/dev/shm, else the temp directory); one file per server.")
+    redis_url: str | None = Field(None, description="limits_scope=cluster: redis://host:port/db (rediss:// for TLS).")
+    redis_prefix: str = Field("triserve:limits:", description="limits_scope=cluster: key prefix in Redis.")
     deployment_rate_per_s: dict[str, float] = Field(
         default_factory=dict,
-        description="Capacity limit per deployment for the whole instance (all clients, split evenly over the API "
-                    "workers): requests/s beyond it get 429 before any work. Set to 80% of the measured latency "
-                    "knee by `python -m scripts.bench.knee --write-config`; a deployment not listed is not limited.")
+        description="Capacity limit per deployment for the whole instance (all clients; in one bucket shared by the "
+                    "API workers, or split evenly over them with limits_scope=worker; cluster-wide with "
+                    "limits_scope=cluster): requests/s beyond it get 429 before any work. Set to 80% of the measured "
+                    "latency knee by `python -m scripts.bench.knee --write-config`; a deployment not listed is not "
+                    "limited.")
     deployment_burst_s: float = Field(0.5, gt=0, le=60, description="Capacity bucket size, in seconds of the "
                                                                     "deployment's rate.")
     capacity_limits: bool = Field(True, description="Apply deployment_rate_per_s (false: measuring the knee, tests on "
                                                     "other models). A switch, because environment dicts are merged "
                                                     "into the YAML's rather than replacing them.")
+
+    @model_validator(mode="after")
+    def _check(self) -> AccessSettings:
+        for cidr in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(cidr.strip(), strict=False)
+            except ValueError as exc:
+                raise ValueError(f"access.trusted_proxies: {cidr!r} is not a network (CIDR) or address") from exc
+        if self.limits_scope == "cluster" and not self.redis_url:
+            raise ValueError("access.limits_scope='cluster' needs access.redis_url")
+        return self
 
 
 class Rollout(_Section):
@@ -291,7 +332,8 @@ class Rollout(_Section):
     retire_after_s: float = Field(10.0, ge=0, description="A swapped-out version stays loaded this long so "
                                                           "in-flight and pinned requests finish on it.")
     canary_header: str = Field("x-canary-key", description="Request header whose value keeps a user on one side of "
-                                                            "a canary split (else the API key or client address).")
+                                                            "a canary split (else the API key, else the client address "
+                                                            "forwarded by a trusted proxy, else a per-request draw).")
     canary_window: int = Field(100, ge=5, description="Recent canary (and stable) calls judged.")
     canary_min_calls: int = Field(20, ge=1, description="Calls before a canary can be judged.")
     canary_max_error_rate: float = Field(0.1, ge=0, le=1, description="Canary error share that withdraws it.")

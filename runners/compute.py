@@ -86,6 +86,9 @@ class ComputeHost:
             self.residency.touch(slot.removesuffix(FALLBACK_SUFFIX))
             for i, out in zip(idx, self.run(slot, model, [items[i]["x"] for i in idx])):
                 results[i] = out
+            # the measured split (rollout status): requests, not items (a request's items share its id)
+            self.state.count(slot, model.manifest.version,
+                             len({items[i].get("rid") for i in idx if "error" not in results[i]}))
             batch_log.info(json.dumps({"event": "batch", "slot": slot, "version": model.manifest.version,
                                        "size": len(idx), "expired": expired.get(slot, 0),
                                        "infer_ms": round(results[idx[0]]["infer_ms"], 3),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -22,6 +23,7 @@ from runners.pool import LoadedModel, ModelPool, fixed_batch
 log = logging.getLogger("triserve.runner")
 settings = get_settings()
 
+MAX_PROMOTIONS = 20  # promotions remembered per slot (rollback steps back through them)
 STAGING = "~staging"  # suffix of the pool key a deployment's models load under until they are swapped in
 
 
@@ -67,6 +69,12 @@ class RepositoryState:
         self.control = control
         self.hosts = hosts  # 'primary' or 'fallback' (ModelRunner.hosts)
         self.rollout: dict[str, dict] = {}  # slot -> {"canary": {"version", "weight"} | None, "shadow": version}
+        # slot -> the promotions not rolled back yet, oldest first: what served before each one ("from"), what it
+        # made active ("to"), the alias it moved and where that alias pointed before ("alias", "alias_from")
+        self.promotions: dict[str, list[dict]] = {}
+        # slot -> requests answered per version since its routing last changed (promote, canary): the measured split
+        self.split: dict[str, dict] = {}
+        self._split_lock = threading.Lock()
         # called under `control` after every swap of the repository (the runner sets it: on-demand residency follows)
         self.on_change: Callable[[], object] = lambda: None
 
@@ -143,9 +151,34 @@ class RepositoryState:
     # --- rollout: versions of a slot ---------------------------------------------------------------------------
     def slot_routing(self, slot: str) -> dict:
         m = self.pool.models[slot]
+        roles = self.rollout.get(slot, {"canary": None, "shadow": None})
         return {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})), "resident": True,
-                "batch_cap": None if self.per_item(slot, m) else m.batch_cap,
-                **self.rollout.get(slot, {"canary": None, "shadow": None})}
+                "batch_cap": None if self.per_item(slot, m) else m.batch_cap, **roles,
+                "promotions": list(self.promotions.get(slot, ())), "split": self.measured_split(slot, roles)}
+
+    # --- the measured split: requests per version, since the slot's routing last changed ------------------------
+    def count(self, slot: str, version: str, requests: int) -> None:
+        """`requests` requests of `slot` answered by `version` (runners/compute.py, per model call)."""
+        with self._split_lock:
+            entry = self.split.get(slot)
+            if entry is None:
+                entry = self.split[slot] = {"since": time.time(), "requests": {}}
+            entry["requests"][version] = entry["requests"].get(version, 0) + requests
+
+    def reset_split(self, slot: str) -> None:
+        with self._split_lock:
+            self.split[slot] = {"since": time.time(), "requests": {}}
+
+    def measured_split(self, slot: str, roles: dict) -> dict:
+        """{"since", "requests": {version: n}, "total", "canary_share"}: what the slot's versions actually answered
+        since its last promote or canary change (canary_share: None without a canary or any request)."""
+        with self._split_lock:
+            entry = self.split.get(slot) or {"since": None, "requests": {}}
+            requests = dict(entry["requests"])
+        total = sum(requests.values())
+        canary = (roles.get("canary") or {}).get("version")
+        share = round(requests.get(canary, 0) / total, 4) if canary and total else None
+        return {"since": entry["since"], "requests": requests, "total": total, "canary_share": share}
 
     def stage(self, slot: str, ref: str) -> dict:
         """Resolve, pull/verify, load and warm a version next to the active one (not serving yet). A failure (unknown
@@ -160,9 +193,11 @@ class RepositoryState:
             return {"slot": slot, "error": f"{type(exc).__name__}: {exc}"}
         return {"slot": slot, "version": model.manifest.version, "load_seconds": round(model.load_seconds, 3)}
 
-    def activate(self, slot: str, version: str, retire_after_s: float) -> dict:
+    def activate(self, slot: str, version: str, retire_after_s: float, record: dict | None = None) -> dict:
         """Atomically switch the slot to a loaded version; the previous one is unloaded after `retire_after_s` (in
-        flight batches finish on it; gateways refresh their routing well within that time)."""
+        flight batches finish on it; gateways refresh their routing well within that time). `record`: an admin
+        promote ({"kind": "promote", "alias", "alias_from", "by"}) is remembered with what served before it, so that
+        a rollback returns there; {"kind": "rollback"} takes the promotion it undoes off that list."""
         with self.control:
             previous = self.pool.activate(slot, version)
             model_info(slot, self.pool.get(slot))
@@ -170,9 +205,25 @@ class RepositoryState:
             roles = self.rollout.get(slot, {})
             if roles.get("canary") and roles["canary"]["version"] == version:
                 roles["canary"] = None
+            if record is not None and previous != version:
+                self._record(slot, previous, version, record)
+        if previous != version:
+            self.reset_split(slot)
         if previous and previous != version:
             threading.Timer(retire_after_s, self.retire, args=(slot, previous)).start()
         return {"slot": slot, "active": version, "previous": previous}
+
+    def _record(self, slot: str, previous: str | None, version: str, record: dict) -> None:
+        """Keep (or, for a rollback, drop) a promotion of the slot; the caller holds `control`."""
+        stack = self.promotions.setdefault(slot, [])
+        if record.get("kind") == "rollback":
+            if stack and stack[-1]["to"] == previous and stack[-1]["from"] == version:
+                stack.pop()
+            return
+        stack.append({"from": previous, "to": version, "alias": record.get("alias"),
+                      "alias_from": record.get("alias_from"), "by": record.get("by"),
+                      "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        del stack[:-MAX_PROMOTIONS]
 
     def set_canary(self, slot: str, version: str | None, weight: float) -> dict:
         """Send `weight` of the slot's traffic (sticky per request key) to a loaded candidate; None clears it."""
@@ -181,6 +232,7 @@ class RepositoryState:
                 self.pool.get(slot, version)  # KeyError -> 500 -> the gateway reports it
             self.rollout.setdefault(slot, {"canary": None, "shadow": None})["canary"] = (
                 {"version": version, "weight": float(weight)} if version else None)
+        self.reset_split(slot)
         return self.slot_routing(slot)
 
     def set_shadow(self, slot: str, version: str | None) -> dict:
@@ -237,7 +289,10 @@ class RepositoryState:
                 model_info(slot, model)
             memory_gauges(self.pool.memory)
             self._swap(repo)
+            for slot in staged:  # a replaced deployment starts a new history: rollback never crosses a replacement
+                self.promotions.pop(slot, None)
         for slot in staged:
+            self.reset_split(slot)
             MODEL_RESIDENT.labels(slot).set(1)
             MODEL_LOADS.labels(slot, "admin", "ok").inc()
         gone = set(old.slots) - set(dep.slots) if old else set()
@@ -266,6 +321,7 @@ class RepositoryState:
             if old is not None and old != dep:
                 for slot in old.slots:
                     self.pool.drop(slot)
+                    self.promotions.pop(slot, None)
                     MODEL_RESIDENT.labels(slot).set(0)
             self._swap(repo)
             memory_gauges(self.pool.memory)
@@ -294,4 +350,6 @@ class RepositoryState:
             if slot not in self.repository.slots:  # not re-added meanwhile
                 self.pool.drop(slot)
                 self.rollout.pop(slot, None)
+                self.promotions.pop(slot, None)
+                self.split.pop(slot, None)
                 log.info("unloaded slot %s", slot)

@@ -168,10 +168,11 @@ class ModelRunner:
         return self.state.stage(slot, ref)
 
     @bentoml.api
-    def activate(self, slot: str, version: str, retire_after_s: float = 10.0) -> dict:
+    def activate(self, slot: str, version: str, retire_after_s: float = 10.0, record: dict | None = None) -> dict:
         """Atomically switch the slot to a loaded version; the previous one is unloaded after `retire_after_s` (in
-        flight batches finish on it; gateways refresh their routing well within that time)."""
-        return self.state.activate(slot, version, retire_after_s)
+        flight batches finish on it; gateways refresh their routing well within that time). `record`: remember an
+        admin promote with what served before it (a rollback returns there), or take one off on rollback."""
+        return self.state.activate(slot, version, retire_after_s, record)
 
     @bentoml.api
     def set_canary(self, slot: str, version: str | None = None, weight: float = 0.0) -> dict:

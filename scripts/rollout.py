@@ -1,6 +1,6 @@
 """Rollout commands against a running service (admin key required), timed.
 
-    python -m scripts.rollout status
+    python -m scripts.rollout status            (also one line per slot: requests per version, the canary's share)
     python -m scripts.rollout promote  text 1.0.1-abcdef12
     python -m scripts.rollout rollback text
     python -m scripts.rollout canary   text 1.0.1-abcdef12 --weight 0.1     (--off to withdraw)
@@ -18,6 +18,23 @@ import sys
 import time
 
 import httpx
+
+
+def split_line(slot: str, routing: dict) -> str:
+    """One slot's measured split: 'forecast: 1.0.0 702 (70.2%), canary 1.0.1 298 (29.8%, weight 0.3), 1000 requests
+    since 12:00:01'."""
+    split = routing.get("split") or {}
+    total = split.get("total") or 0
+    canary = routing.get("canary") or {}
+    parts = []
+    for version, n in sorted((split.get("requests") or {}).items(), key=lambda kv: -kv[1]):
+        share = f"{n / total:.1%}" if total else "-"
+        role = f"canary {version} {n} ({share}, weight {canary['weight']:g})" if version == canary.get("version") \
+            else f"{version} {n} ({share})"
+        parts.append(role)
+    since = time.strftime("%H:%M:%S", time.localtime(split["since"])) if split.get("since") else "-"
+    active = routing.get("active")
+    return f"{slot}: active {active}; " + (", ".join(parts) or "no requests") + f"; {total} requests since {since}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     resp = httpx.request(method, url, json=body, headers={"X-API-Key": args.api_key}, timeout=300)
     elapsed = time.perf_counter() - started
     print(json.dumps(resp.json(), indent=2))
+    if args.cmd == "status" and resp.status_code == 200:
+        for slot, routing in resp.json().items():
+            if isinstance(routing, dict):
+                print(split_line(slot, routing), file=sys.stderr)
     print(f"{args.cmd}: HTTP {resp.status_code} in {elapsed:.3f}s", file=sys.stderr)
     return 0 if resp.status_code == 200 else 1
 

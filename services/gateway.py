@@ -9,6 +9,7 @@ protection, runner client), installs the error model and request-id/body-cap mid
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 from typing import cast
 
@@ -20,6 +21,7 @@ from configs.deployments import load_repository
 from configs.settings import get_settings
 from kernel.context import ServingContext
 from kernel.errors import install_error_handlers
+from kernel.protection.buckets import remove_own_table
 from kernel.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from kernel.routing.drift import QualityMonitor
 from kernel.routing.inference import Protection
@@ -109,6 +111,10 @@ async def protection_state(client=Depends(admin_guard), ctx: ServingContext = De
                               "ms_per_item": round(load.per_item * 1000, 3)}
                        for slot, load in prot.admission.slots.items()},
             "caller": client.id}
+
+
+# `bentoml serve` imports this module in the arbiter too: at its exit the rate-limit table its API workers shared goes
+atexit.register(remove_own_table, settings.access.shared_dir)
 
 
 @bentoml.service(name="triserve", workers=settings.gateway.workers, traffic={"timeout": settings.gateway.timeout_s},

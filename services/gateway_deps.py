@@ -42,7 +42,8 @@ def inference_guard(family: str):
         prot.access.limit(client, family)
         deadline = Deadline.from_header(request.headers.get(HEADER), ctx.settings.deadlines,
                                         getattr(request.state, "arrived", None))
-        key = request.headers.get(ctx.settings.rollout.canary_header) or client.id
+        # the canary's route key: X-Canary-Key, else the API key or forwarded address, else a per-request draw
+        key = request.headers.get(ctx.settings.rollout.canary_header) or client.canary_key
         return CallContext(request.state.request_id, deadline, client, request.state, key)
 
     return guard

@@ -3,14 +3,21 @@
 A slot is one model of a deployment: '<deployment>' (its primary) or '<deployment>_fallback' (configs/deployments.py).
 
     POST   /admin/models/{slot}/promote   {"ref": "1.0.1-abc" | "canary", "alias": "stable"}
-    POST   /admin/models/{slot}/rollback  {"alias": "stable"}
+    POST   /admin/models/{slot}/rollback  {"alias": "stable"}         back to what served before the last promote
     POST   /admin/models/{slot}/canary    {"ref": "...", "weight": 0.1}      DELETE to withdraw
     POST   /admin/models/{slot}/shadow    {"ref": "..."}                     DELETE to stop
-    GET    /admin/models                  routing per slot (active, loaded, canary, shadow)
+    GET    /admin/models                  routing per slot (active, loaded, canary, shadow, promotions, split)
 
 Promote stages the version next to the active one (pull, verify sha256, load, warm), swaps atomically, and moves
 the registry alias (recorded in the alias log with who did it); the old version stays loaded for
-`rollout.retire_after_s` so in-flight requests finish on it. Rollback is a promote of the alias's previous target.
+`rollout.retire_after_s` so in-flight requests finish on it. The runner remembers each promote with what served
+before it (whatever that was: a version pinned by the deployment, another alias's target) and where the alias
+pointed, so rollback returns to exactly that version and puts the alias back where the promote found it. Without such
+a promote (the runner restarted since, or the alias was moved outside this service) rollback is a promote of the
+alias's previous target in the registry's alias log.
+
+The routing answer (GET) includes per slot the promotions a rollback can undo and the measured split: requests
+answered per version since the slot's last promote or canary change, and the canary's share of them.
 """
 from __future__ import annotations
 
@@ -40,7 +47,9 @@ class RollbackRequest(BaseModel):
 
 class CanaryRequest(BaseModel):
     ref: str = Field(min_length=1, max_length=128)
-    weight: float = Field(gt=0, le=1, description="Share of request keys (sticky) sent to the candidate.")
+    weight: float = Field(gt=0, le=1, description="Share of traffic sent to the candidate: of request keys (sticky: "
+                                                  "X-Canary-Key, API key, forwarded client address), else of "
+                                                  "requests (drawn one by one).")
 
 
 class ShadowRequest(BaseModel):
@@ -85,13 +94,29 @@ async def routing(_: Client = Depends(admin_guard), ctx: ServingContext = Depend
 @router.post("/{slot}/promote", summary="Hot swap a slot to a version (and move its alias)")
 async def promote(slot: str, body: PromoteRequest, client: Client = Depends(admin_guard),
                   ctx: ServingContext = Depends(loaded_context)) -> dict:
+    return await _promote(ctx, _slot(ctx, slot), body.ref, body.alias, client, {"kind": "promote"})
+
+
+async def _promote(ctx: ServingContext, slot: str, ref: str, alias: str | None, client: Client,
+                   record: dict, alias_to: str | None = None) -> dict:
+    """Stage ref, swap it in (the runner records `record` with what served before), then move `alias` to it (or to
+    `alias_to`: a rollback puts the alias back where its promote found it)."""
     started = time.perf_counter()
-    staged = await _stage(ctx, _slot(ctx, slot), body.ref)
-    swapped = await _call(ctx, "activate", slot=slot, version=staged["version"],
-                          retire_after_s=ctx.settings.rollout.retire_after_s)
-    if body.alias:
+    staged = await _stage(ctx, slot, ref)
+    name = ctx.repository.slots[slot].name
+    store = _store(ctx)
+    if alias and record["kind"] == "promote":
         try:
-            _store(ctx).set_alias(ctx.repository.slots[slot].name, body.alias, staged["version"], by=client.id)
+            record = {**record, "alias": alias, "alias_from": store.aliases(name).get(alias), "by": client.id}
+        except RegistryError:  # an unreachable registry: the swap still happens, the alias move reports it below
+            record = {**record, "alias": alias, "by": client.id}
+    swapped = await _call(ctx, "activate", slot=slot, version=staged["version"],
+                          retire_after_s=ctx.settings.rollout.retire_after_s, record=record)
+    target = alias_to or staged["version"]
+    if alias:
+        try:
+            if store.aliases(name).get(alias) != target or record["kind"] == "promote":
+                store.set_alias(name, alias, target, by=client.id)
         except RegistryError as exc:
             raise ApiError(409, "alias_not_moved", f"serving {staged['version']} but the alias was not moved: {exc}",
                            swapped) from exc
@@ -99,17 +124,27 @@ async def promote(slot: str, body: PromoteRequest, client: Client = Depends(admi
     return {**swapped, "load_seconds": staged["load_seconds"], "seconds": round(time.perf_counter() - started, 3)}
 
 
-@router.post("/{slot}/rollback", summary="Return a slot to its alias's previous version")
+@router.post("/{slot}/rollback", summary="Return a slot to what served before its last promote")
 async def rollback(slot: str, body: RollbackRequest = RollbackRequest(), client: Client = Depends(admin_guard),
                    ctx: ServingContext = Depends(loaded_context)) -> dict:
     name = ctx.repository.slots[_slot(ctx, slot)].name
+    await ctx.routing.refresh(ctx.runner)
+    entry = ctx.routing.table.get(slot, {})
+    current = entry.get("active")
+    last = (entry.get("promotions") or [None])[-1]
+    if last and last.get("to") == current and last.get("from"):
+        # the promote this service made, with what served before it (a pinned version too); the alias goes back
+        # where that promote found it, and only when that promote moved it
+        restore = last.get("alias_from") if last.get("alias") == body.alias else None
+        return await _promote(ctx, slot, last["from"], body.alias if restore else None, client,
+                              {"kind": "rollback"}, alias_to=restore)
     moves = [e for e in _store(ctx).alias_log(name) if e["alias"] == body.alias]
-    current = ctx.routing.table.get(slot, {}).get("active")
     previous = next((e["from"] for e in reversed(moves) if e["from"] and e["from"] != current), None)
     if previous is None:
-        raise ApiError(409, "nothing_to_roll_back", f"the alias log of {name} has no earlier {body.alias!r} target",
-                       {"alias": body.alias, "current": current})
-    return await promote(slot, PromoteRequest(ref=previous, alias=body.alias), client, ctx)
+        raise ApiError(409, "nothing_to_roll_back", f"no promote of {slot} to undo and the alias log of {name} has "
+                       f"no earlier {body.alias!r} target", {"alias": body.alias, "current": current})
+    # a step back, not a promotion of its own: a second rollback must not return to what this one left
+    return await _promote(ctx, slot, previous, body.alias, client, {"kind": "rollback"})
 
 
 @router.post("/{slot}/canary", summary="Send a sticky share of traffic to a candidate version")

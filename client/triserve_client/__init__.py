@@ -40,6 +40,7 @@ from triserve_client.models import (
     DeploymentStatus,
     DetectResponse,
     ForecastResponse,
+    MeasuredSplit,
     ModelRef,
     ModelRepository,
     ModelsListing,
@@ -59,5 +60,5 @@ __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
            "ForecastResponse", "PanelForecastResponse", "ModelsListing", "DeploymentStatus", "SlotStatus",
            "DeploymentSpec", "Deployment", "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange",
-           "SlotRouting", "Promotion",
+           "SlotRouting", "MeasuredSplit", "Promotion",
            "OipInput", "OipInferResponse", "OipTensor", "OipModelMetadata", "OipServerMetadata"]

@@ -279,8 +279,19 @@ class CanaryRoute(Answer):
     weight: float = Field(description="Share of request keys (sticky) sent to the candidate.")
 
 
+class MeasuredSplit(Answer):
+    """Requests each version of a slot answered since its last promote or canary change."""
+
+    since: float | None = Field(None, description="Epoch seconds the count started.")
+    requests: dict[str, int] = Field(default_factory=dict, description="Version -> requests answered.")
+    total: int = 0
+    canary_share: float | None = Field(None, description="The canary's share of them (None: no canary or no "
+                                                         "request yet).")
+
+
 class SlotRouting(Answer):
-    """One slot's routing: the active version, every loaded version, the canary and the shadow."""
+    """One slot's routing: the active version, every loaded version, the canary and the shadow, the promotions a
+    rollback can undo (oldest first: from, to, alias, alias_from, by, when) and the measured split."""
 
     active: str | None = None
     loaded: list[str] = Field(default_factory=list)
@@ -288,6 +299,8 @@ class SlotRouting(Answer):
     batch_cap: int | None = None
     canary: CanaryRoute | None = None
     shadow: str | None = None
+    promotions: list[dict[str, Any]] = Field(default_factory=list)
+    split: MeasuredSplit | None = None
 
 
 class Promotion(Answer):

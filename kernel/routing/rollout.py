@@ -113,7 +113,10 @@ class RoutingTable:
             log.warning("routing refresh failed: %s", exc)
 
     def pick(self, slot: str, key: str) -> tuple[str, str]:
-        """(version, role) for a request: the canary for its sticky share of keys, else the active version."""
+        """(version, role) for a request: the canary for its sticky share of keys, else the active version. The key
+        (gateway_deps.inference_guard, Client.canary_key): X-Canary-Key, else the API key, else the client address a
+        trusted proxy forwarded; without any of them a random key per request (a per-request draw), so a canary at
+        weight w takes w of the requests even when everybody arrives from one address."""
         entry = self.table.get(slot)
         if entry is None:
             raise ApiError(503, "not_ready", f"model slot {slot} is not loaded", {"slot": slot},

@@ -118,7 +118,7 @@ class RpcScope:
         prot = gateway.protection
         client = prot.access.identify(MetadataRequest(self.metadata, self.context.peer()))
         prot.access.limit(client, family)
-        key = self.metadata.get(gateway.settings.rollout.canary_header) or client.id
+        key = self.metadata.get(gateway.settings.rollout.canary_header) or client.canary_key
         return CallContext(self.request_id, deadline, client, route_key=key)
 
 

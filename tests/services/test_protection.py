@@ -3,11 +3,13 @@ auth, circuit breaker transitions, fallback routing, output sanity, provider fau
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import NO_CAPACITY_LIMITS, Server
@@ -193,3 +195,79 @@ def test_shifted_inputs_raise_the_drift_gauge(faulty):
              if line.startswith("triserve_drift_psi") and 'model="forecast-theta"' in line
              and 'signal="relative_spread"' in line]
     assert lines and float(lines[0].split()[-1]) > 0.2, lines
+
+
+def _worker_of(srv, conn: http.client.HTTPConnection) -> int | None:
+    """The API worker (pid) that accepted this keep-alive connection."""
+    mine = conn.sock.getsockname()[1]
+    for pid in srv.entry_pids():
+        for c in psutil.Process(pid).net_connections(kind="tcp"):
+            if c.laddr and c.raddr and c.laddr.port == srv.port and c.raddr.port == mine:
+                return pid
+    return None
+
+
+def _connections_on_two_workers(srv, source: str = "127.0.0.1") -> dict[int, http.client.HTTPConnection]:
+    """One keep-alive connection on each of the server's two API workers (the kernel spreads new connections)."""
+    conns: dict[int, http.client.HTTPConnection] = {}
+    for _ in range(40):
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30, source_address=(source, 0))
+        conn.request("GET", "/livez")
+        conn.getresponse().read()
+        pid = _worker_of(srv, conn)
+        if pid is not None and pid not in conns:
+            conns[pid] = conn
+        else:
+            conn.close()
+        if len(conns) == 2:
+            return conns
+    pytest.fail(f"40 connections never reached both API workers: {sorted(conns)}")
+
+
+def _forecast(conn: http.client.HTTPConnection, headers: dict[str, str]) -> tuple[int, dict]:
+    conn.request("POST", "/v1/forecast", body=json.dumps({"values": SERIES, **MONTHLY}),
+                 headers={"Content-Type": "application/json", **headers})
+    resp = conn.getresponse()
+    return resp.status, json.loads(resp.read())
+
+
+def test_two_api_workers_share_one_budget_and_proxied_clients_are_keyed_by_forwarded_address(tiny_registry,
+                                                                                               tmp_path):
+    """gateway.workers=2 behind a trusted proxy (127.0.0.1): the forwarded client's burst is spent once across both
+    workers (not once per worker, as with access.limits_scope=worker: 12 of 24 accepted), another forwarded client
+    has its own, and an untrusted peer (127.0.0.2) that forwards a header is limited as itself."""
+    burst = 6
+    env = {"TRISERVE_GATEWAY__WORKERS": "2", "TRISERVE_ACCESS__TRUSTED_PROXIES": json.dumps(["127.0.0.1/32"]),
+           "TRISERVE_ACCESS__RATE_PER_S": "0.2", "TRISERVE_ACCESS__BURST": str(burst), **NO_CAPACITY_LIMITS}
+    with Server(tiny_registry.root, env=env, log_path=tmp_path / "two-workers.log") as srv:
+        srv.wait_ready()
+        assert len(srv.entry_pids()) == 2
+        conns = _connections_on_two_workers(srv)
+        pids = list(conns)
+        answers: dict[int, list[int]] = {pid: [] for pid in pids}
+        started = time.monotonic()
+        for i in range(4 * burst):  # alternate the workers, as fast as they answer
+            pid = pids[i % 2]
+            status, body = _forecast(conns[pid], {"X-Forwarded-For": "198.51.100.7"})
+            answers[pid].append(status)
+            if status == 429:
+                assert body["error"]["details"]["client"] == "addr:198.51.100.7"
+        refilled = int((time.monotonic() - started) * 0.2) + 1
+        ok = sum(codes.count(200) for codes in answers.values())
+        assert set(answers[pids[0]] + answers[pids[1]]) == {200, 429}
+        # once for the server: the burst (+ what refilled meanwhile), not a burst per worker (2 x 6 = 12)
+        assert burst <= ok <= burst + refilled < 2 * burst, answers
+        assert all(200 in codes and 429 in codes for codes in answers.values()), answers  # both workers took part
+        # another client behind the same proxy has a budget of its own
+        assert _forecast(conns[pids[1]], {"X-Forwarded-For": "198.51.100.8"})[0] == 200
+        # from a peer that is not a trusted proxy the header names nobody: the peer is limited as itself
+        untrusted = _connections_on_two_workers(srv, source="127.0.0.2")
+        codes, clients = [], set()
+        for i in range(2 * burst):
+            status, body = _forecast(list(untrusted.values())[i % 2], {"X-Forwarded-For": "198.51.100.9"})
+            codes.append(status)
+            if status == 429:
+                clients.add(body["error"]["details"]["client"])
+        assert burst <= codes.count(200) < 2 * burst and clients == {"addr:127.0.0.2"}, codes
+        for conn in [*conns.values(), *untrusted.values()]:
+            conn.close()

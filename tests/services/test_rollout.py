@@ -1,4 +1,5 @@
-"""Rollouts through real HTTP: hot swap under load with zero errors, rollback, sticky canary share, automatic canary
+"""Rollouts through real HTTP: hot swap under load with zero errors, rollback, sticky canary share, a canary's share
+of requests from one client address, rollback after promote of a pinned deployment under load, automatic canary
 withdrawal, shadow agreement, and a tampered candidate refused while the old version keeps serving."""
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def rollout(tiny_registry, tmp_path_factory):
     root = tmp_path_factory.mktemp("rollout") / "registry"
     shutil.copytree(tiny_registry.root, root)
     reg = LocalRegistry(root)
-    env = {"TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "ops", "admin": True,
+    # the deployment pinned to a version (not an alias): a rollback must return to it, whatever 'stable' says
+    env = {"TRISERVE_SLOTS__FORECAST__REF": reg.resolve("forecast-global", "stable"),
+           "TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "ops", "admin": True,
                                                      "sha256": hashlib.sha256(ADMIN.encode()).hexdigest()}]),
            "TRISERVE_ROLLOUT__REFRESH_S": "0.2", "TRISERVE_ROLLOUT__RETIRE_AFTER_S": "2",
            "TRISERVE_ROLLOUT__CANARY_MIN_CALLS": "5", "TRISERVE_ROLLOUT__CANARY_WINDOW": "10",
@@ -127,6 +130,92 @@ def test_canary_gets_its_sticky_share(rollout):
     assert share == pytest.approx(expected, abs=1e-9) and 0.15 < share < 0.45
     assert all(forecast(srv, k).json()["model"]["version"] == served[k] for k in keys[:20])  # sticky
     assert admin(srv, "DELETE", "/forecast/canary").json()["canary"] is None
+
+
+class Load:
+    """Forecasts from this one address (127.0.0.1) on `threads` threads until stopped or `most` are answered:
+    `answers` holds (status, version) per request."""
+
+    def __init__(self, srv, headers: dict[str, str], threads: int = 4, most: int = 3000):
+        self.srv, self.headers, self.most = srv, headers, most
+        self.answers: list[tuple[int, str | None]] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self.stop.is_set() and len(self.answers) < self.most:
+                r = client.post(f"{self.srv.url}/v1/forecast", json=SERIES, headers=self.headers)
+                self.answers.append((r.status_code, r.json()["model"]["version"] if r.status_code == 200 else None))
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.answers) < self.most and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def test_canary_takes_its_weight_of_requests_from_one_address(rollout):
+    """No X-Canary-Key, no API key, no forwarded address: nothing tells the callers apart (everybody behind one
+    ingress looks like this), so each request is drawn: 30% of them, not all or none."""
+    srv, reg = rollout
+    cand = publish_variant(reg, "forecast-global", "2.5.0-split")
+    assert admin(srv, "POST", "/forecast/canary", {"ref": cand, "weight": 0.3}).status_code == 200
+    time.sleep(0.5)  # every worker's routing table has the canary
+    with Load(srv, {}, most=1200) as load:
+        load.wait(timeout=120)
+    answers = load.answers
+    routing = admin(srv, "GET", "").json()["forecast"]
+    assert admin(srv, "DELETE", "/forecast/canary").json()["canary"] is None
+    codes = [c for c, _ in answers]
+    assert len(answers) >= 1000 and set(codes) == {200}, {c: codes.count(c) for c in set(codes)}
+    share = sum(v == cand for _, v in answers) / len(answers)
+    split = routing["split"]
+    print(f"canary weight 0.3 from one address: {sum(v == cand for _, v in answers)} of {len(answers)} requests "
+          f"({share:.1%}); rollout status: {split}")
+    assert abs(share - 0.3) <= 0.05
+    # rollout status reports what the runner answered per version, the same split
+    assert split["total"] == len(answers) and split["requests"][cand] == sum(v == cand for _, v in answers)
+    assert split["canary_share"] == pytest.approx(share, abs=1e-3)
+
+
+def test_rollback_after_promote_returns_to_the_pinned_version_under_load(rollout):
+    """The deployment serves a pinned version; the pipeline published a new one and moved 'stable' to it; promote
+    it, roll back, all under load: back on the pinned version (the alias log alone has no earlier 'stable' target:
+    its move was stable -> stable), with 0 failed requests."""
+    srv, reg = rollout
+    pinned = admin(srv, "GET", "").json()["forecast"]["active"]
+    new = publish_variant(reg, "forecast-global", "3.0.0-next")
+    reg.set_alias("forecast-global", "stable", new, by="pipeline")
+    with Load(srv, {"X-Canary-Key": "load"}, most=3000) as load:
+        time.sleep(1.0)
+        promoted = admin(srv, "POST", "/forecast/promote", {"ref": new})
+        time.sleep(1.0)
+        back = admin(srv, "POST", "/forecast/rollback")
+        time.sleep(1.0)
+    answers = load.answers
+    assert promoted.status_code == 200 and promoted.json()["previous"] == pinned, promoted.text
+    assert reg.alias_log("forecast-global")[-1]["from"] == new  # what used to leave rollback nothing to go to
+    assert back.status_code == 200, back.text
+    assert (back.json()["active"], back.json()["previous"]) == (pinned, new)
+    assert reg.resolve("forecast-global", "stable") == new  # the alias is where the promote found it
+    codes = [c for c, _ in answers]
+    assert answers and set(codes) == {200}, {c: codes.count(c) for c in set(codes)}
+    versions = [v for _, v in answers]
+    assert versions[0] == pinned and new in versions and versions[-1] == pinned
+    assert forecast(srv).json()["model"]["version"] == pinned
+    assert all(p["to"] != new for p in admin(srv, "GET", "").json()["forecast"]["promotions"])  # undone
+    print(f"rollback after promote under load: {len(answers)} requests, all 200; "
+          f"{versions.count(new)} answered by {new}")
 
 
 def test_bad_canary_is_withdrawn_automatically(rollout):
