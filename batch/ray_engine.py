@@ -13,18 +13,15 @@ the images; texts and series travel inside the shard tasks.
 """
 from __future__ import annotations
 
-import os
 import pickle
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from batch.environment import started_with
 from batch.job import ShardRecord
 from batch.work import Plan, ShardWorker
-
-PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class ShardActor:
@@ -44,11 +41,9 @@ def start_local(cpus: int) -> None:
     """A single-node Ray on 127.0.0.1 (no dashboard), its workers able to import this checkout."""
     import ray
 
-    path = os.environ.get("PYTHONPATH", "")
-    if PROJECT_ROOT not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, path) if p)
-    ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-             object_store_memory=256 * 2**20, log_to_driver=False, configure_logging=False)
+    with started_with():
+        ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 object_store_memory=256 * 2**20, log_to_driver=False, configure_logging=False)
 
 
 def run_ray(plan: Plan, descriptors: Sequence[dict[str, Any]], pending: Sequence[int], actors: int = 1,

@@ -16,13 +16,12 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
+from batch.environment import started_with
 from batch.job import ShardRecord
 from batch.work import Plan, ShardWorker
 
-PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 _WORKERS: dict[bytes, ShardWorker] = {}  # per Python worker process: the plan's session, built on first use
 
 
@@ -50,20 +49,19 @@ def session(master: str, slots: int):
     """A SparkSession on `master`; local masters bind 127.0.0.1, no UI; the workers can import this checkout."""
     from pyspark.sql import SparkSession
 
-    path = os.environ.get("PYTHONPATH", "")
-    if PROJECT_ROOT not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, path) if p)
-    builder = (SparkSession.builder.master(master).appName("triserve-batch")
-               .config("spark.ui.enabled", "false")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1")  # one shard per pandas frame
-               .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-               .config("spark.default.parallelism", str(max(slots, 1))))
-    if master.startswith("local"):  # this interpreter runs the workers; a cluster's executors bring their own
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]))
-    return builder.getOrCreate()
+    local = master.startswith("local")  # this interpreter runs the workers; a cluster's executors bring their own
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    with started_with(**({"PYSPARK_PYTHON": python} if local else {})) as env:
+        builder = (SparkSession.builder.master(master).appName("triserve-batch")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.python.worker.reuse", "true")
+                   .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1")  # one shard per pandas frame
+                   .config("spark.executorEnv.PYTHONPATH", env["PYTHONPATH"])
+                   .config("spark.default.parallelism", str(max(slots, 1))))
+        if local:
+            builder = (builder.config("spark.driver.host", "127.0.0.1")
+                       .config("spark.driver.bindAddress", "127.0.0.1").config("spark.pyspark.python", python))
+        return builder.getOrCreate()
 
 
 def run_spark(plan: Plan, descriptors: Sequence[dict[str, Any]], pending: Sequence[int], master: str = "local[2]",
