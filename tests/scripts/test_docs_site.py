@@ -28,3 +28,15 @@ def test_site_builds_strict(tmp_path):
     assert "TRISERVE_RUNNER__WORKERS" in (site / "reference" / "configuration" / "index.html").read_text()
     # ARCHITECTURE.md is included, not copied (pymdownx.snippets)
     assert "How to add a family" in (site / "layers" / "index.html").read_text()
+
+
+def test_make_docs_and_ci_build_it_strict():
+    import re
+
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^docs: .*\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe and "scripts.docs_reference --check" in recipe.group(1), "make docs checks the generated pages"
+    assert re.search(r"-m mkdocs build --strict", recipe.group(1)), "make docs builds with --strict"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert [line.split()[:2] for line in ci if line.startswith("make ")] == [["make", "lint"], ["make", "docs"],
+                                                                             ["make", "test"]]
