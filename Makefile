@@ -9,6 +9,7 @@
 #   make smoke-image  build the default models if missing, publish them to $(REGISTRY), run the pushed image with podman
 #                     against them (scripts/smoke_image.py)
 #   make lock         locks/*.txt from pyproject.toml: the pinned sets make install, the Bentos and the images install
+# Documentation: make docs (the site, mkdocs --strict, into .cache/site; docs/index.md is its home page)
 # ONNX Runtime: ORT=cpu (default: onnxruntime) or ORT=gpu (onnxruntime-gpu), never both (same `onnxruntime` import):
 #   make install ORT=gpu
 # Tools: every command below runs from the project's environment ($(VENV)/bin/...) or by absolute path; the only
@@ -42,7 +43,7 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models variants serve test lint clean-models bento lock image smoke-image
+.PHONY: install models variants serve test lint docs docs-reference clean-models bento lock image smoke-image
 
 $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
@@ -76,6 +77,16 @@ lint: install ## ruff + mypy + the import layers (import-linter), zero findings
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache
+
+# The documentation site (mkdocs.yml, docs/; mkdocs-material comes with the dev extra). `make docs` fails when the
+# generated pages are stale (docs/reference/configuration.md and the marked blocks of docs/families/*.md, from
+# configs/ and families/: scripts/docs_reference.py); `make docs-reference` rewrites them. Open .cache/site/index.html.
+docs: install ## the documentation site, built with --strict into .cache/site (generated pages checked first)
+	$(PY) -m scripts.docs_reference --check
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir .cache/site
+
+docs-reference: install ## rewrite the generated documentation pages from configs/ and families/
+	$(PY) -m scripts.docs_reference
 
 clean-models: ## remove the built models (models/store) and the pipeline cache
 	rm -rf models/store .cache/pipeline

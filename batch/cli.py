@@ -1,5 +1,4 @@
-"""`triserve batch detect|classify|forecast`: offline inference over files and tables, resumable (README "Batch
-inference").
+"""`triserve batch detect|classify|forecast`: offline inference over files and tables, resumable (docs/batch.md).
 
     triserve batch classify --deployment intent --input texts.jsonl --output out/intent
     triserve batch detect   --deployment coco   --input photos/ --output out/coco          # or s3://bucket/prefix

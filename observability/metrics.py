@@ -30,7 +30,7 @@ RUNNER_INFLIGHT = Gauge("triserve_runner_queue_depth", "Runner calls (batches) i
 # counted: requests still being parsed or preprocessed (the CPU metric sees those), shadow mirrors, and a runner call
 # still computing after every request in it gave up (504: their items leave the gauge when the request ends).
 # Items = requests for one-item requests, which is how the knee was measured (docs/bench/knee.md); items are what the
-# runner's cost follows when requests carry several. Targets derived from the knee: README "Autoscaling".
+# runner's cost follows when requests carry several. Targets derived from the knee: docs/operations.md "Autoscaling".
 PENDING_ITEMS = Gauge("triserve_deployment_pending_items", "Items (images, texts, series) of a deployment admitted and "
                       "not yet answered by the runner: in the gateway batcher's queue or in a runner call (queued or "
                       "computing), primary and fallback slots together; summed over the instance's API workers.",

@@ -109,7 +109,7 @@ class ForecastPoint(Answer):
 
 
 class InputReport(Answer):
-    """How the service read the series, and what forecast it (README "Forecasting")."""
+    """How the service read the series, and what forecast it (docs/families/forecast.md)."""
 
     frequency: str = Field(description="The frequency forecast at ('MS', 'D', 'h', ...).")
     frequency_inferred: bool

@@ -37,7 +37,7 @@ POWER = 2.0  # weights 1 / error^POWER
 GLOBAL_TRUST = 0.6  # the global model's backtest error is multiplied by this before weighing (prior trust; README)
 PRIOR_WEIGHT = 100.0  # pseudo-residuals at the model's own spread the per-series scale is shrunk toward (log space)
 # Each interval is widened by this factor per central coverage (0.5, 0.8, 0.9): the split-conformal step, fitted on
-# the validation windows of the TRAINING series (never the held-out ones; README "Forecasting: the method").
+# the validation windows of the TRAINING series (never the held-out ones; docs/families/forecast.md "The method").
 WIDEN = {0.0: 1.0, 0.5: 1.1, 0.8: 1.17, 0.9: 1.26}
 _CENTRAL = [abs(1 - 2 * q) for q in QUANTILES]  # central coverage of the interval each level bounds (0 for 0.5)
 _WIDEN = np.array([WIDEN[round(c, 2)] for c in _CENTRAL])

@@ -1,6 +1,6 @@
 """A client's series -> one regular series -> the item a forecast model reads (per its contract).
 
-Request policy (README "Forecasting: input policy"):
+Request policy (docs/families/forecast.md "Input policy"):
   * points are sorted by timestamp; each is assigned to the frequency bucket holding it (YS: its calendar year, QS:
     its calendar quarter, MS: its month; fixed steps W/D/h/30min/15min/min: steps from the first timestamp);
     several points in one bucket (duplicates) are averaged;

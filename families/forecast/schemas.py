@@ -107,7 +107,7 @@ class InputReport(BaseModel):
                                     "shorter than its context.")
     method: str = Field(description="What forecast: the methods combined, by weight, joined with '+' (e.g. "
                                     "'drift', 'global+damped_holt'; 'theta' for the degraded fallback, 'model' for "
-                                    "a model answering alone). README 'Forecasting: the method'.")
+                                    "a model answering alone). docs/families/forecast.md, 'The method'.")
     method_weights: dict[str, float] = Field(description="Weight of each combined method (they sum to 1).")
     backtest_mase: float | None = Field(description="The combination's error on the series' own past (rolling-"
                                                     "origin backtest), scaled like MASE: below 1 beats the naive "

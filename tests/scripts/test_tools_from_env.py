@@ -13,7 +13,7 @@ bentoml, uv, python, pip, buildah, skopeo, git, ... that leave a mark when run):
   * the scripts that run git, wrk, k6, py-spy or docker-registry outside the image build (scripts/common.py,
     scripts/bench/ab.py, scripts/bench/wrk.py, scripts/bench/compare.py, scripts/imagetools.py) resolve them the same
     way (scripts/imagetools.py "tool resolution") with decoys first on PATH.
-No image is built here (`make image` proper takes minutes; README "Packaging and deployment").
+No image is built here (`make image` proper takes minutes; docs/deployment.md).
 """
 from __future__ import annotations
 

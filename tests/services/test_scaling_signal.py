@@ -58,7 +58,7 @@ def _p50_at(steps: list[dict], rate: float) -> float:
 
 def derive() -> dict[str, dict]:
     """Per deployment (the default of each measured family): the autoscaler's target per instance and the alert's
-    knee threshold, in items, from the knee measurement (the README's "Autoscaling" paragraph, step by step)."""
+    knee threshold, in items, from the knee measurement (docs/operations.md's "Autoscaling" paragraph, step by step)."""
     knee = json.loads(KNEE.read_text())["tasks"]
     defaults = yaml.safe_load(MODELS.read_text())["defaults"]
     out = {}
