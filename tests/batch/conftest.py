@@ -100,3 +100,6 @@ def _pil_as_shipped(monkeypatch):
     original = getattr(sys.modules.get("ultralytics.utils.patches"), "_image_open", None)
     if original is not None:
         monkeypatch.setattr(Image, "open", original)
+
+
+from tests.models.conftest import s3_endpoint  # noqa: E402,F401 - the moto S3 server fixture, shared

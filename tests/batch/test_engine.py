@@ -117,3 +117,18 @@ def test_crash_between_shards_then_resume_is_exact(run_job, tmp_path, monkeypatc
     assert read_rows(tmp_path / "out") == read_rows(tmp_path / "reference")
     again = run_job("classify", tmp_path / "out", "--workers", workers)
     assert again["shards_run"] == 0 and again["complete"]
+
+
+def test_images_under_an_object_store_prefix_give_the_folder_rows(run_job, batch_inputs, s3_endpoint, tmp_path):
+    """`--input s3://bucket/prefix` (a moto S3 server on 127.0.0.1): every image under the prefix, read by the worker
+    that decodes it, gives exactly the row the same file gives from a local folder (non-images skipped)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    folder = batch_inputs["detect"]
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        client.put_object(Bucket="models", Key=f"photos/{path.relative_to(folder).as_posix()}", Body=path.read_bytes())
+    local = run_job("detect", tmp_path / "local", "--workers", "0")
+    remote = run_job("detect", tmp_path / "s3", "--workers", "0", source=f"s3://models/photos?endpoint_url={s3_endpoint}")
+    assert remote["items"] == local["items"] == 16 and remote["errors"] == local["errors"] == 2
+    assert rows_by_key(tmp_path / "s3") == rows_by_key(tmp_path / "local")
