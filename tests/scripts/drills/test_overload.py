@@ -123,3 +123,9 @@ def test_serving_picks_the_server_or_the_tiers_with_the_same_env(monkeypatch, tm
         cfg = STARTED[-1].cfg  # one gateway, but haproxy in front of it for the limit
         assert cfg.gateway_lb and (cfg.balancer.gateway_maxconn, cfg.balancer.gateway_queue_ms) == (8, 20)
     assert not STARTED  # every one stopped
+
+
+def test_the_middleware_the_report_inspects_exists():
+    """The report says whether the front-door hook is in the request middleware by reading its source: a moved module
+    must fail here, not at the end of a 5-minute drill."""
+    assert overload.MIDDLEWARE.is_file() and "queue_control.shedding(" in overload.MIDDLEWARE.read_text()
