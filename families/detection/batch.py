@@ -17,7 +17,7 @@ import numpy as np
 from families.detection.decode import decode_image
 from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
-from families.detection.postprocess import NMSParams, decode
+from families.detection.postprocess import decode, request_nms
 from families.detection.preprocess import boxes_to_original, letterbox
 from kernel.batch import Prepared, error_row
 from kernel.errors import ApiError
@@ -35,12 +35,9 @@ class Adapter:
         self.pre = preprocess_as(manifest, DetectionPreprocess)
         self.labels = manifest.labels
         self.limits = limits
-        cap = limits.max_detections
-        conf, iou = options.get("conf_threshold"), options.get("iou_threshold")
-        self.params = NMSParams(conf_threshold=limits.conf_threshold if conf is None else float(conf),
-                                iou_threshold=limits.iou_threshold if iou is None else float(iou),
-                                pre_nms_topk=limits.pre_nms_topk,
-                                max_detections=min(int(options.get("max_detections") or cap), cap))
+        conf, iou, most = (options.get(k) for k in ("conf_threshold", "iou_threshold", "max_detections"))
+        self.params = request_nms(limits, None if conf is None else float(conf), None if iou is None else float(iou),
+                                  int(most) if most else None)
 
     def prepare(self, records: Sequence[dict]) -> Prepared:
         out = Prepared(keys=[str(r["key"]) for r in records], states=[None] * len(records))

@@ -9,7 +9,7 @@ from configs.deployments import Deployment
 from families.detection.decode import decode_base64, decode_image
 from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
-from families.detection.postprocess import NMSParams, decode
+from families.detection.postprocess import NMSParams, decode, request_nms
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.detection.schemas import (
     Detection,
@@ -40,13 +40,7 @@ class DetectionPipeline:
     limits: Limits
 
     def nms_params(self, opts: DetectOptions) -> NMSParams:
-        cap = self.limits.max_detections
-        return NMSParams(
-            conf_threshold=self.limits.conf_threshold if opts.conf_threshold is None else opts.conf_threshold,
-            iou_threshold=self.limits.iou_threshold if opts.iou_threshold is None else opts.iou_threshold,
-            pre_nms_topk=self.limits.pre_nms_topk,
-            max_detections=min(opts.max_detections or cap, cap),
-            class_aware=opts.class_aware)
+        return request_nms(self.limits, opts.conf_threshold, opts.iou_threshold, opts.max_detections, opts.class_aware)
 
     def check_count(self, n: int) -> None:
         if n > self.limits.max_images:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from families.detection.limits import Limits
 from kernel.errors import InvalidOutput
 
 
@@ -21,6 +22,17 @@ class NMSParams:
     pre_nms_topk: int = 1000
     max_detections: int = 100
     class_aware: bool = True
+
+
+def request_nms(limits: Limits, conf_threshold: float | None = None, iou_threshold: float | None = None,
+                max_detections: int | None = None, class_aware: bool = True) -> NMSParams:
+    """A request's (or a batch job's) NMS settings within its deployment's limits: unset thresholds take the limits'
+    defaults, the detections are capped by limits.max_detections."""
+    cap = limits.max_detections
+    return NMSParams(conf_threshold=limits.conf_threshold if conf_threshold is None else conf_threshold,
+                     iou_threshold=limits.iou_threshold if iou_threshold is None else iou_threshold,
+                     pre_nms_topk=limits.pre_nms_topk, max_detections=min(max_detections or cap, cap),
+                     class_aware=class_aware)
 
 
 @dataclass(frozen=True)

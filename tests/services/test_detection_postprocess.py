@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from families.detection.postprocess import NMSParams, nms
+from families.detection.limits import Limits
+from families.detection.postprocess import NMSParams, nms, request_nms
 
 
 def head(boxes_cxcywh, scores_per_class):
@@ -110,3 +111,10 @@ def test_end2end_output_checks():
                 ok * np.array([1, 1, 1, 1, 1, 5], dtype=np.float32), ok * np.nan):
         with pytest.raises(InvalidOutput):
             check_head(bad, 3, "end2end")
+
+
+def test_request_nms_takes_the_limits_defaults_and_caps_the_detections():
+    limits = Limits(conf_threshold=0.3, iou_threshold=0.5, max_detections=50, pre_nms_topk=200)
+    assert request_nms(limits) == NMSParams(0.3, 0.5, 200, 50, True)
+    assert request_nms(limits, 0.01, 0.9, 500, False) == NMSParams(0.01, 0.9, 200, 50, False)  # capped at 50
+    assert request_nms(limits, max_detections=7).max_detections == 7
