@@ -247,9 +247,15 @@ def load_checkpoint_dict(weights: Path) -> tuple[dict, list[str]]:
         found = _CANT_GET.search(str(exc))
         if not found:
             raise ImportRefused(f"{Path(weights).name}: not a loadable ultralytics checkpoint: {exc}") from exc
-        raise ImportRefused(f"{Path(weights).name}: the checkpoint pickles classes that are not defined here: "
-                            f"{custom_code.describe_missing({found.group(2): [found.group(1)]})} (custom modules "
-                            f"are code: pass only files you trust)") from exc
+        module = found.group(2)
+        main_spec = getattr(sys.modules["__main__"], "__spec__", None)  # `python -m x`: __main__ shows as 'x'
+        if main_spec is not None and module == main_spec.name:
+            module = "__main__"
+        what = (custom_code.describe_missing({module: [found.group(1)]}) if module == "__main__" else
+                f"{module}.{found.group(1)} (the installed {module!r} does not define it): pass --custom-modules "
+                f"{module}=FILE.py with the training project's file that does")
+        raise ImportRefused(f"{Path(weights).name}: the checkpoint pickles classes that are not defined here: {what} "
+                            f"(custom modules are code: pass only files you trust)") from exc
     except Exception as exc:  # unreadable, foreign (YOLOv5 repo), TorchScript, ...
         raise ImportRefused(f"{Path(weights).name}: not a loadable ultralytics checkpoint: {type(exc).__name__}: "
                             f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc!r}") from exc

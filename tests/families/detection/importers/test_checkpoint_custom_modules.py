@@ -204,3 +204,25 @@ def test_a_c2f_subclass_that_overrides_only_forward_fails_parity(custom, tmp_pat
                             photos=None, verify_ultralytics=False, params=FAST,
                             custom_modules=[str(custom["forward_only"])])
     assert _nothing_left()
+
+
+def test_a_legacy_format_checkpoint_is_refused_by_name_too(custom, tmp_path, ul_cache):
+    """torch's pre-1.6 (non-zip) format is not scanned: the loader's "Can't get attribute" becomes the same refusal."""
+    import torch
+
+    legacy = tmp_path / "legacy.pt"
+    module = _load_layers(custom["layers"])
+    module.C2fX.__module__ = "__main__"
+    main = sys.modules["__main__"]
+    main.C2fX = module.C2fX
+    try:
+        ckpt = torch.load(str(custom["main"]), map_location="cpu", weights_only=False)
+        torch.save(ckpt, str(legacy), _use_new_zipfile_serialization=False)
+    finally:
+        del main.C2fX
+    with pytest.raises(ImportRefused, match=r"__main__\.C2fX \(defined by the training script itself\): pass "
+                                            r"--custom-modules FILE\.py"):
+        inspect_checkpoint(legacy, tmp_path / "work", ul_cache)
+    with custom_modules([str(custom["layers"])]):
+        assert inspect_checkpoint(legacy, tmp_path / "work2", ul_cache).task == "detect"
+    assert _nothing_left()
