@@ -3,8 +3,22 @@
     triserve import detection-pt --weights best.pt --name my-det --version 1.0.0 \\
         [--head auto|anchors|end2end] [--imgsz N] [--images DIR] [--data data.yaml] [--alias canary] [--no-verify] \\
         [--license SPDX]                             # required when the checkpoint states no licence
+        [--custom-modules [PICKLED_NAME=]MODULE_OR_FILE ...]  # the training code's own layers (repeatable)
+
+SECURITY: a .pt checkpoint is a pickle, and loading a pickle runs code; a --custom-modules file or module is code
+too. Both run with your rights during the import (never at serving time: the published model is an ONNX graph).
+Import only checkpoints and custom modules from sources you trust.
 
 Steps (nothing is published unless all pass; a refusal says why):
+  0. custom layers: a checkpoint whose training script defined its own layers pickles them as `__main__.<Class>`
+     (or under the training project's module, `mytrain.layers.<Class>`). The classes the pickle needs are listed
+     first (pickletools: nothing is unpickled) and a missing one is refused by name, with the flag that supplies it:
+     --custom-modules layers.py (or an importable module) puts the file's public classes and functions in
+     `__main__`; --custom-modules mytrain.layers=layers.py also registers it under the name the pickle recorded.
+     They stay loaded for the whole import (read, export, ultralytics' predictor) and are removed afterwards
+     (models/importing/custom_modules.py); the manifest records each file's sha256. A C2f subclass must override
+     forward_split as well as forward: ultralytics' ONNX exporter runs every C2f through forward_split, so a change
+     made in forward alone is not exported (the parity gate below then refuses the import).
   1. read: the checkpoint is loaded as ultralytics loads it and re-saved into the work dir with plain-dict training
      args (old 8.0.x checkpoints pickle them as omegaconf DictConfig; when omegaconf is not installed a stand-in
      reads them: only that container, the weights are ultralytics' own classes). Task and head decide:
@@ -21,7 +35,8 @@ Steps (nothing is published unless all pass; a refusal says why):
                   would be served, and the family's axis-aligned NMS would suppress neighbouring rotated objects
                   (ships in a harbour, cars in a car park seen from above) whose enclosing boxes overlap while the
                   rotated boxes do not: other boxes than ultralytics' rotated NMS keeps.
-       classify, semantic, depth: refused (no boxes); RT-DETR (RTDETRDecoder: [b, queries, 4 + nc] normalised
+       classify   REFUSED: one class distribution per image, no boxes (needs an image-classification family);
+       semantic, depth: refused (no boxes); RT-DETR (RTDETRDecoder: [b, queries, 4 + nc] normalised
                   cxcywh with its own query selection), YOLO-World / YOLOE (open vocabulary: classes from text
                   embeddings): refused, other heads than this family decodes.
   2. export + parity (export.py export_user_model): ONNX with dynamic batch/size, torch vs ONNX
@@ -39,11 +54,13 @@ import contextlib
 import copy
 import json
 import logging
+import re
 import shutil
 import sys
 import tempfile
 import time
 import types
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -54,6 +71,7 @@ from families.detection.importers.pipeline import nms_params, run_detector
 from families.detection.importers.ultralytics_env import setup_ultralytics
 from families.detection.importers.verify import verify_against_ultralytics
 from families.detection.manifest import DetectionPreprocess
+from models.importing import custom_modules as custom_code
 from models.importing.graphs import ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
@@ -75,7 +93,9 @@ REFUSED_TASKS = {
            "enclosing boxes would change the answer: the detection family's axis-aligned NMS suppresses neighbouring "
            "rotated objects whose enclosing boxes overlap, where ultralytics' rotated NMS keeps them. Needs an OBB "
            "family",
-    "classify": "classification checkpoint: no boxes",
+    "classify": "image-classification checkpoint (a Classify head): one class distribution per image, no boxes for "
+                "the detection family to serve. Needs an image-classification family (its own centre-crop "
+                "preprocessing and a top-k labels response)",
     "semantic": "semantic-segmentation checkpoint: a per-pixel class map, no boxes",
     "depth": "depth checkpoint: a per-pixel depth map, no boxes",
 }
@@ -88,6 +108,9 @@ REFUSED_MODELS = {
 }
 DETECT_BRANCHES = ("cv2", "cv3", "dfl", "one2one_cv2", "one2one_cv3")
 STUB_PACKAGES = ("omegaconf",)  # config containers pickled in old (8.0.x, hydra era) checkpoints' training args
+# not a training project's own code: the YOLOv5 repo's modules, which ultralytics' loader refuses with its own message
+FOREIGN_PACKAGES = ("models",)
+_CANT_GET = re.compile(r"Can't get attribute '([^']+)' on <module '([^']+)'")
 
 
 @dataclass(frozen=True)
@@ -209,12 +232,30 @@ def load_checkpoint_dict(weights: Path) -> tuple[dict, list[str]]:
     from ultralytics.nn.tasks import torch_safe_load
 
     notes: list[str] = []
+    missing = custom_code.missing_globals(Path(weights), ignore_packages=STUB_PACKAGES + FOREIGN_PACKAGES)
+    if missing:
+        raise ImportRefused(f"{Path(weights).name}: the checkpoint pickles classes that are not defined here: "
+                            f"{custom_code.describe_missing(missing)} (custom modules are code: pass only files "
+                            f"you trust)")
     stubs = _missing(STUB_PACKAGES)
     try:
         with _stubbed(stubs) if stubs else contextlib.nullcontext():
             ckpt, _ = torch_safe_load(str(weights))
     except ImportRefused:
         raise
+    except AttributeError as exc:  # a class the pre-scan could not see missing (an older, non-zip checkpoint)
+        found = _CANT_GET.search(str(exc))
+        if not found:
+            raise ImportRefused(f"{Path(weights).name}: not a loadable ultralytics checkpoint: {exc}") from exc
+        module = found.group(2)
+        main_spec = getattr(sys.modules["__main__"], "__spec__", None)  # `python -m x`: __main__ shows as 'x'
+        if main_spec is not None and module == main_spec.name:
+            module = "__main__"
+        what = (custom_code.describe_missing({module: [found.group(1)]}) if module == "__main__" else
+                f"{module}.{found.group(1)} (the installed {module!r} does not define it): pass --custom-modules "
+                f"{module}=FILE.py with the training project's file that does")
+        raise ImportRefused(f"{Path(weights).name}: the checkpoint pickles classes that are not defined here: {what} "
+                            f"(custom modules are code: pass only files you trust)") from exc
     except Exception as exc:  # unreadable, foreign (YOLOv5 repo), TorchScript, ...
         raise ImportRefused(f"{Path(weights).name}: not a loadable ultralytics checkpoint: {type(exc).__name__}: "
                             f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc!r}") from exc
@@ -386,14 +427,28 @@ def _photo_paths(photos) -> list[Path]:
 def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, *, imgsz: int | None = None,
                         head: str = "auto", data: Path | None = None, photos=None, cache_dir: Path | None = None,
                         verify_ultralytics: bool | None = None, params: PtParams = PT_PARAMS,
-                        license: str | None = None, require_license: bool = False) -> tuple[Artifact, dict]:
+                        license: str | None = None, require_license: bool = False,
+                        custom_modules: Sequence[str] = ()) -> tuple[Artifact, dict]:
     """Read, decide, export, prove, verify and describe an ultralytics .pt; the artifact is staged in `work_dir`.
 
     `photos`: a models.importing.photos.PhotoSet for the ultralytics cross-check (default: the package photos,
     downloaded into `cache_dir`). `verify_ultralytics`: None = when ultralytics is installed (it is: the export
     needs it); False = skipped (recorded). `license`: SPDX expression of the weights (else the checkpoint's
     `license` entry, else NOASSERTION, or LicenseRequired with `require_license`: models/importing/licenses.py).
+    `custom_modules`: '[PICKLED_NAME=]MODULE_OR_FILE' specs of the training code's own layers
+    (models/importing/custom_modules.py), loaded for every step that unpickles the checkpoint (reading, the ONNX
+    export, ultralytics' predictor; all in this process) and removed afterwards. They run as code.
     """
+    with custom_code.custom_modules(custom_modules) as loaded:
+        return _import_detection_pt(weights, name, version, work_dir, imgsz=imgsz, head=head, data=data,
+                                    photos=photos, cache_dir=cache_dir, verify_ultralytics=verify_ultralytics,
+                                    params=params, license=license, require_license=require_license, loaded=loaded)
+
+
+def _import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, *, imgsz: int | None,
+                         head: str, data: Path | None, photos, cache_dir: Path | None,
+                         verify_ultralytics: bool | None, params: PtParams, license: str | None,
+                         require_license: bool, loaded: list[custom_code.CustomModule]) -> tuple[Artifact, dict]:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -460,6 +515,7 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
     recipe = {**m.source.recipe, "importer": "families/detection/importers/checkpoint.py",
               "checkpoint": info.describe(), "params": asdict(params),
               "photos": photo_set.describe() if photo_set is not None else None,
+              "custom_modules": [c.describe() for c in loaded],
               "ultralytics_check": "skipped" if ultra is None else "passed"}
     manifest = m.model_copy(update={
         "metrics": metrics, "gates": gates, "reference": reference,
@@ -471,7 +527,8 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
     report = {"name": name, "version": version, "checkpoint": info.describe(), "head": pre.head,
               "imgsz": pre.imgsz, "classes": len(m.labels), "dynamic_batch": gates.get("dynamic_batch"),
               "parity_worst": _worst(m.parity), "ultralytics": ultra.report() if ultra is not None else "skipped",
-              "photos_missing": photo_set.missing if photo_set is not None else [], "timings_s": timings}
+              "photos_missing": photo_set.missing if photo_set is not None else [],
+              "custom_modules": [c.describe() for c in loaded], "timings_s": timings}
     return Artifact(staging=art.staging, manifest=manifest), report
 
 
@@ -527,7 +584,8 @@ def _cmd(args) -> int:
                                              alias=args.alias, cache_dir=args.cache, images=args.images,
                                              imgsz=args.imgsz, head=args.head, data=args.data, params=params,
                                              verify_ultralytics=False if args.no_verify else None,
-                                             license=args.license, require_license=True)
+                                             license=args.license, require_license=True,
+                                             custom_modules=args.custom_modules or ())
     except (GateFailed, RegistryError, ValueError) as exc:
         log.error("nothing published: %s", exc)
         return 2
@@ -561,5 +619,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel, photo and ultralytics cache")
     p.add_argument("--parity-batches", type=int, nargs="+", default=None, help="torch parity batches (default 1 4 32)")
     p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as skipped)")
+    p.add_argument("--custom-modules", action="append", default=None, metavar="[PICKLED_NAME=]MODULE_OR_FILE",
+                   help="the training code's own layers, for a checkpoint that pickles them (e.g. __main__.C2fX): a "
+                        ".py file or an importable module whose public classes and functions are put in __main__; "
+                        "PICKLED_NAME= also registers it under the module name the pickle recorded "
+                        "(mytrain.layers=layers.py). Repeatable. SECURITY: this is code, run during the import, "
+                        "as loading the pickle itself is: pass only files you trust")
     add_license_option(p)
     p.set_defaults(func=_cmd)

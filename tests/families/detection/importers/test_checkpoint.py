@@ -141,11 +141,23 @@ def test_segmentation_and_pose_are_served_as_detection(checkpoints, tmp_path, ul
 
 @pytest.mark.parametrize("key, reason", [
     ("obb", "oriented-box .*rotated.*axis-aligned NMS"),
-    ("cls", "classification checkpoint: no boxes"),
+    ("cls", r"image-classification checkpoint \(a Classify head\).*no boxes.*Needs an image-classification family"),
 ])
 def test_refused_kinds(checkpoints, tmp_path, ul_cache, key, reason):
     with pytest.raises(ImportRefused, match=reason):
         inspect_checkpoint(checkpoints[key], tmp_path, ul_cache)
+
+
+@pytest.mark.parametrize("key, reason", [("obb", "oriented-box (OBB) checkpoint"),
+                                         ("cls", "image-classification checkpoint")])
+def test_cli_refusal_says_why_and_publishes_nothing(checkpoints, tmp_path, ul_cache, caplog, key, reason):
+    from triserve.importers import main
+
+    reg = tmp_path / "registry"
+    assert main(["detection-pt", "--weights", str(checkpoints[key]), "--name", key, "--version", "1", "--registry",
+                 str(reg), "--cache", str(ul_cache)]) == 2
+    assert f"nothing published: {key}.pt: {reason}" in caplog.text
+    assert LocalRegistry(reg).models() == []
 
 
 def test_cli_publishes_or_refuses_with_nothing_published(checkpoints, tmp_path, ul_cache, photo_dir, capsys):
