@@ -68,6 +68,16 @@ def default_deployment(family: str) -> str:
     return deployment.name
 
 
+def default_model(family: str) -> str:
+    """The primary model's name of the family's default deployment (what benchmarks of 'the default' measure)."""
+    from configs.deployments import load_repository
+
+    deployment = load_repository().default_for(family)
+    if deployment is None:
+        raise LookupError(f"configs/models.yaml has no {family} deployment")
+    return deployment.model.name
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)

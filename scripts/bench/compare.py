@@ -1,7 +1,9 @@
-"""Text classification, one model, five ways, one run: how close does triserve get to the ONNX Runtime ceiling?
+"""Text classification, one model, seven ways, one run: how close does triserve get to the ONNX Runtime ceiling?
 
     python -m scripts.bench.compare --profile --open-loop-rate 60   # ~8 min: what docs/bench/compare_text.* holds
     python -m scripts.bench.compare --rounds 1 --duration 3 --systems inproc,naive,triserve   # quick look
+    python -m scripts.bench.compare --systems inproc,naive,pytriton,kserve,mlserver,triserve \
+        --concurrency 1,8,32,128                                       # the side-by-side of issue 32 part 3
 
 Systems (all on the same ONNX file, minilm-intent:stable from models/store, same tokenizer, same session options,
 CPU execution provider, one text per request, top-3 labels back):
@@ -11,6 +13,12 @@ CPU execution provider, one text per request, top-3 labels back):
   pytriton          scripts/bench/peers/pytriton_text.py: NVIDIA PyTriton (Triton + DynamicBatcher), own venv
                     (--pytriton-python, default .cache/bench/pytriton-venv/bin/python); skipped with the reason if it
                     cannot start
+  kserve            scripts/bench/peers/kserve_text.py: KServe's Python model server, a kserve.Model with a V1
+                    predict(), no batching (its Python server has none), own venv (--kserve-python, default
+                    .cache/peers/kserve/bin/python); skipped with the reason if it cannot start
+  mlserver          scripts/bench/peers/mlserver_text.py: MLServer custom runtime, adaptive batching on (max batch 64,
+                    max_batch_time --mlserver-batch-time-ms), V2 protocol, own venv (--mlserver-python, default
+                    .cache/peers/mlserver/bin/python); skipped with the reason if it cannot start
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the text slot:
                     TRISERVE_SLOTS__<TEXT DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call
                     and ONNX Runtime call); --nobatch-env changes it
@@ -84,7 +92,11 @@ from scripts.common import default_deployment
 SLOT = default_deployment("text")  # the runner slot whose batch sizes are recorded
 FAMILY = Family(tag="compare", model="minilm-intent", slot=SLOT, unit="texts",
                 naive_app="scripts.bench.peers.naive_fastapi:app",
-                pytriton_script="scripts/bench/peers/pytriton_text.py", pytriton_model="intent")
+                pytriton_script="scripts/bench/peers/pytriton_text.py", pytriton_model="intent",
+                kserve_script="scripts/bench/peers/kserve_text.py",
+                mlserver_runtime="scripts.bench.peers.mlserver_text.IntentRuntime",
+                mlserver_max_batch=lambda args: 64)  # as triserve's text slot and the PyTriton peer
+V2_SYSTEMS = ("pytriton", "mlserver")  # speak the V2 inference protocol: one BYTES text in, labels and scores out
 GOALS = {  # name: (description, comparison, threshold)
     "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=",
                                2.5),
@@ -105,20 +117,26 @@ GOALS = {  # name: (description, comparison, threshold)
 # requests
 # --------------------------------------------------------------------------------------------------------------------
 def request_for(system: str, base: str, text: str) -> tuple[str, bytes]:
-    if system == "pytriton":
+    """The same work for every system, in its own protocol: one text, top-3 labels back."""
+    if system in V2_SYSTEMS:
         body = {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
-        return f"{base}/v2/models/intent/infer", json.dumps(body).encode()
+        return f"{base}/v2/models/{FAMILY.pytriton_model}/infer", json.dumps(body).encode()
+    if system == "kserve":  # KServe V1
+        return f"{base}/v1/models/{FAMILY.pytriton_model}:predict", json.dumps({"instances": [text]}).encode()
     return f"{base}/v1/classify", json.dumps({"texts": [text], "top_k": 3}).encode()
 
 
 def top1(system: str, payload: dict) -> str:
-    if system == "pytriton":
+    if system in V2_SYSTEMS:
         return next(o for o in payload["outputs"] if o["name"] == "labels")["data"][0]
+    if system == "kserve":
+        return payload["predictions"][0]["label"]
     return payload["results"][0]["label"]
 
 
 def check_agreement(servers: dict, texts: list[str], n: int = 48) -> dict:
-    """Top-1 label per text from each server on the same texts: they must agree (same model, same tokenizer)."""
+    """Top-1 label per text from each server on the same texts: they must agree (same model, same tokenizer). The
+    reference is the naive peer when it runs, else the first server."""
     import httpx
 
     labels: dict[str, list[str]] = {}
@@ -129,10 +147,11 @@ def check_agreement(servers: dict, texts: list[str], n: int = 48) -> dict:
             r = httpx.post(u, content=body, headers={"content-type": "application/json"}, timeout=30)
             got.append(top1(name, r.json()) if r.status_code == 200 else f"HTTP {r.status_code}")
         labels[name] = got
-    names = list(labels)
-    ref = names[0] if names else None
+    ref = "naive" if "naive" in labels else next(iter(labels), None)
+    if ref is None:
+        return {"texts": min(n, len(texts)), "reference": None, "agreement_with_reference": {}}
     return {"texts": min(n, len(texts)), "reference": ref,
-            "agreement_with_reference": {k: sum(a == b for a, b in zip(v, labels[names[0]])) / max(1, len(v))
+            "agreement_with_reference": {k: sum(a == b for a, b in zip(v, labels[ref])) / max(1, len(v))
                                          for k, v in labels.items()}}
 
 

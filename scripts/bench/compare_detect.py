@@ -1,18 +1,25 @@
-"""Object detection, one model, five ways, one run: how close does triserve get to the ONNX Runtime ceiling?
+"""Object detection, one model, seven ways, one run: how close does triserve get to the ONNX Runtime ceiling?
 The detection twin of scripts/bench/compare.py (same method, same placement: both run on scripts/bench/harness.py).
 
     python -m scripts.bench.compare_detect                     # ~9 min: what docs/bench/compare_detect.* holds
     python -m scripts.bench.compare_detect --rounds 1 --duration 2 --warmup 1 --concurrency 1,8 \\
         --out /tmp/compare_detect_dev/compare_detect         # quick look (~2 min)
+    python -m scripts.bench.compare_detect --systems inproc,naive,pytriton,kserve,mlserver,triserve \\
+        --concurrency 1,4,16 --goal-concurrency 16             # the side-by-side of issue 32 part 3
 
-Requests: one image per request, JPEG (quality 90), generated deterministically from --seed: 30% 320x240, 40% 640x480,
-30% 1280x720 (exact shares, shuffled), each a landscape canvas holding a square of 1-6 drawn shapes from the
-detector's own synthetic-data generator (families/detection/importers/scenes.draw_image). Sent as base64 JSON:
+Requests: one image per request, JPEG (quality 90), sizes from --seed: 30% 320x240, 40% 640x480, 30% 1280x720 (exact
+shares, shuffled). The pictures: real photos of COCO scenes when --photos names a folder of them (default: the
+importer's package photos, .cache/importer/photos, filled by `make models`: ultralytics/gradio-yolov8-det street,
+office and animal photos and scikit-image's data photos), each cycled, centre-cropped to the size's aspect and
+resized; with no photo there (or --photos none), a landscape canvas holding a square of 1-6 drawn shapes from the
+shapes detector's synthetic-data generator (families/detection/importers/scenes.draw_image), on which a COCO model
+finds next to nothing (so NMS and the agreement check have little to work on). Sent as base64 JSON:
 triserve and the naive peer get POST /v1/detect {"images": [{"data": <b64>}]}
-(families/detection/schemas.DetectRequest), PyTriton the same base64 string as a KServe v2 BYTES tensor. Every system
-decodes, letterboxes, runs and NMSes on the server side.
+(families/detection/schemas.DetectRequest), PyTriton and MLServer the same base64 string as a V2 BYTES tensor, KServe
+as a V1 instance {"image_bytes": {"b64": ...}}. Every system decodes, letterboxes, runs and NMSes on the server side.
 
-Systems (all on the same ONNX file, yolo-shapes:stable from models/store, same session options, CPU execution provider,
+Systems (all on the same ONNX file: the model of the default detection deployment in configs/models.yaml, today
+`coco` = yolov8n-coco:stable at 640 from models/store; same session options, CPU execution provider,
 the same families/detection functions for decode, letterbox, capped NMS and the mapping back to original pixels):
   inproc            in-process ONNX Runtime: base64 + image decode + letterbox + run + NMS at batch sizes 1,4,8,16
                     back to back (intra-op threads --intra-op and the other of 0/1); the best images/s is the ceiling,
@@ -21,6 +28,10 @@ the same families/detection functions for decode, letterbox, capped NMS and the 
   pytriton          scripts/bench/peers/pytriton_detect.py: NVIDIA PyTriton (Triton + DynamicBatcher, max batch 16
                     as triserve's detection slot), own venv (--pytriton-python, default
                     .cache/bench/pytriton-venv/bin/python); skipped with the reason if it cannot start
+  kserve            scripts/bench/peers/kserve_detect.py: KServe's Python model server, a kserve.Model with a V1
+                    predict(), no batching (its Python server has none), own venv (--kserve-python)
+  mlserver          scripts/bench/peers/mlserver_detect.py: MLServer custom runtime, adaptive batching on (max batch
+                    --pytriton-max-batch, max_batch_time --mlserver-batch-time-ms), own venv (--mlserver-python)
   triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the detection slot:
                     TRISERVE_SLOTS__<DETECTION DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
   triserve          the same, default config (gateway batching while busy, max_batch_size 16)
@@ -48,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import io
 import json
 import math
@@ -67,15 +79,19 @@ from scripts.bench import batch_hist, harness
 from scripts.bench.harness import Family, RoundView, cell, shown
 from scripts.bench.peers import common as peers
 from scripts.bench.textmix import ROOT, model_dir
-from scripts.common import default_deployment
+from scripts.common import default_deployment, default_model
 
-MODEL = "yolo-shapes"
 SLOT = default_deployment("detection")
+MODEL = default_model("detection")  # the default deployment's primary model (coco: yolov8n-coco)
 SYSTEMS = harness.SYSTEMS
 FAMILY = Family(tag="compare_detect", model=MODEL, slot=SLOT, unit="images",
                 naive_app="scripts.bench.peers.naive_fastapi_detect:app",
                 pytriton_script="scripts/bench/peers/pytriton_detect.py", pytriton_model="detector",
-                log_prefix="detect_", pytriton_args=lambda args: ["--max-batch-size", str(args.pytriton_max_batch)])
+                kserve_script="scripts/bench/peers/kserve_detect.py",
+                mlserver_runtime="scripts.bench.peers.mlserver_detect.DetectorRuntime",
+                log_prefix="detect_", pytriton_args=lambda args: ["--max-batch-size", str(args.pytriton_max_batch)],
+                mlserver_max_batch=lambda args: args.pytriton_max_batch)
+V2_SYSTEMS = ("pytriton", "mlserver")  # speak the V2 inference protocol: one BYTES image in, padded tensors out
 SIZE_MIX = ((320, 240, 0.3), (640, 480, 0.4), (1280, 720, 0.3))  # (width, height, share)
 GOALS = {  # name: (description with {c} for the goal concurrency, comparison, threshold)
     "batching_on_vs_off": ("triserve default / triserve batching off (detection max_batch_size 1), throughput at c={c}",
@@ -140,33 +156,85 @@ def image_mix(n: int = 60, seed: int = 0, quality: int = 90) -> list[dict]:
     return out
 
 
-def describe_mix(images: list[dict], seed: int, quality: int) -> str:
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def photo_files(folder: Path | None) -> list[Path]:
+    """The photos under `folder` (recursive, sorted by relative path: the same order on every host); none when the
+    folder is None or missing."""
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted((p for p in folder.rglob("*") if p.suffix.lower() in PHOTO_SUFFIXES),
+                  key=lambda p: p.relative_to(folder).as_posix())
+
+
+def fit_photo(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The photo centre-cropped to width:height and resized to width x height (no padding, no distortion)."""
+    import cv2
+
+    h, w = rgb.shape[:2]
+    scale = min(w / width, h / height)
+    cw, ch = max(1, round(width * scale)), max(1, round(height * scale))
+    x0, y0 = (w - cw) // 2, (h - ch) // 2
+    crop = rgb[y0:y0 + ch, x0:x0 + cw]
+    return cv2.resize(crop, (width, height), interpolation=cv2.INTER_AREA if scale >= 1 else cv2.INTER_LINEAR)
+
+
+def photo_mix(photos: list[Path], n: int = 60, seed: int = 0, quality: int = 90) -> list[dict]:
+    """The request mix from real photos: image i is photo i mod len(photos) fitted to the i-th size of
+    image_sizes(n, seed), as JPEG; same keys as image_mix ("objects" empty: no ground truth is needed, the systems
+    are checked against each other) plus "photo"."""
+    from PIL import Image
+
+    from models.importing.photos import read_rgb
+
+    out = []
+    for i, (w, h) in enumerate(image_sizes(n, seed)):
+        src = photos[i % len(photos)]
+        buf = io.BytesIO()
+        Image.fromarray(fit_photo(read_rgb(src), w, h)).save(buf, format="JPEG", quality=quality)
+        raw = buf.getvalue()
+        out.append({"width": w, "height": h, "b64": base64.b64encode(raw).decode("ascii"), "jpeg_bytes": len(raw),
+                    "objects": [], "photo": src.name})
+    return out
+
+
+def describe_mix(images: list[dict], seed: int, quality: int, photos_from: str | None = None) -> str:
     by_size: dict[str, int] = {}
     for im in images:
         key = f"{im['width']}x{im['height']}"
         by_size[key] = by_size.get(key, 0) + 1
     kb = np.mean([im["jpeg_bytes"] for im in images]) / 1024
+    sizes = ", ".join(f"{v} x {k}" for k, v in by_size.items())
+    if photos_from:
+        n_photos = len({im["photo"] for im in images})
+        return (f"photo mix ({n_photos} photos from {photos_from}, centre-cropped and resized; seed {seed}, "
+                f"{len(images)} JPEGs at quality {quality}: {sizes}; mean {kb:.0f} KiB)")
     objs = np.mean([len(im["objects"]) for im in images])
-    return (f"generated mix (seed {seed}, {len(images)} JPEGs at quality {quality}: " +
-            ", ".join(f"{v} x {k}" for k, v in by_size.items()) + f"; mean {kb:.0f} KiB, {objs:.1f} shapes each)")
+    return (f"generated mix (seed {seed}, {len(images)} JPEGs at quality {quality}: {sizes}; mean {kb:.0f} KiB, "
+            f"{objs:.1f} shapes each)")
 
 
 def request_for(system: str, base: str, b64: str) -> tuple[str, bytes]:
-    if system == "pytriton":
+    """The same work for every system, in its own protocol: one base64 JPEG, its detections back."""
+    if system in V2_SYSTEMS:
         body = {"inputs": [{"name": "image", "shape": [1, 1], "datatype": "BYTES", "data": [b64]}]}
-        return f"{base}/v2/models/detector/infer", json.dumps(body).encode()
+        return f"{base}/v2/models/{FAMILY.pytriton_model}/infer", json.dumps(body).encode()
+    if system == "kserve":  # KServe V1, binary data as {"b64": ...}
+        v1 = {"instances": [{"image_bytes": {"b64": b64}}]}
+        return f"{base}/v1/models/{FAMILY.pytriton_model}:predict", json.dumps(v1).encode()
     return f"{base}/v1/detect", json.dumps({"images": [{"data": b64}]}).encode()
 
 
 def parse_detections(system: str, payload: dict) -> list[tuple[int, list[float], float]]:
     """One image's detections as (class_id, [x1, y1, x2, y2], score) from a system's answer."""
-    if system == "pytriton":
+    if system in V2_SYSTEMS:
         out = {o["name"]: o["data"] for o in payload["outputs"]}
         k = int(out["count"][0])
         boxes = np.asarray(out["boxes"], dtype=np.float64).reshape(-1, 4)
         return [(int(out["classes"][i]), [float(v) for v in boxes[i]], float(out["scores"][i])) for i in range(k)]
-    return [(int(d["class_id"]), [float(v) for v in d["box"]], float(d["score"]))
-            for d in payload["results"][0]["detections"]]
+    first = payload["predictions"][0] if system == "kserve" else payload["results"][0]
+    return [(int(d["class_id"]), [float(v) for v in d["box"]], float(d["score"])) for d in first["detections"]]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -400,6 +468,9 @@ def main() -> None:
                         out=ROOT / "docs/bench/compare_detect")
     ap.add_argument("--goal-concurrency", type=int, default=32, help="concurrency the throughput goals are read at")
     ap.add_argument("--images", type=int, default=60, help="distinct images in the request mix")
+    ap.add_argument("--photos", default=str(ROOT / ".cache/importer/photos"),
+                    help="folder of photos the request mix is made of (jpg/png, recursive); 'none', or a folder "
+                         "without photos: the synthetic shapes mix")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jpeg-quality", type=int, default=90)
     ap.add_argument("--intra-op", type=int, default=1, help="ONNX Runtime intra-op threads for every system "
@@ -413,9 +484,11 @@ def main() -> None:
     t0 = time.monotonic()
     started_utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
-    images = image_mix(args.images, args.seed, args.jpeg_quality)
+    photos = [] if args.photos.lower() == "none" else photo_files(Path(args.photos))
+    images = (photo_mix(photos, args.images, args.seed, args.jpeg_quality) if photos
+              else image_mix(args.images, args.seed, args.jpeg_quality))
     b64s = [im["b64"] for im in images]
-    source = describe_mix(images, args.seed, args.jpeg_quality)
+    source = describe_mix(images, args.seed, args.jpeg_quality, shown(Path(args.photos)) if photos else None)
     d, manifest = model_dir(name=MODEL)
     tmp = Path(tempfile.mkdtemp(prefix="triserve_bench_detect_"))
     images_file = tmp / "images.json"
@@ -442,12 +515,15 @@ def main() -> None:
            "model": f"{MODEL}:{manifest['version']} ({shown(d)}), input imgsz {manifest['preprocess']['imgsz']}",
            "images_source": source,
            "images": [{"width": im["width"], "height": im["height"], "jpeg_bytes": im["jpeg_bytes"],
-                       "objects": len(im["objects"])} for im in images],
+                       "objects": len(im["objects"]), **({"photo": im["photo"]} if "photo" in im else {})}
+                      for im in images],
+           "photos": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in photos},
            "rounds": len(rounds), "goal_concurrency": args.goal_concurrency, "skipped": skipped,
            "agreement": agreement,
            "summary": summarise(rounds, args.systems, args.concurrency, args.goal_concurrency), "raw_rounds": rounds,
            "c1_breakdown": breakdown, "notes": notes}
-    harness.save(res, args.out, FAMILY, f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 JPEGs",
+    harness.save(res, args.out, FAMILY, f"{MODEL}, 1 server CPU, 320x240 / 640x480 / 1280x720 "
+                 f"{'photo' if photos else 'synthetic'} JPEGs",
                  "detection batch sizes", to_markdown)
 
 

@@ -2,9 +2,10 @@
 and what knee, tuning and ab take from it. A comparison script defines its family (a `Family`: model, slot, unit,
 peers), its request mix, its in-process ceiling and its goals; everything else is here:
 
-- the systems and how they start: every server (naive FastAPI and PyTriton peers, three triserve instances) pinned
-  to the server CPU, in its own session or BENTOML_HOME, stopped with its whole process tree; a system that cannot
-  start is skipped with the reason;
+- the systems and how they start: every server (the naive FastAPI, PyTriton, KServe and MLServer peers, three
+  triserve instances) pinned to the server CPU, in its own session or BENTOML_HOME, stopped with its whole process
+  tree; a peer runs from its own venv where it needs one (--pytriton-python, --kserve-python, --mlserver-python); a
+  system that cannot start is skipped with the reason;
 - the closed-loop load cell, bounded in time (warm-up + duration) and count (--max-requests): wrk when installed
   (scripts/bench/wrk.py), else an aiohttp loop in this process; the open-loop cell (Grafana's k6, else
   scripts/drills/loadgen.py); every cell counts primary answers as throughput and latency, degraded answers (a
@@ -12,7 +13,8 @@ peers), its request mix, its in-process ceiling and its goals; everything else i
   overload spill off (SPILL_OFF);
 - the rounds: systems interleaved per round, each cell with the batch-size histogram of its triserve instance
   (scripts/bench/batch_hist.py); medians over rounds with [min-max]; goal ratios computed within each round;
-- the result: the JSON, the markdown tables and the plots (scripts/bench/report.py).
+- the result: the JSON, the markdown tables and the plots (scripts/bench/report.py): throughput per concurrency,
+  latency per concurrency, and latency against throughput (one curve per system, a point per concurrency).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ import numpy as np
 
 from scripts import imagetools
 from scripts.bench import batch_hist, wrk
+from scripts.bench.peers.mlserver_settings import MLServerPeer, write_settings
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.wrk import LOOPBACK
@@ -47,7 +50,7 @@ from scripts.drills.common import DEGRADED, PRIMARY, answer_kind, says_degraded
 from scripts.drills.server import free_port
 from scripts.imagetools import StepFailed
 
-SYSTEMS = ("inproc", "naive", "pytriton", "triserve_nobatch", "triserve", "triserve_local")
+SYSTEMS = ("inproc", "naive", "pytriton", "kserve", "mlserver", "triserve_nobatch", "triserve", "triserve_local")
 HTTP_SYSTEMS = SYSTEMS[1:]
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
 LOCAL_ENV = {"TRISERVE_RUNNER__PLACEMENT": "local"}
@@ -58,6 +61,7 @@ RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BUR
 # when the primary's queue is long (configs/settings.py Admission.overload_fallback_share; 0 disables the routing)
 SPILL_OFF = {"TRISERVE_ADMISSION__OVERLOAD_FALLBACK_SHARE": "0"}
 LOG_DIR = ROOT / ".cache" / "bench" / "logs"
+PEER_VENVS = ROOT / ".cache" / "peers"  # <system>/bin/python: the KServe and MLServer peers' venvs (outside git)
 COUNTING = ("throughput and latency count primary answers; a 200 whose answer says degraded: true (a fallback model "
             "answered) is counted apart (degraded), never as throughput")
 T = TypeVar("T")
@@ -71,8 +75,9 @@ def nobatch_env(slot: str) -> str:
 @dataclass(frozen=True)
 class Family:
     """What a comparison script measures: its model and runner slot, the unit of its throughput (<unit>_per_s), its
-    two peers (the naive FastAPI app and the PyTriton script, with the model name PyTriton serves) and the module
-    that runs it (`python -m scripts.bench.<tag>`, also the log prefix of its lines)."""
+    peers (the naive FastAPI app, the PyTriton and KServe scripts, the MLServer runtime by import path, and the model
+    name the PyTriton, KServe and MLServer peers serve), the most items MLServer's adaptive batching merges, and the
+    module that runs it (`python -m scripts.bench.<tag>`, also the log prefix of its lines)."""
 
     tag: str
     model: str
@@ -81,8 +86,11 @@ class Family:
     naive_app: str
     pytriton_script: str
     pytriton_model: str
+    kserve_script: str = ""
+    mlserver_runtime: str = ""
     log_prefix: str = ""
     pytriton_args: Callable[[argparse.Namespace], list[str]] = field(default=lambda args: [])
+    mlserver_max_batch: Callable[[argparse.Namespace], int] = field(default=lambda args: 64)
 
     @property
     def per_s(self) -> str:
@@ -205,31 +213,79 @@ def triserve_env(name: str, args) -> dict[str, str]:
     return env
 
 
+def _start_naive(name: str, fam: Family, args, tmp: Path, log: Path, d: Path) -> tuple[Peer, str]:
+    port = free_port()
+    peer = Peer(name, [sys.executable, "-m", "uvicorn", fam.naive_app, "--host", "127.0.0.1", "--port", str(port),
+                       "--log-level", "warning", "--no-access-log"],
+                {"TRISERVE_BENCH_INTRA_OP": str(args.intra_op), "TRISERVE_BENCH_MODEL_DIR": str(d)},
+                args.server_cpu, log, f"http://127.0.0.1:{port}/readyz")
+    return peer, f"http://127.0.0.1:{port}"
+
+
+def _interpreter(path: str, system: str, recipe: str) -> Path:
+    """A peer venv's interpreter, or a RuntimeError naming the recipe (the system is then skipped with it)."""
+    py = Path(path)
+    if not py.exists():
+        raise RuntimeError(f"no {system} interpreter at {py} (see {recipe} for the venv recipe)")
+    return py
+
+
+def _start_pytriton(name: str, fam: Family, args, tmp: Path, log: Path, d: Path) -> tuple[Peer, str]:
+    py = _interpreter(args.pytriton_python, "PyTriton", fam.pytriton_script)
+    libdir = subprocess.run([str(py), "-c", "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    port, gport, mport = free_port(), free_port(), free_port()
+    env = {"LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
+    peer = Peer(name, [str(py), str(ROOT / fam.pytriton_script), "--model-dir", str(d),
+                       "--http-port", str(port), "--grpc-port", str(gport), "--metrics-port", str(mport),
+                       *fam.pytriton_args(args), "--max-queue-delay-us", str(args.pytriton_delay_us),
+                       "--intra-op", str(args.intra_op)],
+                env, args.server_cpu, log, f"http://127.0.0.1:{port}/v2/models/{fam.pytriton_model}/ready")
+    return peer, f"http://127.0.0.1:{port}"
+
+
+def _start_kserve(name: str, fam: Family, args, tmp: Path, log: Path, d: Path) -> tuple[Peer, str]:
+    """KServe's Python model server (the family's kserve_script in the --kserve-python venv); ready when its V1
+    model route answers 200."""
+    py = _interpreter(args.kserve_python, "KServe", fam.kserve_script)
+    port = free_port()
+    peer = Peer(name, [str(py), str(ROOT / fam.kserve_script), "--model-dir", str(d), "--http-port", str(port),
+                       "--intra-op", str(args.intra_op)],
+                {}, args.server_cpu, log, f"http://127.0.0.1:{port}/v1/models/{fam.pytriton_model}")
+    return peer, f"http://127.0.0.1:{port}"
+
+
+def mlserver_peer(fam: Family, args, d: Path) -> MLServerPeer:
+    """What the MLServer peer serves and how it batches: the family's runtime and max batch, --mlserver-batch-time-ms
+    (MLServer's max_batch_time), the comparison's intra-op threads."""
+    return MLServerPeer(model_name=fam.pytriton_model, implementation=fam.mlserver_runtime, model_dir=d,
+                        max_batch_size=fam.mlserver_max_batch(args),
+                        max_batch_time_s=args.mlserver_batch_time_ms / 1000, intra_op=args.intra_op)
+
+
+def _start_mlserver(name: str, fam: Family, args, tmp: Path, log: Path, d: Path) -> tuple[Peer, str]:
+    """`mlserver start <folder>` of the --mlserver-python venv, the settings files written into tmp, the checkout on
+    PYTHONPATH (the runtime's import path); ready when the V2 model-ready route answers 200."""
+    recipe = fam.mlserver_runtime.rsplit(".", 1)[0].replace(".", "/") + ".py"
+    exe = _interpreter(args.mlserver_python, "MLServer", recipe).parent / "mlserver"
+    if not exe.exists():
+        raise RuntimeError(f"no mlserver command at {exe} (see {recipe} for the venv recipe)")
+    port, gport, mport = free_port(), free_port(), free_port()
+    folder = write_settings(tmp / f"mlserver_{fam.tag}", mlserver_peer(fam, args, d), port, gport, mport)
+    peer = Peer(name, [str(exe), "start", str(folder)], {"PYTHONPATH": str(ROOT)}, args.server_cpu, log,
+                f"http://127.0.0.1:{port}/v2/models/{fam.pytriton_model}/ready")
+    return peer, f"http://127.0.0.1:{port}"
+
+
+PEER_STARTERS: dict[str, Callable[..., tuple[Peer, str]]] = {
+    "naive": _start_naive, "pytriton": _start_pytriton, "kserve": _start_kserve, "mlserver": _start_mlserver}
+
+
 def start_system(name: str, fam: Family, args, tmp: Path, log: Path) -> tuple[Peer | TriservePeer, str]:
     """One HTTP system of the comparison, started (not yet ready): the peer and its base URL."""
     d, _ = model_dir(name=fam.model)
-    if name == "naive":
-        port = free_port()
-        peer: Peer | TriservePeer = Peer(
-            name, [sys.executable, "-m", "uvicorn", fam.naive_app, "--host", "127.0.0.1", "--port", str(port),
-                   "--log-level", "warning", "--no-access-log"],
-            {"TRISERVE_BENCH_INTRA_OP": str(args.intra_op), "TRISERVE_BENCH_MODEL_DIR": str(d)},
-            args.server_cpu, log, f"http://127.0.0.1:{port}/readyz")
-        return peer, f"http://127.0.0.1:{port}"
-    if name == "pytriton":
-        py = Path(args.pytriton_python)
-        if not py.exists():
-            raise RuntimeError(f"no PyTriton interpreter at {py} (see {fam.pytriton_script} for the venv recipe)")
-        libdir = subprocess.run([str(py), "-c", "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        port, gport, mport = free_port(), free_port(), free_port()
-        env = {"LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
-        peer = Peer(name, [str(py), str(ROOT / fam.pytriton_script), "--model-dir", str(d),
-                           "--http-port", str(port), "--grpc-port", str(gport), "--metrics-port", str(mport),
-                           *fam.pytriton_args(args), "--max-queue-delay-us", str(args.pytriton_delay_us),
-                           "--intra-op", str(args.intra_op)],
-                    env, args.server_cpu, log, f"http://127.0.0.1:{port}/v2/models/{fam.pytriton_model}/ready")
-        return peer, f"http://127.0.0.1:{port}"
+    if name in PEER_STARTERS:
+        return PEER_STARTERS[name](name, fam, args, tmp, log, d)
     home = tmp / f"bentoml_home_{name}"
     home.mkdir(parents=True, exist_ok=True)
     tri = TriservePeer(name, triserve_env(name, args), args.server_cpu, log, home)
@@ -674,6 +730,14 @@ def common_args(ap: argparse.ArgumentParser, fam: Family, concurrency: str, dura
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--pytriton-python", default=str(ROOT / ".cache/bench/pytriton-venv/bin/python"))
     ap.add_argument("--pytriton-delay-us", type=int, default=0)
+    ap.add_argument("--kserve-python", default=str(PEER_VENVS / "kserve/bin/python"),
+                    help=f"the KServe peer's interpreter (venv recipe in {fam.kserve_script})")
+    ap.add_argument("--mlserver-python", default=str(PEER_VENVS / "mlserver/bin/python"),
+                    help="the MLServer peer's interpreter; its `mlserver` command is next to it (venv recipe in "
+                         "scripts/bench/peers/mlserver_text.py)")
+    ap.add_argument("--mlserver-batch-time-ms", type=float, default=2.0,
+                    help="MLServer's max_batch_time: how long a batch waits for more requests after its first (must "
+                         "be > 0: MLServer turns adaptive batching off at 0)")
     ap.add_argument("--max-total-seconds", type=float, default=max_total_seconds,
                     help="stop starting new cells after this")
     ap.add_argument("--out", type=Path, default=out)
@@ -705,6 +769,7 @@ def base_result(args, command: str, started_utc: str, t0: float) -> dict:
                           "load": f"closed loop, {args.load_generator}"},
             "duration_s": args.duration, "warmup_s": args.warmup, "concurrency": args.concurrency,
             "systems": args.systems, "triserve_env": {**RAISED_LIMITS, **SPILL_OFF},
+            "mlserver_max_batch_time_ms": args.mlserver_batch_time_ms,
             "counting": COUNTING, "triserve_nobatch_env": args.nobatch_env,
             "intra_op_threads": args.intra_op}
 
@@ -767,9 +832,24 @@ def listed(res: dict, key: str, title: str) -> list[str]:
     return ["", title, ""] + ([f"- {k}: {x}" for k, x in v.items()] if isinstance(v, dict) else [f"- {n}" for n in v])
 
 
+def latency_curves(table: dict, key: str) -> dict[str, list[tuple[int, float, float | None, float | None]]]:
+    """system -> [(concurrency, throughput, p50 ms, p99 ms)] by concurrency (medians over rounds): the points of the
+    latency-vs-throughput plot; cells without a throughput are left out."""
+    curves = {}
+    for name, per_c in table.items():
+        if name == "inproc":
+            continue
+        pts = [(int(c), row[key]["median"], row["p50"]["median"], row["p99"]["median"])
+               for c, row in sorted(per_c.items(), key=lambda kv: int(kv[0])) if row[key]["median"] is not None]
+        if pts:
+            curves[name] = pts
+    return curves
+
+
 def plot_rounds(res: dict, out: Path, unit: str, title: str) -> list[str]:
-    """The two plots of a peer comparison: throughput vs concurrency with min-max bars and the in-process ceiling,
-    and latency percentiles per concurrency. `unit` names the summary keys: '<unit>_per_s'."""
+    """The three plots of a peer comparison: throughput vs concurrency with min-max bars and the in-process ceiling,
+    latency percentiles per concurrency, and latency against throughput (p50 solid, p99 dashed, one colour per
+    system, each point labelled with its concurrency). `unit` names the summary keys: '<unit>_per_s'."""
     plt = pyplot()
     if plt is None:
         return []
@@ -811,6 +891,21 @@ def plot_rounds(res: dict, out: Path, unit: str, title: str) -> list[str]:
         ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=8)
     made.append(_saved(plt, fig, out, "_latency.png", res["command"], 0.04))
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for i, (name, pts) in enumerate(latency_curves(table, key).items()):
+        colour = f"C{i % 10}"
+        xs = [p[1] for p in pts]
+        ax.plot(xs, [p[2] for p in pts], "o-", c=colour, label=f"{name} p50")
+        ax.plot(xs, [p[3] for p in pts], "s--", c=colour, alpha=0.7, label=f"{name} p99")
+        for c, tp, p50, _ in pts:
+            ax.annotate(f"c={c}", (tp, p50), textcoords="offset points", xytext=(3, -10), fontsize=6, color=colour)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{unit}/s, primary answers (median over rounds)")
+    ax.set_ylabel("latency ms (median over rounds)")
+    ax.set_title(f"{title}: latency vs throughput")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3, which="both")
+    made.append(_saved(plt, fig, out, "_latency_vs_throughput.png", res["command"], 0.03))
     return made
 
 

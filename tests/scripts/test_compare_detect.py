@@ -5,6 +5,7 @@ import base64
 import io
 import json
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -105,3 +106,48 @@ def test_summarise_table_and_histograms():
     assert s["table"]["inproc"]["ceiling_images_per_s"]["median"] == 120
     assert s["batch_histograms"]["triserve"]["32"]["triserve_runner_batch_size"]["count"] == 8
     assert s["goals"]["batching_on_vs_off"]["met"] is True
+
+
+def test_kserve_and_mlserver_bodies_carry_the_same_image_and_parse_like_the_others():
+    url, body = cd.request_for("kserve", "http://127.0.0.1:1", "QUJD")
+    assert url.endswith("/v1/models/detector:predict")
+    assert json.loads(body) == {"instances": [{"image_bytes": {"b64": "QUJD"}}]}
+    assert cd.request_for("mlserver", "http://127.0.0.1:1", "QUJD") == cd.request_for("pytriton", "http://127.0.0.1:1",
+                                                                                      "QUJD")
+    kserve = {"predictions": [{"detections": [{"box": [1, 2, 3, 4], "score": 0.9, "class_id": 2, "label": "x"}]}]}
+    assert cd.parse_detections("kserve", kserve) == [(2, [1.0, 2.0, 3.0, 4.0], 0.9)]
+    v2 = {"outputs": [{"name": "count", "data": [0]}, {"name": "boxes", "data": [0, 0, 0, 0]},
+                      {"name": "scores", "data": [0]}, {"name": "classes", "data": [-1]}]}
+    assert cd.parse_detections("mlserver", v2) == []  # padding rows past "count" are not detections
+
+
+def test_the_detection_comparison_measures_the_default_deployments_model():
+    from configs.deployments import load_repository
+
+    default = load_repository().default_for("detection")
+    assert cd.SLOT == default.name and cd.MODEL == default.model.name and cd.FAMILY.model == cd.MODEL
+
+
+def test_photo_mix_fits_real_photos_to_the_size_mix(tmp_path):
+    for i, (w, h) in enumerate([(300, 500), (800, 200)]):  # a portrait and a wide photo
+        Image.new("RGB", (w, h), (40 * i, 90, 200)).save(tmp_path / f"p{i}.png")
+    (tmp_path / "notes.txt").write_text("not a photo")
+    photos = cd.photo_files(tmp_path)
+    assert [p.name for p in photos] == ["p0.png", "p1.png"] and cd.photo_files(tmp_path / "missing") == []
+    mix = cd.photo_mix(photos, 5, seed=1)
+    assert [im["b64"] for im in mix] == [im["b64"] for im in cd.photo_mix(photos, 5, seed=1)]
+    assert [im["photo"] for im in mix] == ["p0.png", "p1.png", "p0.png", "p1.png", "p0.png"]
+    assert [(im["width"], im["height"]) for im in mix] == cd.image_sizes(5, seed=1)
+    for im in mix:
+        with Image.open(io.BytesIO(base64.b64decode(im["b64"]))) as img:
+            assert img.format == "JPEG" and img.size == (im["width"], im["height"])
+    assert cd.describe_mix(mix, 1, 90, "photos/").startswith("photo mix (2 photos from photos/")
+    assert "shapes each" in cd.describe_mix(cd.image_mix(2), 0, 90)
+
+
+def test_fit_photo_crops_to_the_aspect_without_distortion():
+    rgb = np.zeros((100, 400, 3), np.uint8)
+    rgb[:, 150:250] = 255  # a white band in the middle of a wide photo
+    out = cd.fit_photo(rgb, 64, 48)
+    assert out.shape == (48, 64, 3)
+    assert out[:, 32].min() == 255 and out[:, 0].max() == 0  # the centre kept, the sides cropped

@@ -1,11 +1,12 @@
 """What the benchmark peers share: the model's directory and manifest, the ONNX Runtime session every system of a
 comparison runs (the runner's settings from runners/pool.py with configs/serving.yaml: all graph optimisations,
 inter-op 1, intra-op as the comparison says; the in-process ceilings of compare.py and compare_detect.py use it too),
-the naive FastAPI app's model and readiness route, and the PyTriton command line and server.
+the naive FastAPI app's model and readiness route, the PyTriton command line and server, and the KServe command
+line and server.
 
-The PyTriton peers run in their own venv (nvidia-pytriton pins numpy<2), with the checkout on sys.path: at the top
-this imports the standard library and onnxruntime only; pytriton, fastapi and the project's modules are imported
-where they are used.
+The PyTriton and KServe peers run in venvs of their own (nvidia-pytriton pins numpy<2; kserve and mlserver pin
+fastapi, pydantic and friends), with the checkout on sys.path: at the top this imports the standard library and
+onnxruntime only; pytriton, kserve, fastapi and the project's modules are imported where they are used.
 """
 from __future__ import annotations
 
@@ -99,3 +100,34 @@ def serve_triton(args: argparse.Namespace, model_name: str, infer: Callable[...,
                                        batcher=DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)),
                     strict=False)
         triton.serve()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the KServe peers (own venv)
+# --------------------------------------------------------------------------------------------------------------------
+def kserve_parser() -> argparse.ArgumentParser:
+    """The command line every KServe peer takes (scripts/bench/harness.py start_system passes it)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--http-port", type=int, default=8300)
+    ap.add_argument("--intra-op", type=int, default=0, help="ONNX Runtime intra-op threads (0 = ORT default)")
+    return ap
+
+
+def serve_kserve(model: Any, http_port: int) -> None:
+    """KServe's Python model server (`kserve.ModelServer().start([model])`) on loopback, until stopped: one uvicorn
+    worker, gRPC off (triserve's is off in a comparison too), per-request latency logging off (the naive peer logs
+    no access lines either). KServe 0.21 hard-codes host 0.0.0.0 in protocol/rest/server.py RESTServer; the
+    benchmark binds loopback only, so the server's uvicorn config is pointed at 127.0.0.1 before it serves."""
+    from kserve import ModelServer
+    from kserve.protocol.rest import server as rest
+
+    logging.basicConfig(level=logging.WARNING)
+    init = rest.RESTServer.__init__
+
+    def loopback_init(self, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.config.host = "127.0.0.1"
+
+    rest.RESTServer.__init__ = loopback_init
+    ModelServer(http_port=http_port, workers=1, enable_grpc=False, enable_latency_logging=False).start([model])

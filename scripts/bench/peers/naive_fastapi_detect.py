@@ -6,7 +6,8 @@ request body (DetectRequest: base64 images) and the same response shape as trise
     uvicorn scripts.bench.peers.naive_fastapi_detect:app --host 127.0.0.1 --port 8100
 
 Model: TRISERVE_BENCH_MODEL_DIR (an artifact directory with manifest.json and model.onnx), default
-models/store/yolo-shapes at alias stable. ONNX Runtime intra-op threads: TRISERVE_BENCH_INTRA_OP (default 0)
+models/store/<the default detection deployment's model> at alias stable (yolov8n-coco today). ONNX Runtime
+intra-op threads: TRISERVE_BENCH_INTRA_OP (default 0)
 (scripts/bench/peers/common.py naive_model).
 """
 from __future__ import annotations
@@ -21,8 +22,9 @@ from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.detection.schemas import DetectRequest
 from kernel.errors import ApiError
 from scripts.bench.peers.common import naive_app, naive_model
+from scripts.common import default_model
 
-MODEL_DIR, MANIFEST, SESSION = naive_model("yolo-shapes")
+MODEL_DIR, MANIFEST, SESSION = naive_model(default_model("detection"))
 PRE = MANIFEST["preprocess"]
 LABELS = MANIFEST["labels"]
 LIMITS = Limits()  # the detection family's defaults (configs/serving.yaml sets the same)

@@ -2,6 +2,7 @@
 aiohttp closed loop), the tables over rounds and the reports of both families (no triserve, no model)."""
 from __future__ import annotations
 
+import json
 import time
 from argparse import Namespace
 
@@ -125,3 +126,94 @@ def test_detection_ceiling_is_the_best_configuration_at_the_servers_threads(monk
     assert out["ceiling_images_per_s"] == out["by_config"]["intra1/b4"]["images_per_s"]
     assert out["single_call_ms_p50"] == out["by_config"]["intra1/b1"]["call_ms_p50"]
     assert out["single_call_stage_ms_p50"] == {"decode": 0.1, "run": 1.0}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the KServe and MLServer peers (issue 32 part 3): systems, starters, request bodies, the latency-vs-throughput plot
+# --------------------------------------------------------------------------------------------------------------------
+def test_kserve_and_mlserver_are_http_peers_not_triserve():
+    for name in ("kserve", "mlserver"):
+        assert name in harness.SYSTEMS and name in harness.HTTP_SYSTEMS and name in harness.PEER_STARTERS
+        assert name not in harness.TRISERVE_SYSTEMS
+
+
+@pytest.mark.parametrize("fam", [compare.FAMILY, compare_detect.FAMILY])
+def test_a_peer_without_its_venv_is_skipped_with_the_recipe(fam, tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "model_dir", lambda name: (tmp_path / name, {}))  # no model store needed
+    args = Namespace(systems=["kserve", "mlserver"], kserve_python=str(tmp_path / "no/bin/python"),
+                     mlserver_python=str(tmp_path / "none/bin/python"), intra_op=1, server_cpu=0,
+                     mlserver_batch_time_ms=2.0, pytriton_max_batch=16)
+    servers, skipped = harness.start_servers(args, fam, tmp_path, tmp_path)
+    assert servers == {}
+    assert fam.kserve_script in skipped["kserve"] and str(tmp_path / "no/bin/python") in skipped["kserve"]
+    recipe = fam.mlserver_runtime.rsplit(".", 1)[0].replace(".", "/") + ".py"
+    assert recipe in skipped["mlserver"] and (harness.ROOT / recipe).is_file()
+    assert (harness.ROOT / fam.kserve_script).is_file()
+
+
+def test_mlserver_batches_as_each_family_says(tmp_path):
+    args = Namespace(mlserver_batch_time_ms=2.5, intra_op=1, pytriton_max_batch=8)
+    text = harness.mlserver_peer(compare.FAMILY, args, tmp_path)
+    assert (text.model_name, text.max_batch_size, text.max_batch_time_s, text.intra_op) == ("intent", 64, 0.0025, 1)
+    assert text.implementation == "scripts.bench.peers.mlserver_text.IntentRuntime"
+    det = harness.mlserver_peer(compare_detect.FAMILY, args, tmp_path)
+    assert (det.model_name, det.max_batch_size) == ("detector", 8)  # the PyTriton peer's max batch
+
+
+def test_every_text_system_gets_the_same_text_and_answers_its_top_label():
+    text = "play some jazz"
+    seen = {}
+    for system in ("naive", "triserve", "pytriton", "kserve", "mlserver"):
+        url, body = compare.request_for(system, "http://127.0.0.1:1", text)
+        seen[system] = (url.removeprefix("http://127.0.0.1:1"), json.loads(body))
+    assert seen["kserve"] == ("/v1/models/intent:predict", {"instances": [text]})
+    assert seen["mlserver"] == seen["pytriton"]
+    assert seen["mlserver"][0] == "/v2/models/intent/infer"
+    assert seen["mlserver"][1]["inputs"] == [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
+    assert seen["naive"][1] == {"texts": [text], "top_k": 3}
+    v2 = {"outputs": [{"name": "scores", "data": [0.7, 0.2, 0.1]}, {"name": "labels", "data": ["x", "y", "z"]}]}
+    assert compare.top1("mlserver", v2) == "x"
+    assert compare.top1("kserve", {"predictions": [{"label": "x", "score": 0.7, "top_k": []}]}) == "x"
+
+
+def test_text_agreement_is_against_the_naive_peer(json_server):
+    def answer(path, body):
+        if path.startswith("/v1/models/"):  # a KServe peer that gets the second text wrong
+            return 200, {"predictions": [{"label": "x" if body["instances"][0] == "a" else "wrong"}]}, 0.0
+        return 200, {"results": [{"label": "x" if body["texts"][0] == "a" else "y"}]}, 0.0
+
+    url = json_server(answer)
+    got = compare.check_agreement({"kserve": (None, url), "naive": (None, url)}, ["a", "b"], n=2)
+    assert got["reference"] == "naive"
+    assert got["agreement_with_reference"] == {"kserve": 0.5, "naive": 1.0}
+
+
+def _curve_table() -> dict:
+    def row(tp, p50, p99):
+        return {"texts_per_s": {"median": tp}, "p50": {"median": p50}, "p90": {"median": p50},
+                "p99": {"median": p99}}
+
+    return {"inproc": {"ceiling_texts_per_s": {"median": 200.0}},
+            "kserve": {"8": row(40.0, 150.0, 300.0), "1": row(50.0, 17.0, 45.0)},
+            "mlserver": {"1": row(45.0, 20.0, 50.0), "8": {**row(0, 1, 1), "texts_per_s": {"median": None}}}}
+
+
+def test_latency_curves_are_per_system_by_concurrency():
+    curves = harness.latency_curves(_curve_table(), "texts_per_s")
+    assert curves == {"kserve": [(1, 50.0, 17.0, 45.0), (8, 40.0, 150.0, 300.0)],
+                      "mlserver": [(1, 45.0, 20.0, 50.0)]}  # a cell without a throughput is left out
+
+
+def test_the_plots_include_latency_against_throughput(tmp_path):
+    pytest.importorskip("matplotlib")
+    table = _curve_table()
+    for per_c in (table["kserve"], table["mlserver"]):
+        for row in per_c.values():
+            for k in ("texts_per_s", "p50", "p90", "p99"):
+                row[k] = {**row[k], "min": row[k]["median"], "max": row[k]["median"]}
+    table["mlserver"].pop("8")
+    res = {"summary": {"table": table}, "concurrency": [1, 8], "command": "python -m scripts.bench.compare"}
+    made = harness.plot_rounds(res, tmp_path / "cmp", "texts", "t")
+    assert [p.rsplit("/", 1)[-1] for p in made] == ["cmp_throughput.png", "cmp_latency.png",
+                                                    "cmp_latency_vs_throughput.png"]
+    assert (tmp_path / "cmp_latency_vs_throughput.png").stat().st_size > 1000
