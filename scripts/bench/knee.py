@@ -1,6 +1,6 @@
 """The latency knee per task: ramp an open-loop arrival rate until p99 breaks the SLO, then limit at 80% of it.
 
-    python -m scripts.bench.knee                       # text, detection, forecast; ~15 min; docs/bench/knee.*
+    python -m scripts.bench.knee                       # text, detection, forecast; ~10 min; docs/bench/knee.*
     python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
     python -m scripts.bench.knee --write-config   # also writes the limits and the autoscaling targets (below)
 
@@ -79,7 +79,9 @@ def step_seconds(rate: float, args) -> float:
 
 
 def ramp(task: str, requests: list, args, tmp: Path) -> dict:
-    """One ramp: rates start, start*f, ... until a step breaks the SLO (or --max-rate); the knee is the last held."""
+    """One ramp: rates start, start*f, ... until a step breaks the SLO (or --max-rate); the knee is the last held.
+    A first step that breaks halves the rate (down to 1/s) and the ramp goes on up from there: a start rate above
+    the knee (a slower model under the same deployment name) measures the knee instead of reporting none."""
     steps, rate, knee = [], float(args.start_rate[task]), None
     while rate <= args.max_rate:
         cell = open_loop(f"{task}_{int(rate)}", requests, int(rate), step_seconds(rate, args), tmp, args.load_cpu)
@@ -90,6 +92,10 @@ def ramp(task: str, requests: list, args, tmp: Path) -> dict:
               f"failed {cell.get('failed_share')}  degraded {cell.get('degraded')}  dropped "
               f"{cell.get('dropped_iterations')}  {'held' if cell['held'] else 'BROKE'}", file=sys.stderr)
         if not cell["held"]:
+            if knee is None and rate > 1:
+                rate = max(1, math.floor(rate / 2))
+                time.sleep(1.0)
+                continue
             break
         knee = int(rate)
         rate = math.ceil(rate * args.factor)
@@ -206,14 +212,16 @@ def keep_log(log: Path, out: Path) -> str | None:
 
 def write_targets(res: dict, defaults: dict[str, str], previous: Path = scaling_targets.KNEE_JSON,
                   root: Path = ROOT, render: bool = True) -> dict:
-    """The autoscaling targets from this run's knees, plus the previous record of the families not measured now
-    (their targets must stay, and the smallest target over all is the one for unmeasured deployments)."""
+    """The autoscaling targets from this run's knees, plus the previous record of the families without a knee in
+    this run (not measured, or no step held): their targets must stay, and the smallest target over all is the one
+    for deployments nobody measured."""
     tasks = {}
+    measured = {f for f, t in res["tasks"].items() if t.get("limit_rps")}
     if previous.exists():
-        tasks = {f: t for f, t in json.loads(previous.read_text()).get("tasks", {}).items() if f not in res["tasks"]}
+        tasks = {f: t for f, t in json.loads(previous.read_text()).get("tasks", {}).items() if f not in measured}
         if tasks:
             print(f"[knee] targets of {sorted(tasks)} from the previous record {previous}", file=sys.stderr)
-    targets = scaling_targets.derive({"tasks": {**tasks, **res["tasks"]}}, defaults)
+    targets = scaling_targets.derive({"tasks": {**tasks, **{f: res["tasks"][f] for f in measured}}}, defaults)
     for path in scaling_targets.write_targets(targets, root, render):
         print(f"wrote {path.relative_to(root)}")
     return {d: {"target": scaling_targets.quantity(t.target), "alert": scaling_targets.plain(t.knee_items)}
@@ -229,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-step-requests", type=int, default=120,
                     help="a step lasts at least this many arrivals (longer than --step-seconds at low rates)")
     ap.add_argument("--factor", type=float, default=1.25)
-    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=40",
+    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=10",
                     help="task=rate list: the first step of each ramp")
     ap.add_argument("--max-rate", type=float, default=2000)
     ap.add_argument("--server-cpu", type=int, default=0)

@@ -80,7 +80,11 @@ class Targets:
 def p50_at(steps: list[dict], rate: float) -> float:
     """End-to-end p50 (ms) at `rate`, linear between the measured steps around it. Below the first step: the first
     step's p50 (latency only grows with the rate, so this errs towards a larger target); above the last: an error."""
-    pts = sorted((s["rate"], s["latency_ms"]["p50"]) for s in steps if s.get("latency_ms", {}).get("p50") is not None)
+    by_rate: dict[float, float] = {}
+    for s in sorted(steps, key=lambda s: bool(s.get("held", True))):  # a rate measured twice: the held step wins
+        if s.get("latency_ms", {}).get("p50") is not None:
+            by_rate[s["rate"]] = s["latency_ms"]["p50"]
+    pts = sorted(by_rate.items())
     if not pts:
         raise ValueError("no measured step")
     if rate <= pts[0][0]:
@@ -102,7 +106,7 @@ def derive_one(deployment: str, family: str, task: dict, outside_ms: float) -> T
     p50_c = statistics.mean(p50_at(r["steps"], capacity) for r in rounds)
     terms = []
     for knee_rps, rnd in zip(task["knees"], rounds):
-        step = next((s for s in rnd["steps"] if s["rate"] == knee_rps), None)
+        step = next((s for s in rnd["steps"] if s["rate"] == knee_rps and s.get("held", True)), None)
         if knee_rps and step is not None:
             terms.append((float(knee_rps), float(step["latency_ms"]["p50"])))
     if not terms:

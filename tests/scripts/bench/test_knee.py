@@ -81,3 +81,40 @@ def test_write_config_derives_targets_from_this_run_and_the_previous_record_of_t
     hpa = (tmp_path / scaling_targets.HPA_FILES[0]).read_text()
     assert f"averageValue: {out['series']['target']}" in hpa and out["series"]["target"] != "3100m"
     assert "averageValue: 650m" in hpa and "averageValue: 440m" in hpa  # intent and coco: the previous record
+
+    # a family whose ramp held no step this time keeps its previous record too (and the catch-all its minimum)
+    nothing = {**record["tasks"]["detection"], "knees": [0, 0], "knee_rps": 0, "limit_rps": 0}
+    out = write_targets({"tasks": {"forecast": run, "detection": nothing}}, defaults, scaling_targets.KNEE_JSON,
+                        tmp_path, render=False)
+    assert out["coco"] == {"target": "440m", "alert": "2.0"}
+    hpa = yaml.safe_load((tmp_path / scaling_targets.HPA_FILES[0]).read_text())
+    others = [m for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    assert [m["external"]["target"]["averageValue"] for m in others] == ["440m"]
+
+
+def _fake_open_loop(capacity: float):
+    """A server that holds up to `capacity` req/s: p99 10 ms below, 1 s above."""
+    def run(name, requests, rate, seconds, tmp, cpu):
+        p99 = 10.0 if rate <= capacity else 1000.0
+        return {"rate": rate, "seconds": seconds, "requests": rate * seconds, "failed_share": 0.0,
+                "dropped_iterations": 0, "latency_ms": {"p50": p99 / 2, "p99": p99}}
+    return run
+
+
+def test_a_ramp_whose_first_step_breaks_steps_down_and_measures_the_knee(monkeypatch, tmp_path):
+    from scripts.bench import knee
+
+    monkeypatch.setattr(knee, "open_loop", _fake_open_loop(capacity=4))
+    monkeypatch.setattr(knee.time, "sleep", lambda s: None)
+    args = SimpleNamespace(start_rate={"detection": 5.0}, max_rate=100, factor=1.25, step_seconds=1,
+                           min_step_requests=0, load_cpu=1)
+    out = knee.ramp("detection", [], args, tmp_path)
+    assert [(s["rate"], s["held"]) for s in out["steps"]] == [(5, False), (2, True), (3, True), (4, True), (5, False)]
+    assert out["knee_rps"] == 4
+    monkeypatch.setattr(knee, "open_loop", _fake_open_loop(capacity=0.5))  # nothing holds: bounded, no knee
+    out = knee.ramp("detection", [], args, tmp_path)
+    assert [s["rate"] for s in out["steps"]] == [5, 2, 1] and out["knee_rps"] is None
+    # the same rate measured twice (broke first, held later): the derivation reads the held step
+    steps = [{"rate": 5, "held": False, "latency_ms": {"p50": 900.0}}, {"rate": 4, "latency_ms": {"p50": 5.0}},
+             {"rate": 5, "held": True, "latency_ms": {"p50": 6.0}}]
+    assert scaling_targets.p50_at(steps, 5) == 6.0
