@@ -52,7 +52,8 @@ import httpx
 import psutil
 import yaml
 
-from scripts.drills.server import ENTRY_SERVICE, QUIET_ENV, ROOT, RUNNER_SERVICE, free_port
+from scripts.drills.ports import PortPool, ReservedPort
+from scripts.drills.server import ENTRY_SERVICE, QUIET_ENV, ROOT, RUNNER_SERVICE
 from scripts.imagetools import SYSTEM_BIN_DIRS
 
 BENTO = "services.gateway:Gateway"  # the Bento's entry; each tier is one of its services
@@ -107,10 +108,27 @@ class TiersConfig:
     balancer: BalancerConfig = field(default_factory=BalancerConfig)
     log_dir: Path | None = None  # process logs; default: the temp dir, removed by stop()
     ready_timeout_s: float = 240.0
+    spawn_timeout_s: float = 120.0  # from a process start until its arbiter has spawned a worker (see launch())
+    bind_retries: int = 1  # starts again after an arbiter lost its circus endpoint to another process (see launch())
     root: Path = ROOT  # the source tree served
 
 
 # ------------------------------------------------------------------------------------------- one service process
+
+class ServiceExited(RuntimeError):
+    """The process ended before it was up."""
+
+
+def address_in_use(log_path: Path, offset: int = 0) -> bool:
+    """Whether the log, from `offset` on, reports a bind that failed with EADDRINUSE (zmq's or the socket's)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return False
+    return "Address already in use" in text or "EADDRINUSE" in text
+
 
 class ServiceProcess:
     """One BentoML service of the Bento served alone (`start-http-server --service-name`), restartable on its port."""
@@ -124,7 +142,9 @@ class ServiceProcess:
                     "TRISERVE_DEPLOYMENTS_STATE_FILE": str(self.home / "deployments.json"), **env}
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
+        self.spawned = 0.0  # when the arbiter of this start was seen with a worker (wait_spawned)
         self.starts = 0
+        self.bind_retries = 0  # starts lost to an address taken under the arbiter (launch())
         self._seen: set[int] = set()
 
     def command(self) -> list[str]:
@@ -145,6 +165,41 @@ class ServiceProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def wait_spawned(self, timeout: float) -> float:
+        """Seconds from this start until the arbiter has spawned its first worker. Circus binds its pub/sub endpoint,
+        the service's socket and its control endpoint before it spawns any worker (circus.arbiter.Arbiter.start), so
+        from then on this process picks and binds no more ports of its own: the next one may start without racing it."""
+        while time.monotonic() - self.started < timeout:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise ServiceExited(f"{self.name} exited with {code} before it spawned a worker; log: {self.log_path}")
+            if self.workers():
+                self.spawned = time.monotonic()
+                return self.spawned - self.started
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} spawned no worker within {timeout}s; log: {self.log_path}")
+
+    def launch(self, timeout: float, retries: int = 1) -> float:
+        """Start and wait until the arbiter has bound everything and spawned its workers (wait_spawned): what
+        Tiers.start does for one process at a time. BentoML picks its circus endpoints with bind(0) and releases them
+        before circus binds them (bentoml._internal.utils.circus.create_standalone_arbiter): starting our processes
+        one after another removes the race between them, but a program outside this harness that picks a port the
+        same way can still take one in that window. Only that failure (the arbiter exits with EADDRINUSE in its log
+        before any worker) is started again, at most `retries` times, each logged on stderr."""
+        for attempt in range(retries + 1):
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            self.start()
+            try:
+                return self.wait_spawned(timeout)
+            except ServiceExited:
+                if attempt == retries or not address_in_use(self.log_path, offset):
+                    raise
+                self.bind_retries += 1
+                print(f"[tiers] {self.name}: its arbiter lost an address to another process before binding it "
+                      f"(EADDRINUSE, log {self.log_path}); starting it again ({attempt + 2} of {retries + 1})",
+                      file=sys.stderr, flush=True)
+        raise AssertionError("unreachable")
 
     def pids(self) -> list[int]:
         """The arbiter and every live process under it (BentoML's workers)."""
@@ -306,7 +361,8 @@ class HAProxy:
             raise RuntimeError(f"haproxy not found in {':'.join(SYSTEM_BIN_DIRS)}: install the Debian package "
                                f"{HAPROXY_PACKAGE} (apt-get install -y {HAPROXY_PACKAGE}; .ci/run does)")
         self.binary, self.backends, self.cfg, self.log_path = binary, backends, cfg, log_path
-        self.stats_port = free_port()
+        self._stats_reservation = ReservedPort()  # held until stop(): no other bind(0) gets it meanwhile
+        self.stats_port = self._stats_reservation.number
         self.stats_url = f"http://127.0.0.1:{self.stats_port}/stats"
         self.config_path = workdir / "haproxy.cfg"
         self.config_path.write_text(haproxy_config(backends, cfg, self.stats_port))
@@ -339,6 +395,7 @@ class HAProxy:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+        self._stats_reservation.release()
 
     def stats(self) -> list[dict[str, str]]:
         """haproxy's CSV stats: one dict per frontend, backend and server row (pxname, svname, status, wretr, ...)."""
@@ -432,13 +489,16 @@ class Tiers:
                                                                  self.workdir / "models.yaml"))
         elif cfg.models_file:
             env["TRISERVE_MODELS_FILE"] = str(cfg.models_file)
-        self.runner_lb_port = free_port()
+        # every port handed to a process stays reserved until stop() (scripts/drills/ports.py), restarts included
+        self.ports = PortPool()
+        self.runner_lb_port = self.ports.take()
         self.runner_lb_url = f"http://127.0.0.1:{self.runner_lb_port}"
-        self.runners = [ServiceProcess(f"runner-{i + 1}", RUNNER_SERVICE, free_port(), {**env, **cfg.runner_env},
-                                       self.log_dir / f"runner-{i + 1}.log", cfg.root) for i in range(cfg.runners)]
+        self.runners = [ServiceProcess(f"runner-{i + 1}", RUNNER_SERVICE, self.ports.take(),
+                                       {**env, **cfg.runner_env}, self.log_dir / f"runner-{i + 1}.log", cfg.root)
+                        for i in range(cfg.runners)]
         depends = {DEPENDS_ENV: f"{RUNNER_SERVICE}={self.runner_lb_url}"}
-        self.gateways = [ServiceProcess(f"gateway-{j + 1}", ENTRY_SERVICE, free_port(),
-                                        {**env, "TRISERVE_GRPC__PORT": str(free_port()), **cfg.gateway_env,
+        self.gateways = [ServiceProcess(f"gateway-{j + 1}", ENTRY_SERVICE, self.ports.take(),
+                                        {**env, "TRISERVE_GRPC__PORT": str(self.ports.take()), **cfg.gateway_env,
                                          **depends},
                                         self.log_dir / f"gateway-{j + 1}.log", cfg.root)
                          for j in range(cfg.gateways)]
@@ -446,7 +506,7 @@ class Tiers:
                             tuple((r.name, r.port) for r in self.runners))]
         self.gateway_lb_url: str | None = None
         if cfg.gateway_lb:
-            port = free_port()
+            port = self.ports.take()
             self.gateway_lb_url = f"http://127.0.0.1:{port}"
             backends.append(Backend(self.GATEWAY_BACKEND, port, tuple((g.name, g.port) for g in self.gateways),
                                     cfg.balancer.gateway_maxconn, cfg.balancer.gateway_queue_ms))
@@ -459,13 +519,15 @@ class Tiers:
         return self.gateway_lb_url or self.gateways[0].url
 
     def start(self) -> Tiers:
+        """One process at a time until its arbiter is up (ServiceProcess.launch: no two BentoML arbiters pick and
+        bind their circus endpoints at the same time), then every process loads its models in parallel."""
         t0 = time.monotonic()
         try:
             for r in self.runners:
-                r.start()
+                self.timings[f"{r.name}_spawned_s"] = round(self.launch(r), 2)
             self.haproxy.start()
             for g in self.gateways:
-                g.start()
+                self.timings[f"{g.name}_spawned_s"] = round(self.launch(g), 2)
             for p in [*self.runners, *self.gateways]:
                 self.timings[f"{p.name}_ready_s"] = round(p.wait_ready(self.cfg.ready_timeout_s), 2)
             self.haproxy.wait_up(self.RUNNER_BACKEND, [r.name for r in self.runners])
@@ -477,6 +539,11 @@ class Tiers:
             raise
         self.timings["all_ready_s"] = round(time.monotonic() - t0, 2)
         return self
+
+    def launch(self, p: ServiceProcess) -> float:
+        """(Re)start one process of the tiers and wait until its arbiter is up (ServiceProcess.launch); drills restart
+        replicas through this too."""
+        return p.launch(self.cfg.spawn_timeout_s, self.cfg.bind_retries)
 
     def check_remote(self) -> dict[str, dict]:
         """Every gateway reaches the runner tier through the load balancer and runs no runner of its own: no runner
@@ -512,7 +579,8 @@ class Tiers:
                 "runners": {r.name: {"url": r.url, "pids": r.pids()} for r in self.runners},
                 "gateways": {g.name: {"url": g.url, "pids": g.pids()} for g in self.gateways},
                 "depends": f"{DEPENDS_ENV}={RUNNER_SERVICE}={self.runner_lb_url}",
-                "logs": str(self.log_dir), "timings": self.timings}
+                "logs": str(self.log_dir), "timings": self.timings,
+                "bind_retries": {p.name: p.bind_retries for p in (*self.runners, *self.gateways) if p.bind_retries}}
 
     def stop(self) -> None:
         """Gateways, then the load balancer, then the runners; every process by PID."""
@@ -523,6 +591,7 @@ class Tiers:
             p.terminate(grace_s=20)
         for p in [*self.gateways, *self.runners]:
             p.cleanup()
+        self.ports.release()  # every process that used them is gone
         shutil.rmtree(self.workdir, ignore_errors=True)  # haproxy.cfg, the models file; logs too unless log_dir
 
     def __enter__(self) -> Tiers:

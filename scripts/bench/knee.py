@@ -1,8 +1,8 @@
 """The latency knee per task: ramp an open-loop arrival rate until p99 breaks the SLO, then limit at 80% of it.
 
-    python -m scripts.bench.knee                       # text, detection, forecast; ~12 min; docs/bench/knee.*
+    python -m scripts.bench.knee                       # text, detection, forecast; ~10 min; docs/bench/knee.*
     python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
-    python -m scripts.bench.knee --write-config   # also writes access.deployment_rate_per_s in configs/serving.yaml
+    python -m scripts.bench.knee --write-config   # also writes the limits and the autoscaling targets (below)
 
 Why open loop: a closed loop slows down with the server and hides queueing; a constant arrival rate keeps sending,
 so the rate where p99 leaves the SLO is the real capacity. The generator is scripts/bench/harness.py's open_loop:
@@ -15,6 +15,12 @@ above the task's SLO, more than 1% failed requests, more than 1% degraded answer
 primary did not hold that rate; counted apart, never as served load), or more than 1% of the arrivals dropped by the
 generator (k6 for lack of VUs, loadgen at its in-flight cap). The knee is the last rate that held; the knee of a task
 is the median over --rounds ramps, and the limit written is floor(0.8 x knee) requests/s for the instance.
+
+--write-config writes, per default deployment measured: the limit (access.deployment_rate_per_s in
+configs/serving.yaml), and the targets derived from the knee by scripts/bench/scaling_targets.py (Little's law: the
+HPA/KEDA/Yatai pending-items targets, the TriserveQueueSaturated thresholds, the dashboard's lines, BentoCloud's
+concurrency, docs/operations.md's table), then regenerates the Prometheus Operator files from them. Families not
+measured this time keep their record from the previous docs/bench/knee.json.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import time
 from pathlib import Path
 
 from configs.deployments import load_repository
+from scripts.bench import scaling_targets
 from scripts.bench.harness import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import pyplot, write_report
@@ -65,11 +72,19 @@ def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
 
+def step_seconds(rate: float, args) -> float:
+    """--step-seconds, longer at low rates so that every step has --min-step-requests arrivals: a p99 over the
+    40 requests of 8 s at 5/s (coco's first steps) would be the slowest request alone."""
+    return max(args.step_seconds, math.ceil(args.min_step_requests / rate))
+
+
 def ramp(task: str, requests: list, args, tmp: Path) -> dict:
-    """One ramp: rates start, start*f, ... until a step breaks the SLO (or --max-rate); the knee is the last held."""
+    """One ramp: rates start, start*f, ... until a step breaks the SLO (or --max-rate); the knee is the last held.
+    A first step that breaks halves the rate (down to 1/s) and the ramp goes on up from there: a start rate above
+    the knee (a slower model under the same deployment name) measures the knee instead of reporting none."""
     steps, rate, knee = [], float(args.start_rate[task]), None
     while rate <= args.max_rate:
-        cell = open_loop(f"{task}_{int(rate)}", requests, int(rate), args.step_seconds, tmp, args.load_cpu)
+        cell = open_loop(f"{task}_{int(rate)}", requests, int(rate), step_seconds(rate, args), tmp, args.load_cpu)
         cell["held"] = held(cell, SLO_MS[task])
         steps.append(cell)
         lat = cell.get("latency_ms", {})
@@ -77,6 +92,10 @@ def ramp(task: str, requests: list, args, tmp: Path) -> dict:
               f"failed {cell.get('failed_share')}  degraded {cell.get('degraded')}  dropped "
               f"{cell.get('dropped_iterations')}  {'held' if cell['held'] else 'BROKE'}", file=sys.stderr)
         if not cell["held"]:
+            if knee is None and rate > 1:
+                rate = max(1, math.floor(rate / 2))
+                time.sleep(1.0)
+                continue
             break
         knee = int(rate)
         rate = math.ceil(rate * args.factor)
@@ -105,7 +124,8 @@ def write_limits(limits: dict[str, int], config: Path = CONFIG) -> None:
 
 def to_markdown(res: dict) -> str:
     L = [f"# Latency knee per task ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
-         f"{res['placement']}. Step: {res['step_seconds']} s at a constant arrival rate, rate x{res['factor']} "
+         f"{res['placement']}. Step: {res['step_seconds']} s (at least {res.get('min_step_requests', 0)} arrivals) "
+         f"at a constant arrival rate, rate x{res['factor']} "
          f"per step; a step breaks on p99 of the primary answers > SLO, > 1% failed, > 1% degraded answers (a "
          f"fallback model answered) or > 1% dropped arrivals. Knee = median over "
          f"{res['rounds']} ramps; limit = floor({LIMIT_SHARE} x knee).", "",
@@ -190,14 +210,34 @@ def keep_log(log: Path, out: Path) -> str | None:
     return str(kept.relative_to(ROOT))
 
 
+def write_targets(res: dict, defaults: dict[str, str], previous: Path = scaling_targets.KNEE_JSON,
+                  root: Path = ROOT, render: bool = True) -> dict:
+    """The autoscaling targets from this run's knees, plus the previous record of the families without a knee in
+    this run (not measured, or no step held): their targets must stay, and the smallest target over all is the one
+    for deployments nobody measured."""
+    tasks = {}
+    measured = {f for f, t in res["tasks"].items() if t.get("limit_rps")}
+    if previous.exists():
+        tasks = {f: t for f, t in json.loads(previous.read_text()).get("tasks", {}).items() if f not in measured}
+        if tasks:
+            print(f"[knee] targets of {sorted(tasks)} from the previous record {previous}", file=sys.stderr)
+    targets = scaling_targets.derive({"tasks": {**tasks, **{f: res["tasks"][f] for f in measured}}}, defaults)
+    for path in scaling_targets.write_targets(targets, root, render):
+        print(f"wrote {path.relative_to(root)}")
+    return {d: {"target": scaling_targets.quantity(t.target), "alert": scaling_targets.plain(t.knee_items)}
+            for d, t in targets.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.bench.knee", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default="text,detection,forecast")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--step-seconds", type=float, default=8.0)
+    ap.add_argument("--min-step-requests", type=int, default=120,
+                    help="a step lasts at least this many arrivals (longer than --step-seconds at low rates)")
     ap.add_argument("--factor", type=float, default=1.25)
-    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=40",
+    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=10",
                     help="task=rate list: the first step of each ramp")
     ap.add_argument("--max-rate", type=float, default=2000)
     ap.add_argument("--server-cpu", type=int, default=0)
@@ -209,10 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [t for t in args.tasks.split(",") if t]
     res = {"command": "python -m scripts.bench.knee " + " ".join(argv if argv is not None else sys.argv[1:]),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds,
-           "step_seconds": args.step_seconds, "factor": args.factor, "slo_ms": SLO_MS,
+           "step_seconds": args.step_seconds, "min_step_requests": args.min_step_requests, "factor": args.factor,
+           "slo_ms": SLO_MS,
            "placement": f"server pinned to CPU {args.server_cpu}, the load generator "
                         f"({'k6' if k6_binary() else 'scripts/drills/loadgen.py'}) to CPU {args.load_cpu}",
            "tasks": {}}
+    previous = None  # the record of the families not measured now, read before --out may overwrite it
+    if args.write_config and scaling_targets.KNEE_JSON.exists():
+        previous = Path(tempfile.mkdtemp(prefix="triserve-knee-prev-")) / "knee.json"
+        previous.write_text(scaling_targets.KNEE_JSON.read_text())
     with tempfile.TemporaryDirectory(prefix="triserve-knee-") as d:
         tmp = Path(d)
         env = dict(RAISED_LIMITS)  # capacity limits off: they are what this measures
@@ -241,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_config and limits:
         write_limits(limits)
         print(f"wrote access.deployment_rate_per_s = {limits} into {CONFIG}")
+        defaults = {f: dep.name for f in SLO_MS if (dep := repo.default_for(f)) is not None}
+        targets = write_targets(res, defaults, previous or Path("/nonexistent"))
+        print(f"wrote the autoscaling targets {targets} (scripts/bench/scaling_targets.py)")
     return 0
 
 

@@ -70,7 +70,8 @@ from scripts.drills.common import (
     text_body,
     transport_errors,
 )
-from scripts.drills.server import ROOT, Server, free_port, pin_threads
+from scripts.drills.ports import ReservedPort
+from scripts.drills.server import ROOT, Server, pin_threads
 from scripts.tiers import Backend, BalancerConfig, HAProxy, Tiers, TiersConfig, haproxy_binary
 
 NAME = "overload"
@@ -138,12 +139,13 @@ def edge(args, port: int, log: Path) -> Iterator[HAProxy | None]:
         return
     workdir = log.with_suffix("")
     workdir.mkdir(parents=True, exist_ok=True)
-    backend = Backend("gateways", free_port(), (("server", port),), args.edge_limit, args.edge_queue_ms)
-    proxy = HAProxy([backend], BalancerConfig(), workdir, workdir / "haproxy.log").start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
+    with ReservedPort() as front:  # held until haproxy has stopped
+        backend = Backend("gateways", front.number, (("server", port),), args.edge_limit, args.edge_queue_ms)
+        proxy = HAProxy([backend], BalancerConfig(), workdir, workdir / "haproxy.log").start()
+        try:
+            yield proxy
+        finally:
+            proxy.stop()
 
 
 @contextmanager

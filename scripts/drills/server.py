@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from scripts.drills.ports import PortPool
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER_SERVICE = "triserve-runner"
 ENTRY_SERVICE = "triserve"
@@ -30,6 +32,8 @@ QUIET_ENV = {"YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE":
 
 
 def free_port() -> int:
+    """A port nothing listens on right now, released at once: for a client that must find nothing there. A port a
+    server of ours will bind goes through scripts/drills/ports.py (held until the server stops; no race)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -70,11 +74,12 @@ class Server:
         commits: scripts/bench/ab.py); this tree by default. `command`: what starts the server, before `--host ...
         --port ...` (default `python -m bentoml serve services.gateway:Gateway`; e.g. the `triserve serve` console
         script); it runs in `root`."""
-        self.port = port or free_port()
+        self.ports = PortPool()  # the ports this server binds, held until stop() (no pick-then-release race)
+        self.port = port or self.ports.take()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.env = dict(env or {})
-        self.grpc_port = int(self.env.get("TRISERVE_GRPC__PORT") or free_port())
+        self.grpc_port = int(self.env.get("TRISERVE_GRPC__PORT") or self.ports.take())
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.home = tempfile.mkdtemp(prefix="bentoml-home-")
         # runtime deployment changes persist per server (never into the checkout's .cache)
@@ -144,6 +149,7 @@ class Server:
         if not isinstance(self._log, int):  # a log file of ours (else subprocess.DEVNULL)
             self._log.close()
             self._log = subprocess.DEVNULL
+        self.ports.release()
         shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> Server:

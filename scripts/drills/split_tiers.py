@@ -2,6 +2,7 @@
 of one gateway instance.
 
     python -m scripts.drills.split_tiers [--registry models/store] [--rate 40] [--before 10] [--after 10]
+    python -m scripts.drills.split_tiers --starts 5     # the start phase alone, 5 times in a row (no load)
 
 Starts 2 runner replicas behind haproxy (health checks on /readyz, L7 retries + redispatch on connection failures),
 2 gateways pointing at it by BENTOML_SERVE_DEPENDS and a second haproxy frontend in front of the gateways; only the
@@ -24,6 +25,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import httpx
 
 from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.report import pyplot
@@ -119,8 +122,9 @@ async def rolling_restart(tiers: Tiers, args) -> dict:
             ev: dict = {"replica": r.name, "pids_before": r.pids(), "sigterm_s": now(t0)}
             ev["stop_took_s"] = round(await asyncio.to_thread(r.terminate, args.grace), 2)
             ev["exited_s"] = now(t0)
-            r.start()
             ev["started_s"] = now(t0)
+            # started again on its (still reserved) port, one arbiter at a time; a lost circus endpoint is retried
+            await asyncio.to_thread(tiers.launch, r)
             await asyncio.to_thread(r.wait_ready, 240)
             ev["ready_s"] = now(t0)
             await asyncio.to_thread(tiers.haproxy.wait_up, Tiers.RUNNER_BACKEND, [r.name], 60)
@@ -147,7 +151,7 @@ async def gateway_loss(tiers: Tiers, args) -> dict:
         ev["lb_down_s"] = timeline.first(g.name, "DOWN", ev["sigkill_s"])
         await asyncio.sleep(args.hold)
         ev["restart_s"] = now(t0)
-        g.start()
+        await asyncio.to_thread(tiers.launch, g)
         await asyncio.to_thread(g.wait_ready, 240)
         ev["ready_s"] = now(t0)
         await asyncio.to_thread(tiers.haproxy.wait_up, Tiers.GATEWAY_BACKEND, [g.name], 60)
@@ -293,16 +297,41 @@ def plot(res: dict, out: Path) -> None:
     plt.close(fig)
 
 
-async def run(args) -> dict:
+def drill_config(args) -> TiersConfig:
     log_dir = args.log_dir
     if log_dir is None:  # git-ignored, replaced at each run
         log_dir = ROOT / ".cache" / "drills" / NAME
         shutil.rmtree(log_dir, ignore_errors=True)
     # one client address (haproxy) carries all the load: per-client rate limits and capacity limits off; the runner
     # threads do not spin (two replicas and two gateways share the machine's cores)
-    cfg = TiersConfig(registry_dir=args.registry.resolve(), runners=2, gateways=2, gateway_lb=True,
-                      deployments=("intent",), log_dir=log_dir,
-                      env={**RAISED_LIMITS, "TRISERVE_GRPC__ENABLED": "true", "TRISERVE_RUNNER__SPIN_WAIT": "false"})
+    return TiersConfig(registry_dir=args.registry.resolve(), runners=2, gateways=2, gateway_lb=True,
+                       deployments=("intent",), log_dir=log_dir,
+                       env={**RAISED_LIMITS, "TRISERVE_GRPC__ENABLED": "true", "TRISERVE_RUNNER__SPIN_WAIT": "false"})
+
+
+def starts_only(args) -> list[dict]:
+    """The drill's start phase alone, `--starts N` times in a row: the same tiers up (Tiers.start: every replica
+    ready, haproxy has them UP, the gateways run no runner of their own), one request through the gateway balancer,
+    then everything stopped. No load. A start that fails ends the loop with its error and logs."""
+    out = []
+    for i in range(args.starts):
+        t0 = time.monotonic()
+        with Tiers(drill_config(args)) as tiers:
+            tiers.check_remote()
+            r = httpx.post(tiers.url + PATH, json=bodies()[i % len(bodies())], timeout=30)
+            row = {"start": i + 1, "ready_s": tiers.timings["all_ready_s"], "status": r.status_code,
+                   "bind_retries": tiers.describe()["bind_retries"],
+                   "spawned_s": {k: v for k, v in tiers.timings.items() if k.endswith("_spawned_s")}}
+        row["up_and_down_s"] = round(time.monotonic() - t0, 2)
+        print(f"[{NAME}] start {i + 1}/{args.starts}: {row}", file=sys.stderr, flush=True)
+        out.append(row)
+        if r.status_code != 200:
+            raise SystemExit(f"start {i + 1}: {PATH} answered {r.status_code}: {r.text[:300]}")
+    return out
+
+
+async def run(args) -> dict:
+    cfg = drill_config(args)
     res: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "command": " ".join(["python -m scripts.drills.split_tiers", *sys.argv[1:]]),
                  "rate_per_s": args.rate, "path": PATH}
@@ -351,9 +380,17 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=240.0, help="bound on each scenario's load")
     ap.add_argument("--log-dir", type=Path, default=None,
                     help="process logs (default: .cache/drills/split_tiers, replaced at each run)")
+    ap.add_argument("--starts", type=int, default=0, metavar="N",
+                    help="only start and stop the drill's tiers N times in a row (no load, no report files)")
     args = ap.parse_args()
     if haproxy_binary() is None:
         raise SystemExit("haproxy is not installed: apt-get install -y haproxy")
+    if args.starts:
+        rows = starts_only(args)
+        print(f"{len(rows)} of {args.starts} starts up and serving; bind retries "
+              f"{sum(sum(r['bind_retries'].values()) for r in rows)}; ready in "
+              f"{', '.join(str(r['ready_s']) for r in rows)} s")
+        return
     res = asyncio.run(run(args))
     out = Path(args.out)
     res["plot"] = str(out.with_suffix(".png"))

@@ -11,6 +11,8 @@ import asyncio
 import concurrent.futures
 import http.server
 import re
+import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,14 +21,17 @@ import httpx
 import pytest
 
 from scripts.drills.loadgen import open_loop, phase
-from scripts.drills.server import free_port
+from scripts.drills.ports import ReservedPort
 from scripts.tiers import (
     DEPENDS_ENV,
     Backend,
     BalancerConfig,
     HAProxy,
+    ServiceExited,
+    ServiceProcess,
     Tiers,
     TiersConfig,
+    address_in_use,
     haproxy_binary,
     haproxy_config,
     subset_models_file,
@@ -81,7 +86,8 @@ class _SlowServer(http.server.BaseHTTPRequestHandler):
 def test_an_edge_limit_lets_maxconn_requests_through_and_refuses_the_rest_with_the_error_model(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    backend = Backend("gateways", free_port(), (("gateway-1", server.server_address[1]),), maxconn=2, queue_ms=50)
+    front = ReservedPort()  # held while haproxy binds and serves it (haproxy sets SO_REUSEADDR)
+    backend = Backend("gateways", front.number, (("gateway-1", server.server_address[1]),), maxconn=2, queue_ms=50)
     proxy = HAProxy([backend], BalancerConfig(), tmp_path, tmp_path / "haproxy.log").start()
     try:
         proxy.wait_up("gateways", ["gateway-1"])
@@ -90,6 +96,7 @@ def test_an_edge_limit_lets_maxconn_requests_through_and_refuses_the_rest_with_t
                                     range(6)))
     finally:
         proxy.stop()
+        front.release()
         server.shutdown()
     ok = [a for a in answers if a.status_code == 200]
     refused = [a for a in answers if a.status_code == 503]
@@ -97,6 +104,68 @@ def test_an_edge_limit_lets_maxconn_requests_through_and_refuses_the_rest_with_t
     for a in refused:
         assert a.headers["retry-after"] == "1" and a.headers["content-type"] == "application/json"
         assert a.json()["error"]["code"] == "overloaded" and a.json()["error"]["details"]["reason"] == "edge_limit"
+
+
+# A stand-in arbiter: each start appends a line to `starts`; the first `fail` starts exit 1 with `message` in the log
+# (as BentoML's arbiter does when zmq cannot bind its circus endpoint), later ones spawn a "worker" (a child whose
+# command line is a BentoML service worker's) and wait.
+_ARBITER = """
+import subprocess, sys, time
+starts, fail, message = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with open(starts, "a") as f:
+    f.write("start\\n")
+if sum(1 for _ in open(starts)) <= fail:
+    print(message, flush=True)
+    sys.exit(1)
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "_bentoml_impl.worker.service",
+                           "--service-name", "triserve-runner"])
+time.sleep(60)
+"""
+
+
+class _FakeArbiter(ServiceProcess):
+    def __init__(self, tmp_path: Path, fail: int, message: str):
+        super().__init__("runner-x", "triserve-runner", 0, {}, tmp_path / "runner-x.log", tmp_path)
+        self.args = [str(tmp_path / "starts"), str(fail), message]
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _ARBITER, *self.args]
+
+
+EADDRINUSE_LOG = "zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:45321')"
+
+
+def test_address_in_use_reads_the_log_from_the_start_of_this_life(tmp_path):
+    log = tmp_path / "a.log"
+    assert not address_in_use(log)
+    log.write_text(EADDRINUSE_LOG + "\n")
+    size = log.stat().st_size
+    assert address_in_use(log) and not address_in_use(log, size)  # an earlier life's failure is not this one's
+    with open(log, "a") as f:
+        f.write("OSError: [Errno 98] Address already in use\n")
+    assert address_in_use(log, size)
+
+
+def test_launch_starts_again_once_after_a_lost_circus_endpoint(tmp_path):
+    p = _FakeArbiter(tmp_path, fail=1, message=EADDRINUSE_LOG)
+    try:
+        spawned = p.launch(timeout=30, retries=1)
+        assert spawned > 0 and p.starts == 2 and p.bind_retries == 1 and p.alive()
+        assert set(p.workers()) == {"triserve-runner"}
+    finally:
+        p.terminate(grace_s=1)  # SIGTERM reaches the fake arbiter only; its worker is killed by PID
+    assert not p.alive() and p.pids() == []
+
+
+def test_launch_gives_up_after_its_retries_and_never_retries_another_failure(tmp_path):
+    always = _FakeArbiter(tmp_path / "a", fail=99, message=EADDRINUSE_LOG)
+    with pytest.raises(ServiceExited, match="before it spawned a worker"):
+        always.launch(timeout=30, retries=1)
+    assert always.starts == 2 and always.bind_retries == 1  # bounded: 1 + retries starts
+    other = _FakeArbiter(tmp_path / "b", fail=1, message="ValueError: no such deployment")
+    with pytest.raises(ServiceExited):
+        other.launch(timeout=30, retries=1)
+    assert other.starts == 1 and other.bind_retries == 0
 
 
 def test_subset_models_file(tmp_path):
@@ -150,3 +219,32 @@ def test_split_tiers_survive_a_runner_replica_dying(tiny_registry, tmp_path):
         servers = tiers.haproxy.servers(Tiers.RUNNER_BACKEND)
         assert servers["runner-1"]["status"].startswith("DOWN") and servers["runner-2"]["status"] == "UP"
         assert not victim.alive()
+
+
+@needs_haproxy
+def test_the_tiers_start_every_time_one_arbiter_at_a_time_on_held_ports(tiny_registry, tmp_path):
+    """Issue 32: a runner replica once exited at start (zmq EADDRINUSE on BentoML's circus control endpoint, picked
+    by bind(0), released, bound later, while the replicas started together). Start and stop the tiers twice in a
+    row: every start is up; each process was started only after the one before had spawned its workers (its circus
+    endpoints bound); every port of the tiers stays reserved while they run and is released by stop()."""
+    for i in range(2):
+        cfg = TiersConfig(registry_dir=tiny_registry.root, runners=2, gateways=1, deployments=("text",),
+                          log_dir=tmp_path / f"logs-{i}", env={"TRISERVE_RUNNER__SPIN_WAIT": "false"})
+        tiers = Tiers(cfg)
+        held = tiers.ports.ports
+        with tiers:
+            order = [*tiers.runners, *tiers.gateways]
+            assert all(p.spawned for p in order)
+            for before, after in zip(order, order[1:]):
+                assert after.started >= before.spawned, (before.name, after.name)
+            # the runner balancer, 2 runners, the gateway and its gRPC port (haproxy holds its stats port itself)
+            assert len(held) == 5 and {tiers.runner_lb_port, *(p.port for p in order)} <= set(held)
+            for port in held:  # the tiers' ports: no bind(0) elsewhere on the host can be handed them
+                with socket.socket() as s, pytest.raises(OSError):
+                    s.bind(("127.0.0.1", port))
+            r = httpx.post(tiers.url + "/v1/classify", json={"texts": [TEXTS[i]], "top_k": 1}, timeout=30)
+            assert r.status_code == 200, r.text
+            # between our own processes there is no race left; a port taken by a program outside the harness is
+            # the only retried failure, bounded and logged
+            assert all(n <= cfg.bind_retries for n in tiers.describe()["bind_retries"].values())
+        assert tiers.ports.ports == [] and not any(p.alive() for p in order)

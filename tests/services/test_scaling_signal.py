@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from scripts.bench import scaling_targets
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,47 +38,18 @@ MODELS = ROOT / "configs" / "models.yaml"
 ITEMS, REQUESTS, CALLS = ("triserve_deployment_pending_items", "triserve_deployment_pending_requests",
                           "triserve_runner_queue_depth")
 
-# Part of a request's end-to-end time outside the gauge (HTTP in/out, preprocess, postprocess): client p50 - queue -
-# infer at c=1, triserve remote, fresh server. Text: docs/bench/compare_text.md (5.706 - 1.534 - 2.933 ms); detection:
-# docs/bench/compare_detect.md (15.195 - 2.006 - 8.912 ms); forecast: no stage split measured, 0 (an upper bound).
-OUTSIDE_MS = {"text": 5.706 - 1.534 - 2.933, "detection": 15.195 - 2.006 - 8.912, "forecast": 0.0}
-OPERATING_SHARE = 0.8  # of the capacity C = floor(0.8 x knee): pods run at 0.64 x knee
 HPA_TOLERANCE = 0.1  # Kubernetes' default: no scaling while |metric / target - 1| <= 0.1
 
 
 # ----------------------------------------------------------------------------------------------------- derivation
-def _p50_at(steps: list[dict], rate: float) -> float:
-    """End-to-end p50 (ms) at `rate`, linear between the measured steps around it."""
-    pts = sorted((s["rate"], s["latency_ms"]["p50"]) for s in steps if "latency_ms" in s)
-    for (r0, p0), (r1, p1) in zip(pts, pts[1:]):
-        if r0 <= rate <= r1:
-            return p0 + (rate - r0) / (r1 - r0) * (p1 - p0)
-    raise ValueError(f"{rate}/s is outside the measured steps {pts[0][0]}-{pts[-1][0]}")
-
-
 def derive() -> dict[str, dict]:
     """Per deployment (the default of each measured family): the autoscaler's target per instance and the alert's
-    knee threshold, in items, from the knee measurement (docs/operations.md's "Autoscaling" paragraph, step by step)."""
-    knee = json.loads(KNEE.read_text())["tasks"]
+    knee threshold, in items, from the knee measurement (scripts/bench/scaling_targets.py, the code that
+    `knee --write-config` writes them with; docs/operations.md's "Autoscaling" paragraph, step by step)."""
     defaults = yaml.safe_load(MODELS.read_text())["defaults"]
-    out = {}
-    for family, task in knee.items():
-        o = OUTSIDE_MS[family]
-        capacity = task["limit_rps"]  # C = floor(0.8 K): the 429 limit when written to serving.yaml
-        rate = OPERATING_SHARE * capacity
-        p50 = statistics.mean(_p50_at(r["steps"], rate) for r in task["rounds"])
-        p50_c = statistics.mean(_p50_at(r["steps"], capacity) for r in task["rounds"])
-        at_knee = []
-        for knee_rps, rnd in zip(task["knees"], task["rounds"]):
-            step = next(s for s in rnd["steps"] if s["rate"] == knee_rps)
-            at_knee.append(knee_rps * (step["latency_ms"]["p50"] - o) / 1000)
-        out[defaults[family]] = {
-            "family": family, "capacity": capacity,
-            "target": rate * (p50 - o) / 1000,  # L = rate x time inside the gauge, at the operating rate
-            "target_e2e": rate * p50 / 1000,  # the same with the whole request (what BentoCloud counts)
-            "at_capacity": capacity * (p50_c - o) / 1000,
-            "knee": statistics.median(at_knee)}
-    return out
+    return {dep: {"family": t.family, "capacity": t.capacity_rps, "target": t.target, "target_e2e": t.target_e2e,
+                  "at_capacity": t.at_capacity, "knee": t.knee_items}
+            for dep, t in scaling_targets.derive(json.loads(KNEE.read_text()), defaults).items()}
 
 
 def _quantity(value) -> float:

@@ -1,10 +1,15 @@
 """The knee rules: what counts as a held step, and how limits are written into the serving config."""
 from __future__ import annotations
 
+import json
+import shutil
+from types import SimpleNamespace
+
 import yaml
 
 from configs.settings import Settings
-from scripts.bench.knee import held, write_limits
+from scripts.bench import scaling_targets
+from scripts.bench.knee import held, step_seconds, write_limits, write_targets
 from scripts.bench.textmix import ROOT
 
 
@@ -48,3 +53,68 @@ def test_report_shows_pause_counts_and_where_the_server_log_is():
     assert 'triserve_gc_pause_seconds_count{generation="2"} 4.0' in md and 'le="0.05"} 3.0' in md
     assert 'le="0.1"' not in md and "_sum" not in md  # only what the over-50-ms count needs
     assert ".cache/bench/logs/knee_server.log" in md
+
+
+def test_low_rate_steps_last_long_enough_for_a_p99():
+    args = SimpleNamespace(step_seconds=8.0, min_step_requests=120)
+    assert step_seconds(5, args) == 24  # coco's first step: 120 arrivals, not 40
+    assert step_seconds(200, args) == 8.0
+
+
+def test_write_config_derives_targets_from_this_run_and_the_previous_record_of_the_rest(tmp_path):
+    """--tasks forecast --write-config: series' targets from this run, intent's and coco's kept from the previous
+    docs/bench/knee.json (the smallest target over all three stays the catch-all's)."""
+    for f in (*scaling_targets.HPA_FILES, *scaling_targets.KEDA_FILES, scaling_targets.ALERTS,
+              scaling_targets.DASHBOARD, scaling_targets.BENTOCLOUD, scaling_targets.OPERATIONS):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / f, tmp_path / f)
+    record = json.loads(scaling_targets.KNEE_JSON.read_text())
+    forecast = record["tasks"]["forecast"]
+    # this run: forecast held one step more (x1.25), the same latencies
+    steps = [*forecast["rounds"][0]["steps"]]
+    steps = [{**s, "rate": s["rate"] * 1.25} for s in steps]
+    run = {**forecast, "knees": [k * 1.25 for k in forecast["knees"]], "knee_rps": forecast["knee_rps"] * 1.25,
+           "limit_rps": int(0.8 * forecast["knee_rps"] * 1.25), "rounds": [{"steps": steps}] * 2}
+    defaults = {"text": "intent", "detection": "coco", "forecast": "series"}
+    out = write_targets({"tasks": {"forecast": run}}, defaults, scaling_targets.KNEE_JSON, tmp_path, render=False)
+    assert set(out) == {"intent", "coco", "series"}
+    hpa = (tmp_path / scaling_targets.HPA_FILES[0]).read_text()
+    assert f"averageValue: {out['series']['target']}" in hpa and out["series"]["target"] != "3100m"
+    assert "averageValue: 650m" in hpa and "averageValue: 440m" in hpa  # intent and coco: the previous record
+
+    # a family whose ramp held no step this time keeps its previous record too (and the catch-all its minimum)
+    nothing = {**record["tasks"]["detection"], "knees": [0, 0], "knee_rps": 0, "limit_rps": 0}
+    out = write_targets({"tasks": {"forecast": run, "detection": nothing}}, defaults, scaling_targets.KNEE_JSON,
+                        tmp_path, render=False)
+    assert out["coco"] == {"target": "440m", "alert": "2.0"}
+    hpa = yaml.safe_load((tmp_path / scaling_targets.HPA_FILES[0]).read_text())
+    others = [m for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    assert [m["external"]["target"]["averageValue"] for m in others] == ["440m"]
+
+
+def _fake_open_loop(capacity: float):
+    """A server that holds up to `capacity` req/s: p99 10 ms below, 1 s above."""
+    def run(name, requests, rate, seconds, tmp, cpu):
+        p99 = 10.0 if rate <= capacity else 1000.0
+        return {"rate": rate, "seconds": seconds, "requests": rate * seconds, "failed_share": 0.0,
+                "dropped_iterations": 0, "latency_ms": {"p50": p99 / 2, "p99": p99}}
+    return run
+
+
+def test_a_ramp_whose_first_step_breaks_steps_down_and_measures_the_knee(monkeypatch, tmp_path):
+    from scripts.bench import knee
+
+    monkeypatch.setattr(knee, "open_loop", _fake_open_loop(capacity=4))
+    monkeypatch.setattr(knee.time, "sleep", lambda s: None)
+    args = SimpleNamespace(start_rate={"detection": 5.0}, max_rate=100, factor=1.25, step_seconds=1,
+                           min_step_requests=0, load_cpu=1)
+    out = knee.ramp("detection", [], args, tmp_path)
+    assert [(s["rate"], s["held"]) for s in out["steps"]] == [(5, False), (2, True), (3, True), (4, True), (5, False)]
+    assert out["knee_rps"] == 4
+    monkeypatch.setattr(knee, "open_loop", _fake_open_loop(capacity=0.5))  # nothing holds: bounded, no knee
+    out = knee.ramp("detection", [], args, tmp_path)
+    assert [s["rate"] for s in out["steps"]] == [5, 2, 1] and out["knee_rps"] is None
+    # the same rate measured twice (broke first, held later): the derivation reads the held step
+    steps = [{"rate": 5, "held": False, "latency_ms": {"p50": 900.0}}, {"rate": 4, "latency_ms": {"p50": 5.0}},
+             {"rate": 5, "held": True, "latency_ms": {"p50": 6.0}}]
+    assert scaling_targets.p50_at(steps, 5) == 6.0

@@ -1,0 +1,67 @@
+"""Ports held for a server until it stops (scripts/drills/ports.py): nobody else's bind(0) is handed them, the server
+they are for binds and serves them, and they are free again once released."""
+from __future__ import annotations
+
+import errno
+import socket
+
+import pytest
+
+from scripts.drills.ports import PortPool, ReservedPort
+
+
+def _server_socket(port: int, reuseport: bool = False) -> socket.socket:
+    """What circus, haproxy and gRPC do: SO_REUSEADDR (gRPC also SO_REUSEPORT), bind, listen."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuseport:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", port))
+    s.listen()
+    return s
+
+
+def test_a_held_port_is_never_handed_to_another_bind_zero():
+    with ReservedPort() as held:
+        seen = set()
+        for _ in range(3000):  # BentoML's reserve_free_port and our old free_port: bind(0), read, close
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                seen.add(s.getsockname()[1])
+        assert held.number not in seen and len(seen) > 100
+
+
+def test_a_plain_bind_is_refused_while_held_and_allowed_after_release():
+    port = ReservedPort()
+    with socket.socket() as s, pytest.raises(OSError) as exc:
+        s.bind(("127.0.0.1", port.number))
+    assert exc.value.errno == errno.EADDRINUSE
+    port.release()
+    port.release()  # idempotent
+    assert not port.held
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port.number))
+
+
+@pytest.mark.parametrize("reuseport", [False, True], ids=["reuseaddr", "reuseaddr+reuseport"])
+def test_the_server_it_is_for_binds_and_serves_it_while_held_and_again_after_a_restart(reuseport):
+    with ReservedPort() as held:
+        for _ in range(2):  # a restarted server gets its port back: it stayed ours in between
+            server = _server_socket(held.number, reuseport)
+            with socket.create_connection(("127.0.0.1", held.number), timeout=5) as client:
+                conn, _ = server.accept()
+                conn.sendall(b"ok")
+                assert client.recv(2) == b"ok"
+                conn.close()
+            server.close()
+
+
+def test_a_pool_hands_out_distinct_ports_and_releases_them_together():
+    pool = PortPool()
+    ports = [pool.take() for _ in range(5)]
+    assert len(set(ports)) == 5 and pool.ports == ports
+    pool.release()
+    assert pool.ports == []
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
