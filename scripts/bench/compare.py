@@ -97,19 +97,20 @@ FAMILY = Family(tag="compare", model="minilm-intent", slot=SLOT, unit="texts",
                 mlserver_runtime="scripts.bench.peers.mlserver_text.IntentRuntime",
                 mlserver_max_batch=lambda args: 64)  # as triserve's text slot and the PyTriton peer
 V2_SYSTEMS = ("pytriton", "mlserver")  # speak the V2 inference protocol: one BYTES text in, labels and scores out
-GOALS = {  # name: (description, comparison, threshold)
-    "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32", ">=",
-                               2.5),
-    "triserve_vs_naive_c32": ("triserve / naive FastAPI, throughput at c=32", ">=", 2.0),
-    "triserve_vs_pytriton_c32": ("triserve / PyTriton, throughput at c=32", ">=", 1.2),
-    "triserve_vs_ceiling_c32": ("triserve c=32 throughput / in-process ceiling", ">=", 0.75),
+GOALS = {  # name: (description, comparison, threshold): issue 32's goals
+    "batching_on_vs_off_c32": ("triserve default / triserve batching off (max_batch_size 1), throughput at c=32, "
+                               "overload spill off in both", ">=", 2.0),
+    "triserve_vs_best_peer_c32": ("triserve / the best of naive FastAPI, PyTriton, KServe, MLServer, throughput "
+                                  "at c=32",
+                                  ">=", 1.3),
+    "triserve_vs_ceiling_c32": ("triserve c=32 throughput / in-process ceiling", ">=", 0.85),
     "triserve_vs_padded_ceiling_c32": ("(no goal) triserve c=32 / in-process ceiling without length groups "
-                                       "(each batch padded to its longest item, same thread setting)", ">=", 0.75),
-    "c1_p50_overhead_ms": ("triserve p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 3.0),
-    "local_vs_naive_c32": ("triserve_local / naive FastAPI, throughput at c=32", ">=", 2.0),
-    "local_vs_pytriton_c32": ("triserve_local / PyTriton, throughput at c=32", ">=", 1.2),
-    "local_vs_ceiling_c32": ("triserve_local c=32 throughput / in-process ceiling", ">=", 0.75),
-    "local_c1_p50_overhead_ms": ("triserve_local p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 3.0),
+                                       "(each batch padded to its longest item, same thread setting)", ">=", 0.85),
+    "c1_p50_overhead_ms": ("triserve p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 2.0),
+    "local_vs_best_peer_c32": ("triserve_local / the best of naive FastAPI, PyTriton, KServe, MLServer, throughput at "
+                               "c=32", ">=", 1.3),
+    "local_vs_ceiling_c32": ("triserve_local c=32 throughput / in-process ceiling", ">=", 0.85),
+    "local_c1_p50_overhead_ms": ("triserve_local p50 at c=1 minus in-process batch-1 call p50 (ms)", "<=", 1.2),
 }
 
 
@@ -223,15 +224,14 @@ def ratios_for_round(r: dict) -> dict:
     v = RoundView(r, FAMILY.per_s)
     tp, div = v.tp, v.div
     ceiling = v.inproc.get("ceiling_texts_per_s")
+    best = v.best_peer(32)[1]
     return {"batching_on_vs_off_c32": div(tp("triserve", 32), tp("triserve_nobatch", 32)),
-            "triserve_vs_naive_c32": div(tp("triserve", 32), tp("naive", 32)),
-            "triserve_vs_pytriton_c32": div(tp("triserve", 32), tp("pytriton", 32)),
+            "triserve_vs_best_peer_c32": div(tp("triserve", 32), best),
             "triserve_vs_ceiling_c32": div(tp("triserve", 32), ceiling),
             "triserve_vs_padded_ceiling_c32": div(tp("triserve", 32),
                                                   v.inproc.get("ceiling_padded_same_threads_texts_per_s")),
             "c1_p50_overhead_ms": v.c1_overhead("triserve"),
-            "local_vs_naive_c32": div(tp("triserve_local", 32), tp("naive", 32)),
-            "local_vs_pytriton_c32": div(tp("triserve_local", 32), tp("pytriton", 32)),
+            "local_vs_best_peer_c32": div(tp("triserve_local", 32), best),
             "local_vs_ceiling_c32": div(tp("triserve_local", 32), ceiling),
             "local_c1_p50_overhead_ms": v.c1_overhead("triserve_local")}
 

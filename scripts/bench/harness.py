@@ -52,6 +52,7 @@ from scripts.imagetools import StepFailed
 
 SYSTEMS = ("inproc", "naive", "pytriton", "kserve", "mlserver", "triserve_nobatch", "triserve", "triserve_local")
 HTTP_SYSTEMS = SYSTEMS[1:]
+PEERS = ("naive", "pytriton", "kserve", "mlserver")  # the serving stacks a user would pick instead of triserve
 TRISERVE_SYSTEMS = ("triserve_nobatch", "triserve", "triserve_local")
 LOCAL_ENV = {"TRISERVE_RUNNER__PLACEMENT": "local"}
 RAISED_LIMITS = {"TRISERVE_ACCESS__RATE_PER_S": "1000000", "TRISERVE_ACCESS__BURST": "1000000",
@@ -646,6 +647,11 @@ class RoundView:
 
     def q(self, system: str, c: int, p: str) -> float | None:
         return (self.cell(system, c).get("latency_ms") or {}).get(p)
+
+    def best_peer(self, c: int) -> tuple[str | None, float | None]:
+        """The fastest of the other frameworks (PEERS) at concurrency c: what triserve is compared against."""
+        measured = [(s, t) for s in PEERS if (t := self.tp(s, c))]
+        return max(measured, key=lambda st: st[1]) if measured else (None, None)
 
     def c1_overhead(self, system: str) -> float | None:
         """The system's p50 at c=1 minus the in-process batch-1 call p50 (ms)."""

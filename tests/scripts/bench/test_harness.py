@@ -71,8 +71,10 @@ def test_text_summary_and_report():
     assert s["table"]["inproc"]["pad_efficiency"] == {"intra1/b1/padded": 1.0, "intra1/b8/bucketed": 0.9}
     assert s["table"]["triserve"]["32"]["texts_per_s"]["median"] == 85.0
     assert s["goals"]["batching_on_vs_off_c32"]["median"] == pytest.approx(3.0)
-    assert s["goals"]["c1_p50_overhead_ms"]["median"] == 2.5 and s["goals"]["c1_p50_overhead_ms"]["met"] is True
-    assert s["goals"]["triserve_vs_pytriton_c32"]["met"] is None  # no PyTriton measured
+    # 2.5 ms over the in-process call misses the 2.0 ms goal
+    assert s["goals"]["c1_p50_overhead_ms"]["median"] == 2.5 and s["goals"]["c1_p50_overhead_ms"]["met"] is False
+    # naive is the only peer measured: the best-peer goal reads it (85 / 42.5)
+    assert s["goals"]["triserve_vs_best_peer_c32"]["median"] == pytest.approx(2.0)
     res = {"summary": s, "started_utc": "t", "command": "python -m scripts.bench.compare", "model": "m",
            "texts_source": "src", "placement": {"server_cpu": 0, "load_cpu": 1, "load": "closed loop, wrk"},
            "rounds": 2, "warmup_s": 1, "duration_s": 2, "host": "h", "skipped": {"pytriton": "no venv"},
