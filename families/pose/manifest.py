@@ -53,5 +53,10 @@ class PosePreprocess(BaseModel):
         return {"kpt_shape": list(self.kpt_shape), "keypoint_names": self.keypoint_names,
                 "skeleton": [list(e) for e in self.skeleton]}
 
+    def answer_schema(self) -> dict:
+        """The runner's pairing check (runners/repository_state.check_pair) compares this between a deployment's
+        primary and fallback, beside the labels."""
+        return self.keypoint_schema()
+
 
 Preprocess = PosePreprocess

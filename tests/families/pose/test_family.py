@@ -42,3 +42,25 @@ def test_the_family_is_registered_with_its_routes_and_checks_outputs():
     fam.check_outputs(manifest, [raw()])
     with pytest.raises(InvalidOutput):
         fam.check_outputs(manifest, [raw()[:-3]])
+
+
+def test_the_runner_refuses_a_fallback_with_another_keypoint_schema():
+    """runners/repository_state.check_pair (startup and every runtime change) compares the preprocess record's
+    answer_schema beside the labels: a fallback naming its keypoints otherwise cannot stand in."""
+    from types import SimpleNamespace
+
+    from families.pose.keypoints import keypoint_schema
+    from families.pose.manifest import PosePreprocess
+    from runners.repository_state import IncompatibleFallback, Manifested, check_pair
+
+    coco = PosePreprocess(imgsz=640, **keypoint_schema([17, 3], ["person"]))
+
+    def model(name: str, pre: PosePreprocess) -> Manifested:
+        return Manifested(SimpleNamespace(name=name, version="1", task="pose", labels=["person"],  # type: ignore
+                                          preprocess=pre))
+
+    dep = SimpleNamespace(name="people", family="pose")
+    check_pair(dep, model("p", coco), model("f", coco.model_copy(update={"imgsz": 320})))  # type: ignore[arg-type]
+    indexed = coco.model_copy(update={"keypoint_names": [f"kp{i}" for i in range(17)], "names_from": "index"})
+    with pytest.raises(IncompatibleFallback, match="another schema"):
+        check_pair(dep, model("p", coco), model("f", indexed))  # type: ignore[arg-type]
