@@ -1,8 +1,11 @@
 """Import an ultralytics pose .pt checkpoint WITH its keypoints: read, exported whole, proved, verified, published.
 
     triserve import pose-pt --weights best-pose.pt --name my-pose --version 1.0.0 \\
-        [--imgsz N] [--images DIR] [--alias canary] [--no-verify] [--custom-modules MODULE_OR_FILE ...] \\
-        [--license SPDX]                             # required when the checkpoint states no licence
+        [--imgsz N] [--images DIR] [--alias canary] [--no-verify] [--license SPDX] \\
+        [--custom-modules [PICKLED_NAME=]MODULE_OR_FILE ...]  # the training code's own layers (repeatable)
+
+SECURITY: a .pt checkpoint is a pickle, and loading a pickle runs code; a --custom-modules file or module is code
+too (models/importing/custom_modules.py, as for detection-pt). Import only what you trust.
 
 Steps (nothing is published unless all pass; a refusal says why):
   1. read: the detection family's checkpoint reader (families/detection/importers/checkpoint.inspect_checkpoint:
@@ -27,17 +30,18 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from families.detection.importers.checkpoint import inspect_checkpoint
 from families.detection.importers.evaluate import detection_references
 from families.detection.importers.pipeline import nms_params
-from families.pose.importers import custom
 from families.pose.importers.export import export_and_prove
 from families.pose.importers.run import run_pose
 from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
 from families.pose.manifest import PosePreprocess
+from models.importing import custom_modules as custom_code
 from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
@@ -65,12 +69,13 @@ POSE_PT_PARAMS = PosePtParams()
 def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, imgsz: int | None = None,
                    photos=None, cache_dir: Path | None = None, verify_ultralytics: bool | None = None,
                    params: PosePtParams = POSE_PT_PARAMS, license: str | None = None,
-                   require_license: bool = False, custom_modules: list[str] | None = None) -> tuple[Artifact, dict]:
+                   require_license: bool = False, custom_modules: Sequence[str] = ()) -> tuple[Artifact, dict]:
     """Read, export (keypoint branch kept), prove, verify and describe an ultralytics pose .pt; staged in `work_dir`.
 
     `photos`: a models.importing.photos.PhotoSet for the ultralytics cross-check (default: the package photos).
-    `verify_ultralytics`: False = skipped (recorded). `custom_modules`: user modules/files the checkpoint's classes
-    live in (custom.py)."""
+    `verify_ultralytics`: False = skipped (recorded). `custom_modules`: '[PICKLED_NAME=]MODULE_OR_FILE' specs of the
+    training code's own layers (models/importing/custom_modules.py), loaded while anything unpickles the checkpoint
+    (reading, the export, ultralytics' predictor) and removed afterwards."""
     t0 = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -79,7 +84,7 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
 
     cache_dir = Path(cache_dir) if cache_dir else default_cache()
     work_dir = Path(work_dir)
-    with custom.loaded(custom_modules):
+    with custom_code.custom_modules(list(custom_modules)) as loaded:
         info = inspect_checkpoint(weights, work_dir / "checkpoint", cache_dir / "pose-pt", full_head=("pose",))
         if info.task != "pose":
             raise ImportRefused(f"{info.path.name}: a {info.task} checkpoint ({info.model_class}), not pose; import "
@@ -136,7 +141,7 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
         f"ultralytics {info.ultralytics_version or '?'}; weights license per the checkpoint: "
         f"{info.license or 'not stated'}); exported with its keypoint branch by families/pose/importers/checkpoint.py")
     recipe = {"importer": "families/pose/importers/checkpoint.py", "checkpoint": info.describe(),
-              "params": asdict(params), "custom_modules": list(custom_modules or []),
+              "params": asdict(params), "custom_modules": [c.describe() for c in loaded],
               "photos": photo_set.describe() if photo_set is not None else None,
               "ultralytics_check": "skipped" if check is None else "passed"}
     inputs, outputs = io_specs(onnx_path)
@@ -186,7 +191,7 @@ def _cmd(args) -> int:
                                         alias=args.alias, cache_dir=args.cache, images=args.images, imgsz=args.imgsz,
                                         params=params, verify_ultralytics=False if args.no_verify else None,
                                         license=args.license, require_license=True,
-                                        custom_modules=args.custom_modules)
+                                        custom_modules=args.custom_modules or ())
     except (GateFailed, RegistryError, ValueError) as exc:
         log.error("nothing published: %s", exc)
         return 2
@@ -208,8 +213,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size (default: the checkpoint's train imgsz)")
     p.add_argument("--images", type=Path, default=None,
                    help="photos of the model's own domain for the ultralytics cross-check (default: package photos)")
-    p.add_argument("--custom-modules", action="append", default=None, metavar="MODULE_OR_FILE",
-                   help="a module name or .py file defining classes the checkpoint pickles (repeatable)")
+    p.add_argument("--custom-modules", action="append", default=None, metavar="[PICKLED_NAME=]MODULE_OR_FILE",
+                   help="a module or .py file with the training code's own layers the checkpoint pickles "
+                        "(repeatable; it runs as code)")
     add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel, photo and ultralytics cache")

@@ -123,14 +123,52 @@ def test_pose_onnx_refuses_a_detection_export(tmp_path):
         inspect_pose_graph(bare)
 
 
-def test_custom_modules_flag_is_plumbed_and_refused_without_the_loader(pose_checkpoints, tmp_path):
-    from families.pose.importers import custom
+LAYERS = """
+from ultralytics.nn.modules import Conv
 
-    if custom.available():
-        pytest.skip("models.importing.custom_modules is installed: the flag is live")
+
+class ScaledConv(Conv):
+    \"\"\"The training code's own layer: a Conv under another class name (same forward).\"\"\"
+"""
+
+
+def test_a_checkpoint_with_the_training_codes_own_layer_imports_with_custom_modules(ul_cache, tmp_path):
+    """The pickle names `mytrain_layers.ScaledConv`: without --custom-modules the checkpoint cannot be read; with it
+    the import runs (read, export, ultralytics' predictor) and the manifest records the file's sha256."""
+    import hashlib
+    import importlib.util
+
+    from tests.families.pose.importers.conftest import save_checkpoint
+
+    layers = tmp_path / "layers.py"
+    layers.write_text(LAYERS)
+    spec = importlib.util.spec_from_file_location("mytrain_layers", layers)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mytrain_layers"] = module
+    try:
+        spec.loader.exec_module(module)
+        pt = save_checkpoint("yolo11n-pose.yaml", tmp_path / "plain.pt", ["person"])
+        import torch
+
+        ck = torch.load(str(pt), weights_only=False)
+        model = ck["model"]
+        model.model[0].__class__ = module.ScaledConv
+        torch.save(ck, str(tmp_path / "custom.pt"))
+    finally:
+        del sys.modules["mytrain_layers"]
+    with pytest.raises(ImportRefused, match="mytrain_layers"):
+        _import(tmp_path / "custom.pt", tmp_path / "a", ul_cache, None)
+    art, _ = _import(tmp_path / "custom.pt", tmp_path / "b", ul_cache, None,
+                     custom_modules=[f"mytrain_layers={layers}"])
+    (record,) = art.manifest.source.recipe["custom_modules"]
+    assert record["sha256"] == hashlib.sha256(layers.read_bytes()).hexdigest() and record["alias"] == "mytrain_layers"
+    assert art.manifest.outputs[0].shape == ["batch", 56, "anchors"] and "mytrain_layers" not in sys.modules
+
+
+def test_custom_modules_flag_refuses_a_missing_file(pose_checkpoints, tmp_path):
     done = subprocess.run([sys.executable, "-m", "triserve.importers", "pose-pt", "--weights",
                            str(pose_checkpoints["coco"]), "--name", "p", "--version", "1", "--registry",
-                           str(tmp_path / "reg"), "--license", "MIT", "--custom-modules", "my_layers.py"],
+                           str(tmp_path / "reg"), "--license", "MIT", "--custom-modules", "no_such_layers.py"],
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 2 and "models.importing.custom_modules" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and "no such file" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "reg" / "p").exists()
