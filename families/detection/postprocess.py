@@ -7,11 +7,11 @@ that stops after `max_detections` keeps, each step one vectorised IoU row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from families.detection.limits import Limits
 from kernel.errors import InvalidOutput
 
 
@@ -24,7 +24,16 @@ class NMSParams:
     class_aware: bool = True
 
 
-def request_nms(limits: Limits, conf_threshold: float | None = None, iou_threshold: float | None = None,
+class NMSLimits(Protocol):
+    """The limits NMS reads (families.detection.limits.Limits; a family built on this head, e.g. pose, has them too)."""
+
+    conf_threshold: float
+    iou_threshold: float
+    pre_nms_topk: int
+    max_detections: int
+
+
+def request_nms(limits: NMSLimits, conf_threshold: float | None = None, iou_threshold: float | None = None,
                 max_detections: int | None = None, class_aware: bool = True) -> NMSParams:
     """A request's (or a batch job's) NMS settings within its deployment's limits: unset thresholds take the limits'
     defaults, the detections are capped by limits.max_detections."""
@@ -43,6 +52,9 @@ class Detections:
     scores: np.ndarray  # [k] float32
     classes: np.ndarray  # [k] int64
     candidates: int  # how many passed the confidence filter (before the cap)
+    # the anchor (column) of each kept box in the head output: where a head's extra channels for that box are
+    # (keypoints of a pose head); empty for end-to-end heads
+    anchors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 _BLOCK = 64
@@ -108,7 +120,7 @@ def nms(raw: np.ndarray, params: NMSParams) -> Detections:
         x1, y1, x2, y2 = x1 + shift, y1 + shift, x2 + shift, y2 + shift
     kept = _greedy(np.stack([x1, y1, x2, y2]), params.iou_threshold, params.max_detections)
     idx = np.asarray(kept, dtype=np.int64)
-    return Detections(boxes[idx], sc[idx], cl[idx], candidates)
+    return Detections(boxes[idx], sc[idx], cl[idx], candidates, order[idx].astype(np.int64))
 
 
 def end2end(raw: np.ndarray, params: NMSParams) -> Detections:

@@ -25,15 +25,21 @@ def _imports(path: Path) -> list[str]:
 
 
 def test_family_importers_stay_in_their_family():
+    """...or in a family their importers package declares it builds on (`BUILDS_ON`: the pose importers reuse the
+    detection family's checkpoint reader, export and INT8 node selection rather than copying them)."""
+    import importlib
+
     offenders = []
     for name in families.names():
         package = families.FAMILIES[name]
         folder = ROOT / Path(*package.split(".")) / "importers"
         assert (folder / "__init__.py").is_file(), folder
+        builds_on = tuple(getattr(importlib.import_module(f"{package}.importers"), "BUILDS_ON", ()))
+        assert set(builds_on) <= set(families.FAMILIES.values()) - {package}, builds_on
         for path in sorted(folder.glob("*.py")):
             for module in _imports(path):
                 top = module.split(".")[0]
-                own = module == package or module.startswith(f"{package}.")
+                own = any(module == p or module.startswith(f"{p}.") for p in (package, *builds_on))
                 other_family = top == "families" and module != "families" and not own
                 if top in FORBIDDEN or other_family or module == "families":
                     offenders.append(f"{path.relative_to(ROOT)}: {module}")

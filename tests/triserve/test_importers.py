@@ -17,6 +17,7 @@ EXPECTED = {
     "detection": {"detection-onnx", "coco-default", "detection-pt"},
     "text": {"text-hf", "text-onnx", "text-sklearn"},
     "forecast": {"forecast-onnx"},
+    "pose": {"pose-pt", "pose-onnx", "pose-default"},
 }
 
 

@@ -354,7 +354,7 @@ class CheckpointInfo:
     end2end_capable: bool
     reference: Path  # the re-saved checkpoint in its own task: what ultralytics predicts with
     served: Path  # what is exported: the reference, or its detection-only copy
-    served_as: str  # 'detection' | SERVED_AS_DETECTION[task]
+    served_as: str  # 'detection' | SERVED_AS_DETECTION[task] | the task itself (inspect_checkpoint's full_head)
     dropped: list[str] = field(default_factory=list)  # head branches cut (segment/pose)
     notes: list[str] = field(default_factory=list)
     ultralytics_version: str | None = None  # that saved the checkpoint
@@ -366,8 +366,12 @@ class CheckpointInfo:
         return d
 
 
-def inspect_checkpoint(weights: Path, work_dir: Path, cache_dir: Path | None = None) -> CheckpointInfo:
-    """Load, decide (accept / serve as detection / refuse with the reason) and stage the checkpoint(s) to export."""
+def inspect_checkpoint(weights: Path, work_dir: Path, cache_dir: Path | None = None,
+                       full_head: tuple[str, ...] = ()) -> CheckpointInfo:
+    """Load, decide (accept / serve as detection / refuse with the reason) and stage the checkpoint(s) to export.
+
+    `full_head`: tasks whose whole head is served (the pose family's importer passes ('pose',)): no detection-only
+    copy is made for them, `served` is the re-saved checkpoint with its keypoint branch."""
     weights = Path(weights)
     if not weights.is_file():
         raise ImportRefused(f"{weights}: no such file")
@@ -404,7 +408,9 @@ def inspect_checkpoint(weights: Path, work_dir: Path, cache_dir: Path | None = N
     work_dir.mkdir(parents=True, exist_ok=True)
     reference = _save_checkpoint(model, {**train_args, "task": task}, source, work_dir / f"{weights.stem}.pt")
     served, served_as, dropped = reference, "detection", []
-    if task in SERVED_AS_DETECTION:
+    if task in full_head:
+        served_as = task
+    elif task in SERVED_AS_DETECTION:
         det = detection_only(model, task)
         dropped = list(det.model[-1].triserve_dropped)
         served = _save_checkpoint(det, {**train_args, "task": "detect"},

@@ -1,0 +1,334 @@
+"""Import a user's ultralytics pose ONNX export: checked, made batch-dynamic (and proved), verified, published.
+
+    triserve import pose-onnx --model best-pose.onnx --name my-pose --version 1.0.0 \\
+        [--labels FILE] [--imgsz N] [--images DIR] [--alias canary] [--no-verify] [--license SPDX]
+
+Accepted: one input `images[b, 3, S, S]` float32 RGB in 0..1 and one output `[b, 4 + nc + K * dims, anchors]`
+(cx, cy, w, h, nc sigmoid class scores, then per keypoint x, y in input pixels and, dims 3, a sigmoid confidence):
+ultralytics' Pose head exported with nms=None. kpt_shape, class names and the input size come from the metadata
+ultralytics writes (`kpt_shape`, `names`, `imgsz`; `kpt_names` when the training data named its keypoints), or
+`--labels` / `--imgsz`; the keypoint names follow families/pose/keypoints.py. Refused with the reason (nothing
+published): a metadata task other than 'pose', no kpt_shape, an output whose channels are not 4 + nc + K * dims,
+scores or keypoint confidences outside [0, 1], NMS-free/in-graph-NMS exports ([b, max_det, 6 + K * dims]).
+
+Batch: a fixed-batch-1 export is rewritten by models/importing/batching.py and PROVED (rows of batch 4 and 2 against
+batch-1 runs of the original graph: boxes and keypoints within 1e-4 x imgsz px, scores and confidences within
+1e-4); if the proof fails the original is published with batch 1 (gates.dynamic_batch False).
+
+Verification: ultralytics' pose predictor on the published file vs triserve's pipeline (verify.py): boxes matched
+(IoU >= 0.9, score within 0.02) and every visible keypoint of a matched instance within 2 px. No fallback is built
+here (pose-default builds the INT8 one of the default model).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from families.detection.importers.evaluate import detection_references
+from families.detection.importers.pipeline import nms_params
+from families.pose.importers.export import channel_groups
+from families.pose.importers.run import letterboxed, run_pose
+from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
+from families.pose.keypoints import keypoint_schema
+from families.pose.manifest import PosePreprocess
+from models.importing import batching
+from models.importing.graphs import io_specs, opset_of, ort_session, value_dims
+from models.importing.labels import names_list, read_labels
+from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
+from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
+from models.importing.publish import (
+    add_registry_option,
+    default_cache,
+    import_and_publish,
+    print_result,
+    quiet_stdout,
+)
+from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.manifest import Manifest, Source, sha256_file, utcnow
+
+log = logging.getLogger("triserve.importer")
+
+
+@dataclass(frozen=True)
+class PoseOnnxParams:
+    proof_batches: tuple[int, ...] = (4, 2)
+    box_tolerance_rel: float = 1e-4  # x imgsz, pixels
+    score_tolerance: float = 1e-4
+    check: PoseCheckParams = POSE_CHECK
+
+
+POSE_ONNX_PARAMS = PoseOnnxParams()
+
+
+@dataclass(frozen=True)
+class PoseGraphInfo:
+    path: Path
+    sha256: str
+    input_name: str
+    imgsz: int
+    labels: list[str]
+    labels_from: str
+    kpt_shape: list[int]
+    schema: dict[str, Any]
+    batch: int | str
+    head_shape: tuple[int, ...]
+    metadata: dict[str, str]
+
+
+def _literal(value: str, key: str):
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError) as exc:
+        raise ImportRefused(f"ONNX metadata {key!r} is not a Python literal: {value[:80]!r}") from exc
+
+
+def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int | None = None) -> PoseGraphInfo:
+    """Read and check an ultralytics pose export; ImportRefused (with the reason) for anything else."""
+    import onnx
+
+    path = Path(path)
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # any parse failure is a refusal
+        raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    meta = {p.key: p.value for p in model.metadata_props}
+    task = meta.get("task", "").strip().lower()
+    if task and task != "pose":
+        raise ImportRefused(f"{path.name}: metadata task {task!r}, not 'pose' (detectors: detection-onnx)")
+    if "kpt_shape" not in meta:
+        raise ImportRefused(f"{path.name}: no 'kpt_shape' metadata: not an ultralytics pose export (re-export it "
+                            f"with ultralytics, which records kpt_shape)")
+    kpt_shape = _literal(meta["kpt_shape"], "kpt_shape")
+    if not isinstance(kpt_shape, (list, tuple)) or len(kpt_shape) != 2:
+        raise ImportRefused(f"{path.name}: metadata kpt_shape {kpt_shape!r} is not [K, dims]")
+    kpt_shape = [int(x) for x in kpt_shape]
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in inits]
+    if len(inputs) != 1:
+        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
+    inp = inputs[0]
+    dims = value_dims(inp)
+    if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or dims[1] != 3:
+        raise ImportRefused(f"{path.name}: input {inp.name} must be float32 [b, 3, S, S], got {dims}")
+    batch = dims[0] if dims[0] is not None else "batch"
+    if isinstance(batch, int) and batch != 1:
+        raise ImportRefused(f"{path.name}: fixed batch {batch}: only batch-1 or dynamic-batch exports are imported")
+    meta_names = names_list(_literal(meta["names"], "names"), "ONNX metadata 'names'") if "names" in meta else None
+    if labels is not None:
+        if meta_names is not None and len(meta_names) != len(labels):
+            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata "
+                                f"names {len(meta_names)}")
+        labels_from = "labels file"
+    elif meta_names is not None:
+        labels, labels_from = meta_names, "metadata"
+    else:
+        raise ImportRefused(f"{path.name}: no class names ('names' metadata); pass --labels FILE")
+    labels = [str(x) for x in labels]
+    h, w = dims[2], dims[3]
+    if isinstance(h, int) and isinstance(w, int):
+        if h != w or (imgsz is not None and imgsz != h):
+            raise ImportRefused(f"{path.name}: input fixed at {h}x{w}" + (f", --imgsz {imgsz}" if imgsz else "")
+                                + ": the pose family letterboxes to one square size")
+        size = int(h)
+    elif imgsz is not None:
+        size = int(imgsz)
+    elif "imgsz" in meta:
+        v = _literal(meta["imgsz"], "imgsz")
+        v = list(v) if isinstance(v, (list, tuple)) else [v, v]
+        if v[0] != v[1]:
+            raise ImportRefused(f"{path.name}: metadata imgsz {v} is not square")
+        size = int(v[0])
+    else:
+        raise ImportRefused(f"{path.name}: dynamic input size and no 'imgsz' metadata; pass --imgsz N")
+    stride = int(_literal(meta["stride"], "stride")) if "stride" in meta else 32
+    if size <= 0 or size % stride:
+        raise ImportRefused(f"{path.name}: imgsz {size} is not a multiple of the model stride {stride}")
+    try:
+        schema = keypoint_schema(kpt_shape, labels, _literal(meta["kpt_names"], "kpt_names")
+                                 if "kpt_names" in meta else None)
+    except ValueError as exc:
+        raise ImportRefused(f"{path.name}: keypoint schema: {exc}") from exc
+    try:
+        session = ort_session(path, threads=1)
+        outs = session.run(None, {inp.name: np.full((1, 3, size, size), 114 / 255.0, np.float32)})
+    except Exception as exc:
+        raise ImportRefused(f"{path.name}: ONNX Runtime cannot run it at 1x3x{size}x{size}: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+    head = tuple(int(x) for x in outs[0].shape)
+    channels = 4 + len(labels) + kpt_shape[0] * kpt_shape[1]
+    if len(outs) != 1 or len(head) != 3 or head[1] != channels:
+        nms_like = len(head) == 3 and head[2] == 6 + kpt_shape[0] * kpt_shape[1]
+        raise ImportRefused(f"{path.name}: outputs {[list(o.shape) for o in outs]}: expected one [b, 4 + "
+                            f"{len(labels)} + {kpt_shape[0]}*{kpt_shape[1]} = {channels}, anchors]"
+                            + (" (this looks like an NMS-free / in-graph-NMS export [b, max_det, 6 + K*dims]; "
+                               "re-export with nms=False on an anchors head)" if nms_like else ""))
+    row = outs[0][0]
+    scores = row[4:4 + len(labels)]
+    conf = row[4 + len(labels):][2::3] if kpt_shape[1] == 3 else np.zeros(0)
+    for what, arr in (("class scores", scores), ("keypoint confidences", conf)):
+        if arr.size and (not np.isfinite(arr).all() or arr.min() < -1e-3 or arr.max() > 1 + 1e-3):
+            raise ImportRefused(f"{path.name}: {what} outside [0, 1]: not an ultralytics Pose export")
+    return PoseGraphInfo(path=path, sha256=sha256_file(path), input_name=inp.name, imgsz=size, labels=labels,
+                         labels_from=labels_from, kpt_shape=kpt_shape, schema=schema, batch=batch, head_shape=head,
+                         metadata=meta)
+
+
+def _compare(nc: int, kpt_shape: list[int]):
+    groups = channel_groups(nc, kpt_shape)
+
+    def compare(ref: np.ndarray, got: np.ndarray) -> dict[str, float]:
+        return {g: float(np.abs(ref[:, rows].astype(np.float64) - got[:, rows]).max(initial=0.0))
+                for g, (rows, _) in groups.items()}
+
+    return compare
+
+
+def proof_parts(info: PoseGraphInfo, params: PoseOnnxParams) -> dict[str, tuple[None, float]]:
+    px = params.box_tolerance_rel * info.imgsz
+    return {g: (None, px if pixels else params.score_tolerance)
+            for g, (_, pixels) in channel_groups(len(info.labels), info.kpt_shape).items()}
+
+
+def _proof_rows(images: list[np.ndarray], pre: PosePreprocess, n: int) -> np.ndarray:
+    base, _ = letterboxed(images[:n], pre)
+    rows = [base]
+    for make in (lambda r: r[..., ::-1], lambda r: 1.0 - r, lambda r: (1.0 - r)[..., ::-1]):
+        if sum(len(r) for r in rows) >= n:
+            break
+        rows.append(np.ascontiguousarray(make(base)))
+    return np.concatenate(rows)[:n]
+
+
+def make_served_graph(info: PoseGraphInfo, pre: PosePreprocess, images: list[np.ndarray], staging: Path,
+                      params: PoseOnnxParams) -> tuple[Path, batching.BatchProof]:
+    """The graph to publish: the batch-rewritten one when proved, else the original at batch 1."""
+    import onnx
+
+    served = staging / "model.onnx"
+    if isinstance(info.batch, str):
+        shutil.copy2(info.path, served)
+        return served, batching.BatchProof(True, [], "already dynamic")
+    candidate = staging.parent / f"{staging.name}.dynamic.onnx"
+    original = ort_session(info.path, threads=1)
+    try:
+        rewritten, _ = batching.make_batch_dynamic(onnx.load(str(info.path)))
+        batching.save(rewritten, candidate)
+        session = ort_session(candidate, threads=1)
+    except Exception as exc:  # noqa: BLE001  # a failed rewrite: serve the original, unbatched
+        proof = batching.BatchProof(False, [], f"rewrite failed: {type(exc).__name__}: {exc}")
+    else:
+        rows = _proof_rows(images, pre, max(params.proof_batches))
+        proof = batching.prove_dynamic_batch(lambda f: original.run(None, f), lambda f: session.run(None, f),
+                                             info.input_name, rows, proof_parts(info, params), params.proof_batches,
+                                             compare=_compare(len(info.labels), info.kpt_shape))
+    shutil.copy2(candidate if proof.passed else info.path, served)
+    if not proof.passed:
+        log.warning("%s: batch proof failed (%s): published with batch 1", info.path.name, proof.reason)
+    return served, proof
+
+
+def import_pose_onnx(model_path: Path, name: str, version: str, work_dir: Path, *, labels: list[str] | None = None,
+                     imgsz: int | None = None, photos: PhotoSet | None = None, cache_dir: Path | None = None,
+                     verify_ultralytics: bool | None = None, params: PoseOnnxParams = POSE_ONNX_PARAMS,
+                     license: str | None = None, require_license: bool = False) -> ImportResult:
+    """Check, batch, prove, verify and describe an ultralytics pose ONNX export; staged under `work_dir`."""
+    cache_dir = Path(cache_dir) if cache_dir else default_cache()
+    info = inspect_pose_graph(model_path, labels, imgsz)
+    weights_license = resolve_license(license, spdx_from_text(info.metadata.get("license")), info.path.name,
+                                      required=require_license)
+    pre = PosePreprocess(imgsz=info.imgsz, **info.schema)
+    photos = photos if photos is not None else package_photos(cache_dir)
+    if not photos.all():
+        raise GateFailed("no photos: need ultralytics' assets, the photo wheels or --images DIR")
+    images = [read_rgb(p.path) for p in photos.all()]
+    staging = Path(work_dir) / name
+    staging.mkdir(parents=True, exist_ok=True)
+    served, proof = make_served_graph(info, pre, images, staging, params)
+    check = None
+    if verify_ultralytics is not False:
+        from families.detection.importers.verify import ultralytics_available
+
+        if ultralytics_available():
+            check = verify_pose(served, [p.path for p in photos.all()], pre, len(info.labels), params=params.check,
+                                cache_dir=cache_dir / "pose-onnx")
+            if not check.passed:
+                raise GateFailed(f"{name}: triserve's pipeline disagrees with ultralytics' pose predictor on the same "
+                                 f"file: {check.describe()}")
+        elif verify_ultralytics:
+            raise GateFailed("ultralytics is not installed: cannot verify against its predictor")
+    dets = run_pose(ort_session(served, threads=1), images, pre, len(info.labels),
+                    nms_params(0.25, 0.45, max_det=100, topk=1000), batch=4 if proof.passed else 1)
+    inputs, outputs = io_specs(served)
+    gates = {"dynamic_batch": proof.passed, "batch_proof": proof.passed}
+    metrics = {f"batch_proof_max_abs_diff_{k}": v for k, v in proof.worst.items()}
+    if check is not None:
+        gates["ultralytics_agreement"] = True
+        metrics.update(check.metrics())
+    recipe = {"importer": "families/pose/importers/onnx_graph.py", "source_sha256": info.sha256,
+              "labels_from": info.labels_from, "batch_proof_reason": proof.reason,
+              "onnx_metadata": {k: v for k, v in info.metadata.items() if k not in ("names", "kpt_names")},
+              "photos": photos.describe()}
+    source = Source(kind="user", license=weights_license, recipe=recipe,
+                    packages=package_versions("onnx", "onnxruntime", "ultralytics"), description=(
+                        f"user pose ONNX {info.path.name} (sha256 {info.sha256}), ultralytics export "
+                        f"{info.metadata.get('version', '?')}; {pre.kpt_shape[0]}x{pre.kpt_shape[1]} keypoints named "
+                        f"from {pre.names_from}. Imported by families/pose/importers/onnx_graph.py"))
+    manifest = Manifest(
+        name=name, version=version, task="pose", variant="primary", model_file="model.onnx", files=[],
+        opset=opset_of(served), inputs=inputs, outputs=outputs, preprocess=pre, labels=info.labels, source=source,
+        data_fingerprint=data_fingerprint(info.path), metrics=metrics, parity=proof.checks, gates=gates,
+        reference=detection_references([d.dets for d in dets]),
+        recipe_hash=stable_hash({"source": info.sha256, "labels": info.labels, "schema": pre.keypoint_schema(),
+                                 "imgsz": info.imgsz}), created_at=utcnow(), git_commit=git_commit())
+    report = {"name": name, "version": version, "imgsz": info.imgsz, "kpt_shape": info.kpt_shape,
+              "keypoint_names_from": pre.names_from, "dynamic_batch": proof.passed, "batch_proof": proof.worst,
+              "ultralytics": check.per_image if check is not None else "skipped"}
+    return ImportResult(Artifact(staging=staging, manifest=manifest), None, report)
+
+
+def _cmd(args) -> int:
+    from models.registry import LocalRegistry, RegistryError
+
+    labels = read_labels(args.labels) if args.labels else None
+    photos = user_photos(args.images) if args.images else None
+    try:
+        with quiet_stdout():
+            published, report = import_and_publish(
+                LocalRegistry(args.registry), args.name, args.version, args.alias, "pose-onnx",
+                lambda work: import_pose_onnx(args.model, args.name, args.version, work, labels=labels,
+                                              imgsz=args.imgsz, photos=photos, cache_dir=args.cache,
+                                              verify_ultralytics=False if args.no_verify else None,
+                                              license=args.license, require_license=True))
+    except (GateFailed, RegistryError) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    log.info("report: %s", json.dumps(report, default=str))
+    print_result(published, report)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `pose-onnx` on the `triserve import` parser (triserve/importers.py)."""
+    p = subparsers.add_parser("pose-onnx", help="import an ultralytics pose ONNX export (keypoints served)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
+    p.add_argument("--name", required=True, help="registry model name")
+    p.add_argument("--version", required=True, help="immutable version")
+    p.add_argument("--labels", type=Path, default=None, help="class names; required without 'names' metadata")
+    p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
+    p.add_argument("--images", type=Path, default=None, help="photos for the checks (default: package photos)")
+    add_registry_option(p)
+    p.add_argument("--alias", default=None, help="also point this alias at the new version")
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded)")
+    add_license_option(p)
+    p.set_defaults(func=_cmd)

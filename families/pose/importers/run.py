@@ -1,0 +1,48 @@
+"""A pose model run through the family's own serving path, for the importers' checks: letterbox -> ONNX Runtime ->
+capped NMS on the boxes -> boxes and keypoints in original pixels (families.detection.preprocess,
+families.pose.postprocess). What the checks measure is what serves."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from families.detection.postprocess import NMSParams
+from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.pose.manifest import PosePreprocess
+from families.pose.postprocess import decode_pose, keypoints_to_original
+from models.importing.agreement import Dets
+
+
+@dataclass(frozen=True)
+class PoseDets:
+    """One image's instances in original pixels: the boxes as models.importing.agreement compares them, and their
+    keypoints [k, K, dims]."""
+
+    dets: Dets
+    keypoints: np.ndarray
+
+
+def letterboxed(images: Sequence[np.ndarray], pre: PosePreprocess) -> tuple[np.ndarray, list]:
+    tensors, metas = [], []
+    for img in images:
+        x, meta = preprocess_image(img, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
+        tensors.append(x)
+        metas.append(meta)
+    return np.stack(tensors), metas
+
+
+def run_pose(session, images: Sequence[np.ndarray], pre: PosePreprocess, nc: int, params: NMSParams,
+             batch: int = 1) -> list[PoseDets]:
+    """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph)."""
+    name = session.get_inputs()[0].name
+    out: list[PoseDets] = []
+    for start in range(0, len(images), batch):
+        x, metas = letterboxed(images[start:start + batch], pre)
+        raw = session.run(None, {name: x})[0]
+        for row, meta in zip(raw, metas):
+            p = decode_pose(row, nc, pre.kpt_shape, params)
+            out.append(PoseDets(Dets(boxes_to_original(p.det.boxes, meta), p.det.scores.astype(np.float32),
+                                     p.det.classes.astype(np.int64)), keypoints_to_original(p.keypoints, meta)))
+    return out
