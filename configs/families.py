@@ -34,6 +34,7 @@ FAMILIES: dict[str, str] = {
     "detection": "families.detection",
     "text": "families.text",
     "forecast": "families.forecast",
+    "segmentation": "families.segmentation",
 }
 ENTRY_POINT_GROUP = "triserve.families"
 

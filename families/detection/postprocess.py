@@ -43,6 +43,8 @@ class Detections:
     scores: np.ndarray  # [k] float32
     classes: np.ndarray  # [k] int64
     candidates: int  # how many passed the confidence filter (before the cap)
+    # the kept anchors' columns in the head (anchors heads; the segmentation family reads their mask coefficients)
+    anchors: np.ndarray | None = None  # [k] int64
 
 
 _BLOCK = 64
@@ -108,7 +110,7 @@ def nms(raw: np.ndarray, params: NMSParams) -> Detections:
         x1, y1, x2, y2 = x1 + shift, y1 + shift, x2 + shift, y2 + shift
     kept = _greedy(np.stack([x1, y1, x2, y2]), params.iou_threshold, params.max_detections)
     idx = np.asarray(kept, dtype=np.int64)
-    return Detections(boxes[idx], sc[idx], cl[idx], candidates)
+    return Detections(boxes[idx], sc[idx], cl[idx], candidates, order[idx])
 
 
 def end2end(raw: np.ndarray, params: NMSParams) -> Detections:

@@ -49,6 +49,11 @@ class TriserveStub:
                 request_serializer=triserve__pb2.ForecastRequest.SerializeToString,
                 response_deserializer=triserve__pb2.ForecastResponse.FromString,
                 _registered_method=True)
+        self.Segment = channel.unary_unary(
+                '/triserve.v1.Triserve/Segment',
+                request_serializer=triserve__pb2.SegmentRequest.SerializeToString,
+                response_deserializer=triserve__pb2.SegmentResponse.FromString,
+                _registered_method=True)
 
 
 class TriserveServicer:
@@ -75,6 +80,13 @@ class TriserveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Segment(self, request, context):
+        """Object instances in encoded images: boxes and masks (COCO RLE and/or polygons) in original image pixels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TriserveServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +104,11 @@ def add_TriserveServicer_to_server(servicer, server):
                     servicer.Forecast,
                     request_deserializer=triserve__pb2.ForecastRequest.FromString,
                     response_serializer=triserve__pb2.ForecastResponse.SerializeToString,
+            ),
+            'Segment': grpc.unary_unary_rpc_method_handler(
+                    servicer.Segment,
+                    request_deserializer=triserve__pb2.SegmentRequest.FromString,
+                    response_serializer=triserve__pb2.SegmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +192,33 @@ class Triserve:
             '/triserve.v1.Triserve/Forecast',
             triserve__pb2.ForecastRequest.SerializeToString,
             triserve__pb2.ForecastResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Segment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/Segment',
+            triserve__pb2.SegmentRequest.SerializeToString,
+            triserve__pb2.SegmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
