@@ -39,40 +39,44 @@ class InstanceMask:
         return out
 
 
-def _axis(n0: int, n1: int, scale: float, pad: int, proto: int, stride: float) -> tuple[int, np.ndarray, np.ndarray]:
-    """Prototype sample positions of original pixels n0..n1-1 on one axis: (window start, left index in the window,
-    right weight). A pixel centre maps to the network at (n + 0.5) * scale + pad, to the prototypes at that / stride
-    - 0.5 (half-pixel centres, as bilinear resizing with align_corners=False)."""
-    pos = ((np.arange(n0, n1, dtype=np.float32) + 0.5) * np.float32(scale) + pad) / np.float32(stride) - 0.5
-    pos = np.clip(pos, 0, proto - 1)
-    left = np.minimum(np.floor(pos).astype(np.int64), proto - 2) if proto > 1 else np.zeros(pos.size, np.int64)
-    start = int(left.min()) if left.size else 0
-    return start, left - start, (pos - left).astype(np.float32)
+def _window(n0: int, n1: int, scale: float, pad: int, proto: int, stride: float) -> tuple[int, int, float, float]:
+    """One axis: original pixels n0..n1-1 -> (prototype window start, end, a, b) with window position = a * i + b for
+    the crop's i-th pixel. A pixel centre maps to the network at (n + 0.5) * scale + pad, to the prototypes at that
+    / stride - 0.5 (half-pixel centres, as bilinear resizing with align_corners=False); one cell of margin."""
+    a = scale / stride
+    first = (n0 + 0.5) * scale / stride + pad / stride - 0.5
+    last = (n1 - 0.5) * scale / stride + pad / stride - 0.5
+    start = min(max(int(math.floor(first)), 0), proto - 1)
+    end = min(max(int(math.floor(last)) + 2, start + 1), proto)
+    return start, end, a, first - start
+
+
+def crop_of(box: np.ndarray, meta: LetterboxMeta) -> tuple[int, int, int, int]:
+    """The pixels a box covers: columns c with x1 <= c < x2 (ultralytics' crop_mask), clipped to the image."""
+    h, w = meta.orig_h, meta.orig_w
+    x0, y0 = min(max(math.ceil(float(box[0])), 0), w), min(max(math.ceil(float(box[1])), 0), h)
+    x1, y1 = min(max(math.ceil(float(box[2])), x0), w), min(max(math.ceil(float(box[3])), y0), h)
+    return x0, y0, x1, y1
 
 
 def instance_mask(coef: np.ndarray, protos: np.ndarray, box: np.ndarray, meta: LetterboxMeta,
                   imgsz: int) -> InstanceMask:
-    """One instance: coefficients [nm], prototypes [nm, p, p], its box x1, y1, x2, y2 in ORIGINAL pixels."""
+    """One instance: coefficients [nm], prototypes [nm, p, p], its box x1, y1, x2, y2 in ORIGINAL pixels. The logits
+    of the prototype window under the box are resampled onto the box's pixels with one affine warp (bilinear, edges
+    replicated: OpenCV's SIMD kernel, 1/32-pixel weights), then thresholded at 0."""
     h, w = meta.orig_h, meta.orig_w
-    x0, y0 = min(max(math.ceil(float(box[0])), 0), w), min(max(math.ceil(float(box[1])), 0), h)
-    x1, y1 = min(max(math.ceil(float(box[2])), x0), w), min(max(math.ceil(float(box[3])), y0), h)
+    x0, y0, x1, y1 = crop_of(box, meta)
     if x1 == x0 or y1 == y0:
         return InstanceMask(np.zeros((y1 - y0, x1 - x0), bool), x0, y0, h, w)
     p = protos.shape[1]
     stride = imgsz / p
-    sx, ix, fx = _axis(x0, x1, meta.scale_x, meta.pad_x, p, stride)
-    sy, iy, fy = _axis(y0, y1, meta.scale_y, meta.pad_y, p, stride)
-    ex, ey = min(int(ix.max()) + sx + 2, p), min(int(iy.max()) + sy + 2, p)
-    window = protos[:, sy:ey, sx:ex]  # the prototypes under the box, one pixel of margin for the interpolation
-    logits = (coef @ window.reshape(window.shape[0], -1)).reshape(ey - sy, ex - sx)
-    if logits.shape[1] > 1:
-        cols = logits[:, ix] * (1 - fx) + logits[:, np.minimum(ix + 1, logits.shape[1] - 1)] * fx
-    else:
-        cols = np.repeat(logits, ix.size, axis=1)
-    if cols.shape[0] > 1:
-        grid = cols[iy] * (1 - fy)[:, None] + cols[np.minimum(iy + 1, cols.shape[0] - 1)] * fy[:, None]
-    else:
-        grid = np.repeat(cols, iy.size, axis=0)
+    sx, ex, ax, bx = _window(x0, x1, meta.scale_x, meta.pad_x, p, stride)
+    sy, ey, ay, by = _window(y0, y1, meta.scale_y, meta.pad_y, p, stride)
+    window = protos[:, sy:ey, sx:ex]
+    logits = (coef @ window.reshape(window.shape[0], -1)).reshape(ey - sy, ex - sx).astype(np.float32)
+    warp = np.array([[ax, 0.0, bx], [0.0, ay, by]], np.float64)  # crop pixel -> window position
+    grid = cv2.warpAffine(logits, warp, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                          borderMode=cv2.BORDER_REPLICATE)
     return InstanceMask(grid > 0, x0, y0, h, w)
 
 

@@ -76,7 +76,8 @@ class SegmentationPipeline:
         fmt = request.mask_format or self.limits.mask_format
         manifest = result.served.manifest
         pre = preprocess_as(manifest, SegmentationPreprocess)
-        out = [image_result(np.asarray(raw), meta, pre, manifest.labels, params, fmt, self.limits.max_polygon_points)
+        out = [image_result(np.asarray(raw), meta, pre, manifest.labels, params, fmt, self.limits.max_polygon_points,
+                            self.limits.max_mask_pixels)
                for raw, meta in zip(result.outputs, prepared[result.served])]
         clock.stage("postprocess")
         return finish(dep.name, SegmentResponse(

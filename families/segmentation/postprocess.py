@@ -14,8 +14,8 @@ import numpy as np
 from families.detection.postprocess import Detections, NMSParams, nms
 from families.detection.preprocess import LetterboxMeta, boxes_to_original
 from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.masks import InstanceMask, instance_mask, polygons
-from families.segmentation.rle import counts_to_string, crop_counts
+from families.segmentation.masks import InstanceMask, crop_of, instance_mask, polygons
+from families.segmentation.rle import counts_to_strings, crop_counts
 from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon
 from kernel.errors import InvalidOutput
 
@@ -68,27 +68,49 @@ def select(row: np.ndarray, pre: SegmentationPreprocess, num_classes: int, param
 
 
 def instances(row: np.ndarray, meta: LetterboxMeta, pre: SegmentationPreprocess, num_classes: int,
-              params: NMSParams) -> tuple[Kept, np.ndarray, list[InstanceMask]]:
-    """One packed row -> (kept instances, their boxes in original pixels, their masks in original pixels)."""
+              params: NMSParams, max_mask_pixels: int | None = None
+              ) -> tuple[Kept, np.ndarray, list[InstanceMask | None]]:
+    """One packed row -> (kept instances, their boxes in original pixels, their masks in original pixels).
+
+    `max_mask_pixels`: the image's budget of box pixels to assemble masks in, spent in score order; an instance
+    whose box no longer fits gets None (its box, score and label are still returned). Why: a mask costs its box's
+    area in ORIGINAL pixels, so max_detections full-image boxes on a 40-megapixel photo would cost seconds."""
     kept = select(row, pre, num_classes, params)
     boxes = boxes_to_original(kept.detections.boxes, meta)
-    masks = [instance_mask(c, kept.protos, b, meta, pre.imgsz) for c, b in zip(kept.coefficients, boxes)]
+    masks: list[InstanceMask | None] = []
+    left = max_mask_pixels
+    for c, b in zip(kept.coefficients, boxes):
+        x0, y0, x1, y1 = crop_of(b, meta)
+        if left is not None:
+            if (x1 - x0) * (y1 - y0) > left:
+                masks.append(None)
+                continue
+            left -= (x1 - x0) * (y1 - y0)
+        masks.append(instance_mask(c, kept.protos, b, meta, pre.imgsz))
     return kept, boxes, masks
 
 
 def image_result(row: np.ndarray, meta: LetterboxMeta, pre: SegmentationPreprocess, labels: list[str],
-                 params: NMSParams, mask_format: str, max_polygon_points: int) -> ImageResult:
+                 params: NMSParams, mask_format: str, max_polygon_points: int,
+                 max_mask_pixels: int | None = None) -> ImageResult:
     """The response entry of one image: instances with their box, score, label and mask in the asked format."""
-    kept, boxes, masks = instances(row, meta, pre, len(labels), params)
+    kept, boxes, masks = instances(row, meta, pre, len(labels), params, max_mask_pixels)
     det = kept.detections
     out = []
     want_rle, want_polygons = mask_format in ("rle", "both"), mask_format in ("polygons", "both")
+    strings = iter(counts_to_strings([crop_counts(m.crop, m.x0, m.y0, m.height, m.width) for m in masks
+                                      if m is not None]) if want_rle else [])
     for b, s, c, m in zip(boxes, det.scores, det.classes, masks):
-        rle = (RLE(size=[m.height, m.width], counts=counts_to_string(crop_counts(m.crop, m.x0, m.y0, m.height,
-                                                                                 m.width))) if want_rle else None)
+        if m is None:
+            out.append(Instance(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
+                                label=labels[int(c)] if int(c) < len(labels) else str(int(c)), area=0,
+                                mask_skipped=True))
+            continue
+        rle = RLE(size=[m.height, m.width], counts=next(strings)) if want_rle else None
         out.append(Instance(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
                             label=labels[int(c)] if int(c) < len(labels) else str(int(c)), area=m.area,
                             rle=rle,
                             polygons=[Polygon(points=pts) for pts in polygons(m, max_polygon_points)]
                             if want_polygons else None))
-    return ImageResult(width=meta.orig_w, height=meta.orig_h, instances=out, candidates=det.candidates)
+    return ImageResult(width=meta.orig_w, height=meta.orig_h, instances=out, candidates=det.candidates,
+                       masks_skipped=sum(m is None for m in masks))

@@ -17,35 +17,41 @@ import numpy as np
 _MAX_GROUPS = 13  # 5-bit groups of an int64 (sign-extended): more than any count a capped image produces
 
 
-def counts_from_runs(starts: np.ndarray, ends: np.ndarray, total: int) -> np.ndarray:
-    """Runs of 1s [start, end) in column-major pixel order (sorted, non-overlapping) -> COCO counts (0s first)."""
-    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-    if starts.size:  # runs that touch (a column's last pixel, the next column's first) are one run
-        join = starts[1:] == ends[:-1]
-        if join.any():
-            starts = np.concatenate([starts[:1], starts[1:][~join]])
-            ends = np.concatenate([ends[:-1][~join], ends[-1:]])
-    edges = np.empty(2 * starts.size + 2, np.int64)
+def counts_from_boundaries(bounds: np.ndarray, total: int) -> np.ndarray:
+    """Sorted column-major pixel indices where the value flips (0 -> 1 at even places, 1 -> 0 at odd ones) -> COCO
+    counts. A flip that appears twice (a run ending at a column's last row and going on at the next column's first)
+    is no flip: such pairs cancel."""
+    bounds = np.asarray(bounds, np.int64)
+    if bounds.size > 1:
+        dup = np.flatnonzero(bounds[1:] == bounds[:-1])
+        if dup.size:
+            keep = np.ones(bounds.size, bool)
+            keep[dup] = keep[dup + 1] = False
+            bounds = bounds[keep]
+    edges = np.empty(bounds.size + 2, np.int64)
     edges[0], edges[-1] = 0, total
-    edges[1:-1:2], edges[2:-1:2] = starts, ends
+    edges[1:-1] = bounds
     counts = np.diff(edges)
     return counts[:-1] if counts.size > 1 and counts[-1] == 0 else counts  # no empty trailing run (pycocotools)
 
 
 def crop_counts(crop: np.ndarray, x0: int, y0: int, height: int, width: int) -> np.ndarray:
-    """COCO counts of a height x width mask that is zero outside `crop` (a bool [h, w] placed at column x0, row y0)."""
+    """COCO counts of a height x width mask that is zero outside `crop` (a bool [h, w] placed at column x0, row y0).
+    Three passes over the crop (transpose with a zero row per column, compare neighbours, find the flips)."""
     ch, cw = crop.shape
     total = height * width
-    if crop.size == 0 or not crop.any():
+    if crop.size == 0:
         return np.array([total], np.int64)
-    cols = np.zeros((cw, ch + 2), np.int8)  # each crop column, padded with a 0 above and below
-    cols[:, 1:-1] = crop.T
-    d = np.diff(cols, axis=1)  # +1: a run starts at that row of the crop; -1: a run ended just before it
-    sc, sr = np.nonzero(d == 1)
-    ec, er = np.nonzero(d == -1)
-    base_s = (x0 + sc) * height + y0
-    base_e = (x0 + ec) * height + y0
-    return counts_from_runs(base_s + sr, base_e + er, total)
+    cols = np.zeros((cw, ch + 1), np.uint8)  # each crop column, then a 0: runs end at the crop's bottom
+    cols[:, :ch] = crop.T
+    flat = cols.reshape(-1)
+    flips = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    if flat[0]:
+        flips = np.concatenate([[0], flips])
+    if flips.size == 0:
+        return np.array([total], np.int64)
+    col, row = np.divmod(flips, ch + 1)
+    return counts_from_boundaries((x0 + col) * height + y0 + row, total)
 
 
 def mask_counts(mask: np.ndarray) -> np.ndarray:
@@ -54,11 +60,18 @@ def mask_counts(mask: np.ndarray) -> np.ndarray:
     return crop_counts(np.asarray(mask, bool), 0, 0, h, w)
 
 
-def counts_to_string(counts: np.ndarray) -> str:
-    """COCO's compressed counts string (pycocotools rleToString), vectorised over the counts."""
-    x = np.asarray(counts, np.int64).copy()
-    if x.size > 3:  # pycocotools: `if (i > 2) x -= cnts[i-2]` (the third count is stored whole)
-        x[3:] -= np.asarray(counts, np.int64)[1:-2]
+def counts_to_strings(all_counts: list[np.ndarray]) -> list[str]:
+    """COCO's compressed counts strings (pycocotools rleToString) of several masks in one vectorised pass: the
+    per-call cost of numpy is paid once per image, not once per instance."""
+    if not all_counts:
+        return []
+    sizes = np.array([len(c) for c in all_counts], np.int64)
+    counts = np.concatenate([np.asarray(c, np.int64) for c in all_counts])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    index = np.arange(counts.size) - np.repeat(starts, sizes)  # position within its own mask's counts
+    x = counts.copy()
+    later = np.flatnonzero(index > 2)  # pycocotools: `if (i > 2) x -= cnts[i-2]` (the third count is stored whole)
+    x[later] -= counts[later - 2]
     chars = np.zeros((x.size, _MAX_GROUPS), np.uint8)
     active = np.ones(x.size, bool)
     for k in range(_MAX_GROUPS):
@@ -69,8 +82,17 @@ def counts_to_string(counts: np.ndarray) -> str:
         active = more
         if not active.any():
             break
-    flat = chars.reshape(-1)
-    return flat[flat != 0].tobytes().decode("ascii")
+    used = chars[:, : k + 1]
+    per_count = (used != 0).sum(axis=1)
+    text = used[used != 0].tobytes().decode("ascii")
+    ends = np.cumsum(np.add.reduceat(per_count, starts)) if counts.size else np.zeros(0, np.int64)
+    bounds = np.concatenate([[0], ends])
+    return [text[bounds[i]:bounds[i + 1]] for i in range(len(all_counts))]
+
+
+def counts_to_string(counts: np.ndarray) -> str:
+    """COCO's compressed counts string of one mask (pycocotools rleToString)."""
+    return counts_to_strings([counts])[0]
 
 
 def string_to_counts(s: str) -> np.ndarray:

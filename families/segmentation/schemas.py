@@ -50,7 +50,9 @@ class Instance(BaseModel):
     score: float
     class_id: int
     label: str
-    area: int = Field(description="Mask pixels.")
+    area: int = Field(description="Mask pixels (0 when the mask was skipped).")
+    mask_skipped: bool = Field(False, description="No mask: the image's mask pixel budget (limits.max_mask_pixels, "
+                                                  "spent in score order) did not cover this instance's box.")
     rle: RLE | None = Field(None, description="The mask (mask_format 'rle' or 'both').")
     polygons: list[Polygon] | None = Field(
         None, description="The mask's outer contours in original pixels, largest first (mask_format 'polygons' or "
@@ -62,6 +64,7 @@ class ImageResult(BaseModel):
     height: int
     instances: list[Instance]
     candidates: int = Field(description="Anchors above the threshold before the pre-NMS cap.")
+    masks_skipped: int = Field(0, description="Instances returned without a mask (see Instance.mask_skipped).")
 
 
 class SegmentResponse(ServedBy):

@@ -5,9 +5,11 @@ packed into one row (pack.py), made batch-dynamic and proved, verified against u
 IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
   onnx_graph  segmentation-onnx  an ultralytics segment ONNX export (e.g. platedet's YOLOv8s-seg), INT8 fallback
   checkpoint  segmentation-pt    an ultralytics segment .pt, exported with its mask branch
+  plates      plates-default     the default plate segmenter (platedet's YOLOv8s-seg ONNX)
 """
 
 IMPORTERS = (
     "families.segmentation.importers.onnx_graph",
     "families.segmentation.importers.checkpoint",
+    "families.segmentation.importers.plates",
 )

@@ -235,7 +235,7 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
              "scores": (slice(4 * a, (4 + nc) * a), params.score_tolerance * factor),
              "masks": (slice((4 + nc) * a, None), params.raw_tolerance * factor)}
     base, _ = letterboxed(images[:max(params.proof_batches)], pre)
-    rows = np.concatenate([base, base[..., ::-1], 1.0 - base])[:max(params.proof_batches)]
+    rows = np.concatenate([base, base[..., ::-1], 1.0 - base, (1.0 - base)[..., ::-1]])[:max(params.proof_batches)]
     original = _packed_runner(ort_session(model_path, threads=1), info.half)
     proof, rewrite, dynamic = batching.BatchProof(False, [], "not tried"), batching.Rewrite(), False
     try:
@@ -250,7 +250,7 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
         log.warning("%s: batch proof failed (%s): served at batch 1", name, proof.reason)
         rewrite = convert(info, served, dynamic=False)
         s = ort_session(served, threads=1)
-        proof = batching.prove_dynamic_batch(original, lambda f: s.run(None, f), info.input_name, rows, parts, ())
+        proof = batching.prove_dynamic_batch(original, lambda f: s.run(None, f), info.input_name, rows, parts, (1,))
         if not proof.passed:
             raise GateFailed(f"{name}: the converted graph disagrees with the original at batch 1: {proof.reason}")
 

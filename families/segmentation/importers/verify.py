@@ -70,7 +70,7 @@ def triserve_segments(session, images: Sequence[np.ndarray], pre: SegmentationPr
         kept, boxes, masks = instances(row, meta, pre, num_classes, params)
         d = kept.detections
         out.append(SegPrediction(Dets(boxes, d.scores.astype(np.float32), d.classes.astype(np.int64)),
-                                 [m.full() for m in masks]))
+                                 [m.full() for m in masks if m is not None]))  # no budget: every mask
     return out
 
 

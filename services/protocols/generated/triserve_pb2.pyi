@@ -287,7 +287,7 @@ class Polygon(_message.Message):
     def __init__(self, points: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Instance(_message.Message):
-    __slots__ = ("box", "score", "class_id", "label", "area", "rle", "polygons")
+    __slots__ = ("box", "score", "class_id", "label", "area", "rle", "polygons", "mask_skipped")
     BOX_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     CLASS_ID_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +295,7 @@ class Instance(_message.Message):
     AREA_FIELD_NUMBER: _ClassVar[int]
     RLE_FIELD_NUMBER: _ClassVar[int]
     POLYGONS_FIELD_NUMBER: _ClassVar[int]
+    MASK_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     box: _containers.RepeatedScalarFieldContainer[float]
     score: float
     class_id: int
@@ -302,19 +303,22 @@ class Instance(_message.Message):
     area: int
     rle: RLE
     polygons: _containers.RepeatedCompositeFieldContainer[Polygon]
-    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ..., area: _Optional[int] = ..., rle: _Optional[_Union[RLE, _Mapping]] = ..., polygons: _Optional[_Iterable[_Union[Polygon, _Mapping]]] = ...) -> None: ...
+    mask_skipped: bool
+    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ..., area: _Optional[int] = ..., rle: _Optional[_Union[RLE, _Mapping]] = ..., polygons: _Optional[_Iterable[_Union[Polygon, _Mapping]]] = ..., mask_skipped: _Optional[bool] = ...) -> None: ...
 
 class SegmentImageResult(_message.Message):
-    __slots__ = ("width", "height", "instances", "candidates")
+    __slots__ = ("width", "height", "instances", "candidates", "masks_skipped")
     WIDTH_FIELD_NUMBER: _ClassVar[int]
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    MASKS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     width: int
     height: int
     instances: _containers.RepeatedCompositeFieldContainer[Instance]
     candidates: int
-    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ..., candidates: _Optional[int] = ...) -> None: ...
+    masks_skipped: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ..., candidates: _Optional[int] = ..., masks_skipped: _Optional[int] = ...) -> None: ...
 
 class SegmentResponse(_message.Message):
     __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
