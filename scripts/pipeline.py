@@ -167,12 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if task == "detection" and args.profile == "default":
                 summary.append(import_default_detector(registry, args.cache))
-            elif task == "segmentation":  # imported, never trained: only the default profile has one
-                if args.profile == "default":
-                    summary.append(import_default_segmenter(registry, args.cache))
-                else:
-                    log.info("segmentation: no %s-profile model (the default one is imported from platedet)",
-                             args.profile)
+            elif task == "segmentation" and args.profile != "tiny":  # imported from platedet, never trained
+                summary.append(import_default_segmenter(registry, args.cache))
             else:
                 summary.append(build_task(task, args.profile, registry, args.cache, promote=not args.no_promote,
                                           force=args.force))

@@ -45,7 +45,7 @@ def installed(tmp_path, monkeypatch):
 
 
 def test_builtin_families_come_first():
-    assert registry.names()[:3] == ("detection", "text", "forecast") == tuple(registry.FAMILIES)
+    assert registry.names()[:4] == ("detection", "text", "forecast", "segmentation") == tuple(registry.FAMILIES)
     assert families.names() == registry.names()  # the families package re-exports the registry
 
 
