@@ -6,7 +6,9 @@ segmenter (no photo, no training, no network). The default profile imports plate
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,8 +17,8 @@ from models.importing.result import Artifact
 from models.manifest import Source
 from scripts.common import BuildContext
 
-RECIPES = {"tiny": {"version": "0.1.0", "imgsz": 64, "classes": ["blob", "bar"], "seed": 0}}
-ARTIFACTS = ("seg-tiny",)
+RECIPES: dict[str, dict[str, Any]] = {"tiny": {"version": "0.1.0", "imgsz": 64, "classes": ["blob", "bar"], "seed": 0}}
+ARTIFACTS = ("seg-tiny", "seg-tiny-lite")
 
 
 def tiny_segment_graph(path: Path, imgsz: int, nc: int, seed: int = 0, nm: int = 32) -> Path:
@@ -82,4 +84,10 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
     result = import_segmentation_onnx(src, ARTIFACTS[0], ctx.version, ctx.work_dir / "import",
                                       photos=user_photos(_photos(ctx.work_dir / "photos", recipe["seed"])),
                                       source=source, verify_ultralytics=False)
-    return [result.primary]
+    # its fallback: the same graph under the fallback's name (the test servers exercise degraded answers and the
+    # fallback slot of every deployment; what makes a real fallback cheaper is fallback.py's INT8)
+    lite = ctx.work_dir / "import" / ARTIFACTS[1]
+    shutil.copytree(result.primary.staging, lite)
+    manifest = result.primary.manifest.model_copy(update={"name": ARTIFACTS[1], "variant": "fallback",
+                                                          "fallback_for": ARTIFACTS[0]})
+    return [result.primary, Artifact(staging=lite, manifest=manifest)]

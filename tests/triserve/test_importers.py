@@ -17,6 +17,7 @@ EXPECTED = {
     "detection": {"detection-onnx", "coco-default", "detection-pt"},
     "text": {"text-hf", "text-onnx", "text-sklearn"},
     "forecast": {"forecast-onnx"},
+    "segmentation": {"segmentation-onnx", "segmentation-pt", "plates-default"},
 }
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from families.detection.importers.pipeline import letterboxed
+from families.segmentation.importers.fallback import build_int8
 from families.segmentation.importers.pack import pack_outputs, to_float32
 from families.segmentation.importers.verify import verify
 from families.segmentation.manifest import SegmentationPreprocess
@@ -208,11 +209,13 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
                              photos: PhotoSet | None = None, cache_dir: Path | None = None,
                              source: Source | None = None, verify_ultralytics: bool | None = None,
                              reference: Path | None = None, params: SegParams = PARAMS, license: str | None = None,
-                             require_license: bool = False, importer: str = "segmentation-onnx") -> ImportResult:
+                             require_license: bool = False, importer: str = "segmentation-onnx",
+                             fallback_name: str | None = None, require_fallback: bool = False) -> ImportResult:
     """Check, convert, prove, verify and describe an ultralytics segment ONNX export (artifacts under `work_dir`).
 
     `reference`: what ultralytics' predictor runs (default: the ONNX file itself; the .pt for segmentation-pt).
-    `verify_ultralytics`: None = when ultralytics is installed; True = required; False = skipped (recorded)."""
+    `verify_ultralytics`: None = when ultralytics is installed; True = required; False = skipped (recorded).
+    `fallback_name`: also build and gate the INT8 sibling (fallback.py); `require_fallback`: its failure refuses."""
     model_path = Path(model_path)
     cache_dir = Path(cache_dir) if cache_dir else default_cache()
     info = inspect_segmenter(model_path, labels, imgsz)
@@ -302,21 +305,59 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
     report = {"name": name, "version": version, "imgsz": info.imgsz, "classes": nc, "half_source": info.half,
               "dynamic_batch": dynamic, "batch_proof": {c.case: c.max_abs_diff for c in proof.checks},
               "batch_proof_reason": proof.reason, "ultralytics": check.rows if check is not None else "skipped"}
-    return ImportResult(Artifact(staging=staging, manifest=manifest), None, report)
+    fallback = None
+    if fallback_name:
+        fallback = _int8_sibling(info, served, pre, photos, Path(work_dir), fallback_name, manifest, params)
+        report["fallback"] = fallback[1]
+        if fallback[0] is None:
+            msg = f"{name}: the INT8 fallback failed its gates: {fallback[1]['reason']}"
+            if require_fallback:
+                raise GateFailed(msg)
+            log.warning(msg)
+    return ImportResult(Artifact(staging=staging, manifest=manifest), fallback[0] if fallback else None, report)
+
+
+def _int8_sibling(info: SegmenterInfo, served: Path, pre: SegmentationPreprocess, photos: PhotoSet, work_dir: Path,
+                  fallback_name: str, primary: Manifest, params: SegParams) -> tuple[Artifact | None, dict]:
+    """fallback.build_int8 gated against the served FP32 graph; the staged artifact when it passed."""
+    agree = [read_rgb(p.path) for p in photos.agreement]
+    cal = [read_rgb(p.path) for p in photos.calibration] or agree
+    res = build_int8(info.path, info.head_name, info.protos_name, served, pre, len(info.labels), agree,
+                     [p.name for p in photos.agreement], cal, work_dir / "int8", params.verify_conf)
+    report = {"name": fallback_name, "passed": res.passed, "reason": res.reason, "dynamic_batch": res.dynamic,
+              **res.metrics}
+    if res.path is None:
+        return None, report
+    staging = work_dir / fallback_name
+    staging.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(res.path, staging / "model.onnx")
+    inputs, outputs = io_specs(staging / "model.onnx")
+    manifest = primary.model_copy(update={
+        "name": fallback_name, "variant": "fallback", "fallback_for": primary.name, "inputs": inputs,
+        "outputs": outputs, "opset": opset_of(staging / "model.onnx"), "parity": [], "metrics": res.metrics,
+        "gates": {"fp32_agreement": True, "cheaper": True, "dynamic_batch": res.dynamic},
+        "source": primary.source.model_copy(update={
+            "description": f"{primary.source.description}. Fallback: {res.method['summary']}",
+            "recipe": {**primary.source.recipe, "fallback": res.method}}),
+        "recipe_hash": stable_hash({"primary": primary.recipe_hash, "fallback": res.method.get("summary")})})
+    assert manifest.labels == primary.labels, "a fallback serves the primary's label set"
+    return Artifact(staging=staging, manifest=manifest), report
 
 
 def publish_segmentation_onnx(model: Path, name: str, version: str, registry, *, labels_file: Path | None = None,
                               imgsz: int | None = None, alias: str | None = None, cache_dir: Path | None = None,
                               images: Path | None = None, verify_ultralytics: bool | None = None,
-                              license: str | None = None, require_license: bool = False) -> tuple[list[Manifest], dict]:
-    refuse_existing(registry, name, version)
+                              license: str | None = None, require_license: bool = False,
+                              fallback_name: str | None = None) -> tuple[list[Manifest], dict]:
+    for n in [name] + ([fallback_name] if fallback_name else []):
+        refuse_existing(registry, n, version)
     work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
     try:
         result = import_segmentation_onnx(model, name, version, work,
                                           labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
                                           photos=user_photos(images) if images else None, cache_dir=cache_dir,
                                           verify_ultralytics=verify_ultralytics, license=license,
-                                          require_license=require_license)
+                                          require_license=require_license, fallback_name=fallback_name)
         return publish(registry, result, alias, by=f"{BY} segmentation-onnx"), result.report
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -330,7 +371,8 @@ def _cmd(args) -> int:
             published, report = publish_segmentation_onnx(
                 args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
                 imgsz=args.imgsz, alias=args.alias, cache_dir=args.cache, images=args.images,
-                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True)
+                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
+                fallback_name=args.fallback_name)
     except (GateFailed, RegistryError) as exc:
         log.error("nothing published: %s", exc)
         return 2
@@ -349,6 +391,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
     add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
+    p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling (fallback.py)")
     p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
     p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")

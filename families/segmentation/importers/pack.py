@@ -9,15 +9,20 @@ checked by the importer against the original graph (onnx_graph.import_segmentati
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 PACKED = "output"
 
 
-def to_float32(model: onnx.ModelProto) -> bool:
-    """Half-precision weights, constants, casts and IO -> float32, in place; True if anything was half."""
+def to_float32(model: Any) -> bool:
+    """Half-precision weights, constants, casts and IO -> float32, in place (an onnx.ModelProto; onnx is imported
+    here, not at module level: `triserve import` lists its kinds without the export extra); True if anything was
+    half."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
     changed = False
     g = model.graph
     for i, init in enumerate(list(g.initializer)):
@@ -41,8 +46,10 @@ def to_float32(model: onnx.ModelProto) -> bool:
     return changed
 
 
-def pack_outputs(model: onnx.ModelProto, head: str, protos: str) -> onnx.ModelProto:
+def pack_outputs(model: Any, head: str, protos: str) -> Any:
     """Replace the graph outputs `head` and `protos` with one float32 `output` [b, -1] (head first), in place."""
+    from onnx import TensorProto, helper, numpy_helper
+
     g = model.graph
     shape = numpy_helper.from_array(np.array([0, -1], np.int64), "triserve_pack_shape")
     g.initializer.append(shape)

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 from configs.settings import get_settings
 from tests.conftest import TINY_MODELS
 
-PIPELINES = {"detection", "text", "forecast", "detect", "classify"}  # deployments + family aliases (tiny repository)
+PIPELINES = {"detection", "text", "forecast", "segmentation", "detect", "classify", "segment"}  # deployments + family aliases (tiny repository)
 
 
 @pytest.fixture(scope="module")
