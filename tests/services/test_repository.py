@@ -93,7 +93,7 @@ def test_models_lists_every_deployment_with_family_default_and_versions(served, 
     body = httpx.get(f"{served.url}/v1/models", timeout=30).json()
     deps = {d["name"]: d for d in body["deployments"]}
     assert list(deps) == [d["name"] for d in REPOSITORY["deployments"]]
-    assert {n for n, d in deps.items() if d["default"]} == {"detection", "text", "forecast", "segmentation"}
+    assert {n for n, d in deps.items() if d["default"]} == {"detection", "text", "forecast"}
     lite = deps["shapes-lite"]
     assert lite["family"] == "detection" and lite["ready"] and "fallback" not in lite
     assert lite["model"]["name"] == "yolo-shapes-lite"
