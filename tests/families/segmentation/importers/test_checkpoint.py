@@ -41,8 +41,54 @@ def test_segment_checkpoint_is_exported_with_its_mask_branch(seg_pt, tmp_path):
     assert result.report["checkpoint"]["task"] == "segment" and m.source.recipe["importer"] == "segmentation-pt"
 
 
-def test_custom_modules_are_refused_until_the_loader_lands(seg_pt, tmp_path):
+LAYERS = """
+from ultralytics.nn.modules import Conv
+
+class ScaledConv(Conv):
+    \"\"\"The training code's own layer: a Conv under another class name (same forward).\"\"\"
+"""
+
+
+def test_a_checkpoint_with_the_training_codes_own_layer_imports_with_custom_modules(seg_pt, tmp_path):
+    """The pickle names `mytrain_layers.ScaledConv`: without --custom-modules the checkpoint cannot be read; with it
+    the import runs (read, export, ultralytics' predictor) and the manifest records the file's sha256; the module
+    is gone afterwards."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    import torch
+
+    layers = tmp_path / "layers.py"
+    layers.write_text(LAYERS)
+    spec = importlib.util.spec_from_file_location("mytrain_layers", layers)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mytrain_layers"] = module
+    try:
+        spec.loader.exec_module(module)
+        ck = torch.load(str(seg_pt), weights_only=False)
+        ck["model"].model[0].__class__ = module.ScaledConv
+        ck["ema"] = None
+        torch.save(ck, str(tmp_path / "custom.pt"))
+    finally:
+        del sys.modules["mytrain_layers"]
+    assets = ultralytics_assets()[:1]
+    photos = PhotoSet(agreement=[Photo(f"ultralytics/{p.name}", p, "agreement") for p in assets])
+    with pytest.raises(ImportRefused, match="mytrain_layers"):  # without the training code it cannot be read
+        import_segmentation_pt(tmp_path / "custom.pt", "custom-seg", "1.0.0", tmp_path / "plain", imgsz=64,
+                               photos=photos, cache_dir=tmp_path / "cache", license="AGPL-3.0-only")
+    result = import_segmentation_pt(tmp_path / "custom.pt", "custom-seg", "1.0.0", tmp_path / "work", imgsz=64,
+                                    photos=photos, cache_dir=tmp_path / "cache", license="AGPL-3.0-only",
+                                    custom_modules=[f"mytrain_layers={layers}"])
+    (record,) = result.primary.manifest.source.recipe["custom_modules"]
+    assert record["sha256"] == hashlib.sha256(layers.read_bytes()).hexdigest() and record["alias"] == "mytrain_layers"
+    assert result.primary.manifest.gates["batch_proof"] and "mytrain_layers" not in sys.modules
+
+
+def test_custom_modules_refuses_a_missing_file(seg_pt, tmp_path):
     from models.registry import LocalRegistry
 
-    with pytest.raises(ImportRefused, match="custom_modules"):
-        publish_segmentation_pt(seg_pt, "x", "1.0.0", LocalRegistry(tmp_path / "reg"), custom_modules=["mymod"])
+    with pytest.raises((ImportRefused, ValueError), match="no such file|no_such_layers"):
+        publish_segmentation_pt(seg_pt, "x", "1.0.0", LocalRegistry(tmp_path / "reg"),
+                                custom_modules=[str(tmp_path / "no_such_layers.py")])
