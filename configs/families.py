@@ -35,6 +35,7 @@ FAMILIES: dict[str, str] = {
     "text": "families.text",
     "forecast": "families.forecast",
     "pose": "families.pose",
+    "segmentation": "families.segmentation",
 }
 ENTRY_POINT_GROUP = "triserve.families"
 

@@ -37,7 +37,7 @@ from scripts.common import (
     recipe_hash,
 )
 
-TASKS = ("detection", "text", "forecast", "pose")
+TASKS = ("detection", "text", "forecast", "pose", "segmentation")
 DEFAULT_REGISTRY = LOCAL_REGISTRY
 DEFAULT_CACHE = PIPELINE_CACHE
 log = logging.getLogger("triserve.pipeline")
@@ -115,6 +115,18 @@ def import_default_pose(registry: LocalRegistry, cache_root: Path) -> dict:
             "seconds": time.monotonic() - started}
 
 
+def import_default_segmenter(registry: LocalRegistry, cache_root: Path) -> dict:
+    """The default segmenter is not trained here either: platedet's YOLOv8s-seg ONNX from its PyPI wheel, imported
+    by the segmentation family's importer (families/segmentation/importers/plates.py)."""
+    from families.segmentation.importers.plates import build_default_plates, plates_source, plates_version
+
+    started = time.monotonic()
+    published = build_default_plates(registry, cache_root / "segmentation-plates")
+    version = plates_version(plates_source(cache_root / "segmentation-plates"))
+    return {"task": "segmentation", "version": version, "status": "built" if published else "cached",
+            "seconds": time.monotonic() - started}
+
+
 def metrics_table(registry: LocalRegistry, ref: str = "stable") -> str:
     """One row per model: task metrics, worst parity diff, gates and size."""
     rows = []
@@ -172,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                 summary.append(import_default_detector(registry, args.cache))
             elif task == "pose":
                 summary.append(import_default_pose(registry, args.cache))
+            elif task == "segmentation" and args.profile != "tiny":  # imported from platedet, never trained
+                summary.append(import_default_segmenter(registry, args.cache))
             else:
                 summary.append(build_task(task, args.profile, registry, args.cache, promote=not args.no_promote,
                                           force=args.force))

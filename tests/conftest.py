@@ -25,14 +25,14 @@ NO_CAPACITY_LIMITS = {"TRISERVE_ACCESS__CAPACITY_LIMITS": "false"}
 
 @pytest.fixture(scope="session")
 def tiny_registry(tmp_path_factory):
-    """All three tasks built with the 'tiny' recipes into a throw-away registry (aliases 'stable' set)."""
+    """Every task built with the 'tiny' recipes into a throw-away registry (aliases 'stable' set)."""
     from models.registry import LocalRegistry
     from scripts.pipeline import build_task
 
     root = tmp_path_factory.mktemp("registry")
     cache = tmp_path_factory.mktemp("cache")
     registry = LocalRegistry(root)
-    for task in ("detection", "text", "forecast"):
+    for task in ("detection", "text", "forecast", "segmentation"):
         build_task(task, "tiny", registry, cache)
     return registry
 

@@ -46,7 +46,7 @@ def installed(tmp_path, monkeypatch):
 
 def test_builtin_families_come_first():
     builtin = tuple(registry.FAMILIES)
-    assert builtin[:3] == ("detection", "text", "forecast") and "pose" in builtin
+    assert builtin[:3] == ("detection", "text", "forecast") and {"pose", "segmentation"} <= set(builtin)
     assert registry.names()[:len(builtin)] == builtin
     assert families.names() == registry.names()  # the families package re-exports the registry
 

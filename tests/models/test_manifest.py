@@ -34,7 +34,7 @@ def test_round_trip_and_json_schema():
 @pytest.mark.parametrize("bad", [
     {"name": "Bad Name"},  # not a registry name
     {"version": "1.0.0+local"},  # '+' is not a valid OCI tag character
-    {"task": "segmentation"},
+    {"task": "panoptic"},  # not a registered family
     {"files": [FileEntry(path="../escape", sha256="a" * 64, size=1)]},
     {"files": [FileEntry(path="m", sha256="a" * 64, size=1), FileEntry(path="m", sha256="b" * 64, size=1)]},
 ])

@@ -342,7 +342,7 @@ def test_models_endpoint_reports_provider(server):
     assert providers.pop("forecast_fallback") == "numpy"  # the Theta method: no ONNX Runtime provider
     assert set(providers.values()) == {"CPUExecutionProvider"}
     assert set(status["models"]) == {"detection", "detection_fallback", "text", "text_fallback", "forecast",
-                                     "forecast_fallback"}
+                                     "forecast_fallback", "segmentation", "segmentation_fallback"}
     # every loaded model says under which licence its weights are served, and where they came from
     from models.manifest import check_spdx
 

@@ -185,7 +185,7 @@ def test_build_missing_builds_only_when_the_registry_lacks_a_served_model(monkey
     assert runs == [[sys.executable, "-m", "scripts.pipeline", "build", "--registry", str(tmp_path / "empty")]]
     assert cli.missing_models({**os.environ, "TRISERVE_REGISTRY_DIR": str(tmp_path / "empty")})[1] == [
         "forecast-global:stable", "forecast-theta:stable", "minilm-intent-int8:stable", "minilm-intent:stable",
-        "yolo-shapes-lite:stable", "yolo-shapes:stable"]
+        "seg-tiny-lite:stable", "seg-tiny:stable", "yolo-shapes-lite:stable", "yolo-shapes:stable"]
 
 
 def test_serve_starts_the_server_from_outside_the_checkout(tiny_registry, tmp_path):

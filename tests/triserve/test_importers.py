@@ -18,6 +18,7 @@ EXPECTED = {
     "text": {"text-hf", "text-onnx", "text-sklearn"},
     "forecast": {"forecast-onnx"},
     "pose": {"pose-pt", "pose-onnx", "pose-default"},
+    "segmentation": {"segmentation-onnx", "segmentation-pt", "plates-default"},
 }
 
 

@@ -165,7 +165,7 @@ def http_store(tiny_registry):
 def test_installed_wheel_serves_all_three_families(fresh_venv, http_store, tmp_path):
     """`triserve serve` of the fresh venv, run from a directory outside the checkout, pulls the models from a
     registry store over HTTP (sha256-verified into the default cache under ~/.triserve, never site-packages) and
-    answers detection, text and forecasting."""
+    answers detection, text, forecasting and segmentation."""
     config = tmp_path / "config"
     config.mkdir()
     (config / "models.yaml").write_text(TINY_MODELS.read_text())
@@ -195,8 +195,11 @@ def test_installed_wheel_serves_all_three_families(fresh_venv, http_store, tmp_p
         assert detect.status_code == 200, detect.text
         assert detect.json()["model"]["name"] == "yolo-shapes"
         assert (detect.json()["results"][0]["width"], detect.json()["results"][0]["height"]) == (64, 48)
+        segment = httpx.post(f"{srv.url}/v1/segment", timeout=30,
+                             json={"images": [{"data": base64.b64encode(image.getvalue()).decode()}]})
+        assert segment.status_code == 200 and segment.json()["model"]["name"] == "seg-tiny", segment.text
         served = {d["name"] for d in httpx.get(f"{srv.url}/v1/models", timeout=10).json()["deployments"]}
-        assert served == {"detection", "text", "forecast"}, served
+        assert served == {"detection", "text", "forecast", "segmentation"}, served
     cache = home / ".triserve" / ".cache" / "models"
     assert {"minilm-intent", "yolo-shapes", "forecast-global"} <= {p.name for p in cache.iterdir()}, cache
     assert not list(fresh_venv.rglob(".cache")), "the installed server wrote into its venv"

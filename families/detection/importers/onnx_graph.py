@@ -19,7 +19,8 @@ reason and nothing is published (ImportRefused):
     refused, not sliced. Their box and class channels are a Detect head, but serving them as detection would publish
     a model whose masks are thrown away at every call (the 32 coefficient channels and the prototype branch still
     cost compute, and they cannot be cut out of the exported graph without surgery on ultralytics' final Concat);
-    import the .pt with `detection-pt` (which cuts the mask branch before export), or re-export the detection weights.
+    serve it with its masks through `segmentation-onnx` (families/segmentation), or import the .pt with `detection-pt`
+    (which cuts the mask branch before export) for boxes only.
   * pose (task 'pose' or 4 + nc + keypoint channels), oriented boxes (task 'obb', 4 + nc + 1 channels) and
     classification (task 'classify', a [b, nc] output): other families' heads (`detection-pt` serves a pose .pt
     as detection, see docs/importers/detection_pt.md).
@@ -177,8 +178,8 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     task = meta.get("task", "").strip().lower()
     refusals = {
         "segment": "segmentation model (metadata task 'segment'): output0 carries 32 mask coefficients per anchor "
-                   "and output1 the mask prototypes; the detection family serves box heads only (import the .pt "
-                   "with detection-pt, which cuts the mask branch, or re-export the detection weights)",
+                   "and output1 the mask prototypes; the detection family serves box heads only (import it with "
+                   "segmentation-onnx to serve its masks, or the .pt with detection-pt, which cuts the mask branch)",
         "pose": "pose model (metadata task 'pose'): output0 carries keypoints after the class scores; not a "
                 "detection head (import the .pt with detection-pt, which serves its boxes and cuts the keypoints)",
         "obb": "oriented-box model (metadata task 'obb'): output0 carries a rotation angle; not an axis-aligned "
@@ -263,8 +264,9 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     if len(outs) == 2 and len(head) == 3 and head[1] == 4 + nc + 32 and len(shapes[1]) == 4 and shapes[1][1] == 32:
         raise ImportRefused(f"{path.name}: segmentation model: output0 {list(head)} has 4 + {nc} + 32 channels (the "
                             f"last 32 are mask coefficients) and output1 {list(shapes[1])} holds the mask "
-                            f"prototypes; the detection family serves box heads only (import the .pt with "
-                            f"detection-pt, which cuts the mask branch)")
+                            f"prototypes; the detection family serves box heads only (import it with "
+                            f"segmentation-onnx to serve its masks, or the .pt with detection-pt, which cuts the "
+                            f"mask branch)")
     if len(outs) != 1:
         raise ImportRefused(f"{path.name}: expected one output [b, 4+nc, anchors] or [b, max_det, 6], got "
                             f"{len(outs)}: {shapes}")

@@ -337,3 +337,89 @@ class PoseResponse(_message.Message):
     skeleton: _containers.RepeatedCompositeFieldContainer[PoseBone]
     results: _containers.RepeatedCompositeFieldContainer[PoseImageResult]
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., keypoint_names: _Optional[_Iterable[str]] = ..., skeleton: _Optional[_Iterable[_Union[PoseBone, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[PoseImageResult, _Mapping]]] = ...) -> None: ...
+
+class SegmentRequest(_message.Message):
+    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "class_aware", "model", "deployment", "mask_format")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CONF_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_AWARE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    MASK_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[bytes]
+    conf_threshold: float
+    iou_threshold: float
+    max_detections: int
+    class_aware: bool
+    model: ModelChoice
+    deployment: str
+    mask_format: str
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., class_aware: _Optional[bool] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ..., mask_format: _Optional[str] = ...) -> None: ...
+
+class RLE(_message.Message):
+    __slots__ = ("size", "counts")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    size: _containers.RepeatedScalarFieldContainer[int]
+    counts: str
+    def __init__(self, size: _Optional[_Iterable[int]] = ..., counts: _Optional[str] = ...) -> None: ...
+
+class Polygon(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, points: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Instance(_message.Message):
+    __slots__ = ("box", "score", "class_id", "label", "area", "rle", "polygons", "mask_skipped")
+    BOX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    AREA_FIELD_NUMBER: _ClassVar[int]
+    RLE_FIELD_NUMBER: _ClassVar[int]
+    POLYGONS_FIELD_NUMBER: _ClassVar[int]
+    MASK_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    box: _containers.RepeatedScalarFieldContainer[float]
+    score: float
+    class_id: int
+    label: str
+    area: int
+    rle: RLE
+    polygons: _containers.RepeatedCompositeFieldContainer[Polygon]
+    mask_skipped: bool
+    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ..., area: _Optional[int] = ..., rle: _Optional[_Union[RLE, _Mapping]] = ..., polygons: _Optional[_Iterable[_Union[Polygon, _Mapping]]] = ..., mask_skipped: _Optional[bool] = ...) -> None: ...
+
+class SegmentImageResult(_message.Message):
+    __slots__ = ("width", "height", "instances", "candidates", "masks_skipped")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    MASKS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    height: int
+    instances: _containers.RepeatedCompositeFieldContainer[Instance]
+    candidates: int
+    masks_skipped: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ..., candidates: _Optional[int] = ..., masks_skipped: _Optional[int] = ...) -> None: ...
+
+class SegmentResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[SegmentImageResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SegmentImageResult, _Mapping]]] = ...) -> None: ...

@@ -54,6 +54,11 @@ class TriserveStub:
                 request_serializer=triserve__pb2.PoseRequest.SerializeToString,
                 response_deserializer=triserve__pb2.PoseResponse.FromString,
                 _registered_method=True)
+        self.Segment = channel.unary_unary(
+                '/triserve.v1.Triserve/Segment',
+                request_serializer=triserve__pb2.SegmentRequest.SerializeToString,
+                response_deserializer=triserve__pb2.SegmentResponse.FromString,
+                _registered_method=True)
 
 
 class TriserveServicer:
@@ -87,6 +92,13 @@ class TriserveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Segment(self, request, context):
+        """Object instances in encoded images: boxes and masks (COCO RLE and/or polygons) in original image pixels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TriserveServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +121,11 @@ def add_TriserveServicer_to_server(servicer, server):
                     servicer.Pose,
                     request_deserializer=triserve__pb2.PoseRequest.FromString,
                     response_serializer=triserve__pb2.PoseResponse.SerializeToString,
+            ),
+            'Segment': grpc.unary_unary_rpc_method_handler(
+                    servicer.Segment,
+                    request_deserializer=triserve__pb2.SegmentRequest.FromString,
+                    response_serializer=triserve__pb2.SegmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +236,33 @@ class Triserve:
             '/triserve.v1.Triserve/Pose',
             triserve__pb2.PoseRequest.SerializeToString,
             triserve__pb2.PoseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Segment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/Segment',
+            triserve__pb2.SegmentRequest.SerializeToString,
+            triserve__pb2.SegmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,7 +20,8 @@ from tritonclient.utils import InferenceServerException
 from configs.settings import get_settings
 from tests.conftest import TINY_MODELS
 
-PIPELINES = {"detection", "text", "forecast", "detect", "classify"}  # deployments + family aliases (tiny repository)
+# deployments + family aliases (tiny repository)
+PIPELINES = {"detection", "text", "forecast", "segmentation", "detect", "classify", "segment"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,15 @@
+"""The segmentation family's importers: ultralytics segment ONNX exports and .pt checkpoints, their two outputs
+packed into one row (pack.py), made batch-dynamic and proved, verified against ultralytics' own segment predictor
+(boxes AND masks), published through models.importing.
+
+IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
+  onnx_graph  segmentation-onnx  an ultralytics segment ONNX export (e.g. platedet's YOLOv8s-seg), INT8 fallback
+  checkpoint  segmentation-pt    an ultralytics segment .pt, exported with its mask branch
+  plates      plates-default     the default plate segmenter (platedet's YOLOv8s-seg ONNX)
+"""
+
+IMPORTERS = (
+    "families.segmentation.importers.onnx_graph",
+    "families.segmentation.importers.checkpoint",
+    "families.segmentation.importers.plates",
+)

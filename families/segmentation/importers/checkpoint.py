@@ -1,0 +1,123 @@
+"""Import an ultralytics segment .pt: loaded and checked by the detection family's checkpoint reader, exported WITH
+its mask branch, then imported like a segment ONNX export (onnx_graph.py) and verified against ultralytics' segment
+predictor running the .pt itself (boxes and masks).
+
+    triserve import segmentation-pt --weights best.pt --name my-seg --version 1.0.0 [--imgsz 640] \
+        [--custom-modules [PICKLED_NAME=]MODULE_OR_FILE ...] [--license SPDX]
+
+SECURITY: a .pt checkpoint is a pickle, and loading a pickle runs code; a --custom-modules file or module is code
+too (models/importing/custom_modules.py). Import only what you trust.
+
+detection-pt serves a segment checkpoint as a detector (its mask branch cut before export); this importer keeps the
+whole Segment head: output0 [b, 4 + nc + 32, anchors] and the prototypes output1 [b, 32, S/4, S/4].
+Reused from families/detection/importers: checkpoint.inspect_checkpoint (safe loading, task and label checks; its
+`reference` is the re-saved checkpoint in its own task, full head) and export.export_onnx (ultralytics' exporter).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from families.detection.importers.checkpoint import inspect_checkpoint
+from families.detection.importers.export import export_onnx
+from families.segmentation.importers.onnx_graph import import_segmentation_onnx
+from models.importing import custom_modules as custom_code
+from models.importing.licenses import add_license_option
+from models.importing.photos import PhotoSet, user_photos
+from models.importing.publish import (
+    BY,
+    add_registry_option,
+    default_cache,
+    print_result,
+    publish,
+    quiet_stdout,
+    refuse_existing,
+)
+from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+
+log = logging.getLogger("triserve.importer")
+OPSET = 17
+
+
+def import_segmentation_pt(weights: Path, name: str, version: str, work_dir: Path, *, imgsz: int | None = None,
+                           photos: PhotoSet | None = None, cache_dir: Path | None = None,
+                           verify_ultralytics: bool | None = None, license: str | None = None,
+                           require_license: bool = False, custom_modules: Sequence[str] = ()) -> ImportResult:
+    """Read, export with the mask branch, then segmentation-onnx's checks with ultralytics predicting on the .pt.
+    `custom_modules`: '[PICKLED_NAME=]MODULE_OR_FILE' specs of the training code's own layers
+    (models/importing/custom_modules.py), loaded while anything unpickles the checkpoint (reading, the export,
+    ultralytics' predictor) and removed afterwards; recorded in the manifest's recipe with each file's sha256."""
+    work_dir = Path(work_dir)
+    with custom_code.custom_modules(list(custom_modules)) as loaded:
+        info = inspect_checkpoint(Path(weights), work_dir / "checkpoint", cache_dir)
+        if info.task != "segment":
+            raise ImportRefused(f"{Path(weights).name}: task {info.task!r} ({info.head}), not 'segment' (a detection "
+                                f"checkpoint: import it with detection-pt)")
+        size = int(imgsz or info.train_imgsz or 640)
+        onnx_path = export_onnx(info.reference, work_dir / f"{Path(weights).stem}.onnx", size, OPSET, dynamic=False)
+        result = import_segmentation_onnx(onnx_path, name, version, work_dir, labels=info.labels, imgsz=size,
+                                          photos=photos, cache_dir=cache_dir, verify_ultralytics=verify_ultralytics,
+                                          reference=info.reference, license=license or info.license,
+                                          require_license=require_license, importer="segmentation-pt")
+    m = result.primary.manifest
+    recipe = {**m.source.recipe, "checkpoint": info.describe(), "custom_modules": [c.describe() for c in loaded]}
+    result.primary = Artifact(staging=result.primary.staging, manifest=m.model_copy(
+        update={"source": m.source.model_copy(update={"recipe": recipe})}))
+    result.report["checkpoint"] = info.describe()
+    return result
+
+
+def publish_segmentation_pt(weights: Path, name: str, version: str, registry, *, imgsz: int | None = None,
+                            alias: str | None = None, cache_dir: Path | None = None, images: Path | None = None,
+                            custom_modules: Sequence[str] = (), verify_ultralytics: bool | None = None,
+                            license: str | None = None, require_license: bool = False) -> tuple[list, dict]:
+    refuse_existing(registry, name, version)
+    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
+    try:
+        result = import_segmentation_pt(weights, name, version, work, imgsz=imgsz,
+                                        photos=user_photos(images) if images else None, cache_dir=cache_dir,
+                                        verify_ultralytics=verify_ultralytics, license=license,
+                                        require_license=require_license, custom_modules=custom_modules)
+        return publish(registry, result, alias, by=f"{BY} segmentation-pt"), result.report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _cmd(args) -> int:
+    from models.registry import LocalRegistry, RegistryError
+
+    try:
+        with quiet_stdout():
+            published, report = publish_segmentation_pt(
+                args.weights, args.name, args.version, LocalRegistry(args.registry), imgsz=args.imgsz,
+                alias=args.alias, cache_dir=args.cache, images=args.images, custom_modules=args.custom_modules,
+                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True)
+    except (GateFailed, RegistryError, ValueError) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    print_result(published, report)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `segmentation-pt` on the `triserve import` parser (triserve/importers.py)."""
+    p = subparsers.add_parser("segmentation-pt", help="import an ultralytics segment .pt checkpoint (masks kept)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--weights", type=Path, required=True, help="the .pt file")
+    p.add_argument("--name", required=True, help="registry model name")
+    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p.add_argument("--imgsz", type=int, default=None, help="export size (default: the training size, else 640)")
+    p.add_argument("--custom-modules", action="append", default=[], metavar="[PICKLED_NAME=]MODULE_OR_FILE",
+                   help="a module or .py file with the training code's own layers the checkpoint pickles "
+                        "(repeatable; it runs as code)")
+    add_registry_option(p)
+    p.add_argument("--alias", default=None, help="also point this alias at the new version")
+    p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")
+    add_license_option(p)
+    p.set_defaults(func=_cmd)

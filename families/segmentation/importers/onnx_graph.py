@@ -1,0 +1,399 @@
+"""Import an ultralytics segment ONNX export: checked, converted (float32 IO, outputs packed), batch-dynamic where
+proved, verified against ultralytics' segment predictor (boxes and masks), published.
+
+    triserve import segmentation-onnx --model platedet.onnx --name plates --version 1.0.0 [--license SPDX]
+
+Accepted: one input `images[b, 3, S, S]` (float32 or float16) and two outputs, output0 `[b, 4 + nc + nm, anchors]`
+(cx, cy, w, h, nc sigmoid class scores, nm mask coefficients) and output1 `[b, nm, S/4, S/4]` (mask prototypes):
+ultralytics' Segment head exported with nms=None. Class names and the input size come from the ONNX metadata
+(`names`, `imgsz`) or --labels / a fixed input. Refused with the reason (nothing published): another task in the
+metadata, one output (a detection export: detection-onnx), shapes that do not fit the layout above, class scores
+outside [0, 1], non-square or dynamic-size inputs without --imgsz.
+
+The served graph (pack.py): float32 throughout, output0 and output1 flattened and concatenated into one row.
+PROVED against the ORIGINAL file at batch 1 (and at batches 4 and 2 when the batch rewrite of
+models/importing/batching.py applies; else it is served at batch 1): boxes, scores, coefficients and prototypes within
+tolerances (looser for a float16 original: its own rounding). Then ultralytics' predictor on the ORIGINAL file and
+triserve's serving path on the served file must agree on the agreement photos (verify.py): every instance matched,
+box IoU >= 0.9, mask IoU >= 0.9, score within 0.02.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from families.detection.importers.pipeline import letterboxed
+from families.segmentation.importers.fallback import build_int8
+from families.segmentation.importers.pack import pack_outputs, to_float32
+from families.segmentation.importers.verify import verify
+from families.segmentation.manifest import SegmentationPreprocess
+from models.importing import batching
+from models.importing.graphs import io_specs, opset_of, ort_session, value_dims
+from models.importing.labels import names_list, read_labels
+from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
+from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
+from models.importing.publish import (
+    BY,
+    add_registry_option,
+    default_cache,
+    print_result,
+    publish,
+    quiet_stdout,
+    refuse_existing,
+)
+from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.manifest import Manifest, Source, sha256_file, utcnow
+
+log = logging.getLogger("triserve.importer")
+CODE = (Path(__file__).resolve().parent, Path(batching.__file__).resolve().parent)
+
+
+@dataclass(frozen=True)
+class SegParams:
+    """Tolerances and gates (part of the recipe hash, recorded in the manifest)."""
+
+    proof_batches: tuple[int, ...] = (4, 2)
+    box_tolerance_rel: float = 1e-4  # x imgsz pixels, float32 original
+    score_tolerance: float = 1e-4
+    raw_tolerance: float = 1e-3  # mask coefficients and prototypes (unbounded raw values)
+    half_factor: float = 100.0  # a float16 original: its own rounding (~1e-3 relative) against float32
+    # ultralytics cross-check: its predict defaults except conf, lowered so that a one-class model (plates) has
+    # instances to compare on general photos; both sides use the same thresholds
+    verify_conf: float = 0.1
+    min_iou: float = 0.9
+    min_mask_iou: float = 0.9
+    max_score_diff: float = 0.02
+
+
+PARAMS = SegParams()
+
+
+@dataclass(frozen=True)
+class SegmenterInfo:
+    path: Path
+    sha256: str
+    input_name: str
+    head_name: str
+    protos_name: str
+    imgsz: int
+    labels: list[str]
+    mask_dim: int
+    anchors: int
+    proto_size: int
+    half: bool
+    metadata: dict[str, str]
+
+
+def _literal(value: str, key: str):
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError) as exc:
+        raise ImportRefused(f"ONNX metadata {key!r} is not a Python literal: {value[:80]!r}") from exc
+
+
+def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: int | None = None) -> SegmenterInfo:
+    """Read and check an ultralytics segment export; ImportRefused (with the reason) for anything else."""
+    import onnx
+
+    path = Path(path)
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:
+        raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    meta = {p.key: p.value for p in model.metadata_props}
+    task = meta.get("task", "").strip().lower()
+    if task and task != "segment":
+        raise ImportRefused(f"{path.name}: metadata task {task!r} is not 'segment' (a detection export: import it "
+                            f"with detection-onnx)")
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in inits]
+    if len(inputs) != 1:
+        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
+    inp = inputs[0]
+    dims = value_dims(inp)
+    elem = inp.type.tensor_type.elem_type
+    if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) or len(dims) != 4 or dims[1] != 3:
+        raise ImportRefused(f"{path.name}: input {inp.name} must be float32/float16 [b, 3, S, S], got {dims}")
+    if isinstance(dims[0], int) and dims[0] != 1:
+        raise ImportRefused(f"{path.name}: fixed batch {dims[0]}: only batch-1 or dynamic-batch exports")
+    if len(model.graph.output) != 2:
+        raise ImportRefused(f"{path.name}: {len(model.graph.output)} output(s); a segment export has two (output0 "
+                            f"boxes/classes/mask coefficients, output1 prototypes); a detection export: detection-onnx")
+    meta_names = names_list(_literal(meta["names"], "names"), "ONNX metadata 'names'") if "names" in meta else None
+    if labels is not None:
+        labels = [str(x) for x in labels]
+        if meta_names is not None and len(meta_names) != len(labels):
+            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata names "
+                                f"{len(meta_names)}")
+    elif meta_names is not None:
+        labels = meta_names
+    else:
+        raise ImportRefused(f"{path.name}: no class names (no 'names' metadata); pass --labels FILE")
+    nc = len(labels)
+    h, w = dims[2], dims[3]
+    if isinstance(h, int) and isinstance(w, int):
+        if h != w or (imgsz is not None and imgsz != h):
+            raise ImportRefused(f"{path.name}: input {h}x{w} is not square (or not --imgsz {imgsz})")
+        size = h
+    elif imgsz is not None:
+        size = int(imgsz)
+    elif "imgsz" in meta:
+        v = _literal(meta["imgsz"], "imgsz")
+        v = list(v) if isinstance(v, (list, tuple)) else [v, v]
+        if v[0] != v[1]:
+            raise ImportRefused(f"{path.name}: metadata imgsz {v} is not square")
+        size = int(v[0])
+    else:
+        raise ImportRefused(f"{path.name}: the input size is dynamic and there is no 'imgsz' metadata; pass --imgsz")
+    if size % 32:
+        raise ImportRefused(f"{path.name}: imgsz {size} is not a multiple of 32")
+    half = elem == onnx.TensorProto.FLOAT16
+    try:
+        session = ort_session(path, threads=1)
+        outs = session.run(None, {inp.name: np.full((1, 3, size, size), 114 / 255.0,
+                                                    np.float16 if half else np.float32)})
+    except Exception as exc:
+        raise ImportRefused(f"{path.name}: ONNX Runtime cannot run it at 1x3x{size}x{size}: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:300]}") from exc
+    head, protos = outs[0], outs[1]
+    if head.ndim != 3 or protos.ndim != 4 or protos.shape[2] != protos.shape[3]:
+        raise ImportRefused(f"{path.name}: outputs {list(head.shape)}, {list(protos.shape)}: expected "
+                            f"[b, 4 + nc + nm, anchors] and [b, nm, S/4, S/4]")
+    nm = int(protos.shape[1])
+    if head.shape[1] != 4 + nc + nm:
+        raise ImportRefused(f"{path.name}: output0 {list(head.shape)} has {head.shape[1]} channels, expected 4 + {nc} "
+                            f"classes + {nm} mask coefficients = {4 + nc + nm}")
+    scores = head[0, 4:4 + nc].astype(np.float32)
+    if not np.isfinite(head).all() or scores.min() < -1e-3 or scores.max() > 1 + 1e-3:
+        raise ImportRefused(f"{path.name}: class scores outside [0, 1]: no sigmoid, not an ultralytics Segment head")
+    names = [o.name for o in session.get_outputs()]
+    return SegmenterInfo(path, sha256_file(path), inp.name, names[0], names[1], int(size), list(labels), nm,
+                         int(head.shape[2]), int(protos.shape[2]), half, meta)
+
+
+def _packed_runner(session, half: bool):
+    """The ORIGINAL graph as a runner of packed float32 rows (what the served graph returns)."""
+    def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        x = {k: v.astype(np.float16) if half else v for k, v in feeds.items()}
+        head, protos = session.run(None, x)[:2]
+        n = head.shape[0]
+        return [np.concatenate([head.reshape(n, -1), protos.reshape(n, -1)], axis=1).astype(np.float32)]
+    return run
+
+
+def convert(info: SegmenterInfo, dst: Path, dynamic: bool) -> batching.Rewrite:
+    """float32, batch-dynamic (when asked), packed: the served graph at `dst`."""
+    import onnx
+
+    model = onnx.load(str(info.path))
+    to_float32(model)
+    rewrite = batching.Rewrite()
+    if dynamic:
+        model, rewrite = batching.make_batch_dynamic(model)
+    pack_outputs(model, info.head_name, info.protos_name)
+    batching.save(model, dst)
+    return rewrite
+
+
+def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir: Path, *,
+                             labels: Sequence[str] | None = None, imgsz: int | None = None,
+                             photos: PhotoSet | None = None, cache_dir: Path | None = None,
+                             source: Source | None = None, verify_ultralytics: bool | None = None,
+                             reference: Path | None = None, params: SegParams = PARAMS, license: str | None = None,
+                             require_license: bool = False, importer: str = "segmentation-onnx",
+                             fallback_name: str | None = None, require_fallback: bool = False) -> ImportResult:
+    """Check, convert, prove, verify and describe an ultralytics segment ONNX export (artifacts under `work_dir`).
+
+    `reference`: what ultralytics' predictor runs (default: the ONNX file itself; the .pt for segmentation-pt).
+    `verify_ultralytics`: None = when ultralytics is installed; True = required; False = skipped (recorded).
+    `fallback_name`: also build and gate the INT8 sibling (fallback.py); `require_fallback`: its failure refuses."""
+    model_path = Path(model_path)
+    cache_dir = Path(cache_dir) if cache_dir else default_cache()
+    info = inspect_segmenter(model_path, labels, imgsz)
+    weights_license = resolve_license(license, spdx_from_text(info.metadata.get("license")), model_path.name,
+                                      required=require_license and source is None)
+    pre = SegmentationPreprocess(imgsz=info.imgsz, anchors=info.anchors, mask_dim=info.mask_dim,
+                                 proto_size=info.proto_size)
+    photos = photos if photos is not None else package_photos(cache_dir)
+    if not photos.agreement:
+        raise GateFailed("no agreement photos: need ultralytics' assets, the photo wheels or --images DIR")
+    images = [read_rgb(p.path) for p in photos.agreement + photos.calibration]
+    staging = Path(work_dir) / name
+    staging.mkdir(parents=True, exist_ok=True)
+    served = staging / "model.onnx"
+
+    # 1. the served graph, proved against the original file (rows of real photos)
+    factor = params.half_factor if info.half else 1.0
+    a, nc = info.anchors, len(info.labels)
+    parts = {"boxes": (slice(0, 4 * a), params.box_tolerance_rel * info.imgsz * factor),
+             "scores": (slice(4 * a, (4 + nc) * a), params.score_tolerance * factor),
+             "masks": (slice((4 + nc) * a, None), params.raw_tolerance * factor)}
+    base, _ = letterboxed(images[:max(params.proof_batches)], pre)
+    rows = np.concatenate([base, base[..., ::-1], 1.0 - base, (1.0 - base)[..., ::-1]])[:max(params.proof_batches)]
+    original = _packed_runner(ort_session(model_path, threads=1), info.half)
+    proof, rewrite, dynamic = batching.BatchProof(False, [], "not tried"), batching.Rewrite(), False
+    try:
+        rewrite = convert(info, served, dynamic=True)
+        s = ort_session(served, threads=1)
+        proof = batching.prove_dynamic_batch(original, lambda f: s.run(None, f), info.input_name, rows, parts,
+                                             params.proof_batches)
+        dynamic = proof.passed
+    except Exception as exc:  # noqa: BLE001 - a rewrite that fails means: serve at batch 1
+        proof = batching.BatchProof(False, [], f"batch rewrite failed: {type(exc).__name__}: {exc}")
+    if not dynamic:
+        log.warning("%s: batch proof failed (%s): served at batch 1", name, proof.reason)
+        rewrite = convert(info, served, dynamic=False)
+        s = ort_session(served, threads=1)
+        proof = batching.prove_dynamic_batch(original, lambda f: s.run(None, f), info.input_name, rows, parts, (1,))
+        if not proof.passed:
+            raise GateFailed(f"{name}: the converted graph disagrees with the original at batch 1: {proof.reason}")
+
+    # 2. ultralytics' predictor on the original vs triserve's serving path on the served graph
+    check = None
+    if verify_ultralytics is not False:
+        from families.detection.importers.verify import ultralytics_available
+
+        if ultralytics_available():
+            check = verify(Path(reference or model_path), ort_session(served, threads=1),
+                           [p.path for p in photos.agreement], pre, nc, cache_dir, params.min_iou,
+                           params.min_mask_iou, params.max_score_diff, conf=params.verify_conf)
+            if not check.passed:
+                raise GateFailed(f"{name}: triserve's pipeline disagrees with ultralytics' segment predictor: "
+                                 f"{check.describe()}")
+            if check.reference_instances == 0:
+                log.warning("%s: ultralytics found no instance on the agreement photos: the check is vacuous; pass "
+                            "--images with photos of the model's domain", name)
+        elif verify_ultralytics:
+            raise GateFailed("ultralytics is not installed: cannot verify against its predictor")
+
+    inputs, outputs = io_specs(served)
+    if source is None:
+        source = Source(kind="user", description=(
+            f"user ONNX {model_path.name} (sha256 {info.sha256}), ultralytics segment export "
+            f"{info.metadata.get('version', '?')} ({info.metadata.get('description', 'no description')}); "
+            f"{'float16 converted to float32, ' if info.half else ''}outputs packed into one row. Imported by "
+            f"families/segmentation/importers/{'checkpoint' if importer == 'segmentation-pt' else 'onnx_graph'}.py"),
+            license=weights_license, packages=package_versions("onnx", "onnxruntime", "ultralytics"))
+    elif license:
+        source = source.model_copy(update={"license": weights_license})
+    recipe = {"importer": importer, "source_sha256": info.sha256, "half_source": info.half,
+              "onnx_metadata": {k: v for k, v in info.metadata.items() if k != "names"},
+              "batch_rewrite": {**rewrite.as_dict(), "proved": dynamic, "reason": proof.reason},
+              "params": asdict(params), "photos": photos.describe()}
+    metrics = {f"proof_max_abs_diff_{k}": v for k, v in proof.worst.items()}
+    gates = {"dynamic_batch": dynamic, "batch_proof": proof.passed}
+    if check is not None:
+        metrics.update(check.metrics())
+        gates["ultralytics_agreement"] = check.passed
+    manifest = Manifest(
+        name=name, version=version, task="segmentation", variant="primary", model_file="model.onnx", files=[],
+        opset=opset_of(served), inputs=inputs, outputs=outputs, preprocess=pre, labels=info.labels,
+        source=source.model_copy(update={"recipe": {**source.recipe, **recipe}}),
+        data_fingerprint=data_fingerprint(model_path), metrics=metrics, parity=proof.checks, gates=gates,
+        recipe_hash=stable_hash({"source": info.sha256, "labels": info.labels, "imgsz": info.imgsz,
+                                 "params": asdict(params), "code": source_digest(CODE)}),
+        created_at=utcnow(), git_commit=git_commit())
+    report = {"name": name, "version": version, "imgsz": info.imgsz, "classes": nc, "half_source": info.half,
+              "dynamic_batch": dynamic, "batch_proof": {c.case: c.max_abs_diff for c in proof.checks},
+              "batch_proof_reason": proof.reason, "ultralytics": check.rows if check is not None else "skipped"}
+    fallback = None
+    if fallback_name:
+        fallback = _int8_sibling(info, served, pre, photos, Path(work_dir), fallback_name, manifest, params)
+        report["fallback"] = fallback[1]
+        if fallback[0] is None:
+            msg = f"{name}: the INT8 fallback failed its gates: {fallback[1]['reason']}"
+            if require_fallback:
+                raise GateFailed(msg)
+            log.warning(msg)
+    return ImportResult(Artifact(staging=staging, manifest=manifest), fallback[0] if fallback else None, report)
+
+
+def _int8_sibling(info: SegmenterInfo, served: Path, pre: SegmentationPreprocess, photos: PhotoSet, work_dir: Path,
+                  fallback_name: str, primary: Manifest, params: SegParams) -> tuple[Artifact | None, dict]:
+    """fallback.build_int8 gated against the served FP32 graph; the staged artifact when it passed."""
+    agree = [read_rgb(p.path) for p in photos.agreement]
+    cal = [read_rgb(p.path) for p in photos.calibration] or agree
+    res = build_int8(info.path, info.head_name, info.protos_name, served, pre, len(info.labels), agree,
+                     [p.name for p in photos.agreement], cal, work_dir / "int8", params.verify_conf)
+    report = {"name": fallback_name, "passed": res.passed, "reason": res.reason, "dynamic_batch": res.dynamic,
+              **res.metrics}
+    if res.path is None:
+        return None, report
+    staging = work_dir / fallback_name
+    staging.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(res.path, staging / "model.onnx")
+    inputs, outputs = io_specs(staging / "model.onnx")
+    manifest = primary.model_copy(update={
+        "name": fallback_name, "variant": "fallback", "fallback_for": primary.name, "inputs": inputs,
+        "outputs": outputs, "opset": opset_of(staging / "model.onnx"), "parity": [], "metrics": res.metrics,
+        "gates": {"fp32_agreement": True, "cheaper": True, "dynamic_batch": res.dynamic},
+        "source": primary.source.model_copy(update={
+            "description": f"{primary.source.description}. Fallback: {res.method['summary']}",
+            "recipe": {**primary.source.recipe, "fallback": res.method}}),
+        "recipe_hash": stable_hash({"primary": primary.recipe_hash, "fallback": res.method.get("summary")})})
+    assert manifest.labels == primary.labels, "a fallback serves the primary's label set"
+    return Artifact(staging=staging, manifest=manifest), report
+
+
+def publish_segmentation_onnx(model: Path, name: str, version: str, registry, *, labels_file: Path | None = None,
+                              imgsz: int | None = None, alias: str | None = None, cache_dir: Path | None = None,
+                              images: Path | None = None, verify_ultralytics: bool | None = None,
+                              license: str | None = None, require_license: bool = False,
+                              fallback_name: str | None = None) -> tuple[list[Manifest], dict]:
+    for n in [name] + ([fallback_name] if fallback_name else []):
+        refuse_existing(registry, n, version)
+    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
+    try:
+        result = import_segmentation_onnx(model, name, version, work,
+                                          labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
+                                          photos=user_photos(images) if images else None, cache_dir=cache_dir,
+                                          verify_ultralytics=verify_ultralytics, license=license,
+                                          require_license=require_license, fallback_name=fallback_name)
+        return publish(registry, result, alias, by=f"{BY} segmentation-onnx"), result.report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _cmd(args) -> int:
+    from models.registry import LocalRegistry, RegistryError
+
+    try:
+        with quiet_stdout():
+            published, report = publish_segmentation_onnx(
+                args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
+                imgsz=args.imgsz, alias=args.alias, cache_dir=args.cache, images=args.images,
+                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
+                fallback_name=args.fallback_name)
+    except (GateFailed, RegistryError) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    print_result(published, report)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `segmentation-onnx` on the `triserve import` parser (triserve/importers.py)."""
+    p = subparsers.add_parser("segmentation-onnx", help="import an ultralytics segment ONNX export",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
+    p.add_argument("--name", required=True, help="registry model name, e.g. plates")
+    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p.add_argument("--labels", type=Path, default=None, help="class names; required without ONNX metadata")
+    p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
+    add_registry_option(p)
+    p.add_argument("--alias", default=None, help="also point this alias at the new version")
+    p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling (fallback.py)")
+    p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")
+    add_license_option(p)
+    p.set_defaults(func=_cmd)

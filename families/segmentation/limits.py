@@ -1,0 +1,30 @@
+"""Request limits of the segmentation family (serving.yaml `limits.segmentation`, overridable per deployment)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MaskFormat = Literal["rle", "polygons", "both"]
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_images: int = Field(8, ge=1, le=64, description="Images per request.")
+    max_image_bytes: int = Field(10 * 2**20, ge=1024, description="Encoded bytes per image.")
+    max_pixels: int = Field(40_000_000, ge=1, description="width*height cap, checked from the header before decoding "
+                                                          "(masks are returned in original pixels: this bounds them).")
+    conf_threshold: float = Field(0.25, ge=0, le=1, description="Default confidence threshold.")
+    iou_threshold: float = Field(0.45, ge=0, le=1, description="Default NMS IoU threshold.")
+    pre_nms_topk: int = Field(1000, ge=1, le=100_000, description="Candidates kept before NMS (bounds NMS cost).")
+    max_detections: int = Field(100, ge=1, le=1000, description="Default and cap of instances per image (each one "
+                                                                "is a mask assembled after NMS).")
+    max_mask_pixels: int = Field(
+        16_000_000, ge=1, description="Box pixels (original image) per image that masks are assembled in, spent in "
+                                      "score order; instances beyond it are returned with their box and "
+                                      "mask_skipped (bounds the mask stage: ~3 ns per pixel on one core).")
+    mask_format: MaskFormat = Field("rle", description="Default mask encoding: COCO RLE, polygons or both.")
+    max_polygon_points: int = Field(1000, ge=4, le=100_000,
+                                    description="Points per instance over all its polygons (contours are simplified "
+                                                "until they fit).")

@@ -1,0 +1,71 @@
+"""Segmentation request/response schemas (the OpenAPI contract): detection's image inputs, plus masks per instance."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from families.detection.schemas import ImageInput
+from families.segmentation.limits import MaskFormat
+from kernel.schemas import ModelChoice, ServedBy, deployment_field
+
+
+class SegmentOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    conf_threshold: float | None = Field(None, ge=0.0, le=1.0, description="Minimum score (default from config).")
+    iou_threshold: float | None = Field(None, ge=0.0, le=1.0, description="NMS IoU threshold (default from config).")
+    max_detections: int | None = Field(None, ge=1, description="Instances per image (capped by config).")
+    class_aware: bool = Field(True, description="Suppress overlaps only within the same class.")
+    mask_format: MaskFormat | None = Field(None, description="'rle' (COCO RLE), 'polygons' or 'both' (default from "
+                                                             "config: rle).")
+    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = deployment_field()
+
+
+class SegmentRequest(SegmentOptions):
+    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"images": [{"data": "<base64 PNG>"}], "conf_threshold": 0.25, "mask_format": "rle"}]})
+
+
+class SegmentUpload(SegmentOptions):
+    """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
+
+    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
+
+
+class RLE(BaseModel):
+    """COCO run-length encoding, as pycocotools.mask.encode returns it (counts decoded to text): decode with
+    pycocotools.mask.decode({'size': size, 'counts': counts}) or any COCO tool."""
+
+    size: list[int] = Field(description="[height, width] of the original image.", min_length=2, max_length=2)
+    counts: str = Field(description="Compressed column-major run lengths (pycocotools' string format).")
+
+
+class Polygon(BaseModel):
+    points: list[float] = Field(description="x1, y1, x2, y2, ... in original image pixels (COCO's polygon list).")
+
+
+class Instance(BaseModel):
+    box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.", min_length=4, max_length=4)
+    score: float
+    class_id: int
+    label: str
+    area: int = Field(description="Mask pixels (0 when the mask was skipped).")
+    mask_skipped: bool = Field(False, description="No mask: the image's mask pixel budget (limits.max_mask_pixels, "
+                                                  "spent in score order) did not cover this instance's box.")
+    rle: RLE | None = Field(None, description="The mask (mask_format 'rle' or 'both').")
+    polygons: list[Polygon] | None = Field(
+        None, description="The mask's outer contours in original pixels, largest first (mask_format 'polygons' or "
+                          "'both').")
+
+
+class ImageResult(BaseModel):
+    width: int
+    height: int
+    instances: list[Instance]
+    candidates: int = Field(description="Anchors above the threshold before the pre-NMS cap.")
+    masks_skipped: int = Field(0, description="Instances returned without a mask (see Instance.mask_skipped).")
+
+
+class SegmentResponse(ServedBy):
+    results: list[ImageResult]
