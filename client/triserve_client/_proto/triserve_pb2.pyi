@@ -251,3 +251,175 @@ class ForecastResponse(_message.Message):
     forecast: _containers.RepeatedCompositeFieldContainer[ForecastPoint]
     input: InputReport
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...
+
+class PoseRequest(_message.Message):
+    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "model", "deployment")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CONF_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[bytes]
+    conf_threshold: float
+    iou_threshold: float
+    max_detections: int
+    model: ModelChoice
+    deployment: str
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class PoseKeypoint(_message.Message):
+    __slots__ = ("name", "x", "y", "confidence", "visible")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    X_FIELD_NUMBER: _ClassVar[int]
+    Y_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    VISIBLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    x: float
+    y: float
+    confidence: float
+    visible: bool
+    def __init__(self, name: _Optional[str] = ..., x: _Optional[float] = ..., y: _Optional[float] = ..., confidence: _Optional[float] = ..., visible: _Optional[bool] = ...) -> None: ...
+
+class PosePerson(_message.Message):
+    __slots__ = ("box", "score", "class_id", "label", "keypoints")
+    BOX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    KEYPOINTS_FIELD_NUMBER: _ClassVar[int]
+    box: _containers.RepeatedScalarFieldContainer[float]
+    score: float
+    class_id: int
+    label: str
+    keypoints: _containers.RepeatedCompositeFieldContainer[PoseKeypoint]
+    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ..., keypoints: _Optional[_Iterable[_Union[PoseKeypoint, _Mapping]]] = ...) -> None: ...
+
+class PoseImageResult(_message.Message):
+    __slots__ = ("width", "height", "people", "candidates")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PEOPLE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    height: int
+    people: _containers.RepeatedCompositeFieldContainer[PosePerson]
+    candidates: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., people: _Optional[_Iterable[_Union[PosePerson, _Mapping]]] = ..., candidates: _Optional[int] = ...) -> None: ...
+
+class PoseBone(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class PoseResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "keypoint_names", "skeleton", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    KEYPOINT_NAMES_FIELD_NUMBER: _ClassVar[int]
+    SKELETON_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    keypoint_names: _containers.RepeatedScalarFieldContainer[str]
+    skeleton: _containers.RepeatedCompositeFieldContainer[PoseBone]
+    results: _containers.RepeatedCompositeFieldContainer[PoseImageResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., keypoint_names: _Optional[_Iterable[str]] = ..., skeleton: _Optional[_Iterable[_Union[PoseBone, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[PoseImageResult, _Mapping]]] = ...) -> None: ...
+
+class SegmentRequest(_message.Message):
+    __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "class_aware", "model", "deployment", "mask_format")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CONF_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    IOU_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_DETECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_AWARE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    MASK_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[bytes]
+    conf_threshold: float
+    iou_threshold: float
+    max_detections: int
+    class_aware: bool
+    model: ModelChoice
+    deployment: str
+    mask_format: str
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., conf_threshold: _Optional[float] = ..., iou_threshold: _Optional[float] = ..., max_detections: _Optional[int] = ..., class_aware: _Optional[bool] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ..., mask_format: _Optional[str] = ...) -> None: ...
+
+class RLE(_message.Message):
+    __slots__ = ("size", "counts")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    size: _containers.RepeatedScalarFieldContainer[int]
+    counts: str
+    def __init__(self, size: _Optional[_Iterable[int]] = ..., counts: _Optional[str] = ...) -> None: ...
+
+class Polygon(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, points: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Instance(_message.Message):
+    __slots__ = ("box", "score", "class_id", "label", "area", "rle", "polygons", "mask_skipped")
+    BOX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    AREA_FIELD_NUMBER: _ClassVar[int]
+    RLE_FIELD_NUMBER: _ClassVar[int]
+    POLYGONS_FIELD_NUMBER: _ClassVar[int]
+    MASK_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    box: _containers.RepeatedScalarFieldContainer[float]
+    score: float
+    class_id: int
+    label: str
+    area: int
+    rle: RLE
+    polygons: _containers.RepeatedCompositeFieldContainer[Polygon]
+    mask_skipped: bool
+    def __init__(self, box: _Optional[_Iterable[float]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ..., area: _Optional[int] = ..., rle: _Optional[_Union[RLE, _Mapping]] = ..., polygons: _Optional[_Iterable[_Union[Polygon, _Mapping]]] = ..., mask_skipped: _Optional[bool] = ...) -> None: ...
+
+class SegmentImageResult(_message.Message):
+    __slots__ = ("width", "height", "instances", "candidates", "masks_skipped")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    MASKS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    height: int
+    instances: _containers.RepeatedCompositeFieldContainer[Instance]
+    candidates: int
+    masks_skipped: int
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ..., candidates: _Optional[int] = ..., masks_skipped: _Optional[int] = ...) -> None: ...
+
+class SegmentResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[SegmentImageResult]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SegmentImageResult, _Mapping]]] = ...) -> None: ...

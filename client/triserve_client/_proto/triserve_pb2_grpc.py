@@ -49,6 +49,16 @@ class TriserveStub:
                 request_serializer=triserve__pb2.ForecastRequest.SerializeToString,
                 response_deserializer=triserve__pb2.ForecastResponse.FromString,
                 _registered_method=True)
+        self.Pose = channel.unary_unary(
+                '/triserve.v1.Triserve/Pose',
+                request_serializer=triserve__pb2.PoseRequest.SerializeToString,
+                response_deserializer=triserve__pb2.PoseResponse.FromString,
+                _registered_method=True)
+        self.Segment = channel.unary_unary(
+                '/triserve.v1.Triserve/Segment',
+                request_serializer=triserve__pb2.SegmentRequest.SerializeToString,
+                response_deserializer=triserve__pb2.SegmentResponse.FromString,
+                _registered_method=True)
 
 
 class TriserveServicer:
@@ -75,6 +85,20 @@ class TriserveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pose(self, request, context):
+        """People's poses in encoded images: boxes and keypoints in original image pixels, with the keypoint schema.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Segment(self, request, context):
+        """Object instances in encoded images: boxes and masks (COCO RLE and/or polygons) in original image pixels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TriserveServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +116,16 @@ def add_TriserveServicer_to_server(servicer, server):
                     servicer.Forecast,
                     request_deserializer=triserve__pb2.ForecastRequest.FromString,
                     response_serializer=triserve__pb2.ForecastResponse.SerializeToString,
+            ),
+            'Pose': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pose,
+                    request_deserializer=triserve__pb2.PoseRequest.FromString,
+                    response_serializer=triserve__pb2.PoseResponse.SerializeToString,
+            ),
+            'Segment': grpc.unary_unary_rpc_method_handler(
+                    servicer.Segment,
+                    request_deserializer=triserve__pb2.SegmentRequest.FromString,
+                    response_serializer=triserve__pb2.SegmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +209,60 @@ class Triserve:
             '/triserve.v1.Triserve/Forecast',
             triserve__pb2.ForecastRequest.SerializeToString,
             triserve__pb2.ForecastResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/Pose',
+            triserve__pb2.PoseRequest.SerializeToString,
+            triserve__pb2.PoseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Segment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/Segment',
+            triserve__pb2.SegmentRequest.SerializeToString,
+            triserve__pb2.SegmentResponse.FromString,
             options,
             channel_credentials,
             insecure,
