@@ -20,10 +20,16 @@ class Limits(BaseModel):
     pre_nms_topk: int = Field(1000, ge=1, le=100_000, description="Candidates kept before NMS (bounds NMS cost).")
     max_detections: int = Field(100, ge=1, le=1000, description="Default and cap of instances per image (each one "
                                                                 "is a mask assembled after NMS).")
+    max_mask_samples: int = Field(
+        16_384, ge=64, le=4_194_304,
+        description="Samples one instance's mask is computed on: a box with more pixels is sampled on a coarser grid "
+                    "(one sample per span of pixels; 16,384 = 128x128: a 640-pixel box gets one sample per 5x5 "
+                    "pixels). Bounds the mask stage at max_detections x this, whatever the boxes' size.")
     max_mask_pixels: int = Field(
-        16_000_000, ge=1, description="Box pixels (original image) per image that masks are assembled in, spent in "
-                                      "score order; instances beyond it are returned with their box and "
-                                      "mask_skipped (bounds the mask stage: ~3 ns per pixel on one core).")
+        100_000_000, ge=1, description="Box pixels (original image) per image that masks are encoded for, spent in "
+                                       "score order; instances beyond it are returned with their box and "
+                                       "mask_skipped (bounds the encoded masks on very large photos: the RLE has a "
+                                       "run boundary per pixel column per edge).")
     mask_format: MaskFormat = Field("rle", description="Default mask encoding: COCO RLE, polygons or both.")
     max_polygon_points: int = Field(1000, ge=4, le=100_000,
                                     description="Points per instance over all its polygons (contours are simplified "

@@ -35,23 +35,40 @@ def counts_from_boundaries(bounds: np.ndarray, total: int) -> np.ndarray:
     return counts[:-1] if counts.size > 1 and counts[-1] == 0 else counts  # no empty trailing run (pycocotools)
 
 
-def crop_counts(crop: np.ndarray, x0: int, y0: int, height: int, width: int) -> np.ndarray:
+def crop_counts(crop: np.ndarray, x0: int, y0: int, height: int, width: int, rows: np.ndarray | None = None,
+                cols: np.ndarray | None = None) -> np.ndarray:
     """COCO counts of a height x width mask that is zero outside `crop` (a bool [h, w] placed at column x0, row y0).
-    Three passes over the crop (transpose with a zero row per column, compare neighbours, find the flips)."""
+    Three passes over the crop (transpose with a zero row per column, compare neighbours, find the flips).
+
+    With `rows`/`cols` (a sampled crop, masks.InstanceMask), each sample stands for a span of pixels: a flip at
+    sample row i is a flip at pixel row rows[i], and a sample column's flips repeat in each pixel column of its span,
+    so the work is the samples' plus one bound per flip per pixel column, never the box's pixels."""
     ch, cw = crop.shape
     total = height * width
     if crop.size == 0:
         return np.array([total], np.int64)
-    cols = np.zeros((cw, ch + 1), np.uint8)  # each crop column, then a 0: runs end at the crop's bottom
-    cols[:, :ch] = crop.T
-    flat = cols.reshape(-1)
+    cols_ = np.zeros((cw, ch + 1), np.uint8)  # each crop column, then a 0: runs end at the crop's bottom
+    cols_[:, :ch] = crop.T
+    flat = cols_.reshape(-1)
     flips = np.flatnonzero(flat[1:] != flat[:-1]) + 1
     if flat[0]:
         flips = np.concatenate([[0], flips])
     if flips.size == 0:
         return np.array([total], np.int64)
     col, row = np.divmod(flips, ch + 1)
-    return counts_from_boundaries((x0 + col) * height + y0 + row, total)
+    if rows is None or cols is None:
+        return counts_from_boundaries((x0 + col) * height + y0 + row, total)
+    pixel_row = np.asarray(rows, np.int64)[row]  # rows[ch] is the crop's pixel height: the bottom
+    per_col = np.bincount(col, minlength=cw)  # flips of each sample column
+    span = np.asarray(cols, np.int64)[1:] - np.asarray(cols, np.int64)[:-1]  # pixel columns per sample column
+    block = per_col * span  # bounds each sample column contributes: its flips in each of its pixel columns
+    n = int(block.sum())
+    j = np.repeat(np.arange(cw), block)
+    within = np.arange(n) - np.repeat(np.cumsum(block) - block, block)
+    k = per_col[j]
+    pixel_col = np.asarray(cols, np.int64)[j] + within // k
+    flip = (np.cumsum(per_col) - per_col)[j] + within % k
+    return counts_from_boundaries((x0 + pixel_col) * height + y0 + pixel_row[flip], total)
 
 
 def mask_counts(mask: np.ndarray) -> np.ndarray:
@@ -62,7 +79,8 @@ def mask_counts(mask: np.ndarray) -> np.ndarray:
 
 def counts_to_strings(all_counts: list[np.ndarray]) -> list[str]:
     """COCO's compressed counts strings (pycocotools rleToString) of several masks in one vectorised pass: the
-    per-call cost of numpy is paid once per image, not once per instance."""
+    per-call cost of numpy is paid once per image, not once per instance. Each pass writes one 5-bit group of the
+    counts that still need one (most need one or two), so the work is the output's length."""
     if not all_counts:
         return []
     sizes = np.array([len(c) for c in all_counts], np.int64)
@@ -72,20 +90,24 @@ def counts_to_strings(all_counts: list[np.ndarray]) -> list[str]:
     x = counts.copy()
     later = np.flatnonzero(index > 2)  # pycocotools: `if (i > 2) x -= cnts[i-2]` (the third count is stored whole)
     x[later] -= counts[later - 2]
-    chars = np.zeros((x.size, _MAX_GROUPS), np.uint8)
-    active = np.ones(x.size, bool)
-    for k in range(_MAX_GROUPS):
+    groups = np.zeros(x.size, np.int64)
+    passes = []  # (which counts, their k-th char)
+    todo = np.arange(x.size)
+    for _ in range(_MAX_GROUPS):
+        if todo.size == 0:
+            break
         c = x & 0x1F
         x = x >> 5  # arithmetic shift: negative deltas end at -1
-        more = np.where(c & 0x10, x != -1, x != 0) & active
-        chars[:, k] = np.where(active, (c | np.where(more, 0x20, 0)) + 48, 0)
-        active = more
-        if not active.any():
-            break
-    used = chars[:, : k + 1]
-    per_count = (used != 0).sum(axis=1)
-    text = used[used != 0].tobytes().decode("ascii")
-    ends = np.cumsum(np.add.reduceat(per_count, starts)) if counts.size else np.zeros(0, np.int64)
+        more = np.where(c & 0x10, x != -1, x != 0)
+        passes.append((todo, (c | (more.astype(np.int64) << 5)) + 48))
+        groups[todo] += 1
+        todo, x = todo[more], x[more]
+    first = np.cumsum(groups) - groups  # where each count's chars start
+    buf = np.empty(int(groups.sum()), np.uint8)
+    for k, (which, chars) in enumerate(passes):
+        buf[first[which] + k] = chars
+    text = buf.tobytes().decode("ascii")
+    ends = np.cumsum(np.add.reduceat(groups, starts)) if counts.size else np.zeros(0, np.int64)
     bounds = np.concatenate([[0], ends])
     return [text[bounds[i]:bounds[i + 1]] for i in range(len(all_counts))]
 

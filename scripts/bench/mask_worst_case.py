@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def typical_row(n: int, side: int = 64, seed: int = 0) -> np.ndarray:
 
 
 def measure(row: np.ndarray, n: int, orig_hw: tuple[int, int], runs: int, fmt: str, case: str,
-            nc: int | None = None, budget: int | None = None) -> dict:
+            nc: int | None = None, budget: int | None = None, samples: int | None = None) -> dict:
     _, meta = letterbox(np.zeros((*orig_hw, 3), np.uint8), IMGSZ)
     nc = n if nc is None else nc
     labels = [str(i) for i in range(nc)]
@@ -75,13 +76,14 @@ def measure(row: np.ndarray, n: int, orig_hw: tuple[int, int], runs: int, fmt: s
         t0 = time.perf_counter()
         select(row, PRE, nc, params)
         t1 = time.perf_counter()
-        res = image_result(row, meta, PRE, labels, params, fmt, 1000, budget)
+        res = image_result(row, meta, PRE, labels, params, fmt, 1000, budget, samples)
         t2 = time.perf_counter()
         nms_ms.append((t1 - t0) * 1000)
         total_ms.append((t2 - t1) * 1000)
     assert len(res.instances) == n, (case, len(res.instances))
     mask_ms = np.maximum(np.array(total_ms) - np.array(nms_ms), 0)  # the post-NMS mask stage
-    return {"case": case, "masks_skipped": res.masks_skipped, "budget": budget,
+    return {"case": case, "masks_skipped": res.masks_skipped, "budget": budget, "samples": samples,
+            "encoded_chars": sum(len(i.rle.counts) for i in res.instances if i.rle is not None),
             "image": f"{orig_hw[1]}x{orig_hw[0]}", "instances": n, "format": fmt, "runs": runs,
             "mask_stage_p50_ms": float(np.percentile(mask_ms, 50)),
             "mask_stage_p99_ms": float(np.percentile(mask_ms, 99)),
@@ -95,17 +97,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/bench/mask_worst_case.json"))
     args = ap.parse_args()
     n, big = args.max_det, max(3, args.runs // 10)
-    budget = Limits().max_mask_pixels
-    # (name, row, classes, original h x w, runs, format, mask pixel budget)
-    cases = [("typical 62px boxes", typical_row(n), 1, (640, 640), args.runs, "rle", budget),
-             ("full boxes, smooth", worst_row(n), n, (640, 640), args.runs, "rle", None),
-             ("full boxes, smooth", worst_row(n), n, (640, 640), args.runs, "polygons", None),
-             ("full boxes, noise", worst_row(n, noise=True), n, (640, 640), args.runs, "rle", None),
-             ("full boxes, smooth, budget", worst_row(n), n, (640, 640), args.runs, "rle", budget),
-             ("full boxes, smooth, budget", worst_row(n), n, (3000, 4000), big, "rle", budget)]
+    budget, samples = Limits().max_mask_pixels, Limits().max_mask_samples  # the served defaults
+    # (name, row, classes, original h x w, runs, format, mask pixel budget, samples per instance)
+    cases = [("typical 62px boxes", typical_row(n), 1, (640, 640), args.runs, "rle", budget, samples),
+             ("full boxes, smooth", worst_row(n), n, (640, 640), args.runs, "rle", budget, samples),
+             ("full boxes, smooth", worst_row(n), n, (640, 640), args.runs, "polygons", budget, samples),
+             ("full boxes, noise", worst_row(n, noise=True), n, (640, 640), args.runs, "rle", budget, samples),
+             ("full boxes, smooth, one sample per pixel", worst_row(n), n, (640, 640), big, "rle", None, None),
+             ("full boxes, smooth", worst_row(n), n, (3000, 4000), big, "rle", budget, samples)]
     results = []
-    for case, row, nc, hw, runs, fmt, cap in cases:
-        r = measure(row, n, hw, runs, fmt, case, nc, cap)
+    for case, row, nc, hw, runs, fmt, cap, per_instance in cases:
+        r = measure(row, n, hw, runs, fmt, case, nc, cap, per_instance)
         results.append(r)
         print(f"{case:>27} {r['image']:>10} {n} instances ({fmt}, {r['masks_skipped']} masks skipped): mask stage "
               f"p50 {r['mask_stage_p50_ms']:.1f} ms, p99 {r['mask_stage_p99_ms']:.1f} ms", flush=True)
@@ -113,12 +115,16 @@ def main() -> None:
     args.out.write_text(json.dumps({"goal": "p99 <= 10 ms at max_det on 640x640", "results": results}, indent=2))
     lines = ["# Mask assembly worst case (scripts/bench/mask_worst_case.py)", "",
              "Post-NMS mask stage (masks + encoding of the kept instances), one core. 'full boxes': every instance's "
-             "box covers the whole image (the most pixels NMS can leave: one class each); 'budget': with "
-             "limits.max_mask_pixels (instances past it keep their box, mask_skipped).", "",
-             "| case | image | instances | masks skipped | format | p50 ms | p99 ms |",
-             "|---|---|---|---|---|---|---|"]
+             "box covers the whole image (the most pixels NMS can leave: one class each). Served defaults: "
+             f"limits.max_mask_samples {samples} per instance (a larger box is sampled on a coarser grid), "
+             f"limits.max_mask_pixels {budget} per image (instances past it keep their box, mask_skipped). "
+             "'encoded chars': the COCO RLE strings' total length, the response's mask payload.", "",
+             f"Reproduce: `{' '.join(['taskset -c 0 python -m scripts.bench.mask_worst_case', *sys.argv[1:]])}`", "",
+             "| case | image | instances | masks skipped | format | encoded chars | p50 ms | p99 ms |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['case']} | {r['image']} | {r['instances']} | {r['masks_skipped']} | {r['format']} | "
-              f"{r['mask_stage_p50_ms']:.1f} | {r['mask_stage_p99_ms']:.1f} |" for r in results]
+              f"{r['encoded_chars']:,} | {r['mask_stage_p50_ms']:.1f} | {r['mask_stage_p99_ms']:.1f} |"
+              for r in results]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from families.detection.importers.pipeline import nms_params
 from families.detection.importers.ultralytics_env import setup_ultralytics
 from families.detection.preprocess import preprocess_image
+from families.segmentation.limits import Limits
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.postprocess import instances
 from models.importing.agreement import Dets, agreement, match
@@ -60,14 +61,16 @@ def ultralytics_segments(source: Path, images: Sequence[Path], imgsz: int, cache
 
 def triserve_segments(session, images: Sequence[np.ndarray], pre: SegmentationPreprocess, num_classes: int,
                       conf: float = 0.25, iou: float = 0.7, max_det: int = 300) -> list[SegPrediction]:
-    """The family's serving path on the packed graph, one image per call."""
+    """The family's serving path on the packed graph, one image per call, with the default per-instance sample
+    budget (what a deployment serves: large boxes' masks on their sample grid)."""
     params = nms_params(conf, iou, max_det=max_det, topk=30000)
     name = session.get_inputs()[0].name
     out = []
     for img in images:
         x, meta = preprocess_image(img, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
         row = session.run(None, {name: x[None]})[0][0]
-        kept, boxes, masks = instances(row, meta, pre, num_classes, params)
+        kept, boxes, masks = instances(row, meta, pre, num_classes, params,
+                                       max_mask_samples=Limits().max_mask_samples)
         d = kept.detections
         out.append(SegPrediction(Dets(boxes, d.scores.astype(np.float32), d.classes.astype(np.int64)),
                                  [m.full() for m in masks if m is not None]))  # no budget: every mask

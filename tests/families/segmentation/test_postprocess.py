@@ -8,7 +8,7 @@ from families.detection.postprocess import NMSParams
 from families.detection.preprocess import letterbox
 from families.segmentation import rle
 from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.masks import polygons
+from families.segmentation.masks import instance_masks, polygons, sample_spans
 from families.segmentation.postprocess import image_result, instances, row_size, split_row
 from kernel.errors import InvalidOutput
 
@@ -121,3 +121,46 @@ def test_mask_pixel_budget_is_spent_in_score_order_and_skipped_instances_say_so(
     res = image_result(row, meta_identity(), PRE, ["a", "b"], NMSParams(), "rle", 100, 32 * 32 + 16 * 16)
     assert res.masks_skipped == 1 and res.instances[2].mask_skipped and res.instances[2].rle is None
     assert res.instances[2].box == [40.0, 8.0, 56.0, 24.0] and not res.instances[0].mask_skipped
+
+
+def test_sample_spans_partition_the_box_within_the_budget():
+    assert sample_spans(10, 20, 200) == (None, None)  # fits: one sample per pixel
+    rows, cols = sample_spans(616, 624, 16_384)
+    assert rows is not None and cols is not None
+    assert (len(rows) - 1) * (len(cols) - 1) <= 16_384 and rows[0] == cols[0] == 0
+    assert rows[-1] == 616 and cols[-1] == 624 and (np.diff(rows) >= 1).all() and (np.diff(cols) >= 1).all()
+
+
+def test_a_band_on_a_sample_grid_is_the_same_mask():
+    # the band's edges (pixel columns 8 | 40) fall on span edges of a 2-pixel grid: sampling changes nothing
+    row = packed([(32, 32, 56, 56)], [0.9], [1], rect_proto())  # box 4..60: 56 x 56 pixels
+    _, _, (exact,) = instances(row, meta_identity(), PRE, NC, NMSParams())
+    _, _, (sampled,) = instances(row, meta_identity(), PRE, NC, NMSParams(), max_mask_samples=28 * 28)
+    assert exact.rows is None and sampled.rows is not None and sampled.crop.shape == (28, 28)
+    assert (sampled.full() == exact.full()).all() and sampled.area == exact.area == 56 * 32
+    res = image_result(row, meta_identity(), PRE, ["a", "b"], NMSParams(), "both", 100, None, 28 * 28)
+    (inst,) = res.instances
+    assert inst.rle is not None and inst.rle.counts == rle.encode(exact.full())["counts"]
+    assert inst.polygons is not None and len(inst.polygons) == 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sampled_rle_is_the_rle_of_the_sampled_mask_and_close_to_the_exact_one(seed):
+    """Large boxes on smooth random prototypes: the encoder's span arithmetic against a plain encode of the
+    expanded mask, and the sampled mask against the per-pixel one."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    protos = np.stack([cv2.resize(c, (160, 160), interpolation=cv2.INTER_LINEAR)
+                       for c in rng.standard_normal((32, 6, 6)).astype(np.float32)])
+    _, meta = letterbox(np.zeros((480, 640, 3), np.uint8), 640)
+    box = np.array([rng.uniform(0, 100), rng.uniform(0, 100), rng.uniform(400, 640), rng.uniform(300, 480)])
+    coef = rng.standard_normal((1, 32)).astype(np.float32)
+    exact = instance_masks(coef, protos, box[None], meta, 640)[0]
+    sampled = instance_masks(coef, protos, box[None], meta, 640, 4096)[0]
+    assert sampled.crop.size <= 4096 < exact.crop.size
+    full = sampled.full()
+    counts = rle.crop_counts(sampled.crop, sampled.x0, sampled.y0, 480, 640, sampled.rows, sampled.cols)
+    assert counts.tolist() == rle.mask_counts(full).tolist() and sampled.area == full.sum()
+    iou = (full & exact.full()).sum() / (full | exact.full()).sum()
+    assert iou > 0.95
