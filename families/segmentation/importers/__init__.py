@@ -6,6 +6,10 @@ IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each
   onnx_graph  segmentation-onnx  an ultralytics segment ONNX export (e.g. platedet's YOLOv8s-seg), INT8 fallback
   checkpoint  segmentation-pt    an ultralytics segment .pt, exported with its mask branch
   plates      plates-default     the default plate segmenter (platedet's YOLOv8s-seg ONNX)
+
+BUILDS_ON: the families whose importers these reuse (a segment head IS a Detect head plus mask coefficients and
+prototypes: checkpoint loading, export, letterbox, capped NMS, batch rewrite and proofs and INT8 node selection are
+the detection family's, not copies). tests/families/test_importer_boundaries.py allows exactly these.
 """
 
 IMPORTERS = (
@@ -13,3 +17,4 @@ IMPORTERS = (
     "families.segmentation.importers.checkpoint",
     "families.segmentation.importers.plates",
 )
+BUILDS_ON = ("families.detection",)
