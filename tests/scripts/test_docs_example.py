@@ -4,11 +4,18 @@ translucent, and the file stays under its size cap."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from families.segmentation import rle as server_rle
 from scripts import docs_example as de
 from triserve_client.models import DetectResponse, PoseResponse, SegmentResponse
+
+
+@pytest.fixture(autouse=True)
+def panel_height(monkeypatch):
+    monkeypatch.setattr(de, "PANEL_HEIGHT", 540)  # the arithmetic below; the script's own is smaller
+
 
 ENVELOPE = {"request_id": "r", "deployment": "d", "model": {"name": "m", "version": "1"}, "degraded": False}
 
@@ -20,7 +27,7 @@ def photo(tmp_path, w=400, h=300):
 
 
 def test_detection_and_pose_are_drawn_where_the_answer_says(tmp_path):
-    path = photo(tmp_path)  # scaled to PANEL_HEIGHT: factor 540/300 = 1.8
+    path = photo(tmp_path)  # scaled to the panel height 540: factor 1.8
     det = DetectResponse(**ENVELOPE, results=[{"width": 400, "height": 300, "candidates": 1, "detections": [
         {"box": [100, 100, 200, 250], "score": 0.9, "class_id": 5, "label": "bus"}]}])
     panel = np.asarray(de.detection_panel(path, det))
@@ -40,19 +47,19 @@ def test_detection_and_pose_are_drawn_where_the_answer_says(tmp_path):
 
 
 def test_masks_are_decoded_and_laid_over_translucent(tmp_path):
-    path = photo(tmp_path, 800, 600)
+    path = photo(tmp_path, 800, 600)  # scaled 0.9
     mask = np.zeros((600, 800), bool)
     mask[400:430, 500:580] = True
     counts = server_rle.counts_to_strings([server_rle.mask_counts(mask)])[0]
     seg = SegmentResponse(**ENVELOPE, results=[{"width": 800, "height": 600, "candidates": 1, "instances": [
         {"box": [500, 400, 580, 430], "score": 0.7, "class_id": 0, "label": "plate", "area": int(mask.sum()),
          "rle": {"size": [600, 800], "counts": counts}}]}])
-    panel = de.segmentation_panel(path, seg)
-    assert panel.height == de.PANEL_HEIGHT
-    # cropped to 360 x 300 around the plate (x0 = 360, y0 = 265), scaled 1.8: the mask's centre is half colour
-    px = np.asarray(panel)[int((415 - 265) * 1.8), int((540 - 360) * 1.8)]
+    panel = de.segmentation_panel(Image.open(path), seg)
+    assert panel.size == (720, 540)
+    px = np.asarray(panel)[int(415 * 0.9), int(540 * 0.9)]  # the mask's centre: half grey, half its colour
     expected = 0.5 * 128 + 0.5 * np.array(de.colour(7))
     assert np.abs(px - expected).max() <= 2, (px, expected)
+    assert tuple(np.asarray(panel)[int(300 * 0.9), int(540 * 0.9)]) == (128, 128, 128)  # outside: untouched
 
 
 def test_the_composed_image_is_saved_under_the_cap(tmp_path):
