@@ -11,8 +11,9 @@ extra `pip install './client[grpc]'` (grpcio, protobuf), a typed client of its g
 
 Methods (the same on AsyncTriserveClient, awaited):
 
-- tasks: classify, detect (bytes, paths or base64; JSON or multipart upload), forecast, forecast_panel (many series
-  in one request); models, ready, live, wait_ready.
+- tasks: classify, detect, pose and segment (images as bytes, paths or base64; JSON or multipart upload; masks come
+  as COCO RLE: triserve_client.masks decodes them), forecast, forecast_panel (many series in one request); models,
+  ready, live, wait_ready.
 - admin, with an admin key (`api_key=`, sent as X-API-Key): the model repository - deployments, put_deployment,
   delete_deployment, load_deployment / unload_deployment (on-demand deployments); rollouts per slot ('<deployment>'
   or '<deployment>_fallback') - rollouts, promote, rollback, set_canary / clear_canary, set_shadow / clear_shadow.
@@ -20,7 +21,7 @@ Methods (the same on AsyncTriserveClient, awaited):
   numpy), oip_model_metadata, oip_server_metadata, oip_server_ready, oip_model_ready.
 
 gRPC (triserve_client.grpc, imported only when used): TriserveGrpcClient / AsyncTriserveGrpcClient with classify,
-detect and forecast, answering the same ClassifyResponse / DetectResponse / ForecastResponse as REST.
+detect, pose, segment and forecast, answering the same response models as REST.
 
 Results are pydantic models (triserve_client.models, kept in step with the service's response models by
 tests/client/test_schemas.py); errors are TriserveAPIError (status, code, message, details, request_id, retry_after)
@@ -49,8 +50,10 @@ from triserve_client.models import (
     OipServerMetadata,
     OipTensor,
     PanelForecastResponse,
+    PoseResponse,
     Promotion,
     ResidencyChange,
+    SegmentResponse,
     SlotRouting,
     SlotStatus,
 )
@@ -58,7 +61,8 @@ from triserve_client.sync import TriserveClient
 
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
-           "ForecastResponse", "PanelForecastResponse", "ModelsListing", "DeploymentStatus", "SlotStatus",
+           "PoseResponse", "SegmentResponse", "ForecastResponse", "PanelForecastResponse", "ModelsListing",
+           "DeploymentStatus", "SlotStatus",
            "DeploymentSpec", "Deployment", "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange",
            "SlotRouting", "MeasuredSplit", "Promotion",
            "OipInput", "OipInferResponse", "OipTensor", "OipModelMetadata", "OipServerMetadata"]

@@ -34,8 +34,10 @@ from triserve_client.models import (
     OipModelMetadata,
     OipServerMetadata,
     PanelForecastResponse,
+    PoseResponse,
     Promotion,
     ResidencyChange,
+    SegmentResponse,
     SlotRouting,
 )
 
@@ -230,18 +232,24 @@ class ClientCore:
     def detect_call(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
                     iou_threshold: float | None, max_detections: int | None, class_aware: bool | None,
                     model: str | None, deployment: str | None, upload: bool) -> Call[DetectResponse]:
-        items = [images] if _is_one_image(images) else list(images)
         opts = _options(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
                         class_aware=class_aware, model=model, deployment=deployment)
-        if not upload:
-            return Call("POST", "/v1/detect", _parser(DetectResponse),
-                        json={"images": [{"data": image_base64(im)} for im in items], **opts})
-        files = []
-        for i, im in enumerate(items):
-            name, raw = image_bytes(im)
-            files.append(("images", (name or f"image{i}", raw, "application/octet-stream")))
-        data = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in opts.items()}
-        return Call("POST", "/v1/detect/upload", _parser(DetectResponse), files=files, data=data)
+        return _image_call("/v1/detect", DetectResponse, images, opts, upload)
+
+    def pose_call(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
+                  iou_threshold: float | None, max_detections: int | None, model: str | None,
+                  deployment: str | None, upload: bool) -> Call[PoseResponse]:
+        opts = _options(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
+                        model=model, deployment=deployment)
+        return _image_call("/v1/pose", PoseResponse, images, opts, upload)
+
+    def segment_call(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
+                     iou_threshold: float | None, max_detections: int | None, class_aware: bool | None,
+                     mask_format: str | None, model: str | None, deployment: str | None,
+                     upload: bool) -> Call[SegmentResponse]:
+        opts = _options(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
+                        class_aware=class_aware, mask_format=mask_format, model=model, deployment=deployment)
+        return _image_call("/v1/segment", SegmentResponse, images, opts, upload)
 
     def forecast_call(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
                       start: Timestamp | None, frequency: str | None, horizon: int | None, model: str | None,
@@ -363,6 +371,24 @@ class ClientCore:
 def _options(**kw: Any) -> dict[str, Any]:
     """Only what the caller set: the service's defaults apply to the rest."""
     return {k: v for k, v in kw.items() if v is not None}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _image_call(path: str, answer: type[M], images: ImageLike | Sequence[ImageLike], opts: dict[str, Any],
+                upload: bool) -> Call[M]:
+    """An image task: base64 JSON at `path`, or multipart (no base64 overhead) at `path`/upload."""
+    items = [images] if _is_one_image(images) else list(images)
+    if not upload:
+        body = {"images": [{"data": image_base64(im)} for im in items], **opts}
+        return Call("POST", path, _parser(answer), json=body)
+    files = []
+    for i, im in enumerate(items):
+        name, raw = image_bytes(im)
+        files.append(("images", (name or f"image{i}", raw, "application/octet-stream")))
+    data = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in opts.items()}
+    return Call("POST", f"{path}/upload", _parser(answer), files=files, data=data)
 
 
 def _parser(model: type[BaseModel]) -> Callable[[httpx.Response, str], Any]:

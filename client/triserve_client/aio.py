@@ -25,8 +25,10 @@ from triserve_client.models import (
     OipModelMetadata,
     OipServerMetadata,
     PanelForecastResponse,
+    PoseResponse,
     Promotion,
     ResidencyChange,
+    SegmentResponse,
     SlotRouting,
 )
 
@@ -68,6 +70,26 @@ class AsyncTriserveClient:
         call = self._core.detect_call(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
                                       max_detections=max_detections, class_aware=class_aware, model=model,
                                       deployment=deployment, upload=upload)
+        return await self._run(call, timeout, request_id)
+
+    async def pose(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+                   iou_threshold: float | None = None, max_detections: int | None = None, model: str | None = None,
+                   deployment: str | None = None, upload: bool = False, timeout: float | None = None,
+                   request_id: str | None = None) -> PoseResponse:
+        """POST /v1/pose, or /v1/pose/upload with upload=True."""
+        call = self._core.pose_call(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                    max_detections=max_detections, model=model, deployment=deployment, upload=upload)
+        return await self._run(call, timeout, request_id)
+
+    async def segment(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+                      iou_threshold: float | None = None, max_detections: int | None = None,
+                      class_aware: bool | None = None, mask_format: str | None = None, model: str | None = None,
+                      deployment: str | None = None, upload: bool = False, timeout: float | None = None,
+                      request_id: str | None = None) -> SegmentResponse:
+        """POST /v1/segment, or /v1/segment/upload with upload=True."""
+        call = self._core.segment_call(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                       max_detections=max_detections, class_aware=class_aware,
+                                       mask_format=mask_format, model=model, deployment=deployment, upload=upload)
         return await self._run(call, timeout, request_id)
 
     async def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,

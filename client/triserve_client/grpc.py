@@ -7,11 +7,12 @@ which adds grpcio and protobuf; `import triserve_client` never needs them).
         r = ts.classify(["cancel my reservation"], top_k=2, request_id="demo-1")
         r.results[0].label, r.request_id          # the same ClassifyResponse as TriserveClient.classify
 
-classify, detect and forecast take the arguments of their REST counterparts (TriserveClient) and return the same
-pydantic models (ClassifyResponse, DetectResponse, ForecastResponse): the service runs the same pipeline for both
-and copies the REST answer field by field into the message (services/protocols/grpc_typed.py). AsyncTriserveGrpcClient
-is the asyncio twin (grpc.aio). The stubs are the client's own copy (triserve_client/_proto, `python
-client/gen_protos.py`), kept identical to the server's by tests/client/test_grpc.py.
+classify, detect, pose, segment and forecast take the arguments of their REST counterparts (TriserveClient) and return
+the same pydantic models (ClassifyResponse, DetectResponse, PoseResponse, SegmentResponse, ForecastResponse): the
+service runs the same pipeline for both and copies the REST answer field by field into the message
+(services/protocols/grpc_typed.py). AsyncTriserveGrpcClient is the asyncio twin (grpc.aio). The stubs are the
+client's own copy (triserve_client/_proto, `python client/gen_protos.py`), kept identical to the server's by
+tests/client/test_grpc.py.
 
 Per call: `request_id=` (else a fresh one) goes as `x-request-id` metadata; `timeout=` (per client or per call,
 seconds, retries included) is the gRPC deadline, the time left at each try; `api_key=` goes as `x-api-key`.
@@ -47,7 +48,7 @@ from triserve_client.errors import (
     TriserveTransportError,
     parse_retry_after,
 )
-from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse
+from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, PoseResponse, SegmentResponse
 
 try:
     import grpc
@@ -186,6 +187,23 @@ class GrpcCore:
                                           iou_threshold=iou_threshold, max_detections=max_detections,
                                           class_aware=class_aware, model=self._choice(model), deployment=deployment)
 
+    def pose_request(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
+                     iou_threshold: float | None, max_detections: int | None, model: str | None,
+                     deployment: str | None) -> Any:
+        items = [images] if _is_one_image(images) else list(images)
+        return triserve_pb2.PoseRequest(images=[image_bytes(im)[1] for im in items], conf_threshold=conf_threshold,
+                                        iou_threshold=iou_threshold, max_detections=max_detections,
+                                        model=self._choice(model), deployment=deployment)
+
+    def segment_request(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
+                        iou_threshold: float | None, max_detections: int | None, class_aware: bool | None,
+                        mask_format: str | None, model: str | None, deployment: str | None) -> Any:
+        items = [images] if _is_one_image(images) else list(images)
+        return triserve_pb2.SegmentRequest(images=[image_bytes(im)[1] for im in items], conf_threshold=conf_threshold,
+                                           iou_threshold=iou_threshold, max_detections=max_detections,
+                                           class_aware=class_aware, mask_format=mask_format,
+                                           model=self._choice(model), deployment=deployment)
+
     def forecast_request(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
                          start: Timestamp | None, frequency: str | None, horizon: int | None, model: str | None,
                          deployment: str | None) -> Any:
@@ -231,6 +249,27 @@ class TriserveGrpcClient:
                                             max_detections=max_detections, class_aware=class_aware, model=model,
                                             deployment=deployment)
         return self._run(self._stub.Detect, request, DetectResponse, timeout, request_id)
+
+    def pose(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+             iou_threshold: float | None = None, max_detections: int | None = None, model: str | None = None,
+             deployment: str | None = None, timeout: float | None = None,
+             request_id: str | None = None) -> PoseResponse:
+        """Triserve/Pose (as POST /v1/pose)."""
+        request = self._core.pose_request(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                          max_detections=max_detections, model=model, deployment=deployment)
+        return self._run(self._stub.Pose, request, PoseResponse, timeout, request_id)
+
+    def segment(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+                iou_threshold: float | None = None, max_detections: int | None = None,
+                class_aware: bool | None = None, mask_format: str | None = None, model: str | None = None,
+                deployment: str | None = None, timeout: float | None = None,
+                request_id: str | None = None) -> SegmentResponse:
+        """Triserve/Segment (as POST /v1/segment). Over gRPC `polygons` is never absent: [] when
+        mask_format is 'rle' (REST: None)."""
+        request = self._core.segment_request(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                             max_detections=max_detections, class_aware=class_aware,
+                                             mask_format=mask_format, model=model, deployment=deployment)
+        return self._run(self._stub.Segment, request, SegmentResponse, timeout, request_id)
 
     def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
                  start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,
@@ -303,6 +342,26 @@ class AsyncTriserveGrpcClient:
                                             max_detections=max_detections, class_aware=class_aware, model=model,
                                             deployment=deployment)
         return await self._run(self._stub.Detect, request, DetectResponse, timeout, request_id)
+
+    async def pose(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+                   iou_threshold: float | None = None, max_detections: int | None = None, model: str | None = None,
+                   deployment: str | None = None, timeout: float | None = None,
+                   request_id: str | None = None) -> PoseResponse:
+        """Triserve/Pose."""
+        request = self._core.pose_request(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                          max_detections=max_detections, model=model, deployment=deployment)
+        return await self._run(self._stub.Pose, request, PoseResponse, timeout, request_id)
+
+    async def segment(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
+                      iou_threshold: float | None = None, max_detections: int | None = None,
+                      class_aware: bool | None = None, mask_format: str | None = None, model: str | None = None,
+                      deployment: str | None = None, timeout: float | None = None,
+                      request_id: str | None = None) -> SegmentResponse:
+        """Triserve/Segment."""
+        request = self._core.segment_request(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                             max_detections=max_detections, class_aware=class_aware,
+                                             mask_format=mask_format, model=model, deployment=deployment)
+        return await self._run(self._stub.Segment, request, SegmentResponse, timeout, request_id)
 
     async def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
                        start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,

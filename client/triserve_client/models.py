@@ -1,8 +1,9 @@
 """Typed results, the client's own: nothing here imports the server, so `pip install ./client` is all a caller needs.
 
-They mirror the service's response models (families/*/schemas.py, the envelope of kernel/schemas.py, Timings
-of kernel/request_context.py, the error model of kernel/errors.py) and are kept in step with them by
-tests/client/test_schemas.py, which compares them with the server's models and its live /openapi.json.
+They mirror the service's response models (families/*/schemas.py: text, detection, pose, segmentation, forecast; the
+envelope of kernel/schemas.py, Timings of kernel/request_context.py, the error model of kernel/errors.py) and are kept
+in step with them by tests/client/test_schemas.py, which compares them with the server's models and its live
+/openapi.json.
 
 Tolerant where a client should be, so that a newer server does not break an older client: every model keeps fields
 it does not know (extra="allow", readable via `.model_extra`); enumerations (forecast frequency, interval calibration)
@@ -21,7 +22,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["ClassifyResponse", "TextResult", "LabelScore", "DetectResponse", "ImageResult", "Detection",
-           "ForecastResponse", "ForecastPoint", "InputReport", "ServedBy", "ModelInfo", "Timings", "ErrorBody",
+           "PoseResponse", "PoseImageResult", "Person", "Keypoint", "Bone", "SegmentResponse", "SegmentImageResult",
+           "Instance", "RLE", "Polygon", "ForecastResponse", "ForecastPoint", "InputReport", "ServedBy", "ModelInfo",
+           "Timings", "ErrorBody",
            "ErrorResponse", "SlotStatus", "DeploymentStatus", "ModelsListing", "Batching", "ModelRef",
            "DeploymentSpec", "Deployment", "ModelRepository", "DeploymentChange", "ResidencyChange", "CanaryRoute",
            "SlotRouting", "Promotion", "OipTensorMeta", "OipModelMetadata", "OipServerMetadata", "OipTensor",
@@ -95,6 +98,80 @@ class ImageResult(Answer):
 
 class DetectResponse(ServedBy):
     results: list[ImageResult]
+
+
+# -- POST /v1/pose, /v1/pose/upload ------------------------------------------------------------------------------------
+class Keypoint(Answer):
+    name: str
+    x: float = Field(description="Original image pixels (clipped to the image).")
+    y: float = Field(description="Original image pixels (clipped to the image).")
+    confidence: float | None = Field(None, description="Visibility/presence score in [0, 1] (None: the model's "
+                                                       "keypoints carry no score).")
+    visible: bool
+
+
+class Person(Answer):
+    box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.")
+    score: float
+    class_id: int
+    label: str
+    keypoints: list[Keypoint] = Field(description="In the order of PoseResponse.keypoint_names.")
+
+
+class PoseImageResult(Answer):
+    width: int
+    height: int
+    people: list[Person]
+    candidates: int = Field(description="Anchors above the threshold before the pre-NMS cap.")
+
+
+class Bone(Answer):
+    """A skeleton edge: two indices into keypoint_names (and every person's keypoints) to join with a line."""
+
+    start: int
+    end: int
+
+
+class PoseResponse(ServedBy):
+    keypoint_names: list[str]
+    skeleton: list[Bone] = Field(default_factory=list)
+    results: list[PoseImageResult]
+
+
+# -- POST /v1/segment, /v1/segment/upload ------------------------------------------------------------------------------
+class RLE(Answer):
+    """COCO run-length encoding (pycocotools' compressed string): triserve_client.masks.decode_rle reads it."""
+
+    size: list[int] = Field(description="[height, width] of the original image.")
+    counts: str = Field(description="Compressed column-major run lengths (pycocotools' string format).")
+
+
+class Polygon(Answer):
+    points: list[float] = Field(description="x1, y1, x2, y2, ... in original image pixels.")
+
+
+class Instance(Answer):
+    box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.")
+    score: float
+    class_id: int
+    label: str
+    area: int = Field(description="Mask pixels (0 when the mask was skipped).")
+    mask_skipped: bool = False
+    rle: RLE | None = Field(None, description="mask_format 'rle' or 'both'.")
+    polygons: list[Polygon] | None = Field(None, description="mask_format 'polygons' or 'both': outer contours, "
+                                                             "largest first.")
+
+
+class SegmentImageResult(Answer):
+    width: int
+    height: int
+    instances: list[Instance]
+    candidates: int = Field(description="Anchors above the threshold before the pre-NMS cap.")
+    masks_skipped: int = 0
+
+
+class SegmentResponse(ServedBy):
+    results: list[SegmentImageResult]
 
 
 # -- POST /v1/forecast -------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.families.segmentation.test_serving import png as seg_png
 from tests.services.test_gateway import png_bytes
 from triserve_client import (
     NO_RETRY,
@@ -21,13 +22,24 @@ from triserve_client import (
     DetectResponse,
     ForecastResponse,
     ModelsListing,
+    PoseResponse,
     RetryPolicy,
+    SegmentResponse,
     TriserveAPIError,
     TriserveClient,
     TriserveTimeoutError,
     TriserveTransportError,
 )
+from triserve_client.masks import decode_rle, mask_area
 
+SEG_OPTS = {"conf_threshold": 0.3, "max_detections": 10}
+POSE_ANSWER = {
+    "request_id": "p1", "deployment": "people", "model": {"name": "yolo11n-pose", "version": "1"}, "degraded": False,
+    "timings": {"total_ms": 9.0}, "keypoint_names": ["nose", "left_eye"], "skeleton": [{"start": 0, "end": 1}],
+    "results": [{"width": 64, "height": 48, "candidates": 3, "people": [
+        {"box": [1.0, 2.0, 40.0, 45.0], "score": 0.9, "class_id": 0, "label": "person",
+         "keypoints": [{"name": "nose", "x": 20.0, "y": 10.0, "confidence": 0.8, "visible": True},
+                       {"name": "left_eye", "x": 22.0, "y": 9.0, "confidence": None, "visible": True}]}]}]}
 SERIES = [round(340 + 3 * math.sin(i * math.pi / 6) + 0.1 * i, 3) for i in range(48)]
 HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -93,6 +105,70 @@ def test_detect_async(server, tmp_path):
 
     as_json, as_upload = run(go())
     assert as_json.results == as_upload.results and as_json.results[0].width == 320
+
+
+def test_segment_json_upload_and_masks(ts):
+    raw = seg_png()
+    r = ts.segment(raw, mask_format="both", request_id="client-seg-1", **SEG_OPTS)
+    assert isinstance(r, SegmentResponse) and r.request_id == "client-seg-1" and r.deployment == "segmentation"
+    assert r.model.name == "seg-tiny" and not r.degraded
+    image = r.results[0]
+    assert (image.width, image.height) == (96, 72) and image.instances
+    for inst in image.instances:
+        assert inst.rle is not None and inst.rle.size == [72, 96] and inst.polygons
+        mask = decode_rle(inst.rle)
+        assert mask.shape == (72, 96) and int(mask.sum()) == inst.area == mask_area(inst.rle) > 0
+        ys, xs = mask.nonzero()  # the mask lies in its box (1 px of rounding)
+        x1, y1, x2, y2 = inst.box
+        assert xs.min() >= x1 - 1 and xs.max() <= x2 + 1 and ys.min() >= y1 - 1 and ys.max() <= y2 + 1
+    up = ts.segment([raw], upload=True, mask_format="both", **SEG_OPTS)
+    assert up.results == r.results
+    rle_only = ts.segment(raw, **SEG_OPTS).results[0].instances
+    assert [i.rle for i in rle_only] == [i.rle for i in image.instances] and all(i.polygons is None for i in rle_only)
+    lite = ts.segment(raw, model="fallback", class_aware=False, **SEG_OPTS)
+    assert lite.degraded and lite.degraded_reason == "requested" and lite.model.name == "seg-tiny-lite"
+
+
+def test_segment_async(server, ts):
+    async def go():
+        async with AsyncTriserveClient(server.url, timeout=60) as client:
+            return await client.segment(seg_png(), upload=True, **SEG_OPTS)
+
+    assert run(go()).results == ts.segment(seg_png(), **SEG_OPTS).results
+
+
+def test_segment_bad_option_is_the_services_422(ts):
+    with pytest.raises(TriserveAPIError) as err:
+        ts.segment(seg_png(), mask_format="bitmap")
+    assert err.value.status == 422 and err.value.code == "validation_error" and err.value.attempts == 1
+
+
+def test_pose_without_a_pose_deployment_is_a_typed_error(ts):
+    """The test server serves no pose model: the route exists and answers the error model (a pose answer is parsed
+    in test_pose_answer_parses, against a mock)."""
+    with pytest.raises(TriserveAPIError) as err:
+        ts.pose(seg_png(), conf_threshold=0.25)
+    assert 400 <= err.value.status < 600 and err.value.code and err.value.request_id
+
+
+def test_pose_answer_parses_and_sends_what_the_route_takes():
+    """POST /v1/pose and /v1/pose/upload as the client sends them, and the answer read into PoseResponse."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=POSE_ANSWER, headers={"X-Request-ID": "p1"})
+
+    with TriserveClient(transport=httpx.MockTransport(handler)) as ts:
+        r = ts.pose(b"\x89PNG raw", conf_threshold=0.3, max_detections=5, deployment="people")
+        up = ts.pose([b"a", b"b"], upload=True, iou_threshold=0.5)
+    assert isinstance(r, PoseResponse) and r == up
+    person = r.results[0].people[0]
+    assert r.keypoint_names == ["nose", "left_eye"] and (r.skeleton[0].start, r.skeleton[0].end) == (0, 1)
+    assert person.keypoints[1].confidence is None and person.keypoints[0].visible and person.box[2] == 40.0
+    body = sent[0].read()
+    assert sent[0].url.path == "/v1/pose" and b'"max_detections":5' in body and b'"deployment":"people"' in body
+    assert sent[1].url.path == "/v1/pose/upload" and sent[1].read().count(b'name="images"') == 2
 
 
 def test_forecast(ts):

@@ -1,7 +1,7 @@
 """triserve_client.grpc: its own copy of the stubs is the server's (the serialized FileDescriptorProto of each, read in
 a process of its own, and a fresh generation from the server's proto); against the real session server its
-classify/detect/forecast answer what REST answers for the same inputs, sync and async; errors carry the service's
-code; and `import triserve_client` works without grpcio."""
+classify/detect/segment/forecast answer what REST answers for the same inputs, sync and async; errors carry the
+service's code; and `import triserve_client` works without grpcio."""
 from __future__ import annotations
 
 import asyncio
@@ -16,12 +16,14 @@ import pytest
 from google.protobuf import descriptor_pb2, text_format
 
 from tests.conftest import free_port
+from tests.families.segmentation.test_serving import png as seg_png
 from tests.services.test_gateway import png_bytes
 from triserve_client import (
     ClassifyResponse,
     DetectResponse,
     ForecastResponse,
     RetryPolicy,
+    SegmentResponse,
     TriserveAPIError,
     TriserveClient,
     TriserveTransportError,
@@ -163,18 +165,40 @@ def test_forecast_answers_what_rest_answers(rest, rpc):
     same(theta, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=3, model="fallback"))
 
 
+def test_segment_answers_what_rest_answers_but_polygons(rest, rpc):
+    raw = seg_png()
+    opts = {"conf_threshold": 0.3, "max_detections": 10}
+    both = rpc.segment(raw, mask_format="both", request_id="grpc-seg-1", **opts)
+    assert isinstance(both, SegmentResponse) and both.request_id == "grpc-seg-1" and both.results[0].instances
+    same(both, rest.segment(raw, mask_format="both", **opts))
+    r = rpc.segment(raw, **opts)  # mask_format rle: proto3 repeated polygons come as [], REST's as None
+    expected = rest.segment(raw, **opts).model_dump(exclude=VOLATILE)
+    for inst in expected["results"][0]["instances"]:
+        inst["polygons"] = []
+    assert r.model_dump(exclude=VOLATILE) == expected and all(i.rle for i in r.results[0].instances)
+
+
+def test_pose_is_routed_to_the_services_pose_method(rpc):
+    """No pose deployment on the test server: Triserve/Pose answers the service's error, as REST does."""
+    with pytest.raises(TriserveAPIError) as err:
+        rpc.pose(seg_png(), request_id="grpc-pose-1")
+    assert err.value.request_id == "grpc-pose-1" and err.value.code and err.value.code != "grpc_unimplemented"
+
+
 def test_async_grpc_client(server, rest):
     async def go():
         async with AsyncTriserveGrpcClient(server.grpc_target, timeout=60) as ts:
             return await asyncio.gather(ts.classify(["what is my balance"], request_id="grpc-async-1"),
                                         ts.detect(png_bytes(seed=8), conf_threshold=0.001),
-                                        ts.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2))
+                                        ts.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2),
+                                        ts.segment(seg_png(), conf_threshold=0.3, mask_format="both"))
 
-    c, d, f = asyncio.run(go())
+    c, d, f, sg = asyncio.run(go())
     assert c.request_id == "grpc-async-1"
     same(c, rest.classify(["what is my balance"]))
     same(d, rest.detect(png_bytes(seed=8), conf_threshold=0.001))
     same(f, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2))
+    same(sg, rest.segment(seg_png(), conf_threshold=0.3, mask_format="both"))
 
 
 # --- errors ---------------------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ import triserve_client.models as client_models
 from configs.deployments import ModelRepository
 from families.detection.schemas import DetectResponse
 from families.forecast.schemas import ForecastResponse, InputReport, PanelForecastResponse
+from families.pose.schemas import PoseResponse
+from families.segmentation.schemas import SegmentResponse
 from families.text.schemas import ClassifyResponse
 from kernel.errors import ErrorResponse
 
@@ -29,6 +31,8 @@ Schema = dict[str, Any]
 PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "ClassifyResponse": (ClassifyResponse, client_models.ClassifyResponse),
     "DetectResponse": (DetectResponse, client_models.DetectResponse),
+    "PoseResponse": (PoseResponse, client_models.PoseResponse),
+    "SegmentResponse": (SegmentResponse, client_models.SegmentResponse),
     "ForecastResponse": (ForecastResponse, client_models.ForecastResponse),
     "PanelForecastResponse": (PanelForecastResponse, client_models.PanelForecastResponse),
     "ErrorResponse": (ErrorResponse, client_models.ErrorResponse),
@@ -37,7 +41,9 @@ PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
 }
 # (method, path, status) -> the client model that reads the answer; the answers the client parses
 ROUTES = {("post", "/v1/classify", "200"): "ClassifyResponse", ("post", "/v1/detect", "200"): "DetectResponse",
-          ("post", "/v1/detect/upload", "200"): "DetectResponse", ("post", "/v1/forecast", "200"): "ForecastResponse",
+          ("post", "/v1/detect/upload", "200"): "DetectResponse", ("post", "/v1/pose", "200"): "PoseResponse",
+          ("post", "/v1/pose/upload", "200"): "PoseResponse", ("post", "/v1/segment", "200"): "SegmentResponse",
+          ("post", "/v1/segment/upload", "200"): "SegmentResponse", ("post", "/v1/forecast", "200"): "ForecastResponse",
           ("post", "/v1/forecast/panel", "200"): "PanelForecastResponse",
           ("post", "/v1/classify", "422"): "ErrorResponse", ("post", "/v1/forecast", "503"): "ErrorResponse"}
 SERVER_PACKAGES = ("services", "families", "configs", "models", "runners", "observability", "scripts", "bentoml")
@@ -173,6 +179,12 @@ def _edited(name: str, edit) -> Side:
      "$.forecast[].quantiles{}: the server sends ['number']"),
     ("ErrorResponse", lambda d, s: d["ErrorBody"]["properties"].update(details={"type": "string"}),
      "$.error.details: the server may send anything"),
+    ("SegmentResponse", lambda d, s: d["Instance"]["properties"].pop("rle"),
+     "$.results[].instances[].rle: declared by the server, missing"),
+    ("PoseResponse", lambda d, s: d["Bone"]["properties"]["start"].update(type="string"),
+     "$.skeleton[].start: the server sends ['integer'], the client takes ['string']"),
+    ("PoseResponse", lambda d, s: d["PoseImageResult"]["required"].append("masks"),
+     "$.results[].masks: required by the client, optional (or absent)"),
 ])
 def test_a_drifted_client_model_is_caught(name, edit, expected):
     server_side = Side.of_model(PAIRS[name][0], "serialization")
