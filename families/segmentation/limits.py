@@ -25,11 +25,12 @@ class Limits(BaseModel):
         description="Samples one instance's mask is computed on: a box with more pixels is sampled on a coarser grid "
                     "(one sample per span of pixels; 16,384 = 128x128: a 640-pixel box gets one sample per 5x5 "
                     "pixels). Bounds the mask stage at max_detections x this, whatever the boxes' size.")
-    max_mask_pixels: int = Field(
-        100_000_000, ge=1, description="Box pixels (original image) per image that masks are encoded for, spent in "
-                                       "score order; instances beyond it are returned with their box and "
-                                       "mask_skipped (bounds the encoded masks on very large photos: the RLE has a "
-                                       "run boundary per pixel column per edge).")
+    max_mask_runs: int = Field(
+        100_000, ge=1, description="Run lengths (COCO counts) per image that masks are encoded with, spent in score "
+                                   "order: the first instance whose mask would pass it, and every one after it, is "
+                                   "returned with its box and mask_skipped. Bounds the mask stage and the response "
+                                   "(a mask has a run boundary per pixel column per edge; a typical image uses a "
+                                   "few thousand).")
     mask_format: MaskFormat = Field("rle", description="Default mask encoding: COCO RLE, polygons or both.")
     max_polygon_points: int = Field(1000, ge=4, le=100_000,
                                     description="Points per instance over all its polygons (contours are simplified "

@@ -17,6 +17,7 @@ is most of the prototypes come from one matrix product for all of them (one pass
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
@@ -99,9 +100,16 @@ def instance_mask(coef: np.ndarray, protos: np.ndarray, box: np.ndarray, meta: L
 
 def instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, meta: LetterboxMeta, imgsz: int,
                    max_samples: int | None = None) -> list[InstanceMask]:
-    """Kept instances: coefficients [n, nm], prototypes [nm, p, p], boxes [n, 4] in ORIGINAL pixels. For each, the
-    logits of the prototype window under its box are resampled onto the box's pixels (or its sample grid) with one
-    affine warp (bilinear, edges replicated: OpenCV's SIMD kernel, 1/32-pixel weights), then thresholded at 0."""
+    """Every kept instance's mask (iter_instance_masks, all of them)."""
+    return list(iter_instance_masks(coefs, protos, boxes, meta, imgsz, max_samples))
+
+
+def iter_instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, meta: LetterboxMeta, imgsz: int,
+                        max_samples: int | None = None) -> Iterator[InstanceMask]:
+    """Kept instances: coefficients [n, nm], prototypes [nm, p, p], boxes [n, 4] in ORIGINAL pixels, in score order.
+    For each, the logits of the prototype window under its box are resampled onto the box's pixels (or its sample
+    grid) with one affine warp (bilinear, edges replicated: OpenCV's SIMD kernel, 1/32-pixel weights), then
+    thresholded at 0. Lazily, one instance at a time: a caller with a budget stops when it is spent."""
     h, w = meta.orig_h, meta.orig_w
     nm, p = protos.shape[0], protos.shape[1]
     stride = imgsz / p
@@ -121,10 +129,9 @@ def instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, met
     if big:
         prod = (coefs[big] @ protos.reshape(nm, -1)).reshape(len(big), p, p)
         whole = {i: prod[k] for k, i in enumerate(big)}
-    out = []
     for i, (x0, y0, x1, y1, wx, wy) in enumerate(plans):
         if wx is None or wy is None:
-            out.append(InstanceMask(np.zeros((y1 - y0, x1 - x0), bool), x0, y0, h, w))
+            yield InstanceMask(np.zeros((y1 - y0, x1 - x0), bool), x0, y0, h, w)
             continue
         (sx, ex, ax, bx), (sy, ey, ay, by) = wx, wy
         if i in whole:
@@ -142,8 +149,7 @@ def instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, met
                              [0.0, ay * hh / hc, ay * (0.5 * hh / hc - 0.5) + by]], np.float64)
         grid = cv2.warpAffine(np.ascontiguousarray(logits, np.float32), warp, size,
                               flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
-        out.append(InstanceMask(grid > 0, x0, y0, h, w, rows, cols))
-    return out
+        yield InstanceMask(grid > 0, x0, y0, h, w, rows, cols)
 
 
 def polygons(mask: InstanceMask, max_points: int) -> list[list[float]]:

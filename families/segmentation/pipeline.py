@@ -77,7 +77,7 @@ class SegmentationPipeline:
         manifest = result.served.manifest
         pre = preprocess_as(manifest, SegmentationPreprocess)
         out = [image_result(np.asarray(raw), meta, pre, manifest.labels, params, fmt, self.limits.max_polygon_points,
-                            self.limits.max_mask_pixels, self.limits.max_mask_samples)
+                            self.limits.max_mask_runs, self.limits.max_mask_samples)
                for raw, meta in zip(result.outputs, prepared[result.served])]
         clock.stage("postprocess")
         return finish(dep.name, SegmentResponse(

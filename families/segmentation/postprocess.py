@@ -14,7 +14,7 @@ import numpy as np
 from families.detection.postprocess import Detections, NMSParams, nms
 from families.detection.preprocess import LetterboxMeta, boxes_to_original
 from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.masks import InstanceMask, crop_of, instance_masks, polygons
+from families.segmentation.masks import InstanceMask, iter_instance_masks, polygons
 from families.segmentation.rle import counts_to_strings, crop_counts
 from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon
 from kernel.errors import InvalidOutput
@@ -68,43 +68,42 @@ def select(row: np.ndarray, pre: SegmentationPreprocess, num_classes: int, param
 
 
 def instances(row: np.ndarray, meta: LetterboxMeta, pre: SegmentationPreprocess, num_classes: int,
-              params: NMSParams, max_mask_pixels: int | None = None, max_mask_samples: int | None = None
-              ) -> tuple[Kept, np.ndarray, list[InstanceMask | None]]:
-    """One packed row -> (kept instances, their boxes in original pixels, their masks in original pixels).
+              params: NMSParams, max_mask_runs: int | None = None, max_mask_samples: int | None = None
+              ) -> tuple[Kept, np.ndarray, list[InstanceMask | None], list[np.ndarray | None]]:
+    """One packed row -> (kept instances, their boxes in original pixels, their masks and the masks' COCO counts).
 
-    `max_mask_samples`: the most samples one instance's mask is computed on (masks.instance_masks: a larger box is
-    sampled on a coarser grid), so the mask stage costs at most max_detections x max_mask_samples samples.
-    `max_mask_pixels`: the image's budget of box pixels to encode masks for, spent in score order; an instance whose
-    box no longer fits gets None (its box, score and label are still returned). Why: the encoded mask (one run
-    boundary per pixel column per edge) grows with the box's width in ORIGINAL pixels, whatever the sampling."""
+    `max_mask_samples`: the most samples one instance's mask is computed on (masks.iter_instance_masks: a larger
+    box is sampled on a coarser grid), so making a mask is bounded whatever its box.
+    `max_mask_runs`: the image's budget of run lengths (COCO counts) its masks are encoded with, spent in score
+    order; the first instance whose mask would pass it, and every one after it, gets None (its box, score and label
+    are still returned). Why: the encoded mask has a run boundary per pixel column per edge, so max_detections
+    large, ragged masks are a response of megabytes and most of the stage's time; the budget bounds both, like the
+    NMS cap bounds the candidates."""
     kept = select(row, pre, num_classes, params)
     boxes = boxes_to_original(kept.detections.boxes, meta)
-    chosen: list[int] = []
-    left = max_mask_pixels
-    for i, b in enumerate(boxes):
-        x0, y0, x1, y1 = crop_of(b, meta)
-        if left is not None:
-            if (x1 - x0) * (y1 - y0) > left:
-                continue
-            left -= (x1 - x0) * (y1 - y0)
-        chosen.append(i)
-    made = instance_masks(kept.coefficients[chosen], kept.protos, boxes[chosen], meta, pre.imgsz, max_mask_samples)
     masks: list[InstanceMask | None] = [None] * len(boxes)
-    for i, m in zip(chosen, made):
-        masks[i] = m
-    return kept, boxes, masks
+    counts: list[np.ndarray | None] = [None] * len(boxes)
+    left = max_mask_runs
+    made = iter_instance_masks(kept.coefficients, kept.protos, boxes, meta, pre.imgsz, max_mask_samples)
+    for i, m in enumerate(made):
+        c = crop_counts(m.crop, m.x0, m.y0, m.height, m.width, m.rows, m.cols)
+        if left is not None:
+            if c.size > left:
+                break
+            left -= c.size
+        masks[i], counts[i] = m, c
+    return kept, boxes, masks, counts
 
 
 def image_result(row: np.ndarray, meta: LetterboxMeta, pre: SegmentationPreprocess, labels: list[str],
                  params: NMSParams, mask_format: str, max_polygon_points: int,
-                 max_mask_pixels: int | None = None, max_mask_samples: int | None = None) -> ImageResult:
+                 max_mask_runs: int | None = None, max_mask_samples: int | None = None) -> ImageResult:
     """The response entry of one image: instances with their box, score, label and mask in the asked format."""
-    kept, boxes, masks = instances(row, meta, pre, len(labels), params, max_mask_pixels, max_mask_samples)
+    kept, boxes, masks, counts = instances(row, meta, pre, len(labels), params, max_mask_runs, max_mask_samples)
     det = kept.detections
     out = []
     want_rle, want_polygons = mask_format in ("rle", "both"), mask_format in ("polygons", "both")
-    strings = iter(counts_to_strings([crop_counts(m.crop, m.x0, m.y0, m.height, m.width, m.rows, m.cols) for m in masks
-                                      if m is not None]) if want_rle else [])
+    strings = iter(counts_to_strings([c for c in counts if c is not None]) if want_rle else [])
     for b, s, c, m in zip(boxes, det.scores, det.classes, masks):
         if m is None:
             out.append(Instance(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),

@@ -51,8 +51,8 @@ class Instance(BaseModel):
     class_id: int
     label: str
     area: int = Field(description="Mask pixels (0 when the mask was skipped).")
-    mask_skipped: bool = Field(False, description="No mask: the image's mask pixel budget (limits.max_mask_pixels, "
-                                                  "spent in score order) did not cover this instance's box.")
+    mask_skipped: bool = Field(False, description="No mask: the image's mask run budget (limits.max_mask_runs, "
+                                                  "spent in score order) did not cover this instance's mask.")
     rle: RLE | None = Field(None, description="The mask (mask_format 'rle' or 'both').")
     polygons: list[Polygon] | None = Field(
         None, description="The mask's outer contours in original pixels, largest first (mask_format 'polygons' or "

@@ -97,13 +97,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/bench/mask_worst_case.json"))
     args = ap.parse_args()
     n, big = args.max_det, max(3, args.runs // 10)
-    budget, samples = Limits().max_mask_pixels, Limits().max_mask_samples  # the served defaults
-    # (name, row, classes, original h x w, runs, format, mask pixel budget, samples per instance)
+    budget, samples = Limits().max_mask_runs, Limits().max_mask_samples  # the served defaults
+    # (name, row, classes, original h x w, runs, format, mask run budget, samples per instance)
     cases = [("typical 62px boxes", typical_row(n), 1, (640, 640), args.runs, "rle", budget, samples),
              ("full boxes, smooth", worst_row(n), n, (640, 640), args.runs, "rle", budget, samples),
              ("full boxes, smooth", worst_row(n), n, (640, 640), args.runs, "polygons", budget, samples),
              ("full boxes, noise", worst_row(n, noise=True), n, (640, 640), args.runs, "rle", budget, samples),
-             ("full boxes, smooth, one sample per pixel", worst_row(n), n, (640, 640), big, "rle", None, None),
+             ("full boxes, smooth, no run budget", worst_row(n), n, (640, 640), args.runs, "rle", None, samples),
+             ("full boxes, smooth, one sample per pixel, no budget", worst_row(n), n, (640, 640), big, "rle", None,
+              None),
              ("full boxes, smooth", worst_row(n), n, (3000, 4000), big, "rle", budget, samples)]
     results = []
     for case, row, nc, hw, runs, fmt, cap, per_instance in cases:
@@ -117,7 +119,8 @@ def main() -> None:
              "Post-NMS mask stage (masks + encoding of the kept instances), one core. 'full boxes': every instance's "
              "box covers the whole image (the most pixels NMS can leave: one class each). Served defaults: "
              f"limits.max_mask_samples {samples} per instance (a larger box is sampled on a coarser grid), "
-             f"limits.max_mask_pixels {budget} per image (instances past it keep their box, mask_skipped). "
+             f"limits.max_mask_runs {budget} per image (the first instance past it and all after it keep their "
+             "box, mask_skipped). "
              "'encoded chars': the COCO RLE strings' total length, the response's mask payload.", "",
              f"Reproduce: `{' '.join(['taskset -c 0 python -m scripts.bench.mask_worst_case', *sys.argv[1:]])}`", "",
              "| case | image | instances | masks skipped | format | encoded chars | p50 ms | p99 ms |",

@@ -69,7 +69,7 @@ def triserve_segments(session, images: Sequence[np.ndarray], pre: SegmentationPr
     for img in images:
         x, meta = preprocess_image(img, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
         row = session.run(None, {name: x[None]})[0][0]
-        kept, boxes, masks = instances(row, meta, pre, num_classes, params,
+        kept, boxes, masks, _ = instances(row, meta, pre, num_classes, params,
                                        max_mask_samples=Limits().max_mask_samples)
         d = kept.detections
         out.append(SegPrediction(Dets(boxes, d.scores.astype(np.float32), d.classes.astype(np.int64)),

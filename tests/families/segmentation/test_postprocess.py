@@ -62,7 +62,7 @@ def test_one_instance_whose_mask_is_a_known_rectangle_round_trips_exactly():
 
 def test_mask_is_cropped_to_its_box():
     row = packed([(23, 23, 14, 14)], [0.9], [0], rect_proto())  # box 16..30
-    _, _, (m,) = instances(row, meta_identity(), PRE, NC, NMSParams())
+    _, _, (m,), _ = instances(row, meta_identity(), PRE, NC, NMSParams())
     expected = np.zeros((64, 64), bool)
     expected[16:30, 16:30] = True  # the band (columns 8..39) inside the box
     assert (m.x0, m.y0, m.crop.shape) == (16, 16, (14, 14)) and (m.full() == expected).all()
@@ -75,7 +75,7 @@ def test_masks_map_back_through_the_letterbox_to_original_pixels():
     p = np.full((1, 16, 16), -1.0, np.float32)
     p[0, 6:10, :] = 1.0  # network rows 24..39 -> original rows (24 - 16) / 0.5 = 16 .. 47
     row = packed([(32, 32, 64, 64)], [0.9], [0], p)
-    _, boxes, (m,) = instances(row, meta, PRE, NC, NMSParams())
+    _, boxes, (m,), _ = instances(row, meta, PRE, NC, NMSParams())
     expected = np.zeros((64, 128), bool)
     expected[16:48, :] = True
     assert (m.full() == expected).all()
@@ -92,7 +92,7 @@ def test_polygons_of_a_rectangle():
 
 
 def test_polygon_points_are_capped():
-    _, _, (m,) = instances(packed([(32, 32, 64, 64)], [0.9], [0],
+    _, _, (m,), _ = instances(packed([(32, 32, 64, 64)], [0.9], [0],
                                   np.where(np.indices((16, 16)).sum(0) % 2 == 0, 1.0, -1.0)[None]
                                   .astype(np.float32)), meta_identity(), PRE, NC, NMSParams())
     assert sum(len(p) // 2 for p in polygons(m, 10_000)) > 40
@@ -103,7 +103,7 @@ def test_max_detections_caps_the_masks_made():
     n = 50
     boxes = [(4 + (i % 8) * 7, 4 + (i // 8) * 7, 6, 6) for i in range(n)]  # disjoint: NMS keeps all
     row = packed(boxes, [0.5 + i / 1000 for i in range(n)], [0] * n, rect_proto())
-    kept, _, masks = instances(row, meta_identity(), PRE, NC, NMSParams(max_detections=7))
+    kept, _, masks, _ = instances(row, meta_identity(), PRE, NC, NMSParams(max_detections=7))
     assert len(masks) == 7 and kept.detections.candidates == n
 
 
@@ -113,14 +113,21 @@ def test_layout_mismatch_is_an_invalid_output():
         split_row(np.zeros(row_size(PRE, NC) - 1, np.float32), PRE, NC)
 
 
-def test_mask_pixel_budget_is_spent_in_score_order_and_skipped_instances_say_so():
+def test_mask_run_budget_is_spent_in_score_order_and_skipped_instances_say_so():
     boxes = [(16, 16, 32, 32), (48, 48, 16, 16), (48, 16, 16, 16)]  # 32x32, 16x16, 16x16 pixel boxes
     row = packed(boxes, [0.9, 0.8, 0.7], [0, 0, 0], rect_proto())
-    _, _, masks = instances(row, meta_identity(), PRE, NC, NMSParams(), max_mask_pixels=32 * 32 + 16 * 16)
-    assert [m is None for m in masks] == [False, False, True]
-    res = image_result(row, meta_identity(), PRE, ["a", "b"], NMSParams(), "rle", 100, 32 * 32 + 16 * 16)
+    _, _, _, all_counts = instances(row, meta_identity(), PRE, NC, NMSParams())
+    sizes = [c.size for c in all_counts if c is not None]
+    assert len(sizes) == 3
+    budget = sizes[0] + sizes[1]  # exactly the first two masks' runs
+    _, _, masks, counts = instances(row, meta_identity(), PRE, NC, NMSParams(), max_mask_runs=budget)
+    assert [m is None for m in masks] == [False, False, True] and counts[2] is None
+    res = image_result(row, meta_identity(), PRE, ["a", "b"], NMSParams(), "rle", 100, budget)
     assert res.masks_skipped == 1 and res.instances[2].mask_skipped and res.instances[2].rle is None
     assert res.instances[2].box == [40.0, 8.0, 56.0, 24.0] and not res.instances[0].mask_skipped
+    # one run short: the second mask does not fit, and nothing after it is made either (the work stops there)
+    _, _, masks, _ = instances(row, meta_identity(), PRE, NC, NMSParams(), max_mask_runs=budget - 1)
+    assert [m is None for m in masks] == [False, True, True]
 
 
 def test_sample_spans_partition_the_box_within_the_budget():
@@ -134,8 +141,8 @@ def test_sample_spans_partition_the_box_within_the_budget():
 def test_a_band_on_a_sample_grid_is_the_same_mask():
     # the band's edges (pixel columns 8 | 40) fall on span edges of a 2-pixel grid: sampling changes nothing
     row = packed([(32, 32, 56, 56)], [0.9], [1], rect_proto())  # box 4..60: 56 x 56 pixels
-    _, _, (exact,) = instances(row, meta_identity(), PRE, NC, NMSParams())
-    _, _, (sampled,) = instances(row, meta_identity(), PRE, NC, NMSParams(), max_mask_samples=28 * 28)
+    _, _, (exact,), _ = instances(row, meta_identity(), PRE, NC, NMSParams())
+    _, _, (sampled,), _ = instances(row, meta_identity(), PRE, NC, NMSParams(), max_mask_samples=28 * 28)
     assert exact.rows is None and sampled.rows is not None and sampled.crop.shape == (28, 28)
     assert (sampled.full() == exact.full()).all() and sampled.area == exact.area == 56 * 32
     res = image_result(row, meta_identity(), PRE, ["a", "b"], NMSParams(), "both", 100, None, 28 * 28)

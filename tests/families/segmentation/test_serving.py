@@ -48,7 +48,7 @@ def test_segment_matches_the_in_process_pipeline(server, tiny_registry):
     image = np.asarray(Image.open(io.BytesIO(raw)).convert("RGB"))
     x, meta = preprocess_image(image, m.preprocess.imgsz)
     row = ort_session(directory / m.model_file).run(None, {m.inputs[0].name: x[None]})[0][0]
-    kept, boxes, masks = instances(row, meta, m.preprocess, len(m.labels), NMSParams(**OPTS))
+    kept, boxes, masks, _ = instances(row, meta, m.preprocess, len(m.labels), NMSParams(**OPTS))
     got = body["results"][0]
     assert (got["width"], got["height"]) == (96, 72) and len(got["instances"]) == len(masks) > 0
     for inst, box, mask in zip(got["instances"], boxes, masks):
