@@ -25,6 +25,8 @@ import numpy as np
 
 from families.detection.preprocess import LetterboxMeta
 
+_CHUNK = 8  # large windows' logits computed this many instances at a time (one pass over the prototypes)
+
 
 @dataclass(frozen=True)
 class InstanceMask:
@@ -125,15 +127,16 @@ def iter_instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray
     # windows covering most of the prototypes: one product for all of them instead of a pass over them each
     big = [i for i, (*_, wx, wy) in enumerate(plans)
            if wx is not None and wy is not None and (wx[1] - wx[0]) * (wy[1] - wy[0]) * 4 > p * p]
-    whole = {}
-    if big:
-        prod = (coefs[big] @ protos.reshape(nm, -1)).reshape(len(big), p, p)
-        whole = {i: prod[k] for k, i in enumerate(big)}
+    whole: dict[int, np.ndarray] = {}  # filled a chunk at a time: a caller that stops early pays for no more
+    flat = protos.reshape(nm, -1)
     for i, (x0, y0, x1, y1, wx, wy) in enumerate(plans):
         if wx is None or wy is None:
             yield InstanceMask(np.zeros((y1 - y0, x1 - x0), bool), x0, y0, h, w)
             continue
         (sx, ex, ax, bx), (sy, ey, ay, by) = wx, wy
+        if i in big and i not in whole:
+            chunk = big[big.index(i):big.index(i) + _CHUNK]
+            whole = dict(zip(chunk, (coefs[chunk] @ flat).reshape(len(chunk), p, p)))
         if i in whole:
             logits = whole[i][sy:ey, sx:ex]
         else:
