@@ -419,7 +419,8 @@ def write_markdown(results: list[dict], context: dict, out: Path) -> None:
     from models.importing.provenance import package_versions
 
     lines = ["# Importer check: real checkpoints and models trained here", "",
-             "Output of `python -m scripts.importer_check` (one core: `nice -n 5`, the CPU shared). Each model is "
+             "Output of `python -m scripts.importer_check` (2 CPU cores shared with other work, `nice -n 5`; times "
+             "are wall-clock seconds). Each model is "
              "imported with the importer of its family into a throw-away registry and verified against ultralytics' "
              "own predictor on the same photos (square letterbox, IoU 0.7, max_det 300): every box matched by class "
              "with IoU >= 0.9 and a score within 0.02, else the import is refused. Per family:", "",
