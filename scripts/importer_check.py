@@ -20,8 +20,8 @@ What it does, one model at a time, into a throw-away registry (nothing is publis
                       scikit-image photos); the pose checkpoint once more with detection-pt (boxes only) last
 
 Prints one line per model and per photo, and writes the markdown report (--out) after every model, so a stopped run
-leaves the rows it finished. Takes ~12 min on one core the first time (two trainings ~2.5 min each, seven imports),
-~7 min once the trained weights are cached.
+leaves the rows it finished. Measured on a shared 2-core box: ~3 min once the trained weights are cached (177-209 s:
+eight imports, ~30-40 s for each .pt at 640), plus ~2.5 min for each training the first time.
 """
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ def _num(v, fmt: str) -> str:
 
 def keypoints_cell(a: dict) -> str:
     k = a.get("keypoints")
-    return "-" if k is None else f"{k['compared']} / {k['within']} / {_num(k['worst_px'], '.3f')}"
+    return "-" if k is None else f"{k['compared']} / {k['within']} / {_num(k['worst_px'], '.2g')}"
 
 
 def masks_cell(a: dict) -> str:
@@ -371,7 +371,7 @@ def _photo_extra(r: dict) -> str:
     out = ""
     if "keypoints_checked" in r:
         out += (f" keypoints {r['keypoints_checked']} within {r['keypoints_within']} worst "
-                f"{r['max_keypoint_px']:.3f} px")
+                f"{r['max_keypoint_px']:.2g} px")
     if "mask_ious" in r:
         out += f" mask IoUs {r['mask_ious']}"
     if r.get("ultralytics_boxes"):
@@ -398,7 +398,7 @@ def photo_table(rows: Sequence[dict]) -> list[str]:
                  f"{p['max_score_diff']:.1e}"]
         if pose:
             cells += [p.get("keypoints_checked", "-"), p.get("keypoints_within", "-"),
-                      f"{p['max_keypoint_px']:.3f}" if p.get("keypoints_checked") else "-"]
+                      f"{p['max_keypoint_px']:.2g}" if p.get("keypoints_checked") else "-"]
         if seg:
             ious = p.get("mask_ious", [])
             cells += [f"{p['min_mask_iou']:.4f}" if ious else "-",

@@ -54,7 +54,7 @@ def test_detection_rows_sum_boxes_only():
 def test_pose_rows_sum_keypoints_and_keep_the_worst_distance():
     a = ic.summarize([pose_row("a", 2, 30, 30, 0.25), pose_row("b", 1, 12, 11, 2.5), pose_row("c", 0, 0, 0, 0.0)])
     assert a["keypoints"] == {"compared": 42, "within": 41, "worst_px": 2.5}
-    assert ic.keypoints_cell(a) == "42 / 41 / 2.500"
+    assert ic.keypoints_cell(a) == "42 / 41 / 2.5"
 
 
 def test_segmentation_rows_count_masks_over_the_bar_and_the_worst_iou():
