@@ -100,7 +100,7 @@ def compare_poses(theirs: Sequence[PoseDets], ours: Sequence[PoseDets], names: S
                       confident=0.5)
     check = PoseCheck(False, agree, list(names))
     for k, (t, o) in enumerate(zip(theirs, ours, strict=True)):
-        worst_px = 0.0
+        worst_px, checked, within = 0.0, 0, 0
         for i, j, _ in match(t.dets, o.dets, params.min_iou):
             ref, got = t.keypoints[i], o.keypoints[j]
             if ref.shape != got.shape:
@@ -108,14 +108,17 @@ def compare_poses(theirs: Sequence[PoseDets], ours: Sequence[PoseDets], names: S
                 continue
             visible = ref[:, 2] >= params.visible if ref.shape[1] > 2 else np.ones(len(ref), bool)
             dist = np.linalg.norm(ref[visible, :2] - got[visible, :2], axis=-1)
-            check.keypoints_checked += int(visible.sum())
+            checked += int(visible.sum())
+            within += int((dist <= params.max_keypoint_px).sum())
             if dist.size:
                 worst_px = max(worst_px, float(dist.max()))
             if ref.shape[1] > 2:
                 check.max_keypoint_conf_diff = max(check.max_keypoint_conf_diff,
                                                    float(np.abs(ref[:, 2] - got[:, 2]).max(initial=0.0)))
+        check.keypoints_checked += checked
         check.max_keypoint_px = max(check.max_keypoint_px, worst_px)
-        check.per_image.append({**agree.per_image[k], "max_keypoint_px": worst_px})
+        check.per_image.append({**agree.per_image[k], "max_keypoint_px": worst_px, "keypoints_checked": checked,
+                                "keypoints_within": within})
     if any(len(d.dets) and int(d.dets.classes.max()) >= nc for d in [*theirs, *ours]):
         check.problems.append("class ids outside the label set")
     if check.max_keypoint_px > params.max_keypoint_px:

@@ -26,7 +26,7 @@ from families.detection.importers.checkpoint import inspect_checkpoint
 from families.detection.importers.export import export_onnx
 from families.segmentation.importers.onnx_graph import import_segmentation_onnx
 from models.importing import custom_modules as custom_code
-from models.importing.licenses import add_license_option
+from models.importing.licenses import add_license_option, spdx_from_text
 from models.importing.photos import PhotoSet, user_photos
 from models.importing.publish import (
     BY,
@@ -61,7 +61,8 @@ def import_segmentation_pt(weights: Path, name: str, version: str, work_dir: Pat
         onnx_path = export_onnx(info.reference, work_dir / f"{Path(weights).stem}.onnx", size, OPSET, dynamic=False)
         result = import_segmentation_onnx(onnx_path, name, version, work_dir, labels=info.labels, imgsz=size,
                                           photos=photos, cache_dir=cache_dir, verify_ultralytics=verify_ultralytics,
-                                          reference=info.reference, license=license or info.license,
+                                          reference=info.reference,
+                                          license=license or spdx_from_text(info.license),  # as written -> SPDX
                                           require_license=require_license, importer="segmentation-pt")
     m = result.primary.manifest
     recipe = {**m.source.recipe, "checkpoint": info.describe(), "custom_modules": [c.describe() for c in loaded]}

@@ -18,11 +18,13 @@ def person(dx: float = 0.0, kp_dx: float = 0.0, conf=(0.9, 0.2)) -> PoseDets:
 def test_identical_answers_pass():
     check = compare_poses([person()], [person()], ["a"], nc=1)
     assert check.passed and check.keypoints_checked == 1 and check.max_keypoint_px == 0.0
+    assert check.per_image[0]["keypoints_checked"] == check.per_image[0]["keypoints_within"] == 1
 
 
 def test_a_visible_keypoint_off_by_3px_refuses():
     check = compare_poses([person()], [person(kp_dx=3.0)], ["a"], nc=1)
     assert not check.passed and check.max_keypoint_px == 3.0
+    assert (check.per_image[0]["keypoints_checked"], check.per_image[0]["keypoints_within"]) == (1, 0)
     assert "3.00 px" in check.describe()
 
 

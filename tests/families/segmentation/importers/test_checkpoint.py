@@ -41,6 +41,17 @@ def test_segment_checkpoint_is_exported_with_its_mask_branch(seg_pt, tmp_path):
     assert result.report["checkpoint"]["task"] == "segment" and m.source.recipe["importer"] == "segmentation-pt"
 
 
+def test_the_checkpoints_own_licence_text_is_read_as_spdx(seg_pt, tmp_path):
+    """ultralytics writes 'AGPL-3.0 (https://ultralytics.com/license)' into a checkpoint: without --license that is
+    the weights' licence, as SPDX (it was passed on as written and refused as not an SPDX expression)."""
+    assets = ultralytics_assets()[:1]
+    photos = PhotoSet(agreement=[Photo(f"ultralytics/{p.name}", p, "agreement") for p in assets])
+    result = import_segmentation_pt(seg_pt, "tiny-seg", "1.0.0", tmp_path / "work", imgsz=128, photos=photos,
+                                    cache_dir=tmp_path / "cache", require_license=True, verify_ultralytics=False)
+    assert result.report["checkpoint"]["license"].startswith("AGPL-3.0")
+    assert result.primary.manifest.source.license == "AGPL-3.0-only"
+
+
 LAYERS = """
 from ultralytics.nn.modules import Conv
 
