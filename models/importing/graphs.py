@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.importing.result import ImportRefused
 from models.manifest import TensorSpec
 
 
@@ -22,6 +23,27 @@ def ort_session(model_path: Path, threads: int = 0):
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads
     return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+
+
+def read_export(path: Path):
+    """A user's ONNX export and its metadata (key -> value); any parse failure is a refusal."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # any parse failure is a refusal
+        raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    return model, {p.key: p.value for p in model.metadata_props}
+
+
+def metadata_literal(meta: Mapping[str, str], key: str):
+    """An ONNX metadata value written as a Python literal (ultralytics: names, imgsz, stride, kpt_shape)."""
+    import ast
+
+    try:
+        return ast.literal_eval(meta[key])
+    except (ValueError, SyntaxError) as exc:
+        raise ImportRefused(f"ONNX metadata {key!r} is not a Python literal: {meta[key][:80]!r}") from exc
 
 
 def value_dims(value_info) -> list[int | str | None]:

@@ -50,13 +50,12 @@ constants and anchor tables, and that is refused rather than patched (an end-to-
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,7 +69,15 @@ from families.detection.importers.quantize import quantize_int8
 from families.detection.manifest import DetectionPreprocess
 from models.importing import batching
 from models.importing.agreement import Agreement, Dets, agreement
-from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved, value_dims
+from models.importing.graphs import (
+    io_specs,
+    metadata_literal,
+    opset_of,
+    ort_session,
+    read_export,
+    time_interleaved,
+    value_dims,
+)
 from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
@@ -158,11 +165,35 @@ class DetectorInfo:
     head: str = "anchors"  # 'anchors' [b, 4 + nc, anchors] or 'end2end' [b, max_det, 6] (manifest preprocess.head)
 
 
-def _literal(value: str, key: str):
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError) as exc:
-        raise ImportRefused(f"ONNX metadata {key!r} is not a Python literal: {value[:80]!r}") from exc
+def square_input_size(name: str, h: int | str | None, w: int | str | None, imgsz: int | None,
+                      meta: Mapping[str, str]) -> int:
+    """The square size a YOLO export letterboxes to: fixed graph dims, else --imgsz, else the 'imgsz' metadata
+    (which must be square when present); a multiple of the model's stride (metadata, default 32). The rule of every
+    YOLO family's ONNX importer (pose and segmentation build on it)."""
+    meta_size = None
+    if "imgsz" in meta:
+        v = metadata_literal(meta, "imgsz")
+        v = list(v) if isinstance(v, (list, tuple)) else [v, v]
+        if len(v) != 2 or v[0] != v[1]:
+            raise ImportRefused(f"{name}: metadata imgsz {v} is not square; the YOLO families letterbox to a square "
+                                f"input")
+        meta_size = int(v[0])
+    if isinstance(h, int) and isinstance(w, int):
+        if h != w:
+            raise ImportRefused(f"{name}: input {h}x{w} is not square; the YOLO families letterbox to a square input")
+        if imgsz is not None and int(imgsz) != h:
+            raise ImportRefused(f"{name}: --imgsz {imgsz} but the graph input is fixed at {h}x{w}")
+        size = int(h)
+    elif imgsz is not None:
+        size = int(imgsz)
+    elif meta_size is not None:
+        size = meta_size
+    else:
+        raise ImportRefused(f"{name}: the input size is dynamic and there is no 'imgsz' metadata; pass --imgsz N")
+    stride = int(metadata_literal(meta, "stride")) if "stride" in meta else 32
+    if size <= 0 or size % stride:
+        raise ImportRefused(f"{name}: imgsz {size} is not a multiple of the model stride {stride}")
+    return size
 
 
 def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int | None = None) -> DetectorInfo:
@@ -170,11 +201,7 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     import onnx
 
     path = Path(path)
-    try:
-        model = onnx.load(str(path))
-    except Exception as exc:  # any parse failure is a refusal
-        raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
-    meta = {p.key: p.value for p in model.metadata_props}
+    model, meta = read_export(path)
     task = meta.get("task", "").strip().lower()
     refusals = {
         "segment": "segmentation model (metadata task 'segment'): output0 carries 32 mask coefficients per anchor "
@@ -208,7 +235,7 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
         batch = "batch"
 
     # labels: the caller's file wins; else ultralytics' 'names' metadata
-    meta_names = names_list(_literal(meta["names"], "names"), "ONNX metadata 'names'") if "names" in meta else None
+    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
     if labels is not None:
         labels = [str(x) for x in labels]
         if meta_names is not None and len(meta_names) != len(labels):
@@ -222,33 +249,9 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
                             f"ultralytics, or stripped); pass --labels FILE (one name per line, class-id order)")
     nc = len(labels)
 
-    # input size: fixed graph dims, else --imgsz, else the 'imgsz' metadata
     h, w = dims[2], dims[3]
     dynamic_spatial = not (isinstance(h, int) and isinstance(w, int))
-    meta_size = None
-    if "imgsz" in meta:
-        v = _literal(meta["imgsz"], "imgsz")
-        v = list(v) if isinstance(v, (list, tuple)) else [v, v]
-        if len(v) != 2 or v[0] != v[1]:
-            raise ImportRefused(f"{path.name}: metadata imgsz {v} is not square; the detection family letterboxes "
-                                f"to a square input")
-        meta_size = int(v[0])
-    if isinstance(h, int) and isinstance(w, int):  # not dynamic_spatial
-        if h != w:
-            raise ImportRefused(f"{path.name}: input {h}x{w} is not square; the detection family letterboxes to a "
-                                f"square input")
-        if imgsz is not None and int(imgsz) != h:
-            raise ImportRefused(f"{path.name}: --imgsz {imgsz} but the graph input is fixed at {h}x{w}")
-        size = int(h)
-    elif imgsz is not None:
-        size = int(imgsz)
-    elif meta_size is not None:
-        size = meta_size
-    else:
-        raise ImportRefused(f"{path.name}: the input size is dynamic and there is no 'imgsz' metadata; pass --imgsz N")
-    stride = int(_literal(meta["stride"], "stride")) if "stride" in meta else 32
-    if size <= 0 or size % stride:
-        raise ImportRefused(f"{path.name}: imgsz {size} is not a multiple of the model stride {stride}")
+    size = square_input_size(path.name, h, w, imgsz, meta)
 
     opset = int(next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
     # the head, as the graph really computes it (symbolic output dims say nothing): one probe run at batch 1

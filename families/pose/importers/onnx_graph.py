@@ -22,7 +22,6 @@ here (pose-default builds the INT8 one of the default model).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import logging
 import shutil
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from families.detection.importers.evaluate import detection_references
+from families.detection.importers.onnx_graph import square_input_size
 from families.detection.importers.pipeline import nms_params
 from families.pose.importers.export import channel_groups
 from families.pose.importers.run import letterboxed, run_pose
@@ -40,7 +40,7 @@ from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_p
 from families.pose.keypoints import keypoint_schema
 from families.pose.manifest import PosePreprocess
 from models.importing import batching
-from models.importing.graphs import io_specs, opset_of, ort_session, value_dims
+from models.importing.graphs import io_specs, metadata_literal, opset_of, ort_session, read_export, value_dims
 from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
@@ -84,30 +84,19 @@ class PoseGraphInfo:
     metadata: dict[str, str]
 
 
-def _literal(value: str, key: str):
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError) as exc:
-        raise ImportRefused(f"ONNX metadata {key!r} is not a Python literal: {value[:80]!r}") from exc
-
-
 def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int | None = None) -> PoseGraphInfo:
     """Read and check an ultralytics pose export; ImportRefused (with the reason) for anything else."""
     import onnx
 
     path = Path(path)
-    try:
-        model = onnx.load(str(path))
-    except Exception as exc:  # any parse failure is a refusal
-        raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
-    meta = {p.key: p.value for p in model.metadata_props}
+    model, meta = read_export(path)
     task = meta.get("task", "").strip().lower()
     if task and task != "pose":
         raise ImportRefused(f"{path.name}: metadata task {task!r}, not 'pose' (detectors: detection-onnx)")
     if "kpt_shape" not in meta:
         raise ImportRefused(f"{path.name}: no 'kpt_shape' metadata: not an ultralytics pose export (re-export it "
                             f"with ultralytics, which records kpt_shape)")
-    kpt_shape = _literal(meta["kpt_shape"], "kpt_shape")
+    kpt_shape = metadata_literal(meta, "kpt_shape")
     if not isinstance(kpt_shape, (list, tuple)) or len(kpt_shape) != 2:
         raise ImportRefused(f"{path.name}: metadata kpt_shape {kpt_shape!r} is not [K, dims]")
     kpt_shape = [int(x) for x in kpt_shape]
@@ -122,7 +111,7 @@ def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int |
     batch = dims[0] if dims[0] is not None else "batch"
     if isinstance(batch, int) and batch != 1:
         raise ImportRefused(f"{path.name}: fixed batch {batch}: only batch-1 or dynamic-batch exports are imported")
-    meta_names = names_list(_literal(meta["names"], "names"), "ONNX metadata 'names'") if "names" in meta else None
+    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
     if labels is not None:
         if meta_names is not None and len(meta_names) != len(labels):
             raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata "
@@ -133,27 +122,9 @@ def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int |
     else:
         raise ImportRefused(f"{path.name}: no class names ('names' metadata); pass --labels FILE")
     labels = [str(x) for x in labels]
-    h, w = dims[2], dims[3]
-    if isinstance(h, int) and isinstance(w, int):
-        if h != w or (imgsz is not None and imgsz != h):
-            raise ImportRefused(f"{path.name}: input fixed at {h}x{w}" + (f", --imgsz {imgsz}" if imgsz else "")
-                                + ": the pose family letterboxes to one square size")
-        size = int(h)
-    elif imgsz is not None:
-        size = int(imgsz)
-    elif "imgsz" in meta:
-        v = _literal(meta["imgsz"], "imgsz")
-        v = list(v) if isinstance(v, (list, tuple)) else [v, v]
-        if v[0] != v[1]:
-            raise ImportRefused(f"{path.name}: metadata imgsz {v} is not square")
-        size = int(v[0])
-    else:
-        raise ImportRefused(f"{path.name}: dynamic input size and no 'imgsz' metadata; pass --imgsz N")
-    stride = int(_literal(meta["stride"], "stride")) if "stride" in meta else 32
-    if size <= 0 or size % stride:
-        raise ImportRefused(f"{path.name}: imgsz {size} is not a multiple of the model stride {stride}")
+    size = square_input_size(path.name, dims[2], dims[3], imgsz, meta)
     try:
-        schema = keypoint_schema(kpt_shape, labels, _literal(meta["kpt_names"], "kpt_names")
+        schema = keypoint_schema(kpt_shape, labels, metadata_literal(meta, "kpt_names")
                                  if "kpt_names" in meta else None)
     except ValueError as exc:
         raise ImportRefused(f"{path.name}: keypoint schema: {exc}") from exc

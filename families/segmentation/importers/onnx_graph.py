@@ -20,7 +20,6 @@ box IoU >= 0.9, mask IoU >= 0.9, score within 0.02.
 from __future__ import annotations
 
 import argparse
-import ast
 import logging
 import shutil
 import tempfile
@@ -30,13 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from families.detection.importers.onnx_graph import square_input_size
 from families.detection.importers.pipeline import letterboxed
 from families.segmentation.importers.fallback import build_int8
 from families.segmentation.importers.pack import pack_outputs, to_float32
 from families.segmentation.importers.verify import verify
 from families.segmentation.manifest import SegmentationPreprocess
 from models.importing import batching
-from models.importing.graphs import io_specs, opset_of, ort_session, value_dims
+from models.importing.graphs import io_specs, metadata_literal, opset_of, ort_session, read_export, value_dims
 from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
@@ -93,23 +93,12 @@ class SegmenterInfo:
     metadata: dict[str, str]
 
 
-def _literal(value: str, key: str):
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError) as exc:
-        raise ImportRefused(f"ONNX metadata {key!r} is not a Python literal: {value[:80]!r}") from exc
-
-
 def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: int | None = None) -> SegmenterInfo:
     """Read and check an ultralytics segment export; ImportRefused (with the reason) for anything else."""
     import onnx
 
     path = Path(path)
-    try:
-        model = onnx.load(str(path))
-    except Exception as exc:
-        raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
-    meta = {p.key: p.value for p in model.metadata_props}
+    model, meta = read_export(path)
     task = meta.get("task", "").strip().lower()
     if task and task != "segment":
         raise ImportRefused(f"{path.name}: metadata task {task!r} is not 'segment' (a detection export: import it "
@@ -128,7 +117,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     if len(model.graph.output) != 2:
         raise ImportRefused(f"{path.name}: {len(model.graph.output)} output(s); a segment export has two (output0 "
                             f"boxes/classes/mask coefficients, output1 prototypes); a detection export: detection-onnx")
-    meta_names = names_list(_literal(meta["names"], "names"), "ONNX metadata 'names'") if "names" in meta else None
+    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
     if labels is not None:
         labels = [str(x) for x in labels]
         if meta_names is not None and len(meta_names) != len(labels):
@@ -139,23 +128,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     else:
         raise ImportRefused(f"{path.name}: no class names (no 'names' metadata); pass --labels FILE")
     nc = len(labels)
-    h, w = dims[2], dims[3]
-    if isinstance(h, int) and isinstance(w, int):
-        if h != w or (imgsz is not None and imgsz != h):
-            raise ImportRefused(f"{path.name}: input {h}x{w} is not square (or not --imgsz {imgsz})")
-        size = h
-    elif imgsz is not None:
-        size = int(imgsz)
-    elif "imgsz" in meta:
-        v = _literal(meta["imgsz"], "imgsz")
-        v = list(v) if isinstance(v, (list, tuple)) else [v, v]
-        if v[0] != v[1]:
-            raise ImportRefused(f"{path.name}: metadata imgsz {v} is not square")
-        size = int(v[0])
-    else:
-        raise ImportRefused(f"{path.name}: the input size is dynamic and there is no 'imgsz' metadata; pass --imgsz")
-    if size % 32:
-        raise ImportRefused(f"{path.name}: imgsz {size} is not a multiple of 32")
+    size = square_input_size(path.name, dims[2], dims[3], imgsz, meta)
     half = elem == onnx.TensorProto.FLOAT16
     try:
         session = ort_session(path, threads=1)

@@ -358,3 +358,20 @@ def test_end2end_row_comparison_ignores_order_but_not_content():
     wrong[0, 5] = (wrong[0, 5] + 1) % 3
     assert compare_rows(ref, wrong, 1e-4)["boxes"] == NO_RESULT
     assert compare_batch(ref[None], ref[None, :-1], 1e-4)["boxes"] == NO_RESULT
+
+
+def test_square_input_size_is_the_rule_every_yolo_importer_shares():
+    from families.detection.importers.onnx_graph import square_input_size
+
+    assert square_input_size("m.onnx", 640, 640, None, {"imgsz": "[640, 640]"}) == 640  # fixed dims win
+    assert square_input_size("m.onnx", "h", "w", 320, {"imgsz": "[640, 640]"}) == 320  # then --imgsz
+    assert square_input_size("m.onnx", "h", "w", None, {"imgsz": "640"}) == 640  # then the metadata
+    for args, reason in [((640, 480, None, {}), "not square"),
+                         ((640, 640, 320, {}), "fixed at 640x640"),
+                         (("h", "w", None, {"imgsz": "[480, 640]"}), "metadata imgsz"),
+                         (("h", "w", None, {}), "pass --imgsz"),
+                         (("h", "w", 100, {}), "multiple of the model stride 32"),
+                         (("h", "w", 352, {"stride": "64"}), "multiple of the model stride 64"),
+                         (("h", "w", None, {"imgsz": "[640,"}), "not a Python literal")]:
+        with pytest.raises(ImportRefused, match=reason):
+            square_input_size("m.onnx", *args)
