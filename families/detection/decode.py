@@ -9,9 +9,11 @@ import base64
 import binascii
 import io
 import warnings
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
 from kernel.errors import ApiError
 
@@ -55,13 +57,28 @@ def decode_image(raw: bytes, index: int, max_bytes: int, max_pixels: int) -> np.
             rgb = ImageOps.exif_transpose(img).convert("RGB")
     except ApiError:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError,
-            Image.DecompressionBombWarning) as exc:
-        raise ApiError(422, "invalid_image", f"image {index} could not be decoded: {type(exc).__name__}",
-                       {"index": index}) from exc
     except Exception as exc:
-        # a PIL plugin registered by a library of the same process (ultralytics' HEIF opener raises
-        # ModuleNotFoundError for pi_heif while probing unknown bytes) failing on the bytes: a bad image, never a 500
+        # PIL's own failures (UnidentifiedImageError, OSError, DecompressionBomb*, ...) and a PIL plugin registered by
+        # a library of the same process failing on the bytes (ultralytics' HEIF opener raises ModuleNotFoundError for
+        # pi_heif while probing unknown bytes): a bad image, never a 500
         raise ApiError(422, "invalid_image", f"image {index} could not be decoded: {type(exc).__name__}",
                        {"index": index}) from exc
     return np.asarray(rgb, dtype=np.uint8)
+
+
+class ImageLimits(Protocol):
+    max_images: int
+    max_image_bytes: int
+    max_pixels: int
+
+
+def decode_images(images: Sequence[Any], limits: ImageLimits) -> list[np.ndarray]:
+    """A request's images -> RGB arrays, every cap checked before the runner: the count, then each image's bytes
+    (base64 `ImageInput`s of the JSON routes, or encoded bytes of uploads, typed gRPC and OIP) and pixels. The one
+    decoding step of every image family."""
+    if len(images) > limits.max_images:
+        raise ApiError(422, "too_many_images", f"{len(images)} images exceed the limit of {limits.max_images}",
+                       {"limit": limits.max_images, "received": len(images)})
+    return [decode_image(bytes(im) if isinstance(im, (bytes, bytearray, memoryview))
+                         else decode_base64(im.data, i, limits.max_image_bytes), i, limits.max_image_bytes,
+                         limits.max_pixels) for i, im in enumerate(images)]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.deployments import Deployment
-from families.detection.decode import decode_base64, decode_image
+from families.detection.decode import decode_images
 from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
 from families.detection.postprocess import NMSParams, decode, request_nms
@@ -21,7 +21,6 @@ from families.detection.schemas import (
 )
 from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
-from kernel.errors import ApiError
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.routing.rollout import ServedModel
@@ -42,28 +41,10 @@ class DetectionPipeline:
     def nms_params(self, opts: DetectOptions) -> NMSParams:
         return request_nms(self.limits, opts.conf_threshold, opts.iou_threshold, opts.max_detections, opts.class_aware)
 
-    def check_count(self, n: int) -> None:
-        if n > self.limits.max_images:
-            raise ApiError(422, "too_many_images", f"{n} images exceed the limit of {self.limits.max_images}",
-                           {"limit": self.limits.max_images, "received": n})
-
     async def run(self, request: DetectRequest | DetectUpload, call: CallContext) -> DetectResponse:
         """Base64 images (the JSON route) or encoded bytes (uploads, typed gRPC, OIP) -> detections."""
         clock = StageClock()
-        if isinstance(request, DetectRequest):
-            self.check_count(len(request.images))
-            lim = self.limits
-            images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes,
-                                   lim.max_pixels) for i, im in enumerate(request.images)]
-        else:
-            images = self.decode_all(request.images)
-        return await self.detect(images, request, clock, call)
-
-    def decode_all(self, raws: list[bytes]) -> list[np.ndarray]:
-        """Encoded images -> RGB arrays: count cap, then safe decoding with size and pixel caps from the header."""
-        self.check_count(len(raws))
-        lim = self.limits
-        return [decode_image(bytes(raw), i, lim.max_image_bytes, lim.max_pixels) for i, raw in enumerate(raws)]
+        return await self.detect(decode_images(request.images, self.limits), request, clock, call)
 
     async def detect(self, images: list[np.ndarray], opts: DetectOptions, clock: StageClock,
                      call: CallContext) -> DetectResponse:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.deployments import Deployment
-from families.detection.decode import decode_base64, decode_image
+from families.detection.decode import decode_images
 from families.detection.postprocess import NMSParams, request_nms
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.pose.limits import Limits
@@ -25,7 +25,6 @@ from families.pose.schemas import (
 )
 from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
-from kernel.errors import ApiError
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.routing.rollout import ServedModel
@@ -57,23 +56,10 @@ class PosePipeline:
     def nms_params(self, opts: PoseOptions) -> NMSParams:
         return request_nms(self.limits, opts.conf_threshold, opts.iou_threshold, opts.max_detections)
 
-    def check_count(self, n: int) -> None:
-        if n > self.limits.max_images:
-            raise ApiError(422, "too_many_images", f"{n} images exceed the limit of {self.limits.max_images}",
-                           {"limit": self.limits.max_images, "received": n})
-
     async def run(self, request: PoseRequest | PoseUpload, call: CallContext) -> PoseResponse:
         """Base64 images (the JSON route) or encoded bytes (uploads, typed gRPC, OIP) -> people with keypoints."""
         clock = StageClock()
-        lim = self.limits
-        self.check_count(len(request.images))
-        if isinstance(request, PoseRequest):
-            images = [decode_image(decode_base64(im.data, i, lim.max_image_bytes), i, lim.max_image_bytes,
-                                   lim.max_pixels) for i, im in enumerate(request.images)]
-        else:
-            images = [decode_image(bytes(raw), i, lim.max_image_bytes, lim.max_pixels)
-                      for i, raw in enumerate(request.images)]
-        return await self.estimate(images, request, clock, call)
+        return await self.estimate(decode_images(request.images, self.limits), request, clock, call)
 
     async def estimate(self, images: list[np.ndarray], opts: PoseOptions, clock: StageClock,
                        call: CallContext) -> PoseResponse:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from configs.deployments import Deployment
-from families.detection.decode import decode_base64, decode_image
-from families.detection.postprocess import NMSParams
+from families.detection.decode import decode_images
+from families.detection.postprocess import NMSParams, request_nms
 from families.detection.preprocess import letterbox
 from families.segmentation.limits import Limits
 from families.segmentation.manifest import SegmentationPreprocess
@@ -16,7 +16,6 @@ from families.segmentation.postprocess import image_result
 from families.segmentation.schemas import SegmentOptions, SegmentRequest, SegmentResponse, SegmentUpload
 from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
-from kernel.errors import ApiError
 from kernel.request_context import StageClock
 from kernel.routing.inference import run_task
 from kernel.routing.rollout import ServedModel
@@ -27,11 +26,7 @@ from observability.metrics import ITEMS, labelled
 
 def request_params(limits: Limits, opts: SegmentOptions) -> NMSParams:
     """A request's NMS settings within its deployment's limits (detection's rule, with this family's limits)."""
-    cap = limits.max_detections
-    return NMSParams(conf_threshold=limits.conf_threshold if opts.conf_threshold is None else opts.conf_threshold,
-                     iou_threshold=limits.iou_threshold if opts.iou_threshold is None else opts.iou_threshold,
-                     pre_nms_topk=limits.pre_nms_topk, max_detections=min(opts.max_detections or cap, cap),
-                     class_aware=opts.class_aware)
+    return request_nms(limits, opts.conf_threshold, opts.iou_threshold, opts.max_detections, opts.class_aware)
 
 
 @dataclass
@@ -42,22 +37,9 @@ class SegmentationPipeline:
     deployment: Deployment
     limits: Limits
 
-    def check_count(self, n: int) -> None:
-        if n > self.limits.max_images:
-            raise ApiError(422, "too_many_images", f"{n} images exceed the limit of {self.limits.max_images}",
-                           {"limit": self.limits.max_images, "received": n})
-
-    def decode_all(self, request: SegmentRequest | SegmentUpload) -> list[np.ndarray]:
-        """Count cap, then safe decoding with the byte and pixel caps checked from the header (before the runner)."""
-        self.check_count(len(request.images))
-        lim = self.limits
-        raws = ([decode_base64(im.data, i, lim.max_image_bytes) for i, im in enumerate(request.images)]
-                if isinstance(request, SegmentRequest) else [bytes(raw) for raw in request.images])
-        return [decode_image(raw, i, lim.max_image_bytes, lim.max_pixels) for i, raw in enumerate(raws)]
-
     async def run(self, request: SegmentRequest | SegmentUpload, call: CallContext) -> SegmentResponse:
         clock = StageClock()
-        images = self.decode_all(request)
+        images = decode_images(request.images, self.limits)  # every cap, before the runner
         ctx, dep = self.ctx, self.deployment
         ctx.protection.access.capacity(dep.name, dep.family)
         bind(call, dep.name)
