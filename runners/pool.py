@@ -48,6 +48,8 @@ class LoadedModel:
     ragged: bool = False  # its family's items are sequences of their own length (runtime.RAGGED): length groups
     item_len: int = 0  # ragged models: the longest warm-up sequence, the length per_item was measured at
     peak_batch: int = 0  # the largest batch it has run (its peak memory: resident + per item x this)
+    item_ms: dict[int, float] = field(default_factory=dict)  # warm-up batch -> ms per item (fastest run per shape)
+    item_by_item: bool = False  # batching measured not to pay on this device (batch_pays): run items one by one
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(self.output_names, feeds)
@@ -119,6 +121,17 @@ def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
                 feed[spec.name] = np.ones(shape, dtype=dt) if dt.kind in "iu" else np.zeros(shape, dtype=dt)
             feeds.append(feed)
     return feeds
+
+
+def batch_pays(item_ms: dict[int, float], above: float) -> bool:
+    """Whether the largest warm-up batch costs at most `above` x batch 1's time per item. Why: on a CPU core a large
+    convolutional network (YOLO at 640) can cost more per image in a batch than alone (cache and memory traffic;
+    docs/bench/side_by_side_detect.md), while a transformer's batch pays; the runner then keeps the gateway's batch
+    (one hop, one queue-control round) and runs its items one by one. True without both timings or with above 0."""
+    if above <= 0 or 1 not in item_ms or len(item_ms) < 2:
+        return True
+    largest = max(item_ms)
+    return item_ms[largest] <= above * item_ms[1]
 
 
 def _batch_of(feed: dict[str, np.ndarray]) -> int:
@@ -212,10 +225,23 @@ class ModelPool:
                             load_seconds=0.0, provider_fallback=fallback, input_names=input_names,
                             output_names=output_names)
         after_batch: dict[int, float] = {}
+        batch_ms: dict[int, float] = {}  # warm-up batch -> its shapes' fastest runs, summed
         for feed in warmup_feeds(manifest):
+            fastest = float("inf")
             for _ in range(self.settings.warmup_runs):
+                began = time.perf_counter()
                 self.run_model(model, feed)
-            after_batch[_batch_of(feed)] = rss_mb()
+                fastest = min(fastest, (time.perf_counter() - began) * 1000)
+            b = _batch_of(feed)
+            after_batch[b] = rss_mb()
+            if fastest != float("inf"):
+                batch_ms[b] = batch_ms.get(b, 0.0) + fastest
+        model.item_ms = {b: ms / b for b, ms in batch_ms.items()}
+        model.item_by_item = not batch_pays(model.item_ms, self.settings.item_by_item_above)
+        if model.item_by_item:
+            log.warning("%s: a batch costs more per item than batch 1 on %s (warm-up ms per item: %s); its items run "
+                        "one by one (runner.item_by_item_above %.2f)", key, provider,
+                        {b: round(ms, 3) for b, ms in model.item_ms.items()}, self.settings.item_by_item_above)
         model.footprint = _at_least(_footprint(rss_before, after_batch), weights_mb,
                                     self.measured.get(f"{name}:{manifest.version}"))
         model.ragged = bool(getattr(families.runtime(manifest.task), "RAGGED", False))
@@ -346,6 +372,8 @@ class ModelPool:
                        "memory": None if m.footprint is None else {
                            "resident_mb": round(m.footprint.resident_mb, 2),
                            "per_item_mb": round(m.footprint.per_item_mb, 3), "batch_cap": m.batch_cap},
+                       "batching": {"item_by_item": m.item_by_item,  # measured at warm-up (batch_pays)
+                                    "warmup_ms_per_item": {str(b): round(ms, 3) for b, ms in m.item_ms.items()}},
                        "sha256": m.manifest.file(m.manifest.model_file).sha256,
                        "license": m.manifest.source.license,
                        "source": {"kind": m.manifest.source.kind, "url": m.manifest.source.url,

@@ -150,9 +150,10 @@ class RepositoryState:
                                    for m in staged.values())
 
     def per_item(self, slot: str, model: LoadedModel) -> bool:
-        """The slot runs item by item: a fixed-batch graph, or configured so (batching.per_item)."""
+        """The slot runs item by item: a fixed-batch graph, configured so (batching.per_item), or measured at warm-up
+        that its batches do not pay on this device (runners/pool.batch_pays)."""
         cfg = self.repository.slots.get(slot)
-        return fixed_batch(model.manifest) or bool(cfg and cfg.batching.per_item)
+        return fixed_batch(model.manifest) or model.item_by_item or bool(cfg and cfg.batching.per_item)
 
     def _swap(self, repo: ModelRepository) -> None:
         """Serve `repo` from now on and persist it (the caller holds `control`)."""

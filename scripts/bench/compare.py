@@ -75,6 +75,7 @@ import numpy as np
 from scripts.bench import batch_hist, harness
 from scripts.bench.harness import (
     LOCAL_ENV,
+    TRISERVE_SYSTEMS,
     Family,
     RoundView,
     cell,
@@ -124,7 +125,10 @@ def request_for(system: str, base: str, text: str) -> tuple[str, bytes]:
         return f"{base}/v2/models/{FAMILY.pytriton_model}/infer", json.dumps(body).encode()
     if system == "kserve":  # KServe V1
         return f"{base}/v1/models/{FAMILY.pytriton_model}:predict", json.dumps({"instances": [text]}).encode()
-    return f"{base}/v1/classify", json.dumps({"texts": [text], "top_k": 3}).encode()
+    body: dict = {"texts": [text], "top_k": 3}
+    if system in TRISERVE_SYSTEMS:  # the primary or a refusal: never the cheaper fallback (the peers have none)
+        body["model"] = "primary"
+    return f"{base}/v1/classify", json.dumps(body).encode()
 
 
 def top1(system: str, payload: dict) -> str:

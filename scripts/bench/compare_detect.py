@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 from scripts.bench import batch_hist, harness
-from scripts.bench.harness import Family, RoundView, cell, shown
+from scripts.bench.harness import TRISERVE_SYSTEMS, Family, RoundView, cell, shown
 from scripts.bench.peers import common as peers
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.common import default_deployment, default_model
@@ -224,7 +224,10 @@ def request_for(system: str, base: str, b64: str) -> tuple[str, bytes]:
     if system == "kserve":  # KServe V1, binary data as {"b64": ...}
         v1 = {"instances": [{"image_bytes": {"b64": b64}}]}
         return f"{base}/v1/models/{FAMILY.pytriton_model}:predict", json.dumps(v1).encode()
-    return f"{base}/v1/detect", json.dumps({"images": [{"data": b64}]}).encode()
+    body: dict = {"images": [{"data": b64}]}
+    if system in TRISERVE_SYSTEMS:  # the primary or a refusal: never the cheaper fallback (the peers have none)
+        body["model"] = "primary"
+    return f"{base}/v1/detect", json.dumps(body).encode()
 
 
 def parse_detections(system: str, payload: dict) -> list[tuple[int, list[float], float]]:
