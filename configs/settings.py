@@ -10,7 +10,7 @@ import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -123,15 +123,6 @@ class RunnerSettings(_Section):
                           "latency on dedicated cores, but the spinning takes CPU from the API workers when they "
                           "share cores (docs/bench/tuning.md measures both).")
     warmup_runs: int = Field(2, ge=0, le=100, description="Runs per representative shape before ready.")
-    compute_batch: Literal["measured", "configured"] | Annotated[int, Field(ge=1, le=1024)] = Field(
-        "measured",
-        description="'measured': warm-up times batches of 1 and 8 (and 16 when 8 paid and the model batches that far) "
-                    "and the runner computes every batch in chunks of the size with the cheapest time per item (no "
-                    "chunking when the largest timed size was cheapest); the gateway still sends one call per batch. "
-                    "YOLOv8n at 640 on one pinned CPU core: 81 ms per image alone, 88 in a batch of 8, so item by "
-                    "item; text, forecasting and GPUs keep their batches (runners/pool.compute_batch). "
-                    "'configured': compute the configured max batch as one call. A number N: chunks of N, whatever "
-                    "the warm-up measures (a size found by a benchmark on the target device).")
     workers: int = Field(1, ge=1, le=16, description="Runner worker processes.")
     batching: Literal["gateway", "runner"] = Field(
         "gateway",

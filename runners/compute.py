@@ -102,8 +102,7 @@ class ComputeHost:
         n = len(xs)
         started = time.perf_counter()
         inject_faults(slot, settings.runner.faults)
-        memory_cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never more at once
-        cap = min(memory_cap, model.compute_batch or memory_cap)  # and the cheapest per item (runners/pool.py)
+        cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never run more at once
         out: list[Any] | np.ndarray  # a row per item
         per_item = self.state.per_item(slot, model)
         largest = 1
@@ -123,10 +122,10 @@ class ComputeHost:
                     rows = self.pool.run_model(model, feeds(model, [xs[i] for i in group]))[0]
                     for i, row in zip(group, rows):
                         out[i] = row
-            if split and cap == memory_cap:  # split by memory, not by the measured compute batch
+            if split:
                 MEMORY_SPLITS.labels(slot).inc()
         else:
-            if n > memory_cap:
+            if n > cap:
                 MEMORY_SPLITS.labels(slot).inc()
             largest = min(n, cap)
             out = [row for k in range(0, n, cap)

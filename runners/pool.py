@@ -25,9 +25,8 @@ from runners.memory import MB, Footprint, MemoryBudget, derived_budget_mb, rss_m
 log = logging.getLogger("triserve.runner")
 
 # Representative sizes for dynamic axes during warm-up; the model's family adds its own (image side, sequence
-# lengths); other dynamic axes get 1. WIDE_BATCH is timed too when batch 8 pays and the model may batch that far.
+# lengths); other dynamic axes get 1.
 WARMUP_BATCHES = (1, 8)
-WIDE_BATCH = 16
 
 
 @dataclass
@@ -49,8 +48,6 @@ class LoadedModel:
     ragged: bool = False  # its family's items are sequences of their own length (runtime.RAGGED): length groups
     item_len: int = 0  # ragged models: the longest warm-up sequence, the length per_item was measured at
     peak_batch: int = 0  # the largest batch it has run (its peak memory: resident + per item x this)
-    item_ms: dict[int, float] = field(default_factory=dict)  # warm-up batch -> ms per item (fastest run per shape)
-    compute_batch: int | None = None  # the most items per ONNX Runtime call that paid at warm-up (None: no limit)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(self.output_names, feeds)
@@ -105,11 +102,11 @@ def _dtype(spec: TensorSpec) -> np.dtype:
     return np.dtype(spec.dtype)
 
 
-def warmup_feeds(manifest: Manifest, batches: tuple[int, ...] = WARMUP_BATCHES) -> list[dict[str, np.ndarray]]:
+def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
     """Inputs of representative shapes: small and larger batches (1 only for a fixed-batch graph) times the sizes
     the model's family serves on its other dynamic axes (families/<family>/runtime.warmup_sizes)."""
     axes = families.runtime(manifest.task).warmup_sizes(manifest)
-    batches = (1,) if fixed_batch(manifest) else batches
+    batches = (1,) if fixed_batch(manifest) else WARMUP_BATCHES
     variants = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] or [{}]
     feeds = []
     for b in batches:
@@ -122,20 +119,6 @@ def warmup_feeds(manifest: Manifest, batches: tuple[int, ...] = WARMUP_BATCHES) 
                 feed[spec.name] = np.ones(shape, dtype=dt) if dt.kind in "iu" else np.zeros(shape, dtype=dt)
             feeds.append(feed)
     return feeds
-
-
-def compute_batch(item_ms: dict[int, float]) -> int | None:
-    """The warm-up batch with the cheapest time per item, or None (no limit) when that is the largest one timed.
-
-    Why: on a CPU core a convolutional network at 640 px can cost more per image in a batch than alone (YOLOv8n,
-    pinned, intra-op 1: 81 ms alone, 88 ms each in a batch of 8) or past some size (two threads: 49 ms at 8, ~97 at
-    16; docs/bench/side_by_side_detect.md), while a transformer's or a GPU's batches keep paying. The gateway still
-    sends its batch in one call (one hop, the same queue-control rounds); the runner computes it in chunks of this.
-    """
-    if len(item_ms) < 2:
-        return None
-    best = min(item_ms, key=lambda b: (item_ms[b], -b))
-    return None if best == max(item_ms) else best
 
 
 def _batch_of(feed: dict[str, np.ndarray]) -> int:
@@ -202,14 +185,12 @@ class ModelPool:
         return f"{slot}@{version}"
 
     def load(self, slot: str, name: str, ref: str, activate: bool = True, max_batch: int = 1,
-             limit_mb: float | None = None, make_room: Callable[[float], None] | None = None,
-             configured_batch: int | None = None) -> LoadedModel:
+             limit_mb: float | None = None, make_room: Callable[[float], None] | None = None) -> LoadedModel:
         """Verify, load, warm and measure; reserve its memory for the largest batch <= max_batch that fits the
         budget (MemoryRefused when not even one item fits: nothing stays loaded). limit_mb: what its deployment's
         own budget leaves for it; make_room(mb): asked to free that much of the budget (evicting on-demand
         deployments) before loading, with an estimate (its last measurement, else its weights), and again with the
-        measured need at its max batch before reserving. configured_batch: the slot's configured max batch when the
-        reservation starts smaller (load_all), for the warm-up's timing (compute_batch)."""
+        measured need at its max batch before reserving."""
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
         key = self.memory_key(slot, manifest.version)
@@ -230,17 +211,11 @@ class ModelPool:
         model = LoadedModel(slot=slot, manifest=manifest, directory=directory, session=session, provider=provider,
                             load_seconds=0.0, provider_fallback=fallback, input_names=input_names,
                             output_names=output_names)
-        after_batch = self._warm(model, warmup_feeds(manifest))
-        if (self.settings.compute_batch == "measured" and max(max_batch, configured_batch or 0) >= WIDE_BATCH
-                and 8 in model.item_ms
-                and compute_batch(model.item_ms) is None):  # batch 8 paid: does the batch keep paying further?
-            after_batch.update(self._warm(model, warmup_feeds(manifest, (WIDE_BATCH,))))
-        mode = self.settings.compute_batch
-        model.compute_batch = mode if isinstance(mode, int) else compute_batch(model.item_ms) if mode == "measured" \
-            else None
-        if model.compute_batch is not None:
-            log.warning("%s: batches computed in chunks of %d (runner.compute_batch=%s; warm-up ms per item on %s: %s)",
-                        key, model.compute_batch, mode, provider, {b: round(ms, 3) for b, ms in model.item_ms.items()})
+        after_batch: dict[int, float] = {}
+        for feed in warmup_feeds(manifest):
+            for _ in range(self.settings.warmup_runs):
+                self.run_model(model, feed)
+            after_batch[_batch_of(feed)] = rss_mb()
         model.footprint = _at_least(_footprint(rss_before, after_batch), weights_mb,
                                     self.measured.get(f"{name}:{manifest.version}"))
         model.ragged = bool(getattr(families.runtime(manifest.task), "RAGGED", False))
@@ -259,24 +234,6 @@ class ModelPool:
         if activate:
             self.models[slot] = model
         return model
-
-    def _warm(self, model: LoadedModel, feeds: list[dict[str, np.ndarray]]) -> dict[int, float]:
-        """Run every feed warmup_runs times; record each batch's time per item (its shapes' fastest runs, summed)
-        in model.item_ms; returns the process RSS after each batch (runners/memory.py)."""
-        after_batch: dict[int, float] = {}
-        batch_ms: dict[int, float] = {}
-        for feed in feeds:
-            fastest = float("inf")
-            for _ in range(self.settings.warmup_runs):
-                began = time.perf_counter()
-                self.run_model(model, feed)
-                fastest = min(fastest, (time.perf_counter() - began) * 1000)
-            b = _batch_of(feed)
-            after_batch[b] = rss_mb()
-            if fastest != float("inf"):
-                batch_ms[b] = batch_ms.get(b, 0.0) + fastest
-        model.item_ms.update({b: ms / b for b, ms in batch_ms.items()})
-        return after_batch
 
     def get(self, slot: str, version: str | None = None) -> LoadedModel:
         """The active model of a slot, or a specific loaded version (KeyError if it is not loaded)."""
@@ -324,9 +281,9 @@ class ModelPool:
         the rest of the budget is shared (runners/memory.share_caps), so load order decides nothing. budgets:
         deployment -> (its slots, its memory_mb): its slots share that budget the same way (refused when their
         batch-1 needs exceed it). keep_free_mb: left out of the sharing (room for on-demand deployments)."""
-        for slot, (name, ref, max_batch) in slots.items():
+        for slot, (name, ref, _max_batch) in slots.items():
             try:
-                self.load(slot, name, ref, max_batch=1, configured_batch=max_batch)
+                self.load(slot, name, ref, max_batch=1)
             except Exception as exc:  # any load failure must surface as not-ready with a reason
                 log.exception("failed to load %s (%s:%s)", slot, name, ref)
                 self.errors[slot] = f"{type(exc).__name__}: {exc}"
@@ -389,8 +346,6 @@ class ModelPool:
                        "memory": None if m.footprint is None else {
                            "resident_mb": round(m.footprint.resident_mb, 2),
                            "per_item_mb": round(m.footprint.per_item_mb, 3), "batch_cap": m.batch_cap},
-                       "batching": {"compute_batch": m.compute_batch,  # measured at warm-up (compute_batch)
-                                    "warmup_ms_per_item": {str(b): round(ms, 3) for b, ms in m.item_ms.items()}},
                        "sha256": m.manifest.file(m.manifest.model_file).sha256,
                        "license": m.manifest.source.license,
                        "source": {"kind": m.manifest.source.kind, "url": m.manifest.source.url,

@@ -150,10 +150,9 @@ class RepositoryState:
                                    for m in staged.values())
 
     def per_item(self, slot: str, model: LoadedModel) -> bool:
-        """The slot runs item by item: a fixed-batch graph, configured so (batching.per_item), or measured at warm-up
-        that a batch costs more per item than one item alone on this device (runners/pool.compute_batch)."""
+        """The slot runs item by item: a fixed-batch graph, or configured so (batching.per_item)."""
         cfg = self.repository.slots.get(slot)
-        return fixed_batch(model.manifest) or model.compute_batch == 1 or bool(cfg and cfg.batching.per_item)
+        return fixed_batch(model.manifest) or bool(cfg and cfg.batching.per_item)
 
     def _swap(self, repo: ModelRepository) -> None:
         """Serve `repo` from now on and persist it (the caller holds `control`)."""

@@ -89,7 +89,7 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
             residency = status.get("slots", {}).get(slot, {})
             slots[role] = {"slot": slot, **{k: loaded.get(slot, {}).get(k)
                                             for k in ("name", "version", "provider", "sha256", "memory",
-                                                      "batching", "license", "source")},
+                                                      "license", "source")},
                            "state": residency.get("state"), "last_used_s": residency.get("last_used_s"),
                            "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
                            "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
