@@ -54,7 +54,8 @@ class ServingContext:
     def runner_client(self) -> RunnerClient:
         """Created on first use, inside the worker's event loop (batchers hold per-loop state)."""
         if self._runner_client is None:
-            self._runner_client = RunnerClient(self.runner, self.settings, self.slot_batch, self.slot_family)
+            self._runner_client = RunnerClient(self.runner, self.settings, self.slot_batch, self.slot_family,
+                                               fails_over=self.fails_over)
         return self._runner_client
 
     def client_for(self, slot: str) -> RunnerClient:
@@ -69,6 +70,17 @@ class ServingContext:
 
     def slot_batch(self, slot: str) -> int:
         return self.routing.batch_limit(slot)
+
+    def fails_over(self, slot: str) -> bool:
+        """A primary slot whose deployment's fallback this API worker hosts (runner.fallbacks='gateway'): when the
+        runner tier drops its call, the fallback answers at once instead of a retry into a runner that is gone."""
+        if self.fallback_runner is None or slot.endswith(FALLBACK_SUFFIX):
+            return False
+        try:
+            dep, _ = self.repository.owner(slot)
+        except KeyError:
+            return False
+        return dep.fallback_slot is not None
 
     def slot_family(self, slot: str) -> str:
         return self.repository.owner(slot)[0].family

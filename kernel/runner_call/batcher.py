@@ -92,8 +92,12 @@ class SlotBatcher:
     """One per (API worker, slot). `submit(items)` resolves to that request's results, in order."""
 
     def __init__(self, slot: str, send: Send, max_batch_size: int, max_inflight: int,
-                 coming: Approaching | None = None, coalesce_wait_s: float = 0.0):
+                 coming: Approaching | None = None, coalesce_wait_s: float = 0.0,
+                 fail_queue_on: Callable[[BaseException], bool] | None = None):
+        """fail_queue_on(exc): a call failure that fails the queued requests too (they would be sent to the same
+        lost runner; runner_client.runner_lost), so that their callers move on to a fallback now."""
         self.slot = slot
+        self._fail_queue_on = fail_queue_on
         self._send = send
         self.max_batch_size = max_batch_size
         self.max_inflight = max_inflight
@@ -171,6 +175,13 @@ class SlotBatcher:
             size += len(head.items)
         return batch
 
+    def _drain(self) -> list[_Pending]:
+        """Take every queued request out of the queue."""
+        drained = list(self._queue)
+        self._queue.clear()
+        self.queue.waiting -= sum(len(p.items) for p in drained)
+        return drained
+
     async def _call(self, batch: list[_Pending]) -> None:
         GATEWAY_BATCH.labels(self.slot).observe(len(batch))
         started = time.monotonic()
@@ -188,7 +199,8 @@ class SlotBatcher:
                 p.future.cancel()
             raise
         except Exception as exc:  # noqa: BLE001 - every waiter of the batch gets the failure
-            for p in batch:
+            queued = self._drain() if self._fail_queue_on is not None and self._fail_queue_on(exc) else []
+            for p in [*batch, *queued]:
                 if not p.future.done():
                     p.future.set_exception(exc)
         finally:

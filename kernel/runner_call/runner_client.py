@@ -35,6 +35,13 @@ def _is_transport_error(exc: BaseException) -> bool:
     return any(m in text for m in _TRANSPORT_MARKERS)
 
 
+def runner_lost(exc: BaseException) -> bool:
+    """A runner call that failed because its connection to the runner tier was lost (call_runner's 503 from a
+    transport error), not an answer of the runner."""
+    return isinstance(exc, ApiError) and exc.code == "runner_unavailable" and exc.__cause__ is not None \
+        and _is_transport_error(exc.__cause__)
+
+
 def _retried(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and _is_transport_error(exc)  # never a cancellation
 
@@ -79,8 +86,14 @@ class RunnerClient:
     worker are coalesced per slot (one runner call per batch); with "runner" each request is its own call and BentoML's
     dispatcher in the runner merges them (across slots: every item names its slot)."""
 
-    def __init__(self, runner: Any, settings: Any, max_batch: Callable[[str], int], family_of: Callable[[str], str]):
+    def __init__(self, runner: Any, settings: Any, max_batch: Callable[[str], int], family_of: Callable[[str], str],
+                 fails_over: Callable[[str], bool] | None = None):
+        """fails_over(slot): the slot has a fallback elsewhere (runner.fallbacks='gateway'), so a transport error on
+        its call is not retried and also fails the requests queued behind that call: a SIGKILLed runner's listening
+        socket (held by BentoML's arbiter) accepts the retry and never answers until the restart, so a retry would
+        wait for the attempt timeout (runner.primary_attempt_ms) while the fallback could answer now."""
         self.runner = runner
+        self._fails_over = fails_over or (lambda slot: False)
         cfg = settings.gateway
         self._retries, self._backoff = cfg.runner_retries, cfg.runner_retry_backoff_ms
         self._gateway_batching = settings.runner.batching == "gateway"
@@ -97,14 +110,18 @@ class RunnerClient:
         b = self.batchers.get(slot)
         if b is None:
             b = self.batchers[slot] = SlotBatcher(slot, self._sender(slot), self._max_batch(slot), self._inflight,
-                                                  approaching(self._family_of(slot)), self._wait_s)
+                                                  approaching(self._family_of(slot)), self._wait_s,
+                                                  fail_queue_on=runner_lost if self._fails_over(slot) else None)
         return b
+
+    def _retries_of(self, slot: str) -> int:
+        return 0 if self._fails_over(slot) else self._retries
 
     def _sender(self, slot: str):
         async def send(items: list[dict]) -> list[dict]:
             if items:  # who sends: the runner gathers the calls of callers that arrive together (runners/merge.py)
                 items = [{**items[0], "caller": self._caller}, *items[1:]]
-            return await call_runner(self.runner, slot, items, self._retries, self._backoff)
+            return await call_runner(self.runner, slot, items, self._retries_of(slot), self._backoff)
         return send
 
     async def call(self, slot: str, payload: list[dict], arrived: Callable[[], None] | None = None) -> list[dict]:
@@ -128,6 +145,6 @@ class RunnerClient:
         if batcher is None:
             if arrived is not None:
                 arrived()
-            return await call_runner(self.runner, slot, payload, self._retries, self._backoff)
+            return await call_runner(self.runner, slot, payload, self._retries_of(slot), self._backoff)
         batcher.max_batch_size = self._max_batch(slot)  # follows the memory cap of the model loaded now
         return await batcher.submit(payload, arrived)

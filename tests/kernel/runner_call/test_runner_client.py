@@ -115,3 +115,53 @@ def test_each_client_names_itself_in_its_calls_without_touching_the_callers_item
     assert len(callers) == 2 and callers[0] != callers[1] and all(callers)
     assert all("caller" not in it for call in runner.calls for it in call[1:])  # once per call, on its first item
     assert all("caller" not in it for it in payload)  # the request's own items are not changed
+
+
+class LostRunner:
+    """A runner tier whose first call loses its connection (the worker SIGKILLed) after `hold_s`; every later call
+    hangs (BentoML's arbiter still holds the listening socket: connections are accepted, never answered)."""
+
+    def __init__(self, hold_s: float = 0.05):
+        self.to_async = self
+        self.hold_s = hold_s
+        self.calls: list[list[dict]] = []
+
+    def infer(self, payload):
+        self.calls.append(payload)
+        first = len(self.calls) == 1
+
+        async def answer():
+            if first:
+                await asyncio.sleep(self.hold_s)
+                raise aiohttp.ServerDisconnectedError()
+            await asyncio.sleep(3600)
+
+        return answer()
+
+
+@pytest.mark.parametrize("fails_over", [True, False])
+def test_a_lost_runner_fails_the_call_and_its_queue_at_once_when_a_fallback_answers_elsewhere(fails_over):
+    """fails_over: no retry into the lost runner, and the requests queued behind the lost call fail with it (their
+    fallback answers now); otherwise the transport error is retried and everyone waits (here: until the timeout)."""
+    from configs.settings import get_settings
+    from kernel.runner_call.runner_client import RunnerClient
+
+    runner = LostRunner()
+    client = RunnerClient(runner, get_settings(), lambda slot: 1, lambda slot: "text",
+                          fails_over=lambda slot: fails_over and slot == "text")
+
+    async def main():
+        calls = [asyncio.create_task(client.call("text", [{"slot": "text", "x": i, "deadline": None}]))
+                 for i in range(3)]  # max batch 1: one call in flight, two queued behind it
+        done, pending = await asyncio.wait(calls, timeout=1.0)
+        for task in pending:
+            task.cancel()
+        return [t.exception() if t in done else "pending" for t in calls]
+
+    began = time.monotonic()
+    outcomes = asyncio.run(main())
+    if fails_over:
+        assert all(isinstance(e, ApiError) and e.code == "runner_unavailable" for e in outcomes)
+        assert len(runner.calls) == 1 and time.monotonic() - began < 0.5  # no retry, the queue never sent
+    else:
+        assert outcomes == ["pending"] * 3 and len(runner.calls) == 2  # retried into the hanging runner
