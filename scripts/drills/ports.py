@@ -22,6 +22,11 @@ minutes later by a drill would be exposed again).
 from __future__ import annotations
 
 import socket
+from pathlib import Path
+
+# what a harness writes into a server's log before it starts the server again after a lost bind (Server,
+# scripts/tiers.ServiceProcess.launch): scripts/drills/starts.py counts bind retries from the logs by it
+BIND_RETRY_MARK = "=== bind retry:"
 
 
 class ReservedPort:
@@ -84,3 +89,22 @@ def held_port() -> int:
     it stops (the bench peers, a container); a few sockets per run, closed by the kernel at exit."""
     return _PROCESS_PORTS.take()
 
+
+def address_in_use(log_path: Path, offset: int = 0) -> bool:
+    """Whether the log, from `offset` on, reports a bind that failed with EADDRINUSE (zmq's or the socket's)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return False
+    return "Address already in use" in text or "EADDRINUSE" in text
+
+
+def bind_retries_in(log_path: Path) -> int:
+    """How many times a harness started a server again after a lost bind, by the marks it wrote into the log."""
+    try:
+        with open(log_path, "rb") as f:
+            return sum(1 for line in f if line.startswith(BIND_RETRY_MARK.encode()))
+    except FileNotFoundError:
+        return 0

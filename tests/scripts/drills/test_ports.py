@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from scripts.drills.ports import PortPool, ReservedPort, held_port
+from scripts.drills.ports import BIND_RETRY_MARK, PortPool, ReservedPort, address_in_use, bind_retries_in, held_port
 
 
 def _server_socket(port: int, reuseport: bool = False) -> socket.socket:
@@ -109,3 +109,9 @@ def test_the_servers_the_harnesses_start_bind_a_held_port(server, tmp_path):
             proc.terminate()
             proc.wait(timeout=10)
 
+
+def test_bind_retries_in_counts_the_marks_of_a_log(tmp_path):
+    log = tmp_path / "a.log"
+    assert bind_retries_in(log) == 0  # no log yet
+    log.write_text(f"start\nOSError: [Errno 98] Address already in use\n{BIND_RETRY_MARK} again\nx {BIND_RETRY_MARK}\n")
+    assert bind_retries_in(log) == 1 and address_in_use(log)  # only marks at the start of a line count
