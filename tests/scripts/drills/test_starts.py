@@ -8,6 +8,7 @@ import contextlib
 import http.server
 import importlib
 import json
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from scripts.drills import overload, starts
 from scripts.drills.ports import BIND_RETRY_MARK
-from scripts.drills.server import Server
+from scripts.drills.server import ROOT, Server
 from scripts.drills.starts import Attempt, StartCheckFailed, check_answer, run_starts
 
 DRILLS_DIR = Path(starts.__file__).parent
@@ -249,3 +250,17 @@ def test_the_starts_cli_refuses_a_drill_that_starts_no_server(capsys):
     with pytest.raises(SystemExit):
         starts.main(["--drills", "batch_resume"])
     assert "not a drill that starts servers" in capsys.readouterr().err
+
+
+def test_the_starts_cli_reports_a_drill_it_cannot_run_and_writes_both_files(tmp_path):
+    """Through `python -m` (where starts.py is __main__ and the drills import it again by name): side_by_side without
+    its trained text model or with an empty registry is not run, with the reason; no server is started."""
+    out = tmp_path / "starts.json"
+    res = subprocess.run([sys.executable, "-m", "scripts.drills.starts", "--times", "2", "--drills", "side_by_side",
+                          "--registry", str(tmp_path), "--out", str(out), "--log-dir", str(tmp_path / "logs")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    result = json.loads(out.read_text())
+    assert "not_run" in result["drills"]["side_by_side"], result["drills"]
+    assert result["command"].startswith("python -m scripts.drills.starts --times 2 --drills side_by_side")
+    assert "| side_by_side |" in out.with_suffix(".md").read_text() and "not run" in out.with_suffix(".md").read_text()
