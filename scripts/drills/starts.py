@@ -248,6 +248,11 @@ def to_markdown(result: dict[str, Any]) -> str:
     return "\n".join(L)
 
 
+def relative(text: str) -> str:
+    """Paths inside the checkout written relative to it: the files are committed, the checkout moves."""
+    return text.replace(str(ROOT) + "/", "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.drills.starts", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -277,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summary_line(res), flush=True)
     result["minutes"] = round((time.monotonic() - t0) / 60, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    args.out.with_suffix(".md").write_text(to_markdown(result))
+    args.out.write_text(relative(json.dumps(result, indent=1, default=str)) + "\n")
+    args.out.with_suffix(".md").write_text(relative(to_markdown(result)))
     print(f"saved {args.out} and {args.out.with_suffix('.md')}")
     ran = [r for r in result["drills"].values() if "not_run" not in r]
     return 0 if all("error" not in r and r["failed"] == 0 for r in ran) else 1

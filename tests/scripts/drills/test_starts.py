@@ -264,3 +264,4 @@ def test_the_starts_cli_reports_a_drill_it_cannot_run_and_writes_both_files(tmp_
     assert "not_run" in result["drills"]["side_by_side"], result["drills"]
     assert result["command"].startswith("python -m scripts.drills.starts --times 2 --drills side_by_side")
     assert "| side_by_side |" in out.with_suffix(".md").read_text() and "not run" in out.with_suffix(".md").read_text()
+    assert str(ROOT) + "/" not in out.read_text() + out.with_suffix(".md").read_text()  # paths relative to the checkout
