@@ -33,13 +33,13 @@ import io
 import json
 import math
 import re
-import socket
 import sys
 import time
 from typing import Any
 
 import httpx
 
+from scripts.drills.ports import held_port
 from scripts.imagetools import (
     CACHE,
     PROJECT_ROOT,
@@ -64,12 +64,6 @@ TOOLS = {"podman": "podman", "runc": "runc", "skopeo": "skopeo", "docker-registr
 
 def tool(name: str) -> str:
     return system_tool(name, TOOLS.get(name))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def shapes_png() -> bytes:
@@ -226,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
         if local.get("Digest") != remote["Digest"]:
             raise StepFailed("pulled digest differs from the registry's")
 
-    port, grpc_port = free_port(), free_port()
+    # held until this process exits (the container binds them with SO_REUSEADDR meanwhile; --keep leaves them to it)
+    port, grpc_port = held_port(), held_port()
     name = f"triserve-smoke-{int(time.time())}"
     with steps.step(f"podman run {name} (HTTP 127.0.0.1:{port}, gRPC 127.0.0.1:{grpc_port})"):
         envs = {

@@ -52,7 +52,7 @@ import httpx
 import psutil
 import yaml
 
-from scripts.drills.ports import PortPool, ReservedPort
+from scripts.drills.ports import BIND_RETRY_MARK, PortPool, ReservedPort, address_in_use
 from scripts.drills.server import ENTRY_SERVICE, QUIET_ENV, ROOT, RUNNER_SERVICE
 from scripts.imagetools import SYSTEM_BIN_DIRS
 
@@ -117,17 +117,6 @@ class TiersConfig:
 
 class ServiceExited(RuntimeError):
     """The process ended before it was up."""
-
-
-def address_in_use(log_path: Path, offset: int = 0) -> bool:
-    """Whether the log, from `offset` on, reports a bind that failed with EADDRINUSE (zmq's or the socket's)."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(offset)
-            text = f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return False
-    return "Address already in use" in text or "EADDRINUSE" in text
 
 
 class ServiceProcess:
@@ -196,9 +185,11 @@ class ServiceProcess:
                 if attempt == retries or not address_in_use(self.log_path, offset):
                     raise
                 self.bind_retries += 1
-                print(f"[tiers] {self.name}: its arbiter lost an address to another process before binding it "
-                      f"(EADDRINUSE, log {self.log_path}); starting it again ({attempt + 2} of {retries + 1})",
-                      file=sys.stderr, flush=True)
+                said = (f"{self.name}: its arbiter lost an address to another process before binding it "
+                        f"(EADDRINUSE); starting it again ({attempt + 2} of {retries + 1})")
+                with open(self.log_path, "ab") as log:
+                    log.write(f"{BIND_RETRY_MARK} {said}\n".encode())
+                print(f"[tiers] {said}; log {self.log_path}", file=sys.stderr, flush=True)
         raise AssertionError("unreachable")
 
     def pids(self) -> list[int]:

@@ -25,7 +25,8 @@ import httpx
 
 from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
-from scripts.drills.server import Server, free_port
+from scripts.drills.ports import ReservedPort
+from scripts.drills.server import Server
 
 GOAL_S = 20.0
 REGISTRY = ROOT / "models" / "store"
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="triserve-coldstart-") as d:
         tmp = Path(d)
-        port = free_port()
+        held = ReservedPort()  # until the static server has stopped: no other bind(0) is handed it meanwhile
+        port = held.number
         static = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                                    "--directory", str(REGISTRY)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             static.terminate()
             static.wait(timeout=10)
+            held.release()
     summary = {}
     for mode, runs in results.items():
         xs = [r["ready_s"] for r in runs]

@@ -47,7 +47,7 @@ from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT, model_dir
 from scripts.bench.wrk import LOOPBACK
 from scripts.drills.common import DEGRADED, PRIMARY, answer_kind, says_degraded
-from scripts.drills.server import free_port
+from scripts.drills.ports import held_port
 from scripts.imagetools import StepFailed
 
 SYSTEMS = ("inproc", "naive", "pytriton", "kserve", "mlserver", "triserve_nobatch", "triserve", "triserve_local")
@@ -215,7 +215,7 @@ def triserve_env(name: str, args) -> dict[str, str]:
 
 
 def _start_naive(name: str, fam: Family, args, tmp: Path, log: Path, d: Path) -> tuple[Peer, str]:
-    port = free_port()
+    port = held_port()  # held until this process exits: no other bind(0) gets it first
     peer = Peer(name, [sys.executable, "-m", "uvicorn", fam.naive_app, "--host", "127.0.0.1", "--port", str(port),
                        "--log-level", "warning", "--no-access-log"],
                 {"TRISERVE_BENCH_INTRA_OP": str(args.intra_op), "TRISERVE_BENCH_MODEL_DIR": str(d)},
@@ -235,7 +235,7 @@ def _start_pytriton(name: str, fam: Family, args, tmp: Path, log: Path, d: Path)
     py = _interpreter(args.pytriton_python, "PyTriton", fam.pytriton_script)
     libdir = subprocess.run([str(py), "-c", "import sysconfig;print(sysconfig.get_config_var('LIBDIR'))"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    port, gport, mport = free_port(), free_port(), free_port()
+    port, gport, mport = held_port(), held_port(), held_port()  # held until this process exits
     env = {"LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
     peer = Peer(name, [str(py), str(ROOT / fam.pytriton_script), "--model-dir", str(d),
                        "--http-port", str(port), "--grpc-port", str(gport), "--metrics-port", str(mport),
@@ -249,7 +249,7 @@ def _start_kserve(name: str, fam: Family, args, tmp: Path, log: Path, d: Path) -
     """KServe's Python model server (the family's kserve_script in the --kserve-python venv); ready when its V1
     model route answers 200."""
     py = _interpreter(args.kserve_python, "KServe", fam.kserve_script)
-    port = free_port()
+    port = held_port()  # held until this process exits: no other bind(0) gets it first
     peer = Peer(name, [str(py), str(ROOT / fam.kserve_script), "--model-dir", str(d), "--http-port", str(port),
                        "--intra-op", str(args.intra_op)],
                 {}, args.server_cpu, log, f"http://127.0.0.1:{port}/v1/models/{fam.pytriton_model}")
@@ -271,7 +271,7 @@ def _start_mlserver(name: str, fam: Family, args, tmp: Path, log: Path, d: Path)
     exe = _interpreter(args.mlserver_python, "MLServer", recipe).parent / "mlserver"
     if not exe.exists():
         raise RuntimeError(f"no mlserver command at {exe} (see {recipe} for the venv recipe)")
-    port, gport, mport = free_port(), free_port(), free_port()
+    port, gport, mport = held_port(), held_port(), held_port()  # held until this process exits
     folder = write_settings(tmp / f"mlserver_{fam.tag}", mlserver_peer(fam, args, d), port, gport, mport)
     peer = Peer(name, [str(exe), "start", str(folder)], {"PYTHONPATH": str(ROOT)}, args.server_cpu, log,
                 f"http://127.0.0.1:{port}/v2/models/{fam.pytriton_model}/ready")

@@ -51,6 +51,9 @@ def base_parser(doc: str, name: str) -> argparse.ArgumentParser:
     ap.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, help="registry root (default models/store)")
     ap.add_argument("--out", type=Path, default=OUT_DIR / f"{name}.json", help="where the JSON result goes")
     ap.add_argument("--log", type=Path, default=None, help="server log (default: a temp file, path in the JSON)")
+    ap.add_argument("--starts", type=int, default=0, metavar="N",
+                    help="only the drill's start phase, N times in a row: its servers with its settings, ready, one "
+                         "request checked, stopped; counted (scripts/drills/starts.py; no report files)")
     return ap
 
 

@@ -10,11 +10,14 @@ loop. Then the byte is restored, the server restarted, and the time to readiness
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,6 +25,15 @@ import httpx
 from models.registry import LocalRegistry
 from scripts.drills.common import assert_loopback, base_parser, log_path, save
 from scripts.drills.server import Server
+from scripts.drills.starts import (
+    Attempt,
+    StartCheckFailed,
+    StartOnce,
+    check_answer,
+    check_get,
+    drill_main,
+    serve_once,
+)
 from triserve_client import (
     NO_RETRY,
     ClassifyResponse,
@@ -107,21 +119,88 @@ def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
             "server_alive": srv.proc.poll() is None}
 
 
-def main() -> None:
+def copy_registry(registry: Path, model: str, ref: str, work: Path) -> tuple[Path, Path, str]:
+    """The registry copied into `work` (the source is never touched): (the copy, the model file of `model` at
+    `ref` in it, its version)."""
+    copy = work / "store"
+    shutil.copytree(registry, copy, symlinks=True)
+    reg = LocalRegistry(copy)
+    version = reg.resolve(model, ref)
+    return copy, reg.path(model, version) / reg.manifest(model, version).model_file, version
+
+
+def integrity_errors(url: str) -> list[str]:
+    """The IntegrityErrors (sha256 mismatch) /v1/models names: in its `errors` when it answers 200, or as the reason
+    of its 503 not_ready (a model that fails verification keeps the whole service from loading)."""
+    r = httpx.get(url + "/v1/models", timeout=10)
+    try:
+        body = r.json()
+    except ValueError:
+        return []
+    if not isinstance(body, dict):
+        return []
+    if r.status_code == 200:
+        texts = [str(v) for v in (body.get("errors") or {}).values()]
+    else:
+        texts = [str(((body.get("error") or {}).get("details") or {}).get("reason") or "")]
+    return [t for t in texts if "IntegrityError" in t and "sha256 mismatch" in t]
+
+
+STARTS = ("two `bentoml serve` on a copy of the registry, one after the other: --model with one byte flipped "
+          "(listening, /readyz 503, the IntegrityError in /v1/models, inference 503), then the byte restored (ready, "
+          "inference 200)")
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """The registry copied once; each start flips the byte, starts the server on the copy and checks that it is up but
+    not ready for the reason the drill expects, restores the byte and starts the server again until ready."""
+    work = Path(tempfile.mkdtemp(prefix="triserve-drill-registry-"))
+    try:
+        copy, target, _ = copy_registry(args.registry, args.model, args.ref, work)
+
+        def once(attempt: Attempt) -> None:
+            info = corrupt(target)
+            try:
+                with Server(copy, log_path=attempt.log("serve-corrupt")) as srv:
+                    attempt.ready_s["corrupt_listening"] = srv.wait_listening()
+                    deadline = time.monotonic() + 60  # until the runner has finished its (failing) load
+                    while not (errors := integrity_errors(srv.url)) and time.monotonic() < deadline:
+                        time.sleep(0.5)
+                    if not errors:
+                        raise StartCheckFailed("/v1/models names no IntegrityError (sha256 mismatch) after 60 s")
+                    for path, want in (("/readyz", 503), ("/livez", 200)):
+                        check_get(srv.url, path, want=want)
+                    attempt.checks += [f"/v1/models names {errors[0][:120]}; /readyz 503, /livez 200",
+                                       check_answer(srv.url, "/v1/classify", {"texts": TEXTS, "top_k": 1}, want=503)]
+            finally:
+                restore(target, info)
+            serve_once(attempt, copy, {}, "serve-restored",
+                       lambda srv: check_answer(srv.url, "/v1/classify", {"texts": TEXTS, "top_k": 1}))
+
+        yield once
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
     ap.add_argument("--model", default="minilm-intent", help="registry model whose model.onnx gets the bad byte")
     ap.add_argument("--ref", default="stable")
     ap.add_argument("--observe-seconds", type=float, default=20)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
     log = log_path(args, NAME)
     work = Path(tempfile.mkdtemp(prefix="triserve-drill-registry-"))
     res: dict = {"drill": NAME, "registry": str(args.registry), "model": args.model}
     try:
-        copy = work / "store"
-        shutil.copytree(args.registry, copy, symlinks=True)
-        reg = LocalRegistry(copy)
-        version = reg.resolve(args.model, args.ref)
-        target = reg.path(args.model, version) / reg.manifest(args.model, version).model_file
+        copy, target, version = copy_registry(args.registry, args.model, args.ref, work)
         info = corrupt(target)
         res["corruption"] = {**info, "file": str(target.relative_to(copy)), "version": version}
         print(f"flipped byte {info['offset']} of {args.model}:{version}/{target.name} "

@@ -13,11 +13,14 @@ and 'primary' requests and the drill checks issue 21's goals: 'auto' requests in
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import os
 import random
 import signal
 import time
+from collections.abc import Iterator
 
 import aiohttp
 import numpy as np
@@ -37,6 +40,7 @@ from scripts.drills.common import (
     text_body,
 )
 from scripts.drills.server import Server
+from scripts.drills.starts import Attempt, StartCheckFailed, StartOnce, check_answer, drill_main, serve_once
 
 NAME = "kill_runner"
 
@@ -242,7 +246,30 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+STARTS = "one `bentoml serve` (runner.fallbacks as --fallbacks says; default runner)"
+
+
+def server_env(args) -> dict[str, str]:
+    return {"TRISERVE_RUNNER__FALLBACKS": args.fallbacks}
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """The drill's server, ready, with runner workers to kill; one 'auto' text request answered by the primary."""
+    def once(attempt: Attempt) -> None:
+        def check(srv: Server) -> list[str]:
+            pids = srv.runner_pids()
+            if not pids:
+                raise StartCheckFailed(f"no runner worker under the server: {srv.workers()}")
+            return [check_answer(srv.url, "/v1/classify", text_body(random.Random(attempt.number))),
+                    f"runner workers {len(pids)}"]
+
+        serve_once(attempt, args.registry, server_env(args), "serve", check)
+
+    yield once
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=35, help="load duration (bounded)")
@@ -252,13 +279,20 @@ def main() -> None:
     ap.add_argument("--probe-deadline-ms", type=int, default=2000, help="X-Request-Timeout-Ms of side probes")
     ap.add_argument("--fallbacks", choices=("runner", "gateway"), default="runner",
                     help="runner.fallbacks: 'gateway' hosts the fallbacks in the API worker (another failure domain)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.fallbacks == "gateway" and args.out == OUT_DIR / f"{NAME}.json":  # the default: keep kill_runner.json
         args.out = OUT_DIR / f"{NAME}_fallbacks_gateway.json"
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
     probe_interval = args.probe_interval if args.probe_interval <= 0 else max(args.probe_interval, 0.05)
     log = log_path(args, NAME)
-    env = {"TRISERVE_RUNNER__FALLBACKS": args.fallbacks}
-    with Server(args.registry, env=env, log_path=log) as srv:
+    with Server(args.registry, env=server_env(args), log_path=log) as srv:
         ready_s = srv.wait_ready()
         res = asyncio.run(drill(srv, args.concurrency, min(args.seconds, 120), args.kill_at, args.max_requests,
                                probe_interval, args.probe_deadline_ms, with_primary_probes=args.fallbacks == "gateway"))

@@ -20,15 +20,19 @@ Bounded: every load loop has a request count and a time limit; traffic goes to 1
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import json
 import random
 import secrets
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -38,6 +42,7 @@ import yaml
 
 from scripts.drills.common import Row, base_parser, by_status, lat, log_path, post, save, transport_errors
 from scripts.drills.server import Server
+from scripts.drills.starts import Attempt, StartCheckFailed, StartOnce, check_answer, drill_main, serve_once
 
 NAME = "memory_budget"
 MB = 2 ** 20
@@ -247,11 +252,62 @@ def _configured(phase1: dict) -> dict:
     return out
 
 
-def main() -> None:
+def phase2_budget(phase1: dict[str, dict]) -> tuple[float, float, float]:
+    """(the runner's budget, coco's memory_mb, coco at its full batch) for phase 2, from phase 1's footprints."""
+    intent, intent_fb = phase1["intent"], phase1["intent_fallback"]
+    coco_full = _need(phase1["coco"], 16) + _need(phase1["coco_fallback"], 16)
+    room = 1.05 * coco_full  # one coco deployment at its full batch, not two; then no room for a second text model
+    coco_mb = room  # its own memory_mb, which is also what the runner keeps free for on-demand loads at startup
+    budget = _need(intent, 1) + _need(intent_fb, 1) + intent["per_item_mb"] * (INTENT_CAP_TARGET - 1) + room
+    return budget, coco_mb, coco_full
+
+
+STARTS = ("two `bentoml serve`, one after the other: phase 1 (every deployment, a generous budget; coco and series "
+          "loaded through the admin API for their footprints), then phase 2 (a budget below the sum, from them)")
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """Each start: phase 1's server measured as the drill does (ready, two loads through the admin API), then phase
+    2's server with the budget computed from it, ready without its on-demand deployments; one text request."""
+    work = Path(tempfile.mkdtemp(prefix="triserve-drill-memory-"))
+    try:
+        def once(attempt: Attempt) -> None:
+            key = secrets.token_hex(16)
+            started = time.monotonic()
+            phase1 = measure(args.registry, work, key, attempt.log("phase1"))
+            attempt.ready_s["phase1_ready_and_loaded"] = time.monotonic() - started
+            budget, coco_mb, _ = phase2_budget(phase1)
+
+            def check(srv: Server) -> list[str]:
+                states = {s: m["state"] for s, m in _memory(srv.url).items()}
+                loaded = [s for s in ("coco", "coco-b", "series") if states.get(s) != "unloaded"]
+                if loaded:
+                    raise StartCheckFailed(f"phase 2 ready with on-demand deployments loaded: {states}")
+                return [f"phase 1: {len(phase1)} slots measured; phase 2: budget {budget:.0f} MB, on-demand "
+                        f"deployments unloaded at ready",
+                        check_answer(srv.url, "/v1/classify", {"texts": ["what is my account balance"]})]
+
+            serve_once(attempt, args.registry, _env(work, _repository(coco_mb), key, budget), "phase2", check,
+                       ready_timeout=600)
+
+        yield once
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
     ap.add_argument("--flood-requests", type=int, default=240, help="requests in the flood phase (bounded: <= 2000)")
     ap.add_argument("--seed", type=int, default=7)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
     key = secrets.token_hex(16)
     work = Path(tempfile.mkdtemp(prefix="triserve-drill-memory-"))
     log = log_path(args, NAME)
@@ -260,12 +316,8 @@ def main() -> None:
     phase1 = measure(args.registry, work, key, log.with_name("phase1.log"))
     for slot, m in phase1.items():
         print(f"  {slot}: {m}", flush=True)
-    intent, intent_fb = phase1["intent"], phase1["intent_fallback"]
-    coco_full = _need(phase1["coco"], 16) + _need(phase1["coco_fallback"], 16)
-    room = 1.05 * coco_full  # one coco deployment at its full batch, not two; then no room for a second text model
-    coco_mb = room  # its own memory_mb, which is also what the runner keeps free for on-demand loads at startup
-    budget = _need(intent, 1) + _need(intent_fb, 1) + intent["per_item_mb"] * (INTENT_CAP_TARGET - 1) + room
-    print(f"phase 2: budget {budget:.1f} MB (coco at full batch {coco_full:.1f} MB, room {room:.1f} MB)", flush=True)
+    budget, coco_mb, coco_full = phase2_budget(phase1)
+    print(f"phase 2: budget {budget:.1f} MB (coco at full batch {coco_full:.1f} MB, room {coco_mb:.1f} MB)", flush=True)
     with Server(args.registry, env=_env(work, _repository(coco_mb), key, budget), log_path=log) as srv:
         ready_s = srv.wait_ready(timeout=600)
         pids_start = srv.runner_pids()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import shlex
@@ -72,6 +73,7 @@ from scripts.drills.common import (
 )
 from scripts.drills.ports import ReservedPort
 from scripts.drills.server import ROOT, Server, pin_threads
+from scripts.drills.starts import Attempt, StartOnce, Unavailable, check_answer, drill_main
 from scripts.tiers import Backend, BalancerConfig, HAProxy, Tiers, TiersConfig, haproxy_binary
 
 NAME = "overload"
@@ -508,6 +510,45 @@ def run_once(args, mode: str, round_: int, env: dict[str, str]) -> dict:
     return res
 
 
+def server_env(args) -> dict[str, str]:
+    """The drill's knobs (DEFAULT_ENV unless --no-default-env; one ONNX Runtime thread with --pin; --env on top);
+    each mode adds MODE_ENV[mode]."""
+    env = {} if args.no_default_env else dict(DEFAULT_ENV)
+    if args.pin:  # one core for the service: one ONNX Runtime thread per op, not one per core of the host
+        env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = "1"
+    env.update(kv.split("=", 1) for kv in args.env)
+    return env
+
+
+def mode_order(modes: list[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, mode) in the order the drill starts its servers: modes alternate order per round."""
+    return [(r, m) for r in range(rounds) for m in (modes if r % 2 == 0 else modes[::-1])]
+
+
+STARTS = ("one `bentoml serve` per round and mode (--tiers: the split tiers; --edge-limit: haproxy in front), the "
+          "modes in the drill's order (off, on, on, off, ...), with the drill's knobs")
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """Start i is the drill's i-th server (serving(): the same topology and env as run_once), ready; one request of
+    the drill's mix with its deadline header, answered by the primary."""
+    if (args.tiers or args.edge_limit) and haproxy_binary() is None:
+        raise Unavailable("haproxy is not installed: apt-get install -y haproxy")
+    env = server_env(args)
+
+    def once(attempt: Attempt) -> None:
+        round_, mode = mode_order(args.modes, attempt.number)[attempt.number - 1]
+        with serving(args, {**env, **MODE_ENV[mode]}, attempt.log("serve")) as target:
+            attempt.ready_s[f"mode {mode}"] = target.ready_s
+            load = Load(target.url, args.mix, args.deadline_ms or None, seed=attempt.number)
+            path, body = load.next()
+            attempt.checks.append(f"mode {mode} (round {round_ + 1}): "
+                                  + check_answer(target.url, path, body, headers=load.headers))
+
+    yield once
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
     ap.set_defaults(out=None)  # overload.json, or overload_tiers.json with --tiers (see below)
@@ -561,16 +602,15 @@ def main() -> None:
     modes = args.modes
     if (args.tiers or args.edge_limit) and haproxy_binary() is None:
         raise SystemExit("haproxy is not installed: apt-get install -y haproxy")
-    env = {} if args.no_default_env else dict(DEFAULT_ENV)
-    if args.pin:  # one core for the service: one ONNX Runtime thread per op, not one per core of the host
-        env["TRISERVE_RUNNER__INTRA_OP_THREADS"] = "1"
-    env.update(kv.split("=", 1) for kv in args.env)
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
+    env = server_env(args)
     print(f"{topology(args)}: server env knobs: {env}; modes {modes} x {args.repeat} rounds", flush=True)
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     started = time.time()
-    for round_ in range(args.repeat):
-        for mode in (modes if round_ % 2 == 0 else modes[::-1]):
-            runs[mode].append(run_once(args, mode, round_, {**env, **MODE_ENV[mode]}))
+    for round_, mode in mode_order(modes, args.repeat):
+        runs[mode].append(run_once(args, mode, round_, {**env, **MODE_ENV[mode]}))
     result: dict = {
         "drill": NAME, "command": "python -m scripts.drills.overload " + shlex.join(sys.argv[1:]),
         "topology": topology(args),

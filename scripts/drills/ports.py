@@ -10,6 +10,11 @@ port, with SO_REUSEADDR and never listening, for as long as the port is ours, re
 * a server that binds with SO_REUSEADDR and listens on it succeeds (both sockets reuse, the held one does not listen):
   circus' sockets (BentoML's HTTP port), haproxy, gRPC and Python's socketserver all set it.
 
+Servers we start that set SO_REUSEADDR and so bind a held port: BentoML (circus), haproxy, gRPC, uvicorn (asyncio's
+create_server; the naive, KServe and MLServer peers), Triton (libevhtp; the PyTriton peer), Python's socketserver
+(http.server, werkzeug/moto), Go's net.Listen (prometheus, docker-registry), redis-server. A server that does not
+would fail at once with EADDRINUSE: release the port right before starting it instead.
+
 Why not a library: `portpicker` binds and releases (the same race, unless its port server runs), and
 `ephemeral-port-reserve` leaves the port in TIME_WAIT, which protects it for 60 s only (a runner replica restarted
 minutes later by a drill would be exposed again).
@@ -17,6 +22,11 @@ minutes later by a drill would be exposed again).
 from __future__ import annotations
 
 import socket
+from pathlib import Path
+
+# what a harness writes into a server's log before it starts the server again after a lost bind (Server,
+# scripts/tiers.ServiceProcess.launch): scripts/drills/starts.py counts bind retries from the logs by it
+BIND_RETRY_MARK = "=== bind retry:"
 
 
 class ReservedPort:
@@ -69,3 +79,32 @@ class PortPool:
         for p in self._held:
             p.release()
         self._held.clear()
+
+
+_PROCESS_PORTS = PortPool()
+
+
+def held_port() -> int:
+    """A port held until this process exits: for a server started once per run by a harness that does not track when
+    it stops (the bench peers, a container); a few sockets per run, closed by the kernel at exit."""
+    return _PROCESS_PORTS.take()
+
+
+def address_in_use(log_path: Path, offset: int = 0) -> bool:
+    """Whether the log, from `offset` on, reports a bind that failed with EADDRINUSE (zmq's or the socket's)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return False
+    return "Address already in use" in text or "EADDRINUSE" in text
+
+
+def bind_retries_in(log_path: Path) -> int:
+    """How many times a harness started a server again after a lost bind, by the marks it wrote into the log."""
+    try:
+        with open(log_path, "rb") as f:
+            return sum(1 for line in f if line.startswith(BIND_RETRY_MARK.encode()))
+    except FileNotFoundError:
+        return 0

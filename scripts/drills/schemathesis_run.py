@@ -16,13 +16,15 @@ killed after it) and by --max-examples per operation.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ import httpx
 from scripts.drills.api_checks import selected
 from scripts.drills.common import assert_loopback, base_parser, log_path, save
 from scripts.drills.server import ROOT, Server
+from scripts.drills.starts import Attempt, StartCheckFailed, StartOnce, check_answer, drill_main, serve_once
 
 NAME = "schemathesis_run"
 CHECKS = "not_a_server_error,schema_conformance_2xx,error_model_on_4xx"
@@ -222,7 +225,26 @@ def valid_phase(url: str, examples: int, seed: int) -> dict:
     return out
 
 
-def main() -> None:
+STARTS = "one `bentoml serve` with the default settings"
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """The drill's server, ready; the operations under test read from its /openapi.json, and one of them called."""
+    def once(attempt: Attempt) -> None:
+        def check(srv: Server) -> list[str]:
+            names = operations(srv.url)
+            if "POST /v1/classify" not in names:
+                raise StartCheckFailed(f"/openapi.json lists no POST /v1/classify among {names}")
+            return [f"GET /openapi.json -> {len(names)} operations under test",
+                    check_answer(srv.url, "/v1/classify", {"texts": ["play some jazz"], "top_k": 1})]
+
+        serve_once(attempt, args.registry, {}, "serve", check)
+
+    yield once
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
     ap.add_argument("--url", default=None, help="an already running loopback server (default: start one)")
     ap.add_argument("--max-examples", type=int, default=200)
@@ -231,7 +253,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, default=900, help="the CLI is killed after this")
     ap.add_argument("--valid-examples", type=int, default=60, help="valid-data cases per POST operation (0: skip)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
     report = Path(tempfile.mkdtemp(prefix="triserve-st-")) / "report.json"
     valid = None
     if args.url:

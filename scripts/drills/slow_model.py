@@ -11,11 +11,14 @@ A deadline holds when the answer (of any status) arrives within deadline + --sla
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
 import time
+from collections.abc import Iterator
 
 import aiohttp
 
@@ -32,6 +35,15 @@ from scripts.drills.common import (
     save,
 )
 from scripts.drills.server import Server
+from scripts.drills.starts import (
+    Attempt,
+    StartCheckFailed,
+    StartOnce,
+    check_answer,
+    check_get,
+    drill_main,
+    serve_once,
+)
 
 NAME = "slow_model"
 DEADLINES = (300, 1000, 3000)
@@ -132,17 +144,55 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+STARTS = (f"one `bentoml serve` with the {DEPLOYMENT} primary slowed down (runner.faults.latency_ms) and a "
+          "throw-away admin key")
+
+
+def server_env(args, key: str) -> dict[str, str]:
+    return {"TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({DEPLOYMENT: args.latency_ms}),
+            "TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "drill-admin", "admin": True,
+                                                      "sha256": hashlib.sha256(key.encode()).hexdigest()}])}
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """The drill's server, ready; one 'primary' text request within the drill's longest deadline (slowed down by the
+    injected latency, answered by the primary) and the breaker's state through the admin key."""
+    def once(attempt: Attempt) -> None:
+        key = secrets.token_hex(16)
+
+        def check(srv: Server) -> list[str]:
+            started = time.monotonic()
+            seen = check_answer(srv.url, "/v1/classify", {"texts": [TEXT], "top_k": 1, "model": "primary"},
+                                headers={"X-Request-Timeout-Ms": str(max(DEADLINES))})
+            took_ms = (time.monotonic() - started) * 1000
+            if took_ms < args.latency_ms:
+                raise StartCheckFailed(f"answered in {took_ms:.0f} ms: the injected {args.latency_ms} ms are missing")
+            state = check_get(srv.url, "/admin/protection", headers={"X-API-Key": key}).json()
+            text_breaker = (state["breakers"].get(DEPLOYMENT) or {}).get("state", "closed")
+            return [f"{seen} in {took_ms:.0f} ms", f"GET /admin/protection -> 200 (breaker {text_breaker})"]
+
+        serve_once(attempt, args.registry, server_env(args, key), "serve", check)
+
+    yield once
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)
     ap.add_argument("--latency-ms", type=int, default=800, help="injected extra latency of the text primary")
     ap.add_argument("--rounds", type=int, default=5, help="sequential rounds over deadlines x models")
     ap.add_argument("--burst", type=int, default=8, help="concurrent requests per (deadline, model) in the burst phase")
     ap.add_argument("--slack-ms", type=float, default=100, help="overhead allowed past the deadline")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
     key = secrets.token_hex(16)
-    env = {"TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({DEPLOYMENT: args.latency_ms}),
-           "TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "drill-admin", "admin": True,
-                                                     "sha256": hashlib.sha256(key.encode()).hexdigest()}])}
+    env = server_env(args, key)
     print(f"server env knobs: TRISERVE_RUNNER__FAULTS__LATENCY_MS={env['TRISERVE_RUNNER__FAULTS__LATENCY_MS']} "
           f"(+ a throw-away admin key for /admin/protection)", flush=True)
     log = log_path(args, NAME)

@@ -19,20 +19,21 @@ retries and redispatches) and the recovery times; saves docs/drills/split_tiers.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import shutil
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-
-import httpx
 
 from scripts.bench.harness import RAISED_LIMITS
 from scripts.bench.report import pyplot
 from scripts.drills.common import DEGRADED, FAILED, OUT_DIR, PRIMARY, TEXTS, base_parser, by_kind, save
 from scripts.drills.loadgen import LoadResult, open_loop, per_second, phase
 from scripts.drills.server import ROOT
+from scripts.drills.starts import Attempt, StartOnce, Unavailable, check_answer, drill_main
 from scripts.tiers import Tiers, TiersConfig, haproxy_binary
 
 NAME = "split_tiers"
@@ -297,8 +298,8 @@ def plot(res: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def drill_config(args) -> TiersConfig:
-    log_dir = args.log_dir
+def drill_config(args, log_dir: Path | None = None) -> TiersConfig:
+    log_dir = log_dir or args.log_dir
     if log_dir is None:  # git-ignored, replaced at each run
         log_dir = ROOT / ".cache" / "drills" / NAME
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -309,25 +310,26 @@ def drill_config(args) -> TiersConfig:
                        env={**RAISED_LIMITS, "TRISERVE_GRPC__ENABLED": "true", "TRISERVE_RUNNER__SPIN_WAIT": "false"})
 
 
-def starts_only(args) -> list[dict]:
-    """The drill's start phase alone, `--starts N` times in a row: the same tiers up (Tiers.start: every replica
-    ready, haproxy has them UP, the gateways run no runner of their own), one request through the gateway balancer,
-    then everything stopped. No load. A start that fails ends the loop with its error and logs."""
-    out = []
-    for i in range(args.starts):
-        t0 = time.monotonic()
-        with Tiers(drill_config(args)) as tiers:
-            tiers.check_remote()
-            r = httpx.post(tiers.url + PATH, json=bodies()[i % len(bodies())], timeout=30)
-            row = {"start": i + 1, "ready_s": tiers.timings["all_ready_s"], "status": r.status_code,
-                   "bind_retries": tiers.describe()["bind_retries"],
-                   "spawned_s": {k: v for k, v in tiers.timings.items() if k.endswith("_spawned_s")}}
-        row["up_and_down_s"] = round(time.monotonic() - t0, 2)
-        print(f"[{NAME}] start {i + 1}/{args.starts}: {row}", file=sys.stderr, flush=True)
-        out.append(row)
-        if r.status_code != 200:
-            raise SystemExit(f"start {i + 1}: {PATH} answered {r.status_code}: {r.text[:300]}")
-    return out
+STARTS = ("2 runner replicas (deployment intent) behind haproxy, then 2 gateways behind a second haproxy frontend "
+          "(Tiers.start: one arbiter at a time)")
+
+
+@contextlib.contextmanager
+def start_phase(args) -> Iterator[StartOnce]:
+    """The drill's tiers up (Tiers.start: every replica ready, haproxy has them UP, the gateways run no runner of
+    their own), one request through the gateway balancer, everything stopped. No load."""
+    if haproxy_binary() is None:
+        raise Unavailable("haproxy is not installed: apt-get install -y haproxy")
+
+    def once(attempt: Attempt) -> None:
+        with Tiers(drill_config(args, attempt.log_dir / "tiers")) as tiers:
+            attempt.ready_s.update(tiers.timings)  # each process spawned and ready, all_ready_s: all of them
+            remote = tiers.check_remote()
+            body = bodies()[attempt.number % len(bodies())]
+            attempt.checks += [f"gateways {sorted(remote)} reach the runners through haproxy only",
+                               check_answer(tiers.url, PATH, body)]
+
+    yield once
 
 
 async def run(args) -> dict:
@@ -369,7 +371,7 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__ or "", NAME)
     ap.add_argument("--rate", type=float, default=40.0, help="requests per second (open loop)")
     ap.add_argument("--before", type=float, default=10.0, help="seconds of load before each scenario's event")
@@ -380,17 +382,16 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=240.0, help="bound on each scenario's load")
     ap.add_argument("--log-dir", type=Path, default=None,
                     help="process logs (default: .cache/drills/split_tiers, replaced at each run)")
-    ap.add_argument("--starts", type=int, default=0, metavar="N",
-                    help="only start and stop the drill's tiers N times in a row (no load, no report files)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return
     if haproxy_binary() is None:
         raise SystemExit("haproxy is not installed: apt-get install -y haproxy")
-    if args.starts:
-        rows = starts_only(args)
-        print(f"{len(rows)} of {args.starts} starts up and serving; bind retries "
-              f"{sum(sum(r['bind_retries'].values()) for r in rows)}; ready in "
-              f"{', '.join(str(r['ready_s']) for r in rows)} s")
-        return
     res = asyncio.run(run(args))
     out = Path(args.out)
     res["plot"] = str(out.with_suffix(".png"))

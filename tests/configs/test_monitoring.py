@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import free_port
+from scripts.drills.ports import ReservedPort
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "configs" / "grafana" / "triserve-dashboard.json"
@@ -251,7 +251,8 @@ class Prometheus:
 
     def __init__(self, target: str | None, workdir: Path, scrape_configs: list[dict] | None = None,
                  rule_files: list[Path] | None = None):
-        self.port = free_port()
+        self._port = ReservedPort()  # until stop(): Go's net.Listen sets SO_REUSEADDR, so prometheus binds it meanwhile
+        self.port = self._port.number
         self.url = f"http://127.0.0.1:{self.port}"
         if scrape_configs is None:
             scrape_configs = [{"job_name": "triserve", "scrape_interval": "1s", "scrape_timeout": "1s",
@@ -311,6 +312,7 @@ class Prometheus:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._log.close()
+        self._port.release()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -35,17 +34,15 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from scripts.drills.ports import ReservedPort
+from scripts.drills.server import free_port
+
 DOCKER_REGISTRY_CANDIDATES = ("docker-registry", "registry")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def closed_port() -> int:
-    """A port nothing listens on (bound then released)."""
+    """A port nothing listens on (bound then released): for a client that must find nothing there. A port a server
+    of ours binds is held until it stops (scripts/drills/ports.py)."""
     return free_port()
 
 
@@ -72,7 +69,8 @@ def docker_registry(root: Path, auth_yaml: str = "", binary: str | None = None):
     binary = binary or _docker_registry_binary()
     if binary is None:
         raise RegistryStartFailed("the docker-registry binary is not installed")
-    port = free_port()
+    held = ReservedPort()  # until the registry has stopped (Go's net.Listen sets SO_REUSEADDR: it binds it meanwhile)
+    port = held.number
     config = root / "config.yml"
     config.write_text(
         "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
@@ -104,6 +102,7 @@ def docker_registry(root: Path, auth_yaml: str = "", binary: str | None = None):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         log.close()
+        held.release()
 
 
 def _started(root: Path, auth_yaml: str = ""):
@@ -306,15 +305,16 @@ def s3_endpoint():
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    held = ReservedPort()  # until the server has stopped (werkzeug's server sets SO_REUSEADDR: it binds it meanwhile)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=held.number, verbose=False)
     server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = f"http://127.0.0.1:{held.number}"
     try:
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="models")
         yield endpoint
     finally:
         server.stop()
+        held.release()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

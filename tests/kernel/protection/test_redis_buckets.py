@@ -14,6 +14,7 @@ import pytest
 from configs.settings import AccessSettings
 from kernel.errors import ApiError
 from kernel.protection.access import AccessControl, Client
+from scripts.drills.ports import ReservedPort
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,7 +34,8 @@ def test_ci_installs_redis_server():
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
-    port = free_port()
+    held = ReservedPort()  # until redis-server has stopped (it sets SO_REUSEADDR: it binds the port meanwhile)
+    port = held.number
     proc = subprocess.Popen([str(REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--dir", str(tmp_path_factory.mktemp("redis"))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -58,6 +60,7 @@ def redis_url(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+        held.release()
 
 
 def replicas(url: str, n: int = 2, **cfg) -> list[AccessControl]:

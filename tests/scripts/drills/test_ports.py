@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import errno
 import socket
+import subprocess
+import sys
+import time
 
+import httpx
 import pytest
 
-from scripts.drills.ports import PortPool, ReservedPort
+from scripts.drills.ports import BIND_RETRY_MARK, PortPool, ReservedPort, address_in_use, bind_retries_in, held_port
 
 
 def _server_socket(port: int, reuseport: bool = False) -> socket.socket:
@@ -65,3 +69,49 @@ def test_a_pool_hands_out_distinct_ports_and_releases_them_together():
     for p in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
+
+
+def test_a_port_held_for_the_process_stays_held(tmp_path):
+    port = held_port()
+    with socket.socket() as s, pytest.raises(OSError):
+        s.bind(("127.0.0.1", port))
+    assert held_port() != port
+
+
+APP = "async def app(scope, receive, send):\n" \
+      "    if scope['type'] != 'http':\n        return\n" \
+      "    await send({'type': 'http.response.start', 'status': 200, 'headers': []})\n" \
+      "    await send({'type': 'http.response.body', 'body': b'ok'})\n"
+
+
+@pytest.mark.parametrize("server", ["http.server", "uvicorn"])
+def test_the_servers_the_harnesses_start_bind_a_held_port(server, tmp_path):
+    """`python -m http.server` (scripts/bench/cold_start.py) and uvicorn (the naive, KServe and MLServer peers of
+    scripts/bench/harness.py) set SO_REUSEADDR: each binds and serves its port while we hold it."""
+    (tmp_path / "asgi_app.py").write_text(APP)
+    with ReservedPort() as held:
+        cmd = {"http.server": [sys.executable, "-m", "http.server", str(held.number), "--bind", "127.0.0.1",
+                               "--directory", str(tmp_path)],
+               "uvicorn": [sys.executable, "-m", "uvicorn", "asgi_app:app", "--app-dir", str(tmp_path), "--host",
+                           "127.0.0.1", "--port", str(held.number), "--log-level", "warning"]}[server]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                try:
+                    assert httpx.get(f"http://127.0.0.1:{held.number}/", timeout=2).status_code == 200
+                    break
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, f"{server} never answered on the held port"
+                    time.sleep(0.1)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_bind_retries_in_counts_the_marks_of_a_log(tmp_path):
+    log = tmp_path / "a.log"
+    assert bind_retries_in(log) == 0  # no log yet
+    log.write_text(f"start\nOSError: [Errno 98] Address already in use\n{BIND_RETRY_MARK} again\nx {BIND_RETRY_MARK}\n")
+    assert bind_retries_in(log) == 1 and address_in_use(log)  # only marks at the start of a line count
