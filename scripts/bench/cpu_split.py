@@ -1,0 +1,118 @@
+"""Where a request's CPU goes: CPU seconds per answered request in each server process (gateway, runner), pinned like
+the side-by-side comparisons, for one fixed request under a closed wrk loop.
+
+    python -m scripts.bench.cpu_split --family text --concurrency 1 [--placement remote|local] [--seconds 12]
+    python -m scripts.bench.cpu_split --family detect --concurrency 16
+
+Why: a throughput or latency gap against a peer says how much, not where. The processes' own CPU times (utime +
+stime from /proc over the measured window) divided by the requests answered give the cost per request of each tier;
+compared with the in-process call (docs/bench/side_by_side_*.md) they give the serving overhead per request and which
+process pays it. Server on CPU 0 (every thread), wrk on CPU 1, intra-op 1, the comparison's knobs (harness
+RAISED_LIMITS, SPILL_OFF), model 'primary'. One fixed request (text: a 12-word sentence; detect: a 640x480 JPEG of
+the photo mix), so the numbers are per request of that size. Prints and writes JSON (--out).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts.bench.harness import LOCAL_ENV, RAISED_LIMITS, SPILL_OFF
+from scripts.drills.common import assert_loopback
+from scripts.drills.server import Server
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "book a table for two at an italian restaurant tonight please"
+
+
+def request(family: str) -> tuple[str, dict]:
+    if family == "text":
+        return "/v1/classify", {"texts": [TEXT], "top_k": 3, "model": "primary"}
+    from PIL import Image
+
+    photos = sorted((ROOT / ".cache" / "importer" / "photos").glob("*/*.jpg"))
+    if not photos:
+        raise SystemExit("no photos in .cache/importer/photos: run make models first")
+    img = Image.open(photos[0]).convert("RGB").resize((640, 480))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=90)
+    return "/v1/detect", {"images": [{"data": base64.b64encode(buf.getvalue()).decode()}], "model": "primary"}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pin_all(pids: list[int], cpu: int) -> None:
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), {cpu})
+            except (ProcessLookupError, FileNotFoundError):
+                continue
+
+
+def wrk(url: str, lua: Path, concurrency: int, seconds: int) -> str:
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "--latency", "--timeout=30s",
+           "-s", str(lua), url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench.cpu_split", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", choices=("text", "detect"), default="text")
+    ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--placement", choices=("remote", "local"), default="remote")
+    ap.add_argument("--seconds", type=int, default=12)
+    ap.add_argument("--registry", type=Path, default=ROOT / "models" / "store")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    env = {**RAISED_LIMITS, **SPILL_OFF, "TRISERVE_RUNNER__INTRA_OP_THREADS": "1"}
+    if args.placement == "local":
+        env.update(LOCAL_ENV)
+    path, body = request(args.family)
+    with tempfile.TemporaryDirectory() as tmp, Server(args.registry, env=env, log_path=Path(tmp) / "serve.log") as srv:
+        assert_loopback(srv.url)
+        srv.wait_ready()
+        lua = Path(tmp) / "body.lua"
+        lua.write_text(f'wrk.method="POST"\nwrk.body=[[{json.dumps(body)}]]\n'
+                       'wrk.headers["Content-Type"]="application/json"\n')
+        processes = {pid: name for name, pids in srv.workers().items() for pid in pids}
+        pin_all([srv.proc.pid, *processes], 0)
+        wrk(srv.url + path, lua, args.concurrency, 4)  # warm-up
+        before = {pid: cpu_seconds(pid) for pid in processes}
+        began = time.monotonic()
+        text = wrk(srv.url + path, lua, args.concurrency, args.seconds)
+        elapsed = time.monotonic() - began
+        after = {pid: cpu_seconds(pid) for pid in processes}
+    total = re.search(r"(\d+) requests in", text)
+    if total is None:
+        raise SystemExit(f"wrk printed no request count:\n{text}")
+    answered = int(total.group(1))
+    failed = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", text)) else 0
+    ok = answered - failed
+    per_process = {name: round(1000 * (after[pid] - before[pid]) / max(ok, 1), 3) for pid, name in processes.items()}
+    result = {"command": "python -m scripts.bench.cpu_split " + " ".join(argv if argv is not None else
+                                                                            sys.argv[1:]),
+              "family": args.family, "concurrency": args.concurrency, "placement": args.placement,
+              "answered_ok": ok, "failed": failed, "requests_per_s": round(ok / elapsed, 1),
+              "cpu_ms_per_request": per_process, "cpu_ms_per_request_total": round(sum(per_process.values()), 3)}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
