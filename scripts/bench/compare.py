@@ -125,10 +125,10 @@ def request_for(system: str, base: str, text: str) -> tuple[str, bytes]:
         return f"{base}/v2/models/{FAMILY.pytriton_model}/infer", json.dumps(body).encode()
     if system == "kserve":  # KServe V1
         return f"{base}/v1/models/{FAMILY.pytriton_model}:predict", json.dumps({"instances": [text]}).encode()
-    body: dict = {"texts": [text], "top_k": 3}
+    ours: dict = {"texts": [text], "top_k": 3}
     if system in TRISERVE_SYSTEMS:  # the primary or a refusal: never the cheaper fallback (the peers have none)
-        body["model"] = "primary"
-    return f"{base}/v1/classify", json.dumps(body).encode()
+        ours["model"] = "primary"
+    return f"{base}/v1/classify", json.dumps(ours).encode()
 
 
 def top1(system: str, payload: dict) -> str:

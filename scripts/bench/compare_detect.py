@@ -224,10 +224,10 @@ def request_for(system: str, base: str, b64: str) -> tuple[str, bytes]:
     if system == "kserve":  # KServe V1, binary data as {"b64": ...}
         v1 = {"instances": [{"image_bytes": {"b64": b64}}]}
         return f"{base}/v1/models/{FAMILY.pytriton_model}:predict", json.dumps(v1).encode()
-    body: dict = {"images": [{"data": b64}]}
+    ours: dict = {"images": [{"data": b64}]}
     if system in TRISERVE_SYSTEMS:  # the primary or a refusal: never the cheaper fallback (the peers have none)
-        body["model"] = "primary"
-    return f"{base}/v1/detect", json.dumps(body).encode()
+        ours["model"] = "primary"
+    return f"{base}/v1/detect", json.dumps(ours).encode()
 
 
 def parse_detections(system: str, payload: dict) -> list[tuple[int, list[float], float]]:
