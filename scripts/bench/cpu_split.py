@@ -18,14 +18,12 @@ import base64
 import io
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from scripts.bench.harness import LOCAL_ENV, RAISED_LIMITS, SPILL_OFF
+from scripts.bench.wrk import closed_loop
 from scripts.drills.common import assert_loopback
 from scripts.drills.server import Server
 
@@ -61,12 +59,6 @@ def pin_all(pids: list[int], cpu: int) -> None:
                 continue
 
 
-def wrk(url: str, lua: Path, concurrency: int, seconds: int) -> str:
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "--latency", "--timeout=30s",
-           "-s", str(lua), url]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.bench.cpu_split", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,28 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, Server(args.registry, env=env, log_path=Path(tmp) / "serve.log") as srv:
         assert_loopback(srv.url)
         srv.wait_ready()
-        lua = Path(tmp) / "body.lua"
-        lua.write_text(f'wrk.method="POST"\nwrk.body=[[{json.dumps(body)}]]\n'
-                       'wrk.headers["Content-Type"]="application/json"\n')
         processes = {pid: name for name, pids in srv.workers().items() for pid in pids}
         pin_all([srv.proc.pid, *processes], 0)
-        wrk(srv.url + path, lua, args.concurrency, 4)  # warm-up
+        requests = [(srv.url + path, json.dumps(body).encode())]
+        closed_loop(requests, args.concurrency, 4, 0, 10**7, cpu=1)  # warm-up
         before = {pid: cpu_seconds(pid) for pid in processes}
-        began = time.monotonic()
-        text = wrk(srv.url + path, lua, args.concurrency, args.seconds)
-        elapsed = time.monotonic() - began
+        loop = closed_loop(requests, args.concurrency, 0, args.seconds, 10**7, cpu=1)
         after = {pid: cpu_seconds(pid) for pid in processes}
-    total = re.search(r"(\d+) requests in", text)
-    if total is None:
-        raise SystemExit(f"wrk printed no request count:\n{text}")
-    answered = int(total.group(1))
-    failed = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", text)) else 0
-    ok = answered - failed
+    ok, failed = loop["ok"], loop["non_200"] + loop["degraded"]
     per_process = {name: round(1000 * (after[pid] - before[pid]) / max(ok, 1), 3) for pid, name in processes.items()}
     result = {"command": "python -m scripts.bench.cpu_split " + " ".join(argv if argv is not None else
                                                                             sys.argv[1:]),
               "family": args.family, "concurrency": args.concurrency, "placement": args.placement,
-              "answered_ok": ok, "failed": failed, "requests_per_s": round(ok / elapsed, 1),
+              "answered_ok": ok, "failed": failed, "requests_per_s": round(ok / max(loop["seconds"], 1e-9), 1),
               "cpu_ms_per_request": per_process, "cpu_ms_per_request_total": round(sum(per_process.values()), 3)}
     print(json.dumps(result, indent=1))
     if args.out:

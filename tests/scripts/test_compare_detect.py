@@ -35,7 +35,9 @@ def test_image_mix_is_deterministic_jpeg_of_the_declared_size():
 
 
 def test_request_bodies_and_parsers():
-    url, body = cd.request_for("triserve", "http://127.0.0.1:1", "QUJD")
+    url, body = cd.request_for("triserve", "http://127.0.0.1:1", "QUJD")  # its primary model or a refusal
+    assert url.endswith("/v1/detect") and json.loads(body) == {"images": [{"data": "QUJD"}], "model": "primary"}
+    url, body = cd.request_for("naive", "http://127.0.0.1:1", "QUJD")
     assert url.endswith("/v1/detect") and json.loads(body) == {"images": [{"data": "QUJD"}]}
     url, body = cd.request_for("pytriton", "http://127.0.0.1:1", "QUJD")
     assert url.endswith("/v2/models/detector/infer") and json.loads(body)["inputs"][0]["data"] == ["QUJD"]

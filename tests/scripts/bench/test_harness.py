@@ -133,6 +133,13 @@ def test_detection_ceiling_is_the_best_configuration_at_the_servers_threads(monk
 # --------------------------------------------------------------------------------------------------------------------
 # the KServe and MLServer peers (issue 32 part 3): systems, starters, request bodies, the latency-vs-throughput plot
 # --------------------------------------------------------------------------------------------------------------------
+def test_batching_off_is_batch_one_with_the_standing_queue_control_off():
+    """With batch 1 the control's round is one item: a closed loop would measure its refusals, not batching."""
+    env = dict(kv.split("=", 1) for kv in harness.nobatch_env("intent").split(","))
+    assert env == {"TRISERVE_SLOTS__INTENT__BATCHING__MAX_BATCH_SIZE": "1",
+                   "TRISERVE_ADMISSION__QUEUE_CONTROL": "false"}
+
+
 def test_kserve_and_mlserver_are_http_peers_not_triserve():
     for name in ("kserve", "mlserver"):
         assert name in harness.SYSTEMS and name in harness.HTTP_SYSTEMS and name in harness.PEER_STARTERS
@@ -173,6 +180,7 @@ def test_every_text_system_gets_the_same_text_and_answers_its_top_label():
     assert seen["mlserver"][0] == "/v2/models/intent/infer"
     assert seen["mlserver"][1]["inputs"] == [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
     assert seen["naive"][1] == {"texts": [text], "top_k": 3}
+    assert seen["triserve"][1] == {"texts": [text], "top_k": 3, "model": "primary"}  # never a cheaper fallback
     v2 = {"outputs": [{"name": "scores", "data": [0.7, 0.2, 0.1]}, {"name": "labels", "data": ["x", "y", "z"]}]}
     assert compare.top1("mlserver", v2) == "x"
     assert compare.top1("kserve", {"predictions": [{"label": "x", "score": 0.7, "top_k": []}]}) == "x"
