@@ -86,6 +86,7 @@ def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
     models_status: Counter[int | str] = Counter()
     inference: dict[str, Counter] = {p: Counter() for p in PROBES}
     models_body = None
+    models_last_status: int | str = 0
     inference_body: dict[str, dict] = {}
     runner_pids: set[int] = set()
     end = time.monotonic() + seconds
@@ -100,9 +101,11 @@ def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
             try:
                 models_body = api.models().model_dump(mode="json", exclude={"request_id"})
                 models_status[200] += 1
+                models_last_status = 200
             except TriserveAPIError as err:
                 models_status[err.status] += 1
                 models_body = {"error": err.error.model_dump(mode="json")}
+                models_last_status = err.status
             except TriserveError as exc:
                 models_status[type(exc.__cause__ or exc).__name__] += 1
             for path in PROBES:
@@ -114,7 +117,8 @@ def observe(srv: Server, seconds: float, interval: float = 0.5) -> dict:
             runner_pids.update(srv.runner_pids())
             time.sleep(interval)
     return {"seconds": seconds, "readyz": dict(readyz), "livez": dict(livez), "v1_models_status": dict(models_status),
-            "v1_models_body": models_body, "inference": {p: dict(c) for p, c in inference.items()},
+            "v1_models_body": models_body, "v1_models_last_status": models_last_status,
+            "inference": {p: dict(c) for p, c in inference.items()},
             "inference_body": inference_body, "runner_pids_seen": sorted(runner_pids),
             "server_alive": srv.proc.poll() is None}
 
@@ -130,16 +134,21 @@ def copy_registry(registry: Path, model: str, ref: str, work: Path) -> tuple[Pat
 
 
 def integrity_errors(url: str) -> list[str]:
-    """The IntegrityErrors (sha256 mismatch) /v1/models names: in its `errors` when it answers 200, or as the reason
-    of its 503 not_ready (a model that fails verification keeps the whole service from loading)."""
+    """The IntegrityErrors (sha256 mismatch) /v1/models names now (named_integrity_errors)."""
     r = httpx.get(url + "/v1/models", timeout=10)
     try:
         body = r.json()
     except ValueError:
         return []
+    return named_integrity_errors(r.status_code, body)
+
+
+def named_integrity_errors(status: int, body: object) -> list[str]:
+    """The IntegrityErrors (sha256 mismatch) a /v1/models answer names: in its `errors` when it answers 200, or as the
+    reason of its 503 not_ready (a model that fails verification keeps the whole service from loading)."""
     if not isinstance(body, dict):
         return []
-    if r.status_code == 200:
+    if status == 200:
         texts = [str(v) for v in (body.get("errors") or {}).values()]
     else:
         texts = [str(((body.get("error") or {}).get("details") or {}).get("reason") or "")]
@@ -210,13 +219,11 @@ def main() -> None:
             res["corrupt_listening_s"] = round(srv.wait_listening(), 1)
             time.sleep(3)  # let the runner finish its (failing) load
             res["corrupt"] = observe(srv, min(args.observe_seconds, 120))
-        errors = (res["corrupt"]["v1_models_body"] or {}).get("errors", {}) \
-            if isinstance(res["corrupt"]["v1_models_body"], dict) else {}
         res["checks"] = {
             "readyz_always_503": set(res["corrupt"]["readyz"]) == {503},
             "livez_always_200": set(res["corrupt"]["livez"]) == {200},
-            "v1_models_names_integrity_error": any("IntegrityError" in e and "sha256 mismatch" in e
-                                                   for e in errors.values()),
+            "v1_models_names_integrity_error": bool(named_integrity_errors(res["corrupt"]["v1_models_last_status"],
+                                                                           res["corrupt"]["v1_models_body"])),
             "no_runner_restart_loop": len(res["corrupt"]["runner_pids_seen"]) == 1,
             "server_alive": res["corrupt"]["server_alive"],
             "no_5xx_other_than_503": all(k.startswith(("503", "200", "4")) for c in res["corrupt"]["inference"].values()
@@ -238,7 +245,8 @@ def main() -> None:
           f"observed {cor['seconds']} s:")
     print(f"  /readyz {cor['readyz']}   /livez {cor['livez']}   /v1/models {cor['v1_models_status']} "
           f"(server alive: {cor['server_alive']}, runner PIDs seen: {cor['runner_pids_seen']})")
-    print(f"  /v1/models errors: {json.dumps(errors)}")
+    named = named_integrity_errors(cor["v1_models_last_status"], cor["v1_models_body"])
+    print(f"  /v1/models names: {json.dumps(named)}")
     for path, counts in cor["inference"].items():
         err = (cor["inference_body"].get(path) or {}).get("error") or {}
         print(f"  {path}: {counts}  last error: {err.get('code')}: {err.get('message')} {err.get('details')}")
