@@ -111,10 +111,11 @@ class RunnerClient:
         if b is None:
             b = self.batchers[slot] = SlotBatcher(slot, self._sender(slot), self._max_batch(slot), self._inflight,
                                                   approaching(self._family_of(slot)), self._wait_s,
-                                                  fail_queue_on=runner_lost if self._fails_over(slot) else None)
+                                                  fail_queue_on=lambda exc: self._fails_over(slot) and runner_lost(exc))
         return b
 
     def _retries_of(self, slot: str) -> int:
+        """Asked per call, like fail_queue_on per failure: deployments (and their fallbacks) change at run time."""
         return 0 if self._fails_over(slot) else self._retries
 
     def _sender(self, slot: str):

@@ -147,8 +147,11 @@ def test_a_lost_runner_fails_the_call_and_its_queue_at_once_when_a_fallback_answ
     from kernel.runner_call.runner_client import RunnerClient
 
     runner = LostRunner()
+    hosted = {"text": not fails_over}  # the deployment changes after its batcher was made: the failure asks anew
     client = RunnerClient(runner, get_settings(), lambda slot: 1, lambda slot: "text",
-                          fails_over=lambda slot: fails_over and slot == "text")
+                          fails_over=lambda slot: hosted.get(slot, False))
+    client.batcher("text")
+    hosted["text"] = fails_over
 
     async def main():
         calls = [asyncio.create_task(client.call("text", [{"slot": "text", "x": i, "deadline": None}]))
