@@ -7,9 +7,11 @@ the side-by-side comparisons, for one fixed request under a closed wrk loop.
 Why: a throughput or latency gap against a peer says how much, not where. The processes' own CPU times (utime +
 stime from /proc over the measured window) divided by the requests answered give the cost per request of each tier;
 compared with the in-process call (docs/bench/side_by_side_*.md) they give the serving overhead per request and which
-process pays it. Server on CPU 0 (every thread), wrk on CPU 1, intra-op 1, the comparison's knobs (harness
-RAISED_LIMITS, SPILL_OFF), model 'primary'. One fixed request (text: a 12-word sentence; detect: a 640x480 JPEG of
-the photo mix), so the numbers are per request of that size. Prints and writes JSON (--out).
+process pays it. The server started as the comparisons start it (harness.TriservePeer on CPU 0, intra-op 1, their
+knobs RAISED_LIMITS and SPILL_OFF), wrk on CPU 1, model 'primary'; the CPU per process is tuning.cpu_seconds, as
+scripts/bench/ab.py measures it, for one placement without an A/B. One fixed request (text: a 12-word sentence;
+detect: a 640x480 JPEG of the photo mix), so the numbers are per request of that size. Prints and writes JSON
+(--out).
 """
 from __future__ import annotations
 
@@ -17,15 +19,14 @@ import argparse
 import base64
 import io
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-from scripts.bench.harness import LOCAL_ENV, RAISED_LIMITS, SPILL_OFF
+from scripts.bench.harness import LOCAL_ENV, RAISED_LIMITS, SPILL_OFF, TriservePeer
+from scripts.bench.tuning import cpu_seconds
 from scripts.bench.wrk import closed_loop
 from scripts.drills.common import assert_loopback
-from scripts.drills.server import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "book a table for two at an italian restaurant tonight please"
@@ -45,20 +46,6 @@ def request(family: str) -> tuple[str, dict]:
     return "/v1/detect", {"images": [{"data": base64.b64encode(buf.getvalue()).decode()}], "model": "primary"}
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pin_all(pids: list[int], cpu: int) -> None:
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                os.sched_setaffinity(int(tid), {cpu})
-            except (ProcessLookupError, FileNotFoundError):
-                continue
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m scripts.bench.cpu_split", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,25 +53,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--placement", choices=("remote", "local"), default="remote")
     ap.add_argument("--seconds", type=int, default=12)
-    ap.add_argument("--registry", type=Path, default=ROOT / "models" / "store")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     env = {**RAISED_LIMITS, **SPILL_OFF, "TRISERVE_RUNNER__INTRA_OP_THREADS": "1"}
     if args.placement == "local":
         env.update(LOCAL_ENV)
     path, body = request(args.family)
-    with tempfile.TemporaryDirectory() as tmp, Server(args.registry, env=env, log_path=Path(tmp) / "serve.log") as srv:
-        assert_loopback(srv.url)
-        srv.wait_ready()
-        processes = {pid: name for name, pids in srv.workers().items() for pid in pids}
-        pin_all([srv.proc.pid, *processes], 0)
-        requests = [(srv.url + path, json.dumps(body).encode())]
-        closed_loop(requests, args.concurrency, 4, 0, 10**7, cpu=1)  # warm-up
-        before = {pid: cpu_seconds(pid) for pid in processes}
-        loop = closed_loop(requests, args.concurrency, 0, args.seconds, 10**7, cpu=1)
-        after = {pid: cpu_seconds(pid) for pid in processes}
+    with tempfile.TemporaryDirectory() as tmp:
+        peer = TriservePeer("triserve", env, 0, Path(tmp) / "serve.log", Path(tmp) / "home")
+        try:
+            assert_loopback(peer.url)
+            peer.wait_ready()
+            requests = [(peer.url + path, json.dumps(body).encode())]
+            closed_loop(requests, args.concurrency, 4, 0, 10**7, cpu=1)  # warm-up
+            before = cpu_seconds(peer)
+            loop = closed_loop(requests, args.concurrency, 0, args.seconds, 10**7, cpu=1)
+            after = cpu_seconds(peer)
+        finally:
+            peer.stop()
     ok, failed = loop["ok"], loop["non_200"] + loop["degraded"]
-    per_process = {name: round(1000 * (after[pid] - before[pid]) / max(ok, 1), 3) for pid, name in processes.items()}
+    per_process = {name: round(1000 * (after[name] - before.get(name, 0.0)) / max(ok, 1), 3) for name in after}
     result = {"command": "python -m scripts.bench.cpu_split " + " ".join(argv if argv is not None else
                                                                             sys.argv[1:]),
               "family": args.family, "concurrency": args.concurrency, "placement": args.placement,
