@@ -71,8 +71,8 @@ T = TypeVar("T")
 def nobatch_env(slot: str) -> str:
     """The default --nobatch-env: the slot's max_batch_size 1, so every request is its own runner call, and the
     standing-queue control off. Why the second: its round is max_batch_size items, so with batch 1 a closed loop at
-    c=32 is a standing queue of 31 and it refuses (measured 2026-12-06: 17,416 refusals and 47.5 texts/s at c=32,
-    docs/bench/side_by_side_text_onoff.md); batching off should queue like the peers, not turn into fast refusals."""
+    c=32 is a standing queue of 31 and it refuses (measured 2026-12-06: 52,505 refusals over 3 rounds and 48 texts/s
+    at c=32, docs/bench/side_by_side_text_onoff.md); batching off should queue like the peers, not refuse."""
     return f"TRISERVE_SLOTS__{slot.upper()}__BATCHING__MAX_BATCH_SIZE=1,TRISERVE_ADMISSION__QUEUE_CONTROL=false"
 
 
