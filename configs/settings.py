@@ -60,6 +60,14 @@ class Batching(_Section):
                     "latency passes this; it is a last-resort shedding threshold, not a batching window (the "
                     "window adapts to traffic). Keep it far above normal queueing so a closed-loop burst is never "
                     "shed; deadline-aware admission belongs in the gateway.")
+    compute_batch: int | None = Field(
+        None, ge=1, le=1024,
+        description="Most items one ONNX Runtime call runs: a batch that arrives (up to max_batch_size, what "
+                    "amortises the hop from the gateway) is computed in chunks of this size, and warm-up and the "
+                    "memory reservation stop at it, so the runner's arenas hold one chunk's working set. Unset: "
+                    "max_batch_size. Set it where batches do not pay per item: a convolution net on CPU runs "
+                    "memory-bound at large batches (YOLOv8n at 640 on one core: ~95 ms per image at batch 1, "
+                    "108-113 at 16; docs/performance.md); keep it unset on a GPU.")
     per_item: bool = Field(
         False,
         description="Run the items of a formed batch one by one. For models whose numerics depend on batch "

@@ -90,7 +90,8 @@ class ComputeHost:
             self.state.count(slot, model.manifest.version,
                              len({items[i].get("rid") for i in idx if "error" not in results[i]}))
             batch_log.info(json.dumps({"event": "batch", "slot": slot, "version": model.manifest.version,
-                                       "size": len(idx), "expired": expired.get(slot, 0),
+                                       "size": len(idx), "calls": results[idx[0]].get("calls"),
+                                       "expired": expired.get(slot, 0),
                                        "infer_ms": round(results[idx[0]]["infer_ms"], 3),
                                        "request_ids": sorted({items[i].get("rid", "") for i in idx})}))
         observe_rss("runner")
@@ -102,12 +103,15 @@ class ComputeHost:
         n = len(xs)
         started = time.perf_counter()
         inject_faults(slot, settings.runner.faults)
-        cap = max(model.batch_cap, 1)  # the memory reservation's batch (runners/memory.py): never run more at once
+        # the memory reservation's batch (runners/memory.py; its compute batch when configured): never more at once
+        cap = max(model.batch_cap, 1)
         out: list[Any] | np.ndarray  # a row per item
         per_item = self.state.per_item(slot, model)
         largest = 1
+        calls = 0
         if per_item:
             out = [self.pool.run_model(model, feeds(model, [x]))[0][0] for x in xs]
+            calls = n
         elif model.ragged:  # the family's items are ragged: one call per length bucket, rows back in order
             out = [None] * n
             lengths = [len(x) for x in xs]
@@ -119,17 +123,20 @@ class ComputeHost:
                 split = split or len(groups) > 1
                 for group in groups:
                     largest = max(largest, len(group))
+                    calls += 1
                     rows = self.pool.run_model(model, feeds(model, [xs[i] for i in group]))[0]
                     for i, row in zip(group, rows):
                         out[i] = row
             if split:
                 MEMORY_SPLITS.labels(slot).inc()
         else:
-            if n > cap:
+            chunk = self.state.compute_batch(slot)
+            if n > cap and (chunk is None or cap < chunk):  # the memory budget split it, not the configured chunk
                 MEMORY_SPLITS.labels(slot).inc()
             largest = min(n, cap)
             out = [row for k in range(0, n, cap)
                    for row in self.pool.run_model(model, feeds(model, xs[k: k + cap]))[0]]
+            calls = -(-n // cap)
         if largest > model.peak_batch and model.footprint is not None:  # the memory it has really needed
             model.peak_batch = largest
             MODEL_MEMORY.labels(slot, model.manifest.version, "peak").set(model.footprint.need(largest) * MB)
@@ -139,5 +146,6 @@ class ComputeHost:
         BATCH_SIZE.labels(slot, model.manifest.name).observe(n)
         BATCH_SECONDS.labels(slot, model.manifest.name).observe(infer_ms / 1000)
         EXECUTIONS.labels(slot, model.manifest.name, model.manifest.version, str(n)).observe(infer_ms / 1000)
-        meta = {"batch": n, "infer_ms": infer_ms, "model": model.manifest.name, "version": model.manifest.version}
+        meta = {"batch": n, "calls": calls, "infer_ms": infer_ms, "model": model.manifest.name,
+                "version": model.manifest.version}
         return [{"y": out[i], **meta} for i in range(n)]

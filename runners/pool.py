@@ -102,11 +102,13 @@ def _dtype(spec: TensorSpec) -> np.dtype:
     return np.dtype(spec.dtype)
 
 
-def warmup_feeds(manifest: Manifest) -> list[dict[str, np.ndarray]]:
-    """Inputs of representative shapes: small and larger batches (1 only for a fixed-batch graph) times the sizes
-    the model's family serves on its other dynamic axes (families/<family>/runtime.warmup_sizes)."""
+def warmup_feeds(manifest: Manifest, largest: int = WARMUP_BATCHES[-1]) -> list[dict[str, np.ndarray]]:
+    """Inputs of representative shapes: small and larger batches, none above `largest` (the most items one call of
+    the slot runs: a larger warm-up batch would grow the arenas to a working set never used) and 1 only for a
+    fixed-batch graph, times the sizes the model's family serves on its other dynamic axes
+    (families/<family>/runtime.warmup_sizes)."""
     axes = families.runtime(manifest.task).warmup_sizes(manifest)
-    batches = (1,) if fixed_batch(manifest) else WARMUP_BATCHES
+    batches = (1,) if fixed_batch(manifest) else tuple(sorted({min(b, max(largest, 1)) for b in WARMUP_BATCHES}))
     variants = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] or [{}]
     feeds = []
     for b in batches:
@@ -185,12 +187,14 @@ class ModelPool:
         return f"{slot}@{version}"
 
     def load(self, slot: str, name: str, ref: str, activate: bool = True, max_batch: int = 1,
-             limit_mb: float | None = None, make_room: Callable[[float], None] | None = None) -> LoadedModel:
+             limit_mb: float | None = None, make_room: Callable[[float], None] | None = None,
+             warm_batch: int | None = None) -> LoadedModel:
         """Verify, load, warm and measure; reserve its memory for the largest batch <= max_batch that fits the
         budget (MemoryRefused when not even one item fits: nothing stays loaded). limit_mb: what its deployment's
         own budget leaves for it; make_room(mb): asked to free that much of the budget (evicting on-demand
         deployments) before loading, with an estimate (its last measurement, else its weights), and again with the
-        measured need at its max batch before reserving."""
+        measured need at its max batch before reserving. warm_batch: the largest batch to warm at (default: max_batch;
+        load_all reserves at batch 1 first and warms at the slot's own batch)."""
         started = time.monotonic()
         directory, manifest = self.registry.load_verified(name, ref)
         key = self.memory_key(slot, manifest.version)
@@ -212,7 +216,7 @@ class ModelPool:
                             load_seconds=0.0, provider_fallback=fallback, input_names=input_names,
                             output_names=output_names)
         after_batch: dict[int, float] = {}
-        for feed in warmup_feeds(manifest):
+        for feed in warmup_feeds(manifest, warm_batch or max_batch):
             for _ in range(self.settings.warmup_runs):
                 self.run_model(model, feed)
             after_batch[_batch_of(feed)] = rss_mb()
@@ -281,9 +285,9 @@ class ModelPool:
         the rest of the budget is shared (runners/memory.share_caps), so load order decides nothing. budgets:
         deployment -> (its slots, its memory_mb): its slots share that budget the same way (refused when their
         batch-1 needs exceed it). keep_free_mb: left out of the sharing (room for on-demand deployments)."""
-        for slot, (name, ref, _max_batch) in slots.items():
+        for slot, (name, ref, max_batch) in slots.items():
             try:
-                self.load(slot, name, ref, max_batch=1)
+                self.load(slot, name, ref, max_batch=1, warm_batch=max_batch)
             except Exception as exc:  # any load failure must surface as not-ready with a reason
                 log.exception("failed to load %s (%s:%s)", slot, name, ref)
                 self.errors[slot] = f"{type(exc).__name__}: {exc}"

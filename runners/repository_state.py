@@ -67,8 +67,11 @@ def answer_schema(manifest: Manifest) -> object:
 
 
 def reserved_batch(m: ModelSlot) -> int:
-    """The batch a slot's memory is reserved for: its max batch size, or 1 when it runs item by item (per_item)."""
-    return 1 if m.batching.per_item else m.batching.max_batch_size
+    """The batch a slot's memory is reserved (and its model warmed) for: the most items one model call runs, its
+    compute batch when set, else its max batch size; 1 when it runs item by item (per_item)."""
+    if m.batching.per_item:
+        return 1
+    return min(m.batching.max_batch_size, m.batching.compute_batch or m.batching.max_batch_size)
 
 
 class RepositoryState:
@@ -154,6 +157,20 @@ class RepositoryState:
         cfg = self.repository.slots.get(slot)
         return fixed_batch(model.manifest) or bool(cfg and cfg.batching.per_item)
 
+    def compute_batch(self, slot: str) -> int | None:
+        """The configured chunk one model call runs (batching.compute_batch), None when unset."""
+        cfg = self.repository.slots.get(slot)
+        return cfg.batching.compute_batch if cfg else None
+
+    def memory_batch_cap(self, slot: str, model: LoadedModel) -> int | None:
+        """The most items one request may bring (the gateway refuses more, never splitting silently): the memory
+        reservation's batch, unless the model runs item by item or in configured chunks its reservation covers
+        (a request of any size is then computed chunk by chunk, as configured)."""
+        chunk = self.compute_batch(slot)
+        if self.per_item(slot, model) or (chunk is not None and model.batch_cap >= chunk):
+            return None
+        return model.batch_cap
+
     def _swap(self, repo: ModelRepository) -> None:
         """Serve `repo` from now on and persist it (the caller holds `control`)."""
         self.repository = repo
@@ -165,7 +182,8 @@ class RepositoryState:
         m = self.pool.models[slot]
         roles = self.rollout.get(slot, {"canary": None, "shadow": None})
         return {"active": m.manifest.version, "loaded": sorted(self.pool.versions.get(slot, {})), "resident": True,
-                "batch_cap": None if self.per_item(slot, m) else m.batch_cap, **roles,
+                "batch_cap": self.memory_batch_cap(slot, m), "compute_batch": 1 if self.per_item(slot, m) else
+                min(m.batch_cap, self.compute_batch(slot) or m.batch_cap), **roles,
                 "promotions": list(self.promotions.get(slot, ())), "split": self.measured_split(slot, roles)}
 
     # --- the measured split: requests per version, since the slot's routing last changed ------------------------
@@ -199,7 +217,7 @@ class RepositoryState:
             name = self.repository.slots[slot].name
             with self.control:
                 model = self.pool.load(slot, name, ref, activate=False,
-                                       max_batch=self.repository.max_batch(slot))
+                                       max_batch=reserved_batch(self.repository.slots[slot]))
         except Exception as exc:  # noqa: BLE001 - reported to the caller, logged here
             log.error("staging %s:%s refused: %s: %s", slot, ref, type(exc).__name__, exc)
             return {"slot": slot, "error": f"{type(exc).__name__}: {exc}"}

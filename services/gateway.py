@@ -91,6 +91,9 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
                                             for k in ("name", "version", "provider", "sha256", "memory",
                                                       "license", "source")},
                            "state": residency.get("state"), "last_used_s": residency.get("last_used_s"),
+                           "batching": {"max_batch_size": ctx.repository.max_batch(slot),
+                                        "compute_batch": routing.get("compute_batch"),
+                                        "memory_batch_cap": routing.get("batch_cap")},
                            "loaded_versions": routing.get("loaded", []), "canary": routing.get("canary"),
                            "shadow": routing.get("shadow"), "error": status.get("errors", {}).get(slot)}
         error = status.get("errors", {}).get(dep.name)

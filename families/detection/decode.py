@@ -54,7 +54,10 @@ def decode_image(raw: bytes, index: int, max_bytes: int, max_pixels: int) -> np.
                                f"image {index} has {w}x{h} pixels, above the cap of {max_pixels}",
                                {"index": index, "width": w, "height": h, "max_pixels": max_pixels})
             img.load()
-            rgb = ImageOps.exif_transpose(img).convert("RGB")
+            # in place and only converted when not RGB already: each of these otherwise copies the whole image
+            # (three full-size copies per request before the one into numpy)
+            ImageOps.exif_transpose(img, in_place=True)
+            rgb = img if img.mode == "RGB" else img.convert("RGB")
     except ApiError:
         raise
     except Exception as exc:
