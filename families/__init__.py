@@ -1,12 +1,12 @@
 """Model families: the one place that knows what a task is.
 
-A family (detection, text classification, forecasting) is one folder that owns its request and response schemas,
-request limits, preprocessing, output checks, postprocessing, tensor metadata (what the generic transports adapt),
-drift signals, shadow agreement and importers. Everything else in triserve (runner, routing, rollouts, protocols,
-metrics, admission, model cache) iterates over the deployments configured in configs/models.yaml and asks the
-deployment's family.
+A family (detection, pose, segmentation, text classification, forecasting) is one folder that owns its request and
+response schemas, request limits, preprocessing, output checks, postprocessing, tensor metadata (what the generic
+transports adapt), drift signals, shadow agreement and importers. Everything else in triserve (runner, routing,
+rollouts, protocols, metrics, admission, model cache) iterates over the deployments configured in configs/models.yaml
+and asks the deployment's family.
 
-Adding a fourth family = one new folder `families/<name>/` (ARCHITECTURE.md has the checklist) and one line in
+Adding a family = one new folder `families/<name>/` (ARCHITECTURE.md has the checklist) and one line in
 configs/families.py `FAMILIES` (the registry sits in the bottom layer so that configs, models and the kernel can name
 families without importing this package; a third-party family registers through the `triserve.families` entry-point
 group instead):

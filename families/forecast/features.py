@@ -69,12 +69,6 @@ def seasonal_index_table(season: dict | None = None) -> np.ndarray:
     return np.stack([CONTEXT - season[f] + k % season[f] for f in FREQUENCIES]).astype(np.int64)
 
 
-def horizon_mask_table() -> np.ndarray:
-    """[len(FREQUENCIES), H_MAX] float32: 1 for steps within MAX_HORIZON of that frequency (trained steps)."""
-    k = np.arange(H_MAX)
-    return np.stack([(k < MAX_HORIZON[f]) for f in FREQUENCIES]).astype(np.float32)
-
-
 # -- timestamps --------------------------------------------------------------------------------------------------------
 def step_timestamps(start, frequency: str, n: int, offset: int = 0) -> np.ndarray:
     """datetime64[s] of the points start + (offset .. offset + n - 1) steps (calendar months for YS/QS/MS)."""

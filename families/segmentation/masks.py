@@ -94,12 +94,6 @@ def crop_of(box: np.ndarray, meta: LetterboxMeta) -> tuple[int, int, int, int]:
     return x0, y0, x1, y1
 
 
-def instance_mask(coef: np.ndarray, protos: np.ndarray, box: np.ndarray, meta: LetterboxMeta,
-                  imgsz: int, max_samples: int | None = None) -> InstanceMask:
-    """One instance: coefficients [nm], prototypes [nm, p, p], its box x1, y1, x2, y2 in ORIGINAL pixels."""
-    return instance_masks(coef[None], protos, box[None], meta, imgsz, max_samples)[0]
-
-
 def instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, meta: LetterboxMeta, imgsz: int,
                    max_samples: int | None = None) -> list[InstanceMask]:
     """Every kept instance's mask (iter_instance_masks, all of them)."""

@@ -79,9 +79,3 @@ def extract_member(wheel: Path, member: str, dest: Path) -> Path:
         tmp.write_bytes(zf.read(info))
         tmp.replace(dest)
     return dest
-
-
-def list_members(wheel: Path, suffixes: tuple[str, ...] = ()) -> list[str]:
-    with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
-    return [n for n in names if not suffixes or n.lower().endswith(suffixes)]

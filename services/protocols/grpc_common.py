@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -139,9 +139,3 @@ async def handle(context, gateway, work: Callable[[RpcScope], Awaitable[T]], whe
         raise AssertionError("unreachable: abort raises") from exc  # pragma: no cover
     context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
     return result
-
-
-def error_from_metadata(metadata: Any) -> dict[str, str]:
-    """Client-side helper: trailing metadata -> {key: value} for the triserve keys."""
-    keys = {REQUEST_ID_KEY, ERROR_CODE_KEY, ERROR_DETAILS_KEY, HTTP_STATUS_KEY, "retry-after"}
-    return {k: v for k, v in (metadata or ()) if k in keys}
