@@ -36,6 +36,17 @@ def feeds(model: LoadedModel, xs: list[np.ndarray]) -> dict[str, np.ndarray]:
     return families.runtime(model.manifest.task).feeds(model.manifest, model.input_names, xs)
 
 
+def compacted(model: LoadedModel, out: dict, keep: dict | None) -> dict:
+    """An item's answer cut to what its caller will read, when the caller said how (`keep`) and the family's runtime
+    can (a `compact(manifest, y, keep) -> (y, facts)` hook: anchor heads send back only the columns NMS can keep
+    instead of every anchor); anything else goes back whole."""
+    compact = getattr(families.runtime(model.manifest.task), "compact", None) if keep else None
+    if compact is None:
+        return out
+    y, facts = compact(model.manifest, out["y"], keep)
+    return {**out, "y": y, "facts": facts} if facts else out
+
+
 class ComputeHost:
     """Executes items on the loaded models: one ONNX Runtime call per (slot, version) present in a batch."""
 
@@ -58,7 +69,8 @@ class ComputeHost:
 
     def serve(self, items: list[dict]) -> list[dict]:
         """Items are {"slot": a slot key, "x": one tensor (or ragged token ids), "deadline": epoch seconds or None,
-        "rid": request id, "version": a loaded version or None for the active one}. Expired items are answered
+        "rid": request id, "version": a loaded version or None for the active one, optionally "keep": what of the
+        output the caller will read (see compacted)}. Expired items are answered
         {"error": "deadline_exceeded"} without compute; items for a slot or version that is not loaded get
         {"error": "version_unavailable"}; the rest share one ONNX Runtime call per (slot, version)."""
         now = time.time()
@@ -85,7 +97,7 @@ class ComputeHost:
                 continue
             self.residency.touch(slot.removesuffix(FALLBACK_SUFFIX))
             for i, out in zip(idx, self.run(slot, model, [items[i]["x"] for i in idx])):
-                results[i] = out
+                results[i] = compacted(model, out, items[i].get("keep"))
             # the measured split (rollout status): requests, not items (a request's items share its id)
             self.state.count(slot, model.manifest.version,
                              len({items[i].get("rid") for i in idx if "error" not in results[i]}))

@@ -9,7 +9,7 @@ from configs.deployments import Deployment
 from families.detection.decode import decode_images
 from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
-from families.detection.postprocess import NMSParams, decode, request_nms
+from families.detection.postprocess import NMSParams, decode, request_nms, runner_keep
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.detection.schemas import (
     Detection,
@@ -61,21 +61,22 @@ class DetectionPipeline:
             prepared[model] = (list(tensors), list(metas))
             return prepared[model][0]
 
-        result = await run_task(ctx, dep, items_for, opts.model, clock, call.deadline, request_id=call.request_id,
-                                route_key=call.route_key, arrived=call.arrived)
         params = self.nms_params(opts)
+        result = await run_task(ctx, dep, items_for, opts.model, clock, call.deadline, request_id=call.request_id,
+                                route_key=call.route_key, arrived=call.arrived, keep=runner_keep(params))
         labels = result.served.manifest.labels
         metas = prepared[result.served][1]
         head = preprocess_as(result.served.manifest, DetectionPreprocess).head
         out = []
         quality = ctx.quality if opts.conf_threshold is None else None  # the reference uses default thresholds
-        for raw, meta in zip(result.outputs, metas):
+        for raw, meta, facts in zip(result.outputs, metas, result.facts or [{}] * len(metas)):
             det = decode(np.asarray(raw), head, params)
             if quality is not None:
                 quality.observe(result.model, "confidence", det.scores)
                 quality.observe(result.model, "boxes_per_image", [len(det.scores)])
             boxes = boxes_to_original(det.boxes, meta)
-            out.append(ImageResult(width=meta.orig_w, height=meta.orig_h, candidates=det.candidates, detections=[
+            out.append(ImageResult(width=meta.orig_w, height=meta.orig_h,
+                                   candidates=facts.get("candidates", det.candidates), detections=[
                 Detection(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
                           label=labels[int(c)] if int(c) < len(labels) else str(int(c)))
                 for b, s, c in zip(boxes, det.scores, det.classes)]))

@@ -95,6 +95,37 @@ def _greedy(coords: np.ndarray, iou_threshold: float, max_keep: int) -> list[int
     return kept
 
 
+def top_candidates(best: np.ndarray, conf_threshold: float, topk: int) -> np.ndarray:
+    """Anchors whose best class score passes the threshold, at most `topk` of the highest (argpartition, linear
+    time), in anchor order: equal scores then rank by anchor whichever array they are picked from (the head here or
+    its columns prefiltered by the runner, `prefilter`)."""
+    keep = np.flatnonzero(best > conf_threshold)
+    if keep.size > topk:
+        keep = np.sort(keep[np.argpartition(-best[keep], topk - 1)[:topk]])
+    return keep
+
+
+def prefilter(raw: np.ndarray, num_classes: int, conf_threshold: float, count_above: float,
+              topk: int) -> tuple[np.ndarray, int] | None:
+    """What the runner sends back of an anchor head instead of all of it (YOLOv8n at 640: 84 x 8400 floats, 2.8 MB
+    per image): the columns of the anchors capped NMS can keep at `conf_threshold` (top_candidates, in anchor order,
+    every row: boxes, class scores and any extra channels such as keypoints) and how many anchors pass
+    `count_above` (the request's own threshold, >= conf_threshold: what a response reports as candidates). NMS of
+    these columns at any threshold >= conf_threshold with the same topk keeps what NMS of the whole head keeps.
+    None when the head is not fit to be cut (wrong shape, non-finite values or class scores outside [0, 1]): the
+    whole head then goes back, for the gateway's output check to refuse."""
+    if raw.ndim != 2 or raw.shape[0] < 4 + num_classes or num_classes < 1:
+        return None
+    scores = raw[4:4 + num_classes]
+    best = scores.max(axis=0)
+    if not (np.isfinite(best).all() and np.isfinite(raw).all()):
+        return None
+    if best.size and (scores.min() < -1e-3 or best.max() > 1 + 1e-3):
+        return None
+    keep = top_candidates(best, conf_threshold, topk)
+    return np.ascontiguousarray(raw[:, keep]), int(np.count_nonzero(best > count_above))
+
+
 def nms(raw: np.ndarray, params: NMSParams) -> Detections:
     """One image's head output [4 + nc, anchors] (cx, cy, w, h, class scores) -> kept detections.
 
@@ -103,10 +134,8 @@ def nms(raw: np.ndarray, params: NMSParams) -> Detections:
     if raw.ndim != 2 or raw.shape[0] < 5:
         raise ValueError(f"expected [4+nc, anchors], got {raw.shape}")
     best = raw[4:].max(axis=0)
-    keep = np.flatnonzero(best > params.conf_threshold)
-    candidates = int(keep.size)
-    if candidates > params.pre_nms_topk:
-        keep = keep[np.argpartition(-best[keep], params.pre_nms_topk - 1)[: params.pre_nms_topk]]
+    keep = top_candidates(best, params.conf_threshold, params.pre_nms_topk)
+    candidates = int(np.count_nonzero(best > params.conf_threshold))
     order = keep[np.argsort(-best[keep], kind="stable")]
     cols = raw[:, order]  # [4 + nc, k]: the only copy, at most pre_nms_topk wide
     cl = cols[4:].argmax(axis=0).astype(np.int64)
@@ -134,6 +163,16 @@ def end2end(raw: np.ndarray, params: NMSParams) -> Detections:
     rows = raw[keep]
     return Detections(rows[:, :4].astype(np.float32), rows[:, 4].astype(np.float32),
                       np.rint(rows[:, 5]).astype(np.int64), candidates)
+
+
+def runner_keep(params: NMSParams) -> dict:
+    """How a request's NMS will read an anchor head, for the runner to send back only that (runtime.compact): the
+    columns NMS can keep at the lower of the request's threshold and the default one (a shadow version's agreement
+    is judged at the default: box_agreement), at least the default's candidate cap, and the count above the
+    request's own threshold."""
+    default = NMSParams()
+    return {"conf": min(params.conf_threshold, default.conf_threshold), "count_above": params.conf_threshold,
+            "topk": max(params.pre_nms_topk, default.pre_nms_topk)}
 
 
 def decode(raw: np.ndarray, head: str, params: NMSParams) -> Detections:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from families.detection.manifest import DetectionPreprocess
+from families.detection.postprocess import prefilter
 from families.detection.preprocess import network_input
 from models.manifest import Manifest, preprocess_as
 
@@ -20,3 +21,16 @@ def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     """Dynamic axes as served: the letterboxed square side only (also what OIP metadata shows for them)."""
     side = preprocess_as(manifest, DetectionPreprocess).imgsz
     return {"height": (side,), "width": (side,)}
+
+
+def compact(manifest: Manifest, y: np.ndarray, keep: dict) -> tuple[np.ndarray, dict]:
+    """An anchor head cut to the columns NMS can keep (postprocess.prefilter) when the gateway said how it will run
+    NMS (`keep`: conf, count_above, topk); the facts the gateway needs beyond them (the candidates count). An
+    end-to-end head, or one unfit to be cut, goes back whole with no facts."""
+    if getattr(manifest.preprocess, "head", "anchors") != "anchors":
+        return y, {}
+    cut = prefilter(np.asarray(y), len(manifest.labels), keep["conf"], keep["count_above"], keep["topk"])
+    if cut is None:
+        return y, {}
+    columns, candidates = cut
+    return columns, {"candidates": candidates}

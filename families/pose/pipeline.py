@@ -8,7 +8,7 @@ import numpy as np
 
 from configs.deployments import Deployment
 from families.detection.decode import decode_images
-from families.detection.postprocess import NMSParams, request_nms
+from families.detection.postprocess import NMSParams, request_nms, runner_keep
 from families.detection.preprocess import boxes_to_original, letterbox
 from families.pose.limits import Limits
 from families.pose.manifest import PosePreprocess
@@ -75,15 +75,16 @@ class PosePipeline:
             prepared[model] = list(metas)
             return list(tensors)
 
-        result = await run_task(ctx, dep, items_for, opts.model, clock, call.deadline, request_id=call.request_id,
-                                route_key=call.route_key, arrived=call.arrived)
         params = self.nms_params(opts)
+        result = await run_task(ctx, dep, items_for, opts.model, clock, call.deadline, request_id=call.request_id,
+                                route_key=call.route_key, arrived=call.arrived, keep=runner_keep(params))
         manifest = result.served.manifest
         labels = manifest.labels
         pre = preprocess_as(manifest, PosePreprocess)
         quality = ctx.quality if opts.conf_threshold is None else None  # the reference uses default thresholds
         out = []
-        for raw, meta in zip(result.outputs, prepared[result.served]):
+        metas = prepared[result.served]
+        for raw, meta, facts in zip(result.outputs, metas, result.facts or [{}] * len(metas)):
             poses = decode_pose(np.asarray(raw), len(labels), pre.kpt_shape, params)
             det = poses.det
             if quality is not None:
@@ -91,7 +92,8 @@ class PosePipeline:
                 quality.observe(result.model, "boxes_per_image", [len(det.scores)])
             boxes = boxes_to_original(det.boxes, meta)
             kpts = keypoints_to_original(poses.keypoints, meta)
-            out.append(PoseImageResult(width=meta.orig_w, height=meta.orig_h, candidates=det.candidates, people=[
+            out.append(PoseImageResult(width=meta.orig_w, height=meta.orig_h,
+                                       candidates=facts.get("candidates", det.candidates), people=[
                 Person(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
                        label=labels[int(c)] if int(c) < len(labels) else str(int(c)),
                        keypoints=to_keypoints(k, pre.keypoint_names, self.limits.keypoint_visibility))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from families.detection.preprocess import network_input
+from families.detection.runtime import compact  # noqa: F401 - the same anchor head, keypoint rows ride along
 from families.pose.manifest import PosePreprocess
 from models.manifest import Manifest, preprocess_as
 

@@ -60,6 +60,7 @@ class RunnerResult:
     degraded_reason: str | None
     served: ServedModel  # the exact version whose manifest post-processing must use
     role: str = "stable"  # or "canary"
+    facts: list[dict] | None = None  # per item, what the runner said of an output it cut (`keep`), else {}
 
 
 class Protection:
@@ -114,10 +115,12 @@ class Protection:
 async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],
                    choice: str, clock: StageClock, deadline: Deadline, request_id: str = "",
                    route_key: str = "", arrived: Callable[[], None] | None = None,
-                   slot: str | None = None) -> RunnerResult:
+                   slot: str | None = None, keep: dict | None = None) -> RunnerResult:
     """items_for(model) preprocesses for that model version (sizes may differ between primary and fallback, or
     between versions); the family's check_outputs refuses outputs that must not reach the client; arrived: the
-    request's batcher-arrival callback (CallContext.arrived); slot: run exactly this slot (OIP tensor models)."""
+    request's batcher-arrival callback (CallContext.arrived); slot: run exactly this slot (OIP tensor models); keep:
+    what of each output the pipeline will read, for the family's runtime to cut the rest at the runner
+    (runners/compute.compacted; RunnerResult.facts says what it did)."""
     prot: Protection = ctx.protection
     family = ctx.family(dep)
     await ctx.routing.ensure_fresh(ctx.runner)
@@ -161,6 +164,9 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             items = None
             payload = [{"slot": slot, "x": x, "deadline": deadline.epoch, "rid": request_id, "version": version}
                        for x in xs]
+            if keep:
+                for item in payload:
+                    item["keep"] = keep
             started = time.perf_counter()
             attempt_s = _attempt_timeout(ctx, slot, len(xs), is_primary and dep.fallback is not None)
             try:
@@ -244,7 +250,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
             return RunnerResult(outputs=outputs, model=items[0]["model"], version=items[0]["version"],
                                 infer_ms=max(it["infer_ms"] for it in items), batch=max(it["batch"] for it in items),
                                 slot=slot, degraded=reason is not None, degraded_reason=reason, served=model,
-                                role=role)
+                                role=role, facts=[it.get("facts") or {} for it in items])
     assert last_error is not None
     raise last_error
 

@@ -118,3 +118,88 @@ def test_request_nms_takes_the_limits_defaults_and_caps_the_detections():
     assert request_nms(limits) == NMSParams(0.3, 0.5, 200, 50, True)
     assert request_nms(limits, 0.01, 0.9, 500, False) == NMSParams(0.01, 0.9, 200, 50, False)  # capped at 50
     assert request_nms(limits, max_detections=7).max_detections == 7
+
+
+# --- what the runner sends back of an anchor head (prefilter): NMS of the columns == NMS of the whole head --------
+def realistic_head(seed: int, anchors: int = 2000, classes: int = 5, hot: float = 0.0,
+                   background: tuple[float, float] = (-6, 2)) -> np.ndarray:
+    """Boxes scattered over a 640 input, sigmoid class scores mostly low, a few confident clusters; `hot` adds a
+    share of anchors with high scores (a degenerate image above every cap)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 640, (anchors, 2))
+    sizes = rng.uniform(8, 200, (anchors, 2))
+    logits = rng.normal(*background, (anchors, classes))
+    objects = rng.choice(anchors, 40, replace=False)
+    logits[objects, rng.integers(0, classes, 40)] = rng.normal(2, 1.5, 40)
+    if hot:
+        logits[rng.random(anchors) < hot] += 8
+    scores = 1 / (1 + np.exp(-logits))
+    return head(np.concatenate([centres, sizes], axis=1), scores)
+
+
+def same_detections(a, b) -> None:
+    np.testing.assert_array_equal(a.classes, b.classes)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.boxes, b.boxes)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("conf", "topk", "class_aware", "hot"), [
+    (0.25, 1000, True, 0.0), (0.001, 1000, True, 0.0), (0.5, 1000, False, 0.0), (0.0, 1000, True, 0.0),
+    (0.25, 30, True, 0.0), (0.25, 1000, True, 0.9), (0.1, 64, False, 0.5)])
+def test_nms_of_the_prefiltered_columns_keeps_what_nms_of_the_whole_head_keeps(seed, conf, topk, class_aware, hot):
+    from families.detection.postprocess import prefilter, runner_keep
+
+    raw = realistic_head(seed, hot=hot)
+    params = NMSParams(conf_threshold=conf, pre_nms_topk=topk, max_detections=100, class_aware=class_aware)
+    keep = runner_keep(params)
+    cut = prefilter(raw, 5, keep["conf"], keep["count_above"], keep["topk"])
+    assert cut is not None
+    columns, candidates = cut
+    whole = nms(raw, params)
+    assert columns.shape[0] == raw.shape[0] and columns.shape[1] <= keep["topk"]
+    assert candidates == whole.candidates
+    same_detections(nms(columns, params), whole)
+    if conf >= 0.25:  # a shadow's agreement is judged at the default thresholds: the columns serve that too
+        same_detections(nms(columns, NMSParams()), nms(raw, NMSParams()))
+
+
+def test_prefilter_cuts_a_typical_head_to_a_few_columns():
+    from families.detection.postprocess import prefilter
+
+    raw = realistic_head(0, anchors=8400, classes=80, background=(-9, 1))  # max of 80 background logits ~ -6.6
+    columns, candidates = prefilter(raw, 80, 0.25, 0.25, 1000)
+    assert candidates == columns.shape[1] <= 40 and raw.nbytes / columns.nbytes > 200
+
+
+@pytest.mark.parametrize("spoil", ["nan_box", "inf_score", "score_above_one", "negative_score", "shape"])
+def test_a_head_unfit_to_cut_goes_back_whole(spoil):
+    """The runner never hides a broken output: the gateway's output check must see it."""
+    from families.detection.postprocess import prefilter
+
+    raw = realistic_head(1)
+    if spoil == "nan_box":
+        raw[0, 7] = np.nan  # an anchor far below every threshold: cutting would drop it unseen
+    elif spoil == "inf_score":
+        raw[5, 3] = np.inf
+    elif spoil == "score_above_one":
+        raw[6, 11] = 1.5
+    elif spoil == "negative_score":
+        raw[4, 2] = -0.5
+    else:
+        raw = raw[:6]
+    assert prefilter(raw, 5, 0.25, 0.25, 1000) is None
+
+
+def test_equal_scores_rank_by_anchor_whichever_array_they_come_from():
+    """A degenerate head (every anchor the same score, above the cap): the cap keeps the same anchors and NMS the
+    same order, cut or whole."""
+    from families.detection.postprocess import prefilter
+
+    boxes = [[20 * i + 10, 20 * i + 10, 8, 8] for i in range(50)]
+    raw = head(boxes, [[0.9, 0.0]] * 50)
+    params = NMSParams(pre_nms_topk=10)
+    columns, candidates = prefilter(raw, 2, 0.25, 0.25, 10)
+    assert candidates == 50
+    same_detections(nms(columns, params), nms(raw, params))
+    assert nms(raw, params).boxes[:, 0].tolist() == [20 * i + 6 for i in range(10)]  # the first ten anchors

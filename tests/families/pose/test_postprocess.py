@@ -92,3 +92,25 @@ def test_output_sanity():
     xy_only = np.zeros((4 + NC + K * 2, 4), np.float32)
     xy_only[4 + NC] = 300.0  # pixels, not confidences: fine for a 2-dim schema
     check_pose_head(xy_only, NC, (K, 2))
+
+
+def test_pose_of_the_prefiltered_columns_equals_pose_of_the_whole_head():
+    """The runner cuts a pose head like a detection head (families/pose/runtime.compact): the keypoint rows ride
+    along with their anchors' columns, so people and keypoints are the same."""
+    from families.detection.postprocess import NMSParams, prefilter, runner_keep
+    from families.pose.postprocess import decode_pose
+
+    rng = np.random.default_rng(3)
+    anchors, k = 3000, 17
+    boxes = np.concatenate([rng.uniform(0, 640, (2, anchors)), rng.uniform(10, 200, (2, anchors))])
+    person = 1 / (1 + np.exp(-rng.normal(-5, 2.5, (1, anchors))))
+    kpts = np.concatenate([rng.uniform(0, 640, (2 * k, anchors)), rng.uniform(0, 1, (k, anchors))])
+    raw = np.concatenate([boxes, person, kpts]).astype(np.float32)
+    for conf in (0.25, 0.05, 0.6):
+        params = NMSParams(conf_threshold=conf)
+        keep = runner_keep(params)
+        columns, candidates = prefilter(raw, 1, keep["conf"], keep["count_above"], keep["topk"])
+        whole, cut = decode_pose(raw, 1, (k, 3), params), decode_pose(columns, 1, (k, 3), params)
+        assert candidates == whole.det.candidates and len(whole.det.scores) > 0
+        np.testing.assert_array_equal(cut.det.boxes, whole.det.boxes)
+        np.testing.assert_array_equal(cut.keypoints, whole.keypoints)
