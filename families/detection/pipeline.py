@@ -10,7 +10,7 @@ from families.detection.decode import decode_images
 from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
 from families.detection.postprocess import NMSParams, decode, request_nms, runner_keep
-from families.detection.preprocess import boxes_to_original, letterbox
+from families.detection.preprocess import boxes_to_original, fit
 from families.detection.schemas import (
     Detection,
     DetectOptions,
@@ -57,7 +57,7 @@ class DetectionPipeline:
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = preprocess_as(model.manifest, DetectionPreprocess)
             # uint8 across the hop; the runner applies this version's scale and colour order (network_input)
-            tensors, metas = zip(*(letterbox(im, pre.imgsz, pre.pad_value) for im in images))
+            tensors, metas = zip(*(fit(im, pre.imgsz) for im in images))
             prepared[model] = (list(tensors), list(metas))
             return prepared[model][0]
 

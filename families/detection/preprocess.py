@@ -24,8 +24,17 @@ class LetterboxMeta:
     pad_y: int  # top padding in network pixels
 
 
-def letterbox(image: np.ndarray, imgsz: int, pad_value: int = 114) -> tuple[np.ndarray, LetterboxMeta]:
-    """HxWx3 uint8 RGB -> (imgsz x imgsz x 3 uint8, meta). Aspect ratio kept, upscaling allowed."""
+def pad_offsets(new_w: int, new_h: int, imgsz: int) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) padding that centres a new_w x new_h image in the imgsz square (ultralytics' rule:
+    the odd pixel goes right and bottom). One function for the gateway's metadata and the runner's padding."""
+    dw, dh = (imgsz - new_w) / 2, (imgsz - new_h) / 2
+    return int(round(dw - 0.1)), int(round(dh - 0.1)), int(round(dw + 0.1)), int(round(dh + 0.1))
+
+
+def fit(image: np.ndarray, imgsz: int) -> tuple[np.ndarray, LetterboxMeta]:
+    """HxWx3 uint8 RGB -> (the image resized to fit the imgsz square, aspect ratio kept, upscaling allowed; meta of
+    the letterbox it goes into). What the gateway sends the runner: the padding is the runner's (network_batch), so a
+    4:3 photo crosses the hop in 3/4 of the letterbox's bytes, a 16:9 one in 9/16."""
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"expected HxWx3 uint8, got {image.shape} {image.dtype}")
     h, w = image.shape[:2]
@@ -33,12 +42,17 @@ def letterbox(image: np.ndarray, imgsz: int, pad_value: int = 114) -> tuple[np.n
     new_w, new_h = max(1, int(round(w * r))), max(1, int(round(h * r)))
     if (new_w, new_h) != (w, h):
         image = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
-    dw, dh = (imgsz - new_w) / 2, (imgsz - new_h) / 2
-    top, bottom = int(round(dh - 0.1)), int(round(dh + 0.1))
-    left, right = int(round(dw - 0.1)), int(round(dw + 0.1))
-    out = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(pad_value,) * 3)
+    left, top, _, _ = pad_offsets(new_w, new_h, imgsz)
+    return image, LetterboxMeta(w, h, new_w / w, new_h / h, left, top)
+
+
+def letterbox(image: np.ndarray, imgsz: int, pad_value: int = 114) -> tuple[np.ndarray, LetterboxMeta]:
+    """HxWx3 uint8 RGB -> (imgsz x imgsz x 3 uint8, meta). Aspect ratio kept, upscaling allowed."""
+    fitted, meta = fit(image, imgsz)
+    left, top, right, bottom = pad_offsets(fitted.shape[1], fitted.shape[0], imgsz)
+    out = cv2.copyMakeBorder(fitted, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(pad_value,) * 3)
     assert out.shape[:2] == (imgsz, imgsz), out.shape
-    return out, LetterboxMeta(w, h, new_w / w, new_h / h, left, top)
+    return out, meta
 
 
 def to_tensor(letterboxed: np.ndarray, scale: float = 1 / 255.0, color_order: str = "RGB") -> np.ndarray:
@@ -47,10 +61,32 @@ def to_tensor(letterboxed: np.ndarray, scale: float = 1 / 255.0, color_order: st
     return np.ascontiguousarray(img.transpose(2, 0, 1), dtype=np.float32) * np.float32(scale)
 
 
+def network_batch(items: list[np.ndarray], imgsz: int, pad_value: int = 114, scale: float = 1 / 255.0,
+                  color_order: str = "RGB") -> np.ndarray:
+    """The items of one model call as the runner feeds them, [n, 3, imgsz, imgsz] float32, written in place: a
+    fitted image (HxWx3 uint8, fit(): at most imgsz on each side) is padded here and tensorised with the serving
+    version's scale and colour order, exactly as to_tensor(letterbox(...)) (float32(value) * float32(scale) for
+    every pixel, the padding's included); a 3xSxS float tensor (Open Inference Protocol clients send those) is
+    copied as it is. One array, no per-item tensor and no stack copy."""
+    out = np.empty((len(items), 3, imgsz, imgsz), dtype=np.float32)
+    factor = np.float32(scale)
+    for row, item in zip(out, items):
+        if item.dtype == np.uint8 and item.ndim == 3 and item.shape[2] == 3:
+            h, w = item.shape[:2]
+            if h > imgsz or w > imgsz:
+                raise ValueError(f"image item {w}x{h} is larger than the {imgsz} input")
+            left, top, _, _ = pad_offsets(w, h, imgsz)
+            if (h, w) != (imgsz, imgsz):
+                row.fill(np.float32(pad_value) * factor)
+            img = item if color_order == "RGB" else item[..., ::-1]
+            np.multiply(img.transpose(2, 0, 1), factor, out=row[:, top:top + h, left:left + w], dtype=np.float32)
+        else:
+            row[...] = np.asarray(item, dtype=np.float32)
+    return out
+
+
 def network_input(item: np.ndarray, scale: float = 1 / 255.0, color_order: str = "RGB") -> np.ndarray:
-    """One detection item as the runner feeds it. The gateway sends the letterboxed SxSx3 uint8 image (a quarter of
-    the bytes of its float32 tensor across the gateway->runner hop); it is tensorised here with the serving version's
-    scale and colour order. A 3xSxS float tensor (Open Inference Protocol clients send those) passes unchanged."""
+    """One letterboxed SxSx3 uint8 image as a 3xSxS float32 tensor (a float tensor passes unchanged)."""
     if item.dtype == np.uint8 and item.ndim == 3 and item.shape[2] == 3:
         return to_tensor(item, scale, color_order)
     return np.asarray(item, dtype=np.float32)

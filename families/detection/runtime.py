@@ -1,20 +1,37 @@
 """Runner-side hooks of the detection family (numpy only: the runner tier imports this and nothing else of it)."""
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from families.detection.manifest import DetectionPreprocess
 from families.detection.postprocess import prefilter
-from families.detection.preprocess import network_input
+from families.detection.preprocess import network_batch
 from models.manifest import Manifest, preprocess_as
 
 
+class ImageInput(Protocol):
+    """What a YOLO family's manifest says of its input (detection, pose and segmentation all record these)."""
+
+    @property
+    def imgsz(self) -> int: ...
+    @property
+    def pad_value(self) -> int: ...
+    @property
+    def scale(self) -> float: ...
+    @property
+    def color_order(self) -> str: ...
+
+
+def image_feeds(pre: ImageInput, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Fitted uint8 images from the gateway, padded and tensorised here with the serving version's letterbox, scale
+    and colour order; float [3, S, S] tensors (from OIP clients) as they are (preprocess.network_batch)."""
+    return {input_names[0]: network_batch(xs, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)}
+
+
 def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Letterboxed uint8 images (from the gateway) are tensorised with this version's scale and colour order; float
-    [3, S, S] tensors (from OIP clients) pass as they are."""
-    pre = preprocess_as(manifest, DetectionPreprocess)
-    tensors = [network_input(x, pre.scale, pre.color_order) for x in xs]
-    return {input_names[0]: np.ascontiguousarray(np.stack(tensors), dtype=np.float32)}
+    return image_feeds(preprocess_as(manifest, DetectionPreprocess), input_names, xs)
 
 
 def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:

@@ -9,7 +9,7 @@ import numpy as np
 from configs.deployments import Deployment
 from families.detection.decode import decode_images
 from families.detection.postprocess import NMSParams, request_nms, runner_keep
-from families.detection.preprocess import boxes_to_original, letterbox
+from families.detection.preprocess import boxes_to_original, fit
 from families.pose.limits import Limits
 from families.pose.manifest import PosePreprocess
 from families.pose.postprocess import decode_pose, keypoints_to_original
@@ -71,7 +71,7 @@ class PosePipeline:
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = preprocess_as(model.manifest, PosePreprocess)
-            tensors, metas = zip(*(letterbox(im, pre.imgsz, pre.pad_value) for im in images))
+            tensors, metas = zip(*(fit(im, pre.imgsz) for im in images))
             prepared[model] = list(metas)
             return list(tensors)
 

@@ -9,7 +9,7 @@ import numpy as np
 from configs.deployments import Deployment
 from families.detection.decode import decode_images
 from families.detection.postprocess import NMSParams, request_nms
-from families.detection.preprocess import letterbox
+from families.detection.preprocess import fit
 from families.segmentation.limits import Limits
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.postprocess import image_result
@@ -48,7 +48,7 @@ class SegmentationPipeline:
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = preprocess_as(model.manifest, SegmentationPreprocess)
-            boxed, metas = zip(*(letterbox(im, pre.imgsz, pre.pad_value) for im in images))
+            boxed, metas = zip(*(fit(im, pre.imgsz) for im in images))
             prepared[model] = list(metas)
             return list(boxed)
 

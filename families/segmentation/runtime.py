@@ -1,19 +1,16 @@
-"""Runner-side hooks of the segmentation family (numpy only): the same letterboxed uint8 items as detection."""
+"""Runner-side hooks of the segmentation family (numpy only): the same fitted uint8 image items as detection."""
 from __future__ import annotations
 
 import numpy as np
 
-from families.detection.preprocess import network_input
+from families.detection.runtime import image_feeds
 from families.segmentation.manifest import SegmentationPreprocess
 from models.manifest import Manifest, preprocess_as
 
 
 def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Letterboxed uint8 images (from the gateway) are tensorised with this version's scale and colour order; float
-    [3, S, S] tensors (from OIP clients) pass as they are."""
-    pre = preprocess_as(manifest, SegmentationPreprocess)
-    tensors = [network_input(x, pre.scale, pre.color_order) for x in xs]
-    return {input_names[0]: np.ascontiguousarray(np.stack(tensors), dtype=np.float32)}
+    """The same image items as detection (families/detection/runtime.image_feeds)."""
+    return image_feeds(preprocess_as(manifest, SegmentationPreprocess), input_names, xs)
 
 
 def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:

@@ -4,7 +4,9 @@ import pytest
 from families.detection.preprocess import (
     boxes_to_network,
     boxes_to_original,
+    fit,
     letterbox,
+    network_batch,
     network_input,
     preprocess_image,
 )
@@ -41,16 +43,29 @@ def test_tensor_layout_and_scale():
 
 
 @pytest.mark.parametrize("color_order", ["RGB", "BGR"])
-def test_runner_input_from_uint8_letterbox_equals_the_gateway_side_tensor(color_order):
-    """The gateway ships uint8 letterboxes; the runner's tensor must be the one preprocess_image would have made."""
-    img = np.random.default_rng(0).integers(0, 256, (90, 160, 3), dtype=np.uint8)
-    expected, _ = preprocess_image(img, 64, scale=1 / 255.0, color_order=color_order)
-    boxed, _ = letterbox(img, 64)
-    got = network_input(boxed, 1 / 255.0, color_order)
-    assert got.dtype == np.float32 and got.shape == (3, 64, 64)
-    assert np.array_equal(got, expected)
-    assert boxed.nbytes * 4 == expected.nbytes  # what the hop saves
-    assert np.array_equal(network_input(expected), expected)  # float tensors (OIP clients) pass unchanged
+@pytest.mark.parametrize(("h", "w", "side", "pad"), [
+    (90, 160, 64, 114), (160, 90, 64, 114), (64, 64, 64, 114), (1, 1, 64, 0), (7, 300, 65, 255), (301, 5, 63, 114),
+    (480, 640, 640, 114)])
+def test_runner_pads_the_fitted_image_exactly_as_the_letterbox(color_order, h, w, side, pad):
+    """The gateway ships the fitted image (no padding); the runner's tensor must be the one the letterbox would have
+    made, bit for bit, and the metadata the same."""
+    img = np.random.default_rng(h * w).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    expected, meta = preprocess_image(img, side, pad_value=pad, scale=1 / 255.0, color_order=color_order)
+    fitted, fitted_meta = fit(img, side)
+    assert fitted_meta == meta and max(fitted.shape[:2]) == side
+    got = network_batch([fitted, fitted], side, pad, 1 / 255.0, color_order)
+    assert got.dtype == np.float32 and got.shape == (2, 3, side, side)
+    assert np.array_equal(got[0], expected) and np.array_equal(got[1], expected)
+    boxed, _ = letterbox(img, side, pad)
+    assert fitted.nbytes <= boxed.nbytes  # what the hop saves: the padding
+    assert np.array_equal(network_input(boxed, 1 / 255.0, color_order), expected)
+
+
+def test_float_tensors_and_oversized_items_at_the_runner():
+    tensor = np.random.default_rng(1).random((3, 32, 32), dtype=np.float32)
+    assert np.array_equal(network_batch([tensor], 32)[0], tensor)  # float tensors (OIP clients) as they are
+    with pytest.raises(ValueError, match="larger than"):
+        network_batch([np.zeros((33, 10, 3), np.uint8)], 32)
 
 
 def test_boxes_are_clipped_to_the_image():
