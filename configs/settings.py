@@ -398,12 +398,14 @@ class MemorySettings(_Section):
 
 
 class GrpcSettings(_Section):
-    """gRPC endpoint started with every API worker: typed task APIs, Open Inference Protocol v2, health, reflection."""
+    """gRPC endpoint started with the first API worker: typed task APIs, Open Inference Protocol v2, health,
+    reflection."""
 
     enabled: bool = Field(True, description="Start the gRPC server with the gateway.")
     host: str = Field("127.0.0.1", description="Bind address ('0.0.0.0' or '::' for every interface).")
-    port: int = Field(3001, ge=1, le=65535, description="gRPC port; API workers share it through SO_REUSEPORT, so a "
-                                                        "second instance on the same host needs its own port.")
+    port: int = Field(3001, ge=1, le=65535, description="gRPC port (`triserve serve --grpc-port`), owned by the first "
+                                                        "API worker: a port already in use stops the start with an "
+                                                        "error naming it, so each instance on a host needs its own.")
     max_message_bytes: int = Field(64 * 2**20, ge=1024, description="Largest request or response message (the "
                                                                      "counterpart of gateway.max_body_bytes).")
     reflection: bool = Field(True, description="Serve gRPC server reflection (service and message discovery).")

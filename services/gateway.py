@@ -14,6 +14,7 @@ import logging
 from typing import cast
 
 import bentoml
+from bentoml.exceptions import BentoMLException
 from fastapi import Depends, FastAPI
 
 import families
@@ -35,6 +36,7 @@ from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
 from services.client_schema import SchemaRoutes, client_routes
 from services.gateway_deps import admin_guard, loaded_context
+from services.ports import PortInUse, ensure_grpc_free
 from services.protocols.grpc_server import start_grpc
 from services.protocols.oip_rest import router as oip_router
 from services.protocols.rest import family_router
@@ -171,10 +173,20 @@ class Gateway:
                               shadow=ShadowMirror(settings.rollout), quality=quality,
                               fallback_runner=self.fallback_runner)
 
+    @bentoml.on_deployment
+    def _own_grpc_port() -> None:
+        """In the arbiter, before any worker starts: a taken gRPC port ends `bentoml serve` at once with its number
+        (BentoML prints a BentoMLException as one line), instead of in the worker that binds it."""
+        try:
+            ensure_grpc_free(settings.grpc)
+        except PortInUse as exc:
+            raise BentoMLException(str(exc)) from exc
+
     @bentoml.on_startup
     async def _start_grpc(self) -> None:
-        """gRPC on this worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols)."""
-        self._grpc = await start_grpc(self, settings.grpc)
+        """gRPC on the first worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols;
+        grpc_server.py says why one worker)."""
+        self._grpc = await start_grpc(self, settings.grpc, bentoml.server_context.worker_index)
 
     @bentoml.on_shutdown
     async def _stop_grpc(self) -> None:

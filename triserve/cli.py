@@ -1,6 +1,6 @@
 """`triserve`: one command for the project's tools (console script from pyproject.toml [project.scripts]).
 
-    triserve serve [--host H] [--port P] [--registry PATH_OR_URL] [--config-dir DIR] [--build-missing]
+    triserve serve [--host H] [--port P] [--grpc-port P] [--registry PATH_OR_URL] [--config-dir DIR] [--build-missing]
                                       the server `make serve` starts (python -m bentoml serve services.gateway:Gateway)
     triserve --version                the distribution's version (+ the git commit in a checkout)
     triserve registry [ARGS...]       python -m models.cli         (list, show, copy, promote, rollback, pull)
@@ -30,6 +30,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from configs.settings import Settings
 
 PROG = "triserve"
 # subcommand -> module run with `python -m`
@@ -170,7 +174,9 @@ def serve_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=f"{PROG} serve", description="Serve the model repository (REST, gRPC, OIP).",
                                  epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
-    ap.add_argument("--port", type=int, default=3000, help="HTTP port (default: %(default)s; gRPC: settings grpc.port)")
+    ap.add_argument("--port", type=int, default=3000, help="HTTP port (default: %(default)s)")
+    ap.add_argument("--grpc-port", type=int, metavar="PORT",
+                    help="gRPC port: the setting grpc.port (TRISERVE_GRPC__PORT), whose default is 3001")
     ap.add_argument("--registry", metavar="PATH_OR_URL",
                     help="the model registry: a local directory (TRISERVE_REGISTRY_DIR, served as is) or a store URL "
                          "oci:// s3:// http(s):// file:// (TRISERVE_REGISTRY_URI: pulled and verified into "
@@ -194,6 +200,8 @@ def serve_env(opts: argparse.Namespace, base: dict[str, str], root: Path, cwd: P
     if is_checkout(root):  # BentoML wipes its prometheus files under BENTOML_HOME at start: one home per checkout
         env.setdefault("BENTOML_HOME", str(root / ".cache" / "bentoml"))
     _absolute_paths(env, cwd)
+    if opts.grpc_port is not None:
+        env["TRISERVE_GRPC__PORT"] = str(opts.grpc_port)
     if opts.registry:
         if "://" in opts.registry:
             env["TRISERVE_REGISTRY_URI"] = opts.registry
@@ -208,6 +216,16 @@ def serve_env(opts: argparse.Namespace, base: dict[str, str], root: Path, cwd: P
             raise ValueError(f"--config-dir {directory}: neither serving.yaml nor models.yaml there")
         env.update({key: str(path) for key, path in found.items()})
     return env
+
+
+def server_settings(env: dict[str, str]) -> Settings:
+    """The settings the server will read: configs/settings.py under `env`."""
+    from unittest import mock
+
+    from configs.settings import Settings
+
+    with mock.patch.dict(os.environ, env, clear=True):
+        return Settings()
 
 
 def missing_models(env: dict[str, str]) -> tuple[Path, list[str]]:
@@ -236,6 +254,8 @@ def missing_models(env: dict[str, str]) -> tuple[Path, list[str]]:
 
 
 def serve(args: list[str]) -> int:
+    from services.ports import ensure_free, ensure_grpc_free  # the server's package: imported by `serve` alone
+
     extra: list[str] = []
     if "--" in args:
         args, extra = args[:args.index("--")], args[args.index("--") + 1:]
@@ -258,7 +278,11 @@ def serve(args: list[str]) -> int:
                 if still:
                     print(f"{PROG} serve: still missing after the build (not default models?): {', '.join(still)}",
                           file=sys.stderr)
-    except (ValueError, OSError) as exc:
+        # before BentoML, which would wipe the metrics files under a BENTOML_HOME it shares with the server on the
+        # port, then die of a traceback that does not name the port (HTTP; the arbiter checks gRPC again)
+        ensure_free(opts.host, opts.port, "HTTP", "give this server another one: --port")
+        ensure_grpc_free(server_settings(env).grpc)
+    except (ValueError, OSError) as exc:  # PortInUse is an OSError
         ap.error(str(exc))
     argv = [sys.executable, "-m", "bentoml", "serve", SERVICE, "--host", opts.host, "--port", str(opts.port),
             "--working-dir", str(root), *extra]

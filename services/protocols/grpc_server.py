@@ -1,26 +1,38 @@
-"""The gRPC endpoint of the gateway: a grpc.aio server on each API worker's event loop, started and stopped by the
-Gateway's BentoML lifecycle hooks (BentoML 1.4 serves no gRPC for new-style services).
+"""The gRPC endpoint of the gateway: a grpc.aio server on the first API worker's event loop, started and stopped by
+the Gateway's BentoML lifecycle hooks (BentoML 1.4 serves no gRPC for new-style services).
 
 Services: triserve.v1.Triserve (typed task APIs), inference.GRPCInferenceService (Open Inference Protocol v2),
 grpc.health.v1.Health (SERVING only while the gateway is ready: Check runs the same check as /readyz at the
-moment of the call; Watch streams the status refreshed every grpc.health_interval_s) and server reflection. The port
-is bound with SO_REUSEPORT so that every API worker listens on the same address and the kernel spreads connections
-across them.
+moment of the call; Watch streams the status refreshed every grpc.health_interval_s) and server reflection.
 
-Caveat of SO_REUSEPORT: a second triserve (same user) configured with the same port also binds and silently shares
-the traffic; give each instance its own grpc.port.
+The port is owned, never shared. It used to be bound with SO_REUSEPORT so that every API worker listened on it; but
+Linux lets any process of the same user join such a port, so a second triserve (or any grpcio server: gRPC turns
+SO_REUSEPORT on by default) started on it silently took part of this one's connections. Workers cannot share it
+the way they share BentoML's HTTP port (one socket bound by the arbiter, inherited by each worker): grpcio has no
+way to serve on an inherited listening socket. So one API worker serves gRPC, the first (BentoML worker index 1;
+circus gives a restarted worker the lowest free index), and binds with grpc.so_reuseport=0: the kernel then refuses
+the port to everyone else, and a taken port fails this bind. With gateway.workers > 1, gRPC calls therefore run on
+that worker only (REST still spreads over all of them); more gRPC capacity means more instances.
+
+A taken port is a start-up error, named: the Gateway's on_deployment hook checks it in the arbiter before any
+worker starts (services/ports.py), and if it is taken after all (a start racing ours) the worker's bind raises
+PortInUse and stops the whole server (SIGTERM to its parent, the arbiter: a graceful stop, so exit status 0, with a
+CRITICAL line naming the port) instead of leaving circus to restart the worker for ever.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from configs.settings import GrpcSettings
+from services.ports import GRPC_HINT, PortInUse, ensure_free
 from services.protocols import oip
 from services.protocols.generated import grpc_predict_v2_pb2_grpc, triserve_pb2_grpc
 from services.protocols.grpc_oip import SERVICE_NAME as OIP_SERVICE
@@ -66,7 +78,7 @@ class GrpcServer:
     async def start(self) -> None:
         cfg = self.cfg
         server = grpc.aio.server(options=[
-            ("grpc.so_reuseport", 1),
+            ("grpc.so_reuseport", 0),  # on by default in gRPC: the port would be open to anyone's SO_REUSEPORT bind
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes),
         ])
@@ -79,9 +91,11 @@ class GrpcServer:
                  reflection.SERVICE_NAME), server)
         try:
             port = server.add_insecure_port(self.address)
-        except RuntimeError as exc:  # grpcio raises when the address cannot be bound
+        except RuntimeError as exc:  # grpcio raises when the address cannot be bound, without saying why
+            ensure_free(cfg.host, cfg.port, "gRPC", GRPC_HINT)  # PortInUse when that is why
             raise RuntimeError(f"gRPC: cannot bind {self.address}: {exc}") from exc
         if port == 0:
+            ensure_free(cfg.host, cfg.port, "gRPC", GRPC_HINT)
             raise RuntimeError(f"gRPC: cannot bind {self.address}")
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
@@ -125,10 +139,23 @@ class GrpcServer:
             log.info("gRPC server on %s stopped", self.address)
 
 
-async def start_grpc(gateway, cfg: GrpcSettings) -> GrpcServer | None:
-    """Start the gRPC server for this API worker (None when disabled in config)."""
-    if not cfg.enabled:
+def serves_grpc(cfg: GrpcSettings, worker_index: int | None) -> bool:
+    """Whether this process serves gRPC: enabled, and the first API worker (index 1) or not a BentoML worker at all
+    (None: the gateway run in-process, e.g. by a test)."""
+    return cfg.enabled and worker_index in (None, 1)
+
+
+async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None) -> GrpcServer | None:
+    """Start the gRPC server when this process serves it (serves_grpc), else None. A taken port in a BentoML worker
+    also stops the server: circus would restart the worker, and it would fail again, for ever."""
+    if not serves_grpc(cfg, worker_index):
         return None
     server = GrpcServer(gateway, cfg)
-    await server.start()
+    try:
+        await server.start()
+    except PortInUse as exc:
+        if worker_index is not None:  # an API worker's parent is the arbiter (kernel/protection/buckets.py too)
+            log.critical("%s: stopping the server (arbiter pid %d)", exc, os.getppid())
+            os.kill(os.getppid(), signal.SIGTERM)
+        raise
     return server

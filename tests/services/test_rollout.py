@@ -51,6 +51,12 @@ def rollout(tiny_registry, tmp_path_factory):
                                                      "sha256": hashlib.sha256(ADMIN.encode()).hexdigest()}]),
            "TRISERVE_ROLLOUT__REFRESH_S": "0.2", "TRISERVE_ROLLOUT__RETIRE_AFTER_S": "2",
            "TRISERVE_ROLLOUT__CANARY_MIN_CALLS": "5", "TRISERVE_ROLLOUT__CANARY_WINDOW": "10",
+           # Only errors judge a canary here: the canaries are copies of the stable model, and on windows this small
+           # the latency rule reads timing as a verdict (medians of 5-10 calls from different moments: the stable
+           # window still holds the previous test's quiet calls when a load starts, and at weight 0.3 a canary's 10
+           # calls span ~3x the time of stable's 10, so a host stall that has ended still fills its median); it
+           # withdrew the split test's canary under load. tests/kernel/routing/test_canary_guard.py covers that rule.
+           "TRISERVE_ROLLOUT__CANARY_MAX_LATENCY_RATIO": "1e9",
            "TRISERVE_BREAKER__MIN_CALLS": "1000"}  # keep the breaker out of the canary test
     env.update(NO_CAPACITY_LIMITS)
     env["TRISERVE_ACCESS__RATE_PER_S"] = "100000"  # the load threads share one client address: >500 req/s here
@@ -129,6 +135,7 @@ def test_canary_gets_its_sticky_share(rollout):
     expected = np.mean([sticky_fraction(f"forecast:{k}") < 0.3 for k in keys])
     assert share == pytest.approx(expected, abs=1e-9) and 0.15 < share < 0.45
     assert all(forecast(srv, k).json()["model"]["version"] == served[k] for k in keys[:20])  # sticky
+    assert admin(srv, "GET", "").json()["forecast"]["canary"] == {"version": cand, "weight": 0.3}  # never withdrawn
     assert admin(srv, "DELETE", "/forecast/canary").json()["canary"] is None
 
 
@@ -178,6 +185,7 @@ def test_canary_takes_its_weight_of_requests_from_one_address(rollout):
     assert admin(srv, "DELETE", "/forecast/canary").json()["canary"] is None
     codes = [c for c, _ in answers]
     assert len(answers) >= 1000 and set(codes) == {200}, {c: codes.count(c) for c in set(codes)}
+    assert routing["canary"] == {"version": cand, "weight": 0.3}, routing  # not withdrawn during the load
     share = sum(v == cand for _, v in answers) / len(answers)
     split = routing["split"]
     print(f"canary weight 0.3 from one address: {sum(v == cand for _, v in answers)} of {len(answers)} requests "

@@ -1,21 +1,29 @@
 """The `triserve` console script (pyproject [project.scripts] -> triserve/cli.py), run as installed in the project's
 environment (`make install`: pip install -e), from a clean shell (no activated venv, PATH=/usr/bin:/bin) and a
-directory outside the checkout; `triserve serve` started for real against the session's tiny registry; `make help`."""
+directory outside the checkout; `triserve serve` started for real against the session's tiny registry, and refused
+on its ports; `make help`."""
 from __future__ import annotations
 
 import importlib.metadata
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from unittest import mock
 
+import grpc
 import httpx
 import psutil
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from configs.settings import Settings
+from scripts.drills.ports import ReservedPort
+from services import ports
 from tests.conftest import NO_CAPACITY_LIMITS, TINY_MODELS, Server
 from triserve import cli
 
@@ -126,7 +134,8 @@ def test_serve_help_lists_the_options(tmp_path):
     res = triserve("serve", "--help", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: triserve serve")
-    for option in ("--host", "--port", "--registry PATH_OR_URL", "--config-dir DIR", "--build-missing"):
+    for option in ("--host", "--port", "--grpc-port PORT", "--registry PATH_OR_URL", "--config-dir DIR",
+                   "--build-missing"):
         assert option in res.stdout, option
     assert "make serve" in res.stdout and "services.gateway:Gateway" in res.stdout
     bad = triserve("serve", "--port", "x", cwd=tmp_path)
@@ -134,9 +143,11 @@ def test_serve_help_lists_the_options(tmp_path):
 
 
 def _exec_of(monkeypatch, args: list[str], env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """What `triserve serve ARGS` would exec (os.execve caught)."""
+    """What `triserve serve ARGS` would exec (os.execve caught; the HTTP port check skipped: whatever this host
+    serves on 3000 is not the point here)."""
     calls = []
     monkeypatch.setattr(cli.os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    monkeypatch.setattr(ports, "ensure_free", lambda *args: None)
     for key in ("BENTOML_HOME", "YOLO_OFFLINE", "TRISERVE_REGISTRY_DIR", "TRISERVE_REGISTRY_URI", "TRISERVE_CONFIG"):
         monkeypatch.delenv(key, raising=False)
     for key, value in (env or {}).items():
@@ -173,6 +184,32 @@ def test_serve_runs_bentoml_serve_with_the_makefiles_environment(monkeypatch, tm
     assert exc.value.code == 2
 
 
+def test_grpc_port_is_the_grpc_port_setting(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    argv, env = _exec_of(monkeypatch, ["--grpc-port", "3101"], {"TRISERVE_GRPC__PORT": "3999"})
+    assert env["TRISERVE_GRPC__PORT"] == "3101"  # the option wins over the caller's environment
+    assert "--grpc-port" not in argv  # a setting of ours, not an option of bentoml serve
+    with mock.patch.dict(os.environ, env, clear=True):
+        assert Settings().grpc.port == 3101
+    _, env = _exec_of(monkeypatch, [], {"TRISERVE_GRPC__PORT": "3999"})
+    assert env["TRISERVE_GRPC__PORT"] == "3999"  # without the option: the environment's (else serving.yaml's)
+
+
+def test_serve_on_an_http_port_in_use_fails_before_bentoml_starts(monkeypatch, capsys):
+    """Left to BentoML, the second server dies of an OSError traceback that does not say which port."""
+    calls = []
+    monkeypatch.setattr(cli.os, "execve", lambda *args: calls.append(args))
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["serve", "--port", str(port)])
+    assert exc.value.code == 2 and calls == []
+    assert (f"triserve serve: error: HTTP port {port} on 127.0.0.1 is already in use (another triserve, or another "
+            f"server); give this server another one: --port") in capsys.readouterr().err
+
+
 def test_build_missing_builds_only_when_the_registry_lacks_a_served_model(monkeypatch, tiny_registry, tmp_path):
     runs = []
     monkeypatch.setattr(cli.subprocess, "run",
@@ -190,25 +227,38 @@ def test_build_missing_builds_only_when_the_registry_lacks_a_served_model(monkey
 
 def test_serve_starts_the_server_from_outside_the_checkout(tiny_registry, tmp_path):
     """The console script against the session's tiny registry and a config directory of its own, from a directory
-    outside the checkout; the environment's registry and models file point nowhere, so the options must win. The
-    console script replaces itself with bentoml serve: its PID is the server's, and stopping that PID stops it."""
+    outside the checkout; the environment's registry, models file and gRPC port (the harness's) are not the ones to
+    use, so the options must win. The console script replaces itself with bentoml serve: its PID is the server's, and
+    stopping that PID stops it. A second `triserve serve` on either of its ports stops before BentoML starts."""
     config = tmp_path / "config"
     config.mkdir()
     shutil.copy(TINY_MODELS, config / "models.yaml")
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     env = {**NO_CAPACITY_LIMITS, "TRISERVE_MODELS_FILE": str(tmp_path / "absent.yaml")}
-    command = [str(TRISERVE), "serve", "--registry", str(tiny_registry.root), "--config-dir", str(config)]
-    with Server(tmp_path / "absent-registry", env=env, log_path=tmp_path / "serve.log", root=elsewhere,
-                command=command) as srv:
-        srv.wait_ready(timeout=120)
-        cmdline = psutil.Process(srv.proc.pid).cmdline()
-        assert cmdline[1:5] == ["-m", "bentoml", "serve", "services.gateway:Gateway"], cmdline
-        assert httpx.get(f"{srv.url}/readyz", timeout=10).status_code == 200
-        answer = httpx.post(f"{srv.url}/v1/classify", json={"texts": ["book a flight to paris"]}, timeout=30)
-        assert answer.status_code == 200, answer.text
-        assert len(answer.json()["results"]) == 1 and answer.json()["model"]["name"] == "minilm-intent"
-        pids = srv.pids()
+    with ReservedPort() as grpc_port, ReservedPort() as other_http:
+        command = [str(TRISERVE), "serve", "--registry", str(tiny_registry.root), "--config-dir", str(config),
+                   "--grpc-port", str(grpc_port.number)]
+        with Server(tmp_path / "absent-registry", env=env, log_path=tmp_path / "serve.log", root=elsewhere,
+                    command=command) as srv:
+            srv.wait_ready(timeout=120)
+            cmdline = psutil.Process(srv.proc.pid).cmdline()
+            assert cmdline[1:5] == ["-m", "bentoml", "serve", "services.gateway:Gateway"], cmdline
+            assert httpx.get(f"{srv.url}/readyz", timeout=10).status_code == 200
+            answer = httpx.post(f"{srv.url}/v1/classify", json={"texts": ["book a flight to paris"]}, timeout=30)
+            assert answer.status_code == 200, answer.text
+            assert len(answer.json()["results"]) == 1 and answer.json()["model"]["name"] == "minilm-intent"
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port.number}") as channel:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+            assert status.status == health_pb2.HealthCheckResponse.SERVING
+            ports.ensure_free("127.0.0.1", srv.grpc_port, "gRPC")  # the environment's port: nobody listens there
+            for http_port, taken, listener in ((srv.port, srv.port, "HTTP"),
+                                               (other_http.number, grpc_port.number, "gRPC")):
+                again = subprocess.run([*command, "--host", "127.0.0.1", "--port", str(http_port)], cwd=elsewhere,
+                                       env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+                assert again.returncode == 2, again.stderr
+                assert f"{listener} port {taken} on 127.0.0.1 is already in use" in again.stderr, again.stderr
+            pids = srv.pids()
     assert srv.proc.returncode is not None
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
