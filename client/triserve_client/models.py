@@ -285,6 +285,7 @@ class Batching(Answer):
 
     max_batch_size: int | None = None
     max_latency_ms: int | None = None
+    compute_batch: int | None = None
     per_item: bool | None = None
 
 

@@ -25,7 +25,6 @@ import base64
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,12 +146,9 @@ def rss_mb(peer: TriservePeer) -> dict[str, float]:
 
 def start_profiles(peer: TriservePeer, seconds: int, out: Path) -> list[tuple[str, Path, subprocess.Popen]]:
     """py-spy on every worker process of the server for the measured window (raw collapsed stacks)."""
-    spy = Path(sys.executable).parent / "py-spy"
+    spy = Path(sys.executable).parent / "py-spy"  # the project's environment (the dev extra), never a PATH lookup
     if not spy.exists():
-        found = shutil.which("py-spy")
-        if found is None:
-            raise SystemExit("py-spy is not installed (it is in the dev extra)")
-        spy = Path(found)
+        raise SystemExit(f"py-spy is not installed beside {sys.executable} (it is in the dev extra)")
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     for service, pids in sorted(peer.pids().items()):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from families.detection.preprocess import letterbox, preprocess_image
+from families.detection.preprocess import fit, letterbox, preprocess_image
 from scripts.common import ort_session
 from scripts.drills.server import RUNNER_SERVICE
 from tests.conftest import NO_CAPACITY_LIMITS, Server
@@ -66,17 +66,18 @@ def test_oip_float_tensors_are_served_next_to_uint8_letterboxes(local_server, ti
     assert rest.status_code == 200 and rest.json()["results"][0]["detections"]
 
 
-def test_runner_feeds_mix_uint8_letterboxes_and_float_tensors():
-    """One runner batch can hold both forms; each row must be the tensor preprocess_image makes."""
+def test_runner_feeds_mix_fitted_images_letterboxes_and_float_tensors():
+    """One runner batch can hold every form (the gateway's fitted image, a whole letterbox as batch jobs send, an OIP
+    client's float tensor); each row must be the tensor preprocess_image makes."""
     from runners.compute import feeds as runner_feeds
 
     img = np.random.default_rng(1).integers(0, 256, (40, 70, 3), dtype=np.uint8)
     tensor, _ = preprocess_image(img, 32)
     boxed, _ = letterbox(img, 32)
-    model = SimpleNamespace(input_names=["images"],
-                            manifest=SimpleNamespace(task="detection",
-                                                     preprocess=SimpleNamespace(scale=1 / 255.0, color_order="RGB")))
-    feeds = runner_feeds(model, [boxed, tensor, boxed])
-    assert feeds["images"].shape == (3, 3, 32, 32) and feeds["images"].dtype == np.float32
+    fitted, _ = fit(img, 32)
+    pre = SimpleNamespace(imgsz=32, pad_value=114, scale=1 / 255.0, color_order="RGB")
+    model = SimpleNamespace(input_names=["images"], manifest=SimpleNamespace(task="detection", preprocess=pre))
+    feeds = runner_feeds(model, [fitted, boxed, tensor, fitted])
+    assert feeds["images"].shape == (4, 3, 32, 32) and feeds["images"].dtype == np.float32
     for row in feeds["images"]:
         assert np.array_equal(row, tensor)
