@@ -3,7 +3,8 @@
 BentoML's SyncHTTPClient / AsyncHTTPClient (and the BentoCloud playground) build their methods from the `routes` of
 /schema.json, which BentoML fills from `@bentoml.api` methods only: the FastAPI routes mounted on the Gateway are not
 in it. A client method POSTs its named arguments as one JSON object to the route, and that is exactly the body of our
-JSON routes (/v1/classify, /v1/detect, /v1/forecast). So instead of a second set of endpoints, an ASGI middleware adds
+JSON routes (/v1/classify, /v1/detect, /v1/pose, /v1/segment, /v1/forecast, ...: every family's, from the
+family registry). So instead of a second set of endpoints, an ASGI middleware adds
 those routes to the /schema.json BentoML serves, with their request and response models' JSON schemas: the clients
 then call the REST routes themselves, through the same middleware, protection and error model (a refused request
 raises `bentoml.exceptions.BentoMLException` carrying the status, its text the {error: {...}} body).
@@ -19,10 +20,18 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
-# client method name -> the JSON route it calls (the multipart /v1/detect/upload stays REST only)
-CLIENT_APIS: dict[str, str] = {"classify": "/v1/classify", "detect": "/v1/detect", "forecast": "/v1/forecast",
-                               "forecast_panel": "/v1/forecast/panel"}
+import families
+from services.protocols.rest import operation_name
+
 SCHEMA_PATH = "/schema.json"
+
+
+def client_apis() -> dict[str, str]:
+    """Client method name -> the JSON route it calls, for every JSON route of every registered family (the family
+    registry, third-party families included; multipart upload routes stay REST only), named as the route's FastAPI
+    endpoint: /v1/forecast/panel -> forecast_panel."""
+    return {operation_name(route.path): route.path for name in families.names()
+            for route in families.family(name).routes if not route.files}
 
 
 def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
@@ -50,9 +59,10 @@ def _body_model(route: APIRoute) -> type[BaseModel]:
     return model
 
 
-def client_routes(routes: Iterable[BaseRoute], apis: Mapping[str, str] = CLIENT_APIS) -> list[dict[str, Any]]:
-    """The /schema.json route entries (BentoML's APIMethod.schema() shape) of the JSON POST routes named in `apis`,
-    found among `routes` (the families' routers' routes)."""
+def client_routes(routes: Iterable[BaseRoute], apis: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The /schema.json route entries (BentoML's APIMethod.schema() shape) of the JSON POST routes named in `apis`
+    (default: client_apis()), found among `routes` (the families' routers' routes)."""
+    apis = client_apis() if apis is None else apis
     by_path = {r.path: r for r in routes if isinstance(r, APIRoute) and "POST" in (r.methods or ())}
     out = []
     for name, path in apis.items():

@@ -53,6 +53,12 @@ def _multipart_endpoint(fam: Family, route: RestRoute):
     return endpoint
 
 
+def operation_name(path: str) -> str:
+    """A REST route's endpoint name, its OpenAPI operation and BentoML client method: /v1/forecast/panel ->
+    forecast_panel."""
+    return path.removeprefix("/v1/").strip("/").replace("/", "_")
+
+
 def family_router(family_name: str) -> APIRouter:
     """The REST endpoints a family declares."""
     fam = families.family(family_name)
@@ -60,7 +66,7 @@ def family_router(family_name: str) -> APIRouter:
     for route in fam.routes:
         build = _multipart_endpoint if route.files else _json_endpoint
         endpoint = build(fam, route)
-        endpoint.__name__ = route.path.removeprefix("/v1/").strip("/").replace("/", "_")  # operation ids
+        endpoint.__name__ = operation_name(route.path)  # operation ids
         router.add_api_route(route.path, endpoint, methods=["POST"], responses=ERRORS, summary=route.summary,
                              response_model=route.response or fam.response_model)
     return router

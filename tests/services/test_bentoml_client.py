@@ -1,6 +1,6 @@
 """BentoML's own clients against a real `bentoml serve`: /schema.json lists the JSON inference routes, so
-bentoml.SyncHTTPClient / AsyncHTTPClient expose .classify, .detect and .forecast, which call the REST routes
-themselves (same protection, same error model)."""
+bentoml.SyncHTTPClient / AsyncHTTPClient expose .classify, .detect, .pose, .segment and .forecast, which call the REST
+routes themselves (same protection, same error model)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,13 +12,16 @@ import httpx
 import pytest
 from bentoml.exceptions import BentoMLException
 
-from services.client_schema import CLIENT_APIS
+from services.client_schema import client_apis
 
 
 def test_schema_lists_the_inference_routes(server):
     schema = httpx.get(f"{server.url}/schema.json", timeout=30).json()
     routes = {r["name"]: r for r in schema["routes"]}
-    for name, path in CLIENT_APIS.items():
+    apis = client_apis()
+    assert apis == {"classify": "/v1/classify", "detect": "/v1/detect", "pose": "/v1/pose",
+                    "segment": "/v1/segment", "forecast": "/v1/forecast", "forecast_panel": "/v1/forecast/panel"}
+    for name, path in apis.items():
         assert routes[name]["route"] == path
         assert routes[name]["output"]["type"] == "object" and "request_id" in routes[name]["output"]["properties"]
     assert routes["classify"]["input"]["required"] == ["texts"]
@@ -45,6 +48,11 @@ def test_sync_client_classify_detect_forecast(server, tiny_png_b64):
         assert fc["forecast"][0]["timestamp"].startswith("2004-01-01")
         assert points[0] == pytest.approx(line[-1] + 2.0, abs=3.0)  # a straight line goes on straight
         assert points[-1] > points[0]
+
+        seg = client.segment(images=[{"data": tiny_png_b64}], conf_threshold=0.001, max_detections=3)
+        assert seg["deployment"] == "segmentation"
+        assert seg["results"][0]["width"] == 96 and seg["results"][0]["height"] == 64
+        assert len(seg["results"][0]["instances"]) <= 3
 
 
 def test_sync_client_gets_the_error_model(server):
