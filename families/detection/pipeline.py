@@ -56,7 +56,8 @@ class DetectionPipeline:
 
         def items_for(model: ServedModel) -> list[np.ndarray]:
             pre = preprocess_as(model.manifest, DetectionPreprocess)
-            # uint8 across the hop; the runner applies this version's scale and colour order (network_input)
+            # fitted uint8 across the hop; the runner pads and applies this version's scale and colour order
+            # (preprocess.network_batch)
             tensors, metas = zip(*(fit(im, pre.imgsz) for im in images))
             prepared[model] = (list(tensors), list(metas))
             return prepared[model][0]

@@ -118,7 +118,7 @@ def prefilter(raw: np.ndarray, num_classes: int, conf_threshold: float, count_ab
         return None
     scores = raw[4:4 + num_classes]
     best = scores.max(axis=0)
-    if not (np.isfinite(best).all() and np.isfinite(raw).all()):
+    if not np.isfinite(raw).all():
         return None
     if best.size and (scores.min() < -1e-3 or best.max() > 1 + 1e-3):
         return None

@@ -85,13 +85,6 @@ def network_batch(items: list[np.ndarray], imgsz: int, pad_value: int = 114, sca
     return out
 
 
-def network_input(item: np.ndarray, scale: float = 1 / 255.0, color_order: str = "RGB") -> np.ndarray:
-    """One letterboxed SxSx3 uint8 image as a 3xSxS float32 tensor (a float tensor passes unchanged)."""
-    if item.dtype == np.uint8 and item.ndim == 3 and item.shape[2] == 3:
-        return to_tensor(item, scale, color_order)
-    return np.asarray(item, dtype=np.float32)
-
-
 def preprocess_image(image: np.ndarray, imgsz: int, pad_value: int = 114, scale: float = 1 / 255.0,
                      color_order: str = "RGB") -> tuple[np.ndarray, LetterboxMeta]:
     """Letterbox then tensorise: what the runner receives for one image."""

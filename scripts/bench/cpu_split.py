@@ -163,7 +163,7 @@ def start_profiles(peer: TriservePeer, seconds: int, out: Path) -> list[tuple[st
 
 def summarise_profile(path: Path, top: int = 25) -> dict:
     """Collapsed stacks -> the frames holding most samples: self (the frame on top) and inclusive (anywhere on the
-    stack, once per sample), as shares of all non-idle samples."""
+    stack, once per sample), as shares of all samples (GIL holders only: no idle thread is among them)."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -174,8 +174,6 @@ def summarise_profile(path: Path, top: int = 25) -> dict:
         n = int(count)
         frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
                   if " (" in f else f for f in stack.split(";")]
-        if frames and frames[-1].startswith(("select ", "epoll_wait ", "poll ", "_run_once ", "wait ")):
-            continue  # an idle event loop or thread
         total += n
         own[frames[-1]] += n
         for f in set(frames):

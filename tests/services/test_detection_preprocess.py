@@ -7,7 +7,6 @@ from families.detection.preprocess import (
     fit,
     letterbox,
     network_batch,
-    network_input,
     preprocess_image,
 )
 
@@ -58,7 +57,7 @@ def test_runner_pads_the_fitted_image_exactly_as_the_letterbox(color_order, h, w
     assert np.array_equal(got[0], expected) and np.array_equal(got[1], expected)
     boxed, _ = letterbox(img, side, pad)
     assert fitted.nbytes <= boxed.nbytes  # what the hop saves: the padding
-    assert np.array_equal(network_input(boxed, 1 / 255.0, color_order), expected)
+    assert np.array_equal(network_batch([boxed], side, pad, 1 / 255.0, color_order)[0], expected)  # batch jobs
 
 
 def test_float_tensors_and_oversized_items_at_the_runner():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from configs.settings import GrpcSettings
 from scripts.drills.ports import ReservedPort
 from services.ports import PortInUse, ensure_free, ensure_grpc_free
 from tests.conftest import Server
+from tests.services.test_ports import listening
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = textwrap.dedent("""
@@ -85,16 +85,6 @@ def child(scenario: str, port: int, *args: int) -> dict | str | None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
-
-
-def listening(reuseport: bool = False) -> socket.socket:
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuseport:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    return s
 
 
 def test_a_second_grpc_server_on_the_port_fails_naming_it_and_the_first_keeps_it():
