@@ -17,8 +17,8 @@ group instead):
   manifest says `engine: numpy` (a statistical method with no graph, e.g. the forecast family's Theta fallback);
   `RAGGED = True` when its items are sequences of their own length (the runner groups them by length; feeds() pads
   with kernel/ragged.pad_sequences);
-- `pipeline.py` the request lifecycle of one deployment, `run(request, call)`;
-- `family.py`  `FAMILY`: the contract (kernel/family.py): what it declares to the transports and the rollouts.
+- `family.py`  `FAMILY`: the contract (kernel/family.py): what it declares to the transports and the rollouts, and
+  the hooks the kernel's request lifecycle (kernel/lifecycle.py) calls: validate -> items -> respond.
 
 Public (the registry of configs/families.py, re-exported; `family()` typed here as the kernel's `Family`):
 `FAMILIES`, `ENTRY_POINT_GROUP`, `registered()`, `names()`, `limits_model()`, `preprocess_model()`, `runtime()`,

@@ -1,8 +1,9 @@
-"""What a family pipeline, a protocol adapter or an admin route may use of the running gateway: one typed object.
+"""What a protocol adapter or an admin route may use of the running gateway: one typed object.
 
-Why: pipelines used to receive the BentoML service object and reach into it; this context names what they need
-(routing, the model catalogue, protection, the runner client, drift monitoring) and resolves deployments, so the
-family code can be tested against a context built by hand and never imports the gateway.
+It names what serving needs (routing, the model catalogue, protection, the runner client, drift monitoring),
+resolves deployments and runs the kernel's request lifecycle (kernel/lifecycle.serve). Families never see it: their
+hooks get a DeploymentView (kernel/family.py), so family code is tested without a context and never imports the
+gateway.
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from configs.deployments import FALLBACK_SUFFIX, Deployment
 from configs.settings import Settings
 from kernel.call import CallContext
 from kernel.errors import ApiError
-from kernel.family import Family
+from kernel.family import DeploymentView, Family
+from kernel.lifecycle import serve
 from kernel.routing.drift import QualityMonitor
 from kernel.routing.inference import Protection
-from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ServedModel, ShadowMirror
+from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
 from kernel.runner_call.runner_client import RunnerClient
+from kernel.served import ServedModel
 from models.manifest import Manifest
 from models.registry import LocalRegistry
 from observability.metrics import deployment_failed
@@ -41,7 +44,7 @@ class ServingContext:
     shadow: ShadowMirror
     quality: QualityMonitor | None = None
     fallback_runner: Any = None  # runner.fallbacks='gateway': the fallbacks' in-process host (runners.local)
-    _pipelines: dict[str, tuple[Deployment, Any]] = field(default_factory=dict)
+    _views: dict[str, tuple[Deployment, DeploymentView]] = field(default_factory=dict)
     _runner_client: RunnerClient | None = None
     _fallback_client: RunnerClient | None = None
 
@@ -106,23 +109,30 @@ class ServingContext:
         """The deployment's family, found by name in the registry (configs/families.py: discovery, not an import)."""
         return configs.families.family(dep.family)
 
-    def pipeline(self, dep: Deployment) -> Any:
-        """The family pipeline of a deployment, rebuilt when the deployment's configuration changes."""
-        entry = self._pipelines.get(dep.name)
+    def view(self, dep: Deployment) -> DeploymentView:
+        """What the family's hooks may know of a deployment, rebuilt when the deployment's configuration changes."""
+        entry = self._views.get(dep.name)
         if entry is None or (entry[0] is not dep and entry[0] != dep):
-            entry = self._pipelines[dep.name] = (dep, self.family(dep).pipeline(self, dep))
+            entry = self._views[dep.name] = (dep, DeploymentView(
+                name=dep.name, limits=self.limits(dep), primary=lambda: self.served(dep.name),
+                batch_limit=lambda: self.slot_batch(dep.name), observe=self.observe))
             if self.quality is not None:
                 for manifest in self.active_manifests(dep).values():
                     self.quality.track(manifest)
         return entry[1]
 
+    def observe(self, model: str, signal: str, values) -> None:
+        """A model-quality signal (kernel/routing/drift), dropped when monitoring is off."""
+        if self.quality is not None:
+            self.quality.observe(model, signal, values)
+
     async def run(self, family: str, request: Any, call: CallContext, deployment: Deployment | None = None) -> Any:
         """Every transport's one way into a family: the deployment the request names (or the one given, or the
-        family default) -> its pipeline's `run(request, call)`."""
+        family default) -> the kernel's lifecycle with that family's hooks (kernel/lifecycle.serve)."""
         dep = deployment or await self.resolve(family, getattr(request, "deployment", None))
         started = time.perf_counter()
         try:
-            return await self.pipeline(dep).run(request, call)
+            return await serve(self, dep, self.family(dep), self.view(dep), request, call)
         except (Exception, asyncio.CancelledError):  # Triton's fail statistics of the deployment's OIP model
             deployment_failed(dep.name, time.perf_counter() - started)
             raise

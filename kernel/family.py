@@ -1,21 +1,26 @@
-"""The family contract: what the transports, the gateway and the rollout machinery ask of a model family.
+"""The family contract: what the kernel's request lifecycle, the transports and the rollout machinery ask of a model
+family.
 
-Learned from MLServer's MLModel (load/predict/metadata with settings injected) and KServe's Model
-(preprocess/predict/postprocess): the same request lifecycle, but split so that every transport (REST, typed gRPC,
-OIP v2) and every deployment of a family share one pipeline, and so that the runner never sees a task. A family
-declares; the transports in services/protocols/ are generic adapters driven by the declarations:
+Learned from KServe's Model (preprocess/predict/postprocess run by the server) and MLServer's MLModel (load/predict
+with settings injected): the kernel runs every request's lifecycle once (kernel/lifecycle.py: validate, admission,
+bind, runner call with fallback/canary/shadow, respond, metrics, finish) and a family fills three hooks, each given a
+DeploymentView (the deployment's name and limits, never the whole serving context):
 
-- schemas: `request_model` (what typed gRPC, OIP and multipart uploads build from their fields, binary payloads as
-  bytes), `response_model`, and `routes` (REST paths with their JSON body or form model);
-- `pipeline(ctx, deployment)`: the request lifecycle for one deployment, one uniform `run(request, call)` (validate
-  against the deployment's limits, preprocess per served model version, run through
-  kernel/routing/inference.run_task, check outputs, postprocess, observe drift signals);
-- `check_outputs(manifest, outputs)`: raise InvalidOutput for a model answer that must not reach a client;
-- `agreement(manifest, served, shadow)`: how far a shadow version's raw output agrees with the served one (0..1);
-- `tensor_items(pipeline, served, arrays, batch_cap)`: the raw tensor contract (a graph's own inputs -> runner
-  items, validated against the model);
-- tensor metadata: `oip_pipeline_inputs/outputs` (kernel/tensors.TensorMeta: request field / response reader),
-  `oip_parameters` (request fields passed as OIP parameters), `oip_alias`; `grpc_method` names the typed RPC.
+- `validate(view, request)`: the request checked against the deployment's limits and decoded, one entry per item;
+  a 4xx here never reaches the runner;
+- `items(view, work, model)`: the runner items of the work for one served version (sizes may differ between
+  primary and fallback), plus what `respond` needs of them;
+- `respond(view, request, work, answers)`: the family's fields of the response (the kernel adds request id,
+  deployment, model, degraded, timings);
+- optional: `keep(view, request)` (what of each output the respond hook reads, so the runner cuts the rest) and
+  `parts(view, work)` (work too large for one runner call, answered in several).
+
+Declarations drive the generic transports in services/protocols/: `request_model` (built by typed gRPC, OIP and
+multipart uploads from their fields, binary payloads as bytes), `response_model`, REST `routes`, the OIP tensors
+(`oip_pipeline_inputs/outputs`: kernel/tensors.TensorMeta, `oip_parameters`, `oip_alias`) and `grpc_method`. Three
+more hooks serve the rollout machinery and raw tensors: `check_outputs` (refuse a model answer that must not reach a
+client), `agreement` (how far a shadow's raw output agrees with the served one) and `tensor_items` (a graph's own
+inputs -> runner items, validated against the model).
 
 What stays outside a family on purpose: transport codecs, admission, breakers, batching, routing, rollouts, metrics.
 Those key on deployment and slot names taken from configs/models.yaml.
@@ -23,20 +28,16 @@ Those key on deployment and slot names taken from configs/models.yaml.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel
 
+from kernel.served import RunnerResult, ServedModel
 from kernel.tensors import TensorMeta
-
-if TYPE_CHECKING:  # pragma: no cover
-    from configs.deployments import Deployment
-    from kernel.call import CallContext
-    from kernel.context import ServingContext
-    from kernel.routing.rollout import ServedModel
-    from models.manifest import Manifest
+from models.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,25 @@ class RestRoute:
     response: type[BaseModel] | None = None  # when not the family's response_model
 
 
-class Pipeline(Protocol):
-    """One deployment's request lifecycle (families/<name>/pipeline.py)."""
+@dataclass(frozen=True)
+class DeploymentView:
+    """What a family's hooks may know of the deployment they serve (built by kernel/context.ServingContext)."""
 
-    limits: Any
+    name: str
+    limits: Any  # the family's typed Limits, with the deployment's overrides applied
+    primary: Callable[[], ServedModel]  # the version the deployment's primary serves now (its contract)
+    batch_limit: Callable[[], int]  # the most items one runner call of the primary takes
+    observe: Callable[[str, str, Sequence[float]], None]  # (model, signal, values): a model-quality signal
 
-    async def run(self, request: Any, call: CallContext) -> Any:
-        """A request model (the REST body or `request_model`) -> the family's response model."""
+
+@dataclass
+class Answer:
+    """One runner call's outcome as `respond` reads it: the part of the work it answered, the runner's result (the
+    served version, outputs, degraded or not) and what `items` kept for that version."""
+
+    part: Any
+    result: RunnerResult
+    state: Any
 
 
 class Family(ABC):
@@ -79,8 +92,25 @@ class Family(ABC):
     grpc_method: ClassVar[str]  # the typed gRPC method ("Detect", ...): request/response messages of that name
 
     @abstractmethod
-    def pipeline(self, ctx: ServingContext, deployment: Deployment) -> Pipeline:
-        """The request lifecycle of one deployment (cached by the context per deployment)."""
+    def validate(self, view: DeploymentView, request: Any) -> Sequence[Any]:
+        """The request checked against the deployment's limits and decoded: the work, one entry per item (images,
+        texts, series); raise kernel.errors.ApiError (4xx) for what must not reach the runner."""
+
+    @abstractmethod
+    def items(self, view: DeploymentView, work: Any, model: ServedModel) -> tuple[list[np.ndarray], Any]:
+        """The runner items of `work` for one served version, and what `respond` needs of them (Answer.state)."""
+
+    @abstractmethod
+    def respond(self, view: DeploymentView, request: Any, work: Any, answers: list[Answer]) -> dict[str, Any]:
+        """The family's fields of the response; the kernel adds the common envelope (kernel.schemas.ServedBy)."""
+
+    def keep(self, view: DeploymentView, request: Any) -> dict | None:
+        """What of each output `respond` will read, for the family's runtime to cut the rest at the runner."""
+        return None
+
+    def parts(self, view: DeploymentView, work: Sequence[Any]) -> list[Any]:
+        """The work split into runner calls made one after the other (each admitted like a request)."""
+        return [work]
 
     @abstractmethod
     def check_outputs(self, manifest: Manifest, outputs: list[np.ndarray]) -> None:
@@ -91,7 +121,7 @@ class Family(ABC):
         """Agreement in [0, 1] of a shadow version's raw output with the served one (1 = identical)."""
 
     @abstractmethod
-    def tensor_items(self, pipeline: Any, served: ServedModel, arrays: dict[str, np.ndarray],
+    def tensor_items(self, view: DeploymentView, served: ServedModel, arrays: dict[str, np.ndarray],
                      batch_cap: int) -> list[np.ndarray]:
         """A graph's own input tensors (decoded, named) -> one runner item per row, validated against the model
         (kernel/tensors: check_batch, check_finite, bad_request)."""

@@ -1,10 +1,10 @@
 """Offline adapter of the detection family (kernel/batch.py's contract): encoded image -> letterbox -> capped NMS ->
 boxes in the image's pixels, as a row.
 
-The same steps as /v1/detect (families/detection/pipeline.py), per image: safe decoding with the deployment's byte and
-pixel caps (a corrupt, empty or oversized image is an error row with the service's code), the letterboxed uint8 image
-as the runner item (runtime.feeds tensorises it with the model's scale and colour order), the deployment's default
-thresholds (or the job's) for NMS, boxes mapped back to original pixels.
+The same steps as /v1/detect (the family hooks in families/detection/family.py), per image: safe decoding with the
+deployment's byte and pixel caps (a corrupt, empty or oversized image is an error row with the service's code), the
+letterboxed uint8 image as the runner item (runtime.feeds tensorises it with the model's scale and colour order), the
+deployment's default thresholds (or the job's) for NMS, boxes mapped back to original pixels.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from families.forecast.features import N_FEATURES
+from families.forecast.pipeline import ForecastPipeline
 from families.forecast.postprocess import check_forecast
 from families.forecast.preprocess import pack_global
 from families.forecast.schemas import ForecastRequest, ForecastResponse, PanelForecastRequest, PanelForecastResponse
@@ -48,10 +49,18 @@ class ForecastFamily(Family):
     oip_parameters = ("start", "frequency", "horizon", "model")
     grpc_method = "Forecast"
 
-    def pipeline(self, ctx, deployment):
-        from families.forecast.pipeline import ForecastPipeline
+    def validate(self, view, request):
+        return ForecastPipeline(view).validate(request)
 
-        return ForecastPipeline(ctx, deployment, ctx.limits(deployment))
+    def parts(self, view, work):
+        return ForecastPipeline(view).parts(work)
+
+    def items(self, view, work, model):
+        items = [ForecastPipeline.items(series, model) for series in work]
+        return [item.x for its in items for item in its], items
+
+    def respond(self, view, request, work, answers):
+        return ForecastPipeline(view).respond(request, answers)
 
     def check_outputs(self, manifest, outputs):
         for out in outputs:
@@ -66,7 +75,7 @@ class ForecastFamily(Family):
         denom = np.maximum(np.abs(s), 1.0)
         return float(max(0.0, 1.0 - np.mean(np.abs(s - h) / denom)))
 
-    def tensor_items(self, pipeline, served, arrays, batch_cap):
+    def tensor_items(self, view, served, arrays, batch_cap):
         """Raw tensor inference: the graph's own inputs (global: context, mask, freq, features[, scaling]; window:
         [n, context]), already scaled by the caller; outputs come back in the same scaled units."""
         manifest = served.manifest

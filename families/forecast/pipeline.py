@@ -1,12 +1,14 @@
-"""The forecast pipeline: regularise -> per-model item (scaled history) -> runner -> unscaled quantiles."""
+"""What the forecast family's hooks do with a series: validate and regularise it, build its items per served model
+(the scaled history and its backtest origins), and read the runner's outputs back as unscaled quantiles combined with
+the classical methods (families/forecast/family.py wires them into the kernel's lifecycle)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
-from configs.deployments import Deployment
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
@@ -25,22 +27,16 @@ from families.forecast.preprocess import (
 from families.forecast.schemas import (
     ForecastPoint,
     ForecastRequest,
-    ForecastResponse,
     InputReport,
     PanelForecastRequest,
-    PanelForecastResponse,
     SeriesForecast,
     SeriesInput,
 )
-from kernel.call import CallContext, bind, finish
-from kernel.context import ServingContext
 from kernel.errors import ApiError
-from kernel.request_context import StageClock
-from kernel.routing.inference import RunnerResult, run_task
-from kernel.routing.rollout import ServedModel
+from kernel.family import Answer, DeploymentView
 from kernel.schemas import ModelInfo
+from kernel.served import ServedModel
 from models.manifest import preprocess_as
-from observability.metrics import ITEMS, labelled
 
 
 def _utc(t: datetime) -> np.datetime64:
@@ -77,14 +73,16 @@ class ForecastPipeline:
     """One forecast deployment: its limits, and the contract (frequencies, horizons, minimum history) of the primary
     it serves."""
 
-    ctx: ServingContext
-    deployment: Deployment
-    limits: Limits
+    view: DeploymentView
+
+    @property
+    def limits(self) -> Limits:
+        return self.view.limits
 
     @property
     def contract(self) -> ForecastPreprocess:
         """The primary's contract: what every request to this deployment is checked against."""
-        return preprocess_as(self.ctx.served(self.deployment.name).manifest, ForecastPreprocess)
+        return preprocess_as(self.view.primary().manifest, ForecastPreprocess)
 
     def _check(self, body: ForecastRequest) -> tuple[str, bool, np.ndarray | None]:
         """(frequency, inferred?, the client's timestamps in UTC or None when it gave `start`)."""
@@ -100,7 +98,7 @@ class ForecastPipeline:
         frequency, inferred = _frequency(body, stamps)
         served = self.contract.frequencies
         if frequency not in served:
-            raise ApiError(422, "unsupported_frequency", f"deployment {self.deployment.name!r} does not forecast "
+            raise ApiError(422, "unsupported_frequency", f"deployment {self.view.name!r} does not forecast "
                            f"frequency {frequency!r}", {"frequency": frequency, "supported": served,
                                                         "inferred": inferred})
         return frequency, inferred, stamps
@@ -154,11 +152,9 @@ class ForecastPipeline:
         ensemble.combine_many) when the served model is one the ensemble weighs, else the model alone."""
         pre = preprocess_as(served.manifest, ForecastPreprocess)
         raw = reads_history(i.name for i in served.manifest.inputs)
-        quality = self.ctx.quality
         scaled = []
         for series, its, outs in zip(prepared, items, outputs):
-            if quality is not None:
-                quality.observe(model, "relative_spread", [its[0].scale / (abs(its[0].loc) + its[0].scale)])
+            self.view.observe(model, "relative_spread", [its[0].scale / (abs(its[0].loc) + its[0].scale)])
             steps = backtest_steps(len(series.regular), series.horizon)
             scaled.append([quantile_forecast(out, pre, it.loc, it.scale, series.horizon if k == 0 else steps)
                            for k, (out, it) in enumerate(zip(outs, its))])
@@ -188,46 +184,11 @@ class ForecastPipeline:
                                                 padded=its[0].padded, **method)))
         return answers
 
-    async def forecast(self, prepared: list[Prepared], choice: str, clock: StageClock,
-                       call: CallContext) -> tuple[RunnerResult, list[tuple[list[ForecastPoint], InputReport]]]:
-        """Run prepared series through one runner call (run_task) and answer them."""
-        items: dict[ServedModel, list[list[Item]]] = {}
-
-        def items_for(model: ServedModel) -> list[np.ndarray]:
-            items[model] = [self.items(series, model) for series in prepared]
-            return [item.x for its in items[model] for item in its]
-
-        result = await run_task(self.ctx, self.deployment, items_for, choice, clock, call.deadline,
-                                request_id=call.request_id, route_key=call.route_key, arrived=call.arrived)
-        served_items = items[result.served]
-        outputs, at = [], 0
-        for its in served_items:
-            outputs.append(result.outputs[at: at + len(its)])
-            at += len(its)
-        return result, self.answer(prepared, result.served, served_items, outputs, result.model)
-
-    async def run(self, body: ForecastRequest | PanelForecastRequest, call: CallContext):
-        if isinstance(body, PanelForecastRequest):
-            return await self.run_panel(body, call)
-        clock = StageClock()
-        ctx, dep = self.ctx, self.deployment
-        series = self.prepare(body)
-        ctx.protection.access.capacity(dep.name, dep.family)
-        bind(call, dep.name)
-        labelled(ITEMS, dep.name).observe(1)
-        result, [(points, report)] = await self.forecast([series], body.model, clock, call)
-        clock.stage("postprocess")
-        return finish(dep.name, ForecastResponse(
-            request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=result.model, version=result.version),
-            degraded=result.degraded, degraded_reason=result.degraded_reason, timings=clock.timings(result.infer_ms),
-            forecast=points, input=report), call, result.batch)
-
-    async def run_panel(self, body: PanelForecastRequest, call: CallContext) -> PanelForecastResponse:
-        """Many series in one request: validated all first (a bad series refuses the request, naming it), then
-        forecast in chunks of at most one runner batch of items each, one chunk after the other (each admitted like
-        a request, so a panel never floods the queue), the classical fits of a chunk in one pass."""
-        clock = StageClock()
-        ctx, dep, lim = self.ctx, self.deployment, self.limits
+    def validate(self, body: ForecastRequest | PanelForecastRequest) -> list[Prepared]:
+        """One series, or a panel's series all validated first (a bad series refuses the request, naming it)."""
+        if not isinstance(body, PanelForecastRequest):
+            return [self.prepare(body)]
+        lim = self.limits
         if len(body.series) > lim.max_series:
             raise ApiError(422, "too_many_series", f"{len(body.series)} series exceed the limit of {lim.max_series}",
                            {"limit": lim.max_series, "received": len(body.series)})
@@ -242,25 +203,30 @@ class ForecastPipeline:
             except ApiError as exc:
                 raise ApiError(exc.status, exc.code, f"series {index} ({s.id!r}): {exc.message}",
                                {"index": index, "id": s.id, **(exc.details or {})}) from exc
-        ctx.protection.access.capacity(dep.name, dep.family)
-        bind(call, dep.name)
-        labelled(ITEMS, dep.name).observe(len(prepared))
+        return prepared
+
+    def parts(self, prepared: list[Prepared]) -> list[list[Prepared]]:
+        """A panel forecast in chunks of at most one runner batch of items each, one chunk after the other (each
+        admitted like a request, so a panel never floods the queue), the classical fits of a chunk in one pass."""
         per_series = 1 + max(len(p.cuts) for p in prepared)
-        chunk = max(1, ctx.slot_batch(dep.name) // per_series)
-        answers: list[SeriesForecast] = []
-        results: list[RunnerResult] = []
-        for start in range(0, len(prepared), chunk):
-            part = prepared[start: start + chunk]
-            result, answered = await self.forecast(part, body.model, clock, call)
-            results.append(result)
+        chunk = max(1, self.view.batch_limit() // per_series)
+        return [prepared[start: start + chunk] for start in range(0, len(prepared), chunk)]
+
+    def respond(self, body: ForecastRequest | PanelForecastRequest, answers: list[Answer]) -> dict[str, Any]:
+        answered = []
+        for answer in answers:
+            outputs, at = [], 0
+            for its in answer.state:
+                outputs.append(answer.result.outputs[at: at + len(its)])
+                at += len(its)
+            result = answer.result
+            answered.append((result, self.answer(answer.part, result.served, answer.state, outputs, result.model)))
+        if not isinstance(body, PanelForecastRequest):
+            [(_, [(points, report)])] = answered
+            return {"forecast": points, "input": report}
+        series, ids = [], iter(s.id for s in body.series)
+        for result, part in answered:
             info = ModelInfo(name=result.model, version=result.version)
-            answers += [SeriesForecast(id=s.id, model=info, degraded=result.degraded, forecast=points, input=report)
-                        for s, (points, report) in zip(body.series[start: start + chunk], answered)]
-        first = results[0]
-        degraded = next((r for r in results if r.degraded), None)
-        clock.stage("postprocess")
-        return finish(dep.name, PanelForecastResponse(
-            request_id=call.request_id, deployment=dep.name, model=ModelInfo(name=first.model, version=first.version),
-            degraded=degraded is not None, degraded_reason=degraded.degraded_reason if degraded else None,
-            timings=clock.timings(sum(r.infer_ms for r in results)), runner_calls=len(results), series=answers),
-            call, max(r.batch for r in results))
+            series += [SeriesForecast(id=next(ids), model=info, degraded=result.degraded, forecast=points,
+                                      input=report) for points, report in part]
+        return {"runner_calls": len(answers), "series": series}

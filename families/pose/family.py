@@ -6,11 +6,13 @@ import json
 
 import numpy as np
 
+from families.detection.decode import decode_images
 from families.detection.family import box_agreement
-from families.detection.postprocess import NMSParams
+from families.detection.postprocess import NMSParams, request_nms, runner_keep
+from families.detection.preprocess import boxes_to_original, fit
 from families.pose.manifest import PosePreprocess
-from families.pose.postprocess import check_pose_head, decode_pose
-from families.pose.schemas import PoseOptions, PoseRequest, PoseResponse, PoseUpload
+from families.pose.postprocess import check_pose_head, decode_pose, keypoints_to_original, to_keypoints
+from families.pose.schemas import Bone, Person, PoseImageResult, PoseOptions, PoseRequest, PoseResponse, PoseUpload
 from kernel.family import Family, RestRoute
 from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
 from models.manifest import preprocess_as
@@ -35,6 +37,11 @@ def _keypoints_value(response: PoseResponse) -> list[str]:
     return [x.model_dump_json() for x in response.results]
 
 
+def nms_params(limits, opts: PoseOptions) -> NMSParams:
+    """A request's NMS settings on the boxes within its deployment's limits (detection's rule)."""
+    return request_nms(limits, opts.conf_threshold, opts.iou_threshold, opts.max_detections)
+
+
 class PoseFamily(Family):
     name = "pose"
     request_model = PoseUpload
@@ -50,10 +57,41 @@ class PoseFamily(Family):
     oip_parameters = ("conf_threshold", "iou_threshold", "max_detections", "model")
     grpc_method = "Pose"
 
-    def pipeline(self, ctx, deployment):
-        from families.pose.pipeline import PosePipeline
+    def validate(self, view, request):
+        return decode_images(request.images, view.limits)
 
-        return PosePipeline(ctx, deployment, ctx.limits(deployment))
+    def items(self, view, work, model):
+        tensors, metas = zip(*(fit(im, preprocess_as(model.manifest, PosePreprocess).imgsz) for im in work))
+        return list(tensors), list(metas)
+
+    def keep(self, view, request):
+        return runner_keep(nms_params(view.limits, request))
+
+    def respond(self, view, request, work, answers):
+        """People with boxes and keypoints in the original image's pixels, with the serving version's keypoint
+        names and skeleton."""
+        [answer] = answers
+        result, metas = answer.result, answer.state
+        labels = result.served.manifest.labels
+        pre = preprocess_as(result.served.manifest, PosePreprocess)
+        params = nms_params(view.limits, request)
+        observe = request.conf_threshold is None  # the drift reference uses the default thresholds
+        out = []
+        for raw, meta, facts in zip(result.outputs, metas, result.facts or [{}] * len(metas)):
+            poses = decode_pose(np.asarray(raw), len(labels), pre.kpt_shape, params)
+            det = poses.det
+            if observe:
+                view.observe(result.model, "confidence", det.scores)
+                view.observe(result.model, "boxes_per_image", [len(det.scores)])
+            boxes, kpts = boxes_to_original(det.boxes, meta), keypoints_to_original(poses.keypoints, meta)
+            out.append(PoseImageResult(width=meta.orig_w, height=meta.orig_h,
+                                       candidates=facts.get("candidates", det.candidates), people=[
+                Person(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
+                       label=labels[int(c)] if int(c) < len(labels) else str(int(c)),
+                       keypoints=to_keypoints(k, pre.keypoint_names, view.limits.keypoint_visibility))
+                for b, s, c, k in zip(boxes, det.scores, det.classes, kpts)]))
+        return {"keypoint_names": pre.keypoint_names, "skeleton": [Bone(start=a, end=b) for a, b in pre.skeleton],
+                "results": out}
 
     def check_outputs(self, manifest, outputs):
         kpt_shape = preprocess_as(manifest, PosePreprocess).kpt_shape
@@ -63,7 +101,7 @@ class PoseFamily(Family):
     def agreement(self, manifest, served, shadow):
         return pose_agreement(served, shadow, len(manifest.labels), preprocess_as(manifest, PosePreprocess).kpt_shape)
 
-    def tensor_items(self, pipeline, served, arrays, batch_cap):
+    def tensor_items(self, view, served, arrays, batch_cap):
         spec = served.manifest.inputs[0]
         arr = arrays[spec.name]
         size = preprocess_as(served.manifest, PosePreprocess).imgsz
@@ -71,7 +109,7 @@ class PoseFamily(Family):
             raise bad_request("shape_mismatch", f"input {spec.name!r} must be [n, 3, {size}, {size}] (letterboxed "
                               f"RGB scaled to [0, 1]), got {list(arr.shape)}", {"expected": list(spec.shape),
                                                                                 "received": list(arr.shape)})
-        check_batch(arr.shape[0], min(batch_cap, pipeline.limits.max_images), spec.name)
+        check_batch(arr.shape[0], min(batch_cap, view.limits.max_images), spec.name)
         check_finite(arr, spec.name)
         return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from families.detection.postprocess import Detections, NMSParams, check_head, nms
 from families.detection.preprocess import LetterboxMeta
+from families.pose.schemas import Keypoint
 from kernel.errors import InvalidOutput
 
 
@@ -69,3 +70,14 @@ def check_pose_head(raw: np.ndarray, nc: int, kpt_shape: tuple[int, int]) -> Non
         conf = kpts[2::3]
         if conf.min() < -1e-3 or conf.max() > 1 + 1e-3:
             raise InvalidOutput("keypoint confidences outside [0, 1]")
+
+
+def to_keypoints(kpts: np.ndarray, names: list[str], visibility: float) -> list[Keypoint]:
+    """One person's [K, dims] keypoints (original pixels) -> named keypoints; an invisible one keeps its place and
+    its confidence (a client decides what to draw; dropping it would shift every index of the skeleton)."""
+    out = []
+    for name, row in zip(names, kpts):
+        conf = round(float(row[2]), 5) if row.shape[0] > 2 else None
+        out.append(Keypoint(name=name, x=round(float(row[0]), 2), y=round(float(row[1]), 2), confidence=conf,
+                            visible=conf is None or conf >= visibility))
+    return out

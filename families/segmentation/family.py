@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from families.detection.decode import decode_images
 from families.detection.family import box_agreement
-from families.segmentation.postprocess import check_row, split_row
+from families.detection.postprocess import NMSParams, request_nms
+from families.detection.preprocess import fit
+from families.segmentation.limits import Limits
+from families.segmentation.manifest import SegmentationPreprocess
+from families.segmentation.postprocess import check_row, image_result, split_row
 from families.segmentation.schemas import SegmentOptions, SegmentRequest, SegmentResponse, SegmentUpload
 from kernel.family import Family, RestRoute
 from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
+from models.manifest import preprocess_as
+
+
+def request_params(limits: Limits, opts: SegmentOptions) -> NMSParams:
+    """A request's NMS settings within its deployment's limits (detection's rule, with this family's limits)."""
+    return request_nms(limits, opts.conf_threshold, opts.iou_threshold, opts.max_detections, opts.class_aware)
 
 
 class SegmentationFamily(Family):
@@ -27,10 +38,22 @@ class SegmentationFamily(Family):
     oip_parameters = ("conf_threshold", "iou_threshold", "max_detections", "class_aware", "mask_format", "model")
     grpc_method = "Segment"
 
-    def pipeline(self, ctx, deployment):
-        from families.segmentation.pipeline import SegmentationPipeline
+    def validate(self, view, request):
+        return decode_images(request.images, view.limits)  # every cap, before the runner
 
-        return SegmentationPipeline(ctx, deployment, ctx.limits(deployment))
+    def items(self, view, work, model):
+        boxed, metas = zip(*(fit(im, preprocess_as(model.manifest, SegmentationPreprocess).imgsz) for im in work))
+        return list(boxed), list(metas)
+
+    def respond(self, view, request, work, answers):
+        """Masks of the kept instances in original pixels (COCO RLE and/or polygons)."""
+        [answer] = answers
+        lim, manifest = view.limits, answer.result.served.manifest
+        params, fmt = request_params(lim, request), request.mask_format or lim.mask_format
+        pre = preprocess_as(manifest, SegmentationPreprocess)
+        return {"results": [image_result(np.asarray(raw), meta, pre, manifest.labels, params, fmt,
+                                         lim.max_polygon_points, lim.max_mask_runs, lim.max_mask_samples)
+                            for raw, meta in zip(answer.result.outputs, answer.state)]}
 
     def check_outputs(self, manifest, outputs):
         for raw in outputs:
@@ -43,7 +66,7 @@ class SegmentationFamily(Family):
         b, _ = split_row(shadow, manifest.preprocess, nc)
         return box_agreement(np.ascontiguousarray(a[:4 + nc]), np.ascontiguousarray(b[:4 + nc]))
 
-    def tensor_items(self, pipeline, served, arrays, batch_cap):
+    def tensor_items(self, view, served, arrays, batch_cap):
         spec = served.manifest.inputs[0]
         arr = arrays[spec.name]
         size = served.manifest.preprocess.imgsz
@@ -51,7 +74,7 @@ class SegmentationFamily(Family):
             raise bad_request("shape_mismatch", f"input {spec.name!r} must be [n, 3, {size}, {size}] (letterboxed "
                               f"RGB scaled to [0, 1]), got {list(arr.shape)}", {"expected": list(spec.shape),
                                                                                 "received": list(arr.shape)})
-        check_batch(arr.shape[0], min(batch_cap, pipeline.limits.max_images), spec.name)
+        check_batch(arr.shape[0], min(batch_cap, view.limits.max_images), spec.name)
         check_finite(arr, spec.name)
         return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
 

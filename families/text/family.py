@@ -1,13 +1,44 @@
 """The text classification family: tokenised (ragged) texts -> class probabilities -> top-k labels."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from families.text.postprocess import check_probabilities
-from families.text.schemas import ClassifyRequest, ClassifyResponse
+from families.text.limits import Limits
+from families.text.manifest import TextPreprocess
+from families.text.postprocess import check_probabilities, top_k
+from families.text.preprocess import TextTokenizer, refusal
+from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 from kernel.errors import ApiError
 from kernel.family import Family, RestRoute
+from kernel.served import ServedModel
 from kernel.tensors import TensorMeta, bad_request, check_batch
+from models.manifest import preprocess_as
+
+
+@lru_cache(maxsize=64)
+def tokenizer(model: ServedModel) -> TextTokenizer:
+    """The tokenizer of a served version (identity: slot and version), read once."""
+    pre = preprocess_as(model.manifest, TextPreprocess)
+    return TextTokenizer(model.directory / pre.tokenizer_file, pre.max_length, pre.pad_token_id)
+
+
+def validate_texts(limits: Limits, body: ClassifyRequest) -> list[str]:
+    """Count, top_k, the hard length limit and blank texts; the texts come back as received (truncation is per
+    served model: TextTokenizer.encode_received)."""
+    if len(body.texts) > limits.max_texts:
+        raise ApiError(422, "too_many_texts", f"{len(body.texts)} texts exceed the limit of {limits.max_texts}",
+                       {"limit": limits.max_texts, "received": len(body.texts)})
+    if body.top_k > limits.max_top_k:
+        raise ApiError(422, "top_k_too_large", f"top_k {body.top_k} exceeds {limits.max_top_k}",
+                       {"limit": limits.max_top_k})
+    for i, t in enumerate(body.texts):
+        refused = refusal(t, limits.max_chars, limits.hard_max_chars)
+        if refused is not None:
+            code, message, details = refused
+            raise ApiError(422, code, f"text {i}: {message}", {"index": i, **details})
+    return list(body.texts)
 
 
 class TextFamily(Family):
@@ -25,10 +56,26 @@ class TextFamily(Family):
     oip_parameters = ("top_k", "model")
     grpc_method = "Classify"
 
-    def pipeline(self, ctx, deployment):
-        from families.text.pipeline import TextPipeline
+    def validate(self, view, request):
+        return validate_texts(view.limits, request)
 
-        return TextPipeline(ctx, deployment, ctx.limits(deployment))
+    def items(self, view, work, model):
+        ids, truncated = tokenizer(model).encode_received(work, view.limits.max_chars)
+        return ids, (ids, truncated)
+
+    def respond(self, view, request, work, answers):
+        [answer] = answers
+        result = answer.result
+        labels = result.served.manifest.labels
+        results = []
+        for text, probs, ids, truncated in zip(work, result.outputs, *answer.state):
+            top = top_k(probs, request.top_k)
+            view.observe(result.model, "top1_prob", [float(probs[top[0]])])
+            view.observe(result.model, "class_freq", [int(top[0])])
+            results.append(TextResult(label=labels[top[0]], score=round(float(probs[top[0]]), 6),
+                                      top_k=[LabelScore(label=labels[j], score=round(float(probs[j]), 6)) for j in top],
+                                      tokens=len(ids), truncated=truncated, chars=len(text)))
+        return {"results": results}
 
     def check_outputs(self, manifest, outputs):
         for probs in outputs:
@@ -37,19 +84,19 @@ class TextFamily(Family):
     def agreement(self, manifest, served, shadow):
         return float(int(np.argmax(served)) == int(np.argmax(shadow)))
 
-    def tensor_items(self, pipeline, served, arrays, batch_cap):
+    def tensor_items(self, view, served, arrays, batch_cap):
         ids, mask = arrays["input_ids"], arrays["attention_mask"]
         if ids.ndim != 2 or mask.shape != ids.shape:
             raise bad_request("shape_mismatch", "input_ids and attention_mask must both be [n, L]",
                               {"input_ids": list(ids.shape), "attention_mask": list(mask.shape)})
-        check_batch(ids.shape[0], min(batch_cap, pipeline.limits.max_texts), "input_ids")
+        check_batch(ids.shape[0], min(batch_cap, view.limits.max_texts), "input_ids")
         max_len = served.manifest.preprocess.max_length
         if ids.shape[1] > max_len:
             raise ApiError(422, "sequence_too_long", f"sequences of {ids.shape[1]} tokens exceed {max_len}",
                            {"limit": max_len, "length": int(ids.shape[1])})
         if not np.isin(mask, (0, 1)).all():
             raise bad_request("invalid_attention_mask", "attention_mask values must be 0 or 1")
-        vocab = pipeline.tokenizer(served).vocab_size
+        vocab = tokenizer(served).vocab_size
         items = []
         for i in range(ids.shape[0]):
             row = np.ascontiguousarray(ids[i][mask[i] == 1], dtype=np.int64)

@@ -13,20 +13,21 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
-from configs.deployments import Deployment
+from configs.deployments import Deployment, ModelRepository
 from configs.settings import Settings
 from kernel.errors import ApiError, InvalidOutput
+from kernel.family import Family
 from kernel.protection.access import AccessControl
 from kernel.protection.admission import AdmissionControl
 from kernel.protection.breaker import CircuitBreaker
 from kernel.protection.deadlines import Deadline
 from kernel.request_context import StageClock
-from kernel.routing.rollout import ServedModel
+from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
+from kernel.served import RunnerResult, ServedModel
 from observability.metrics import (
     CANARY_ROLLBACKS,
     DEGRADED,
@@ -41,26 +42,30 @@ from observability.metrics import (
     version_succeeded,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kernel.context import ServingContext
-
 log = logging.getLogger("triserve.inference")
 
 
 
-@dataclass
-class RunnerResult:
-    outputs: list[np.ndarray]  # one output row per item, in order
-    model: str
-    version: str
-    infer_ms: float
-    batch: int
-    slot: str
-    degraded: bool
-    degraded_reason: str | None
-    served: ServedModel  # the exact version whose manifest post-processing must use
-    role: str = "stable"  # or "canary"
-    facts: list[dict] | None = None  # per item, what the runner said of an output it cut (`keep`), else {}
+class InferenceHost(Protocol):
+    """What a runner call needs of the serving context (kernel/context.ServingContext implements it): named here so
+    that the routing never imports the context that is built on it."""
+
+    settings: Settings
+    runner: Any
+    protection: Protection
+    canary: CanaryGuard
+    shadow: ShadowMirror
+    routing: RoutingTable
+    catalog: ModelCatalog
+
+    @property
+    def repository(self) -> ModelRepository: ...
+
+    def family(self, dep: Deployment) -> Family: ...
+
+    def client_for(self, slot: str) -> Any: ...
+
+    async def withdraw_canary(self, slot: str) -> None: ...
 
 
 class Protection:
@@ -112,7 +117,7 @@ class Protection:
         return [(primary, None), (fallback, "primary_failed")]
 
 
-async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],
+async def run_task(ctx: InferenceHost, dep: Deployment, items_for: Callable[[ServedModel], list[np.ndarray]],
                    choice: str, clock: StageClock, deadline: Deadline, request_id: str = "",
                    route_key: str = "", arrived: Callable[[], None] | None = None,
                    slot: str | None = None, keep: dict | None = None) -> RunnerResult:
@@ -255,7 +260,7 @@ async def run_task(ctx: ServingContext, dep: Deployment, items_for: Callable[[Se
     raise last_error
 
 
-def _attempt_timeout(ctx: ServingContext, slot: str, items: int, has_fallback: bool) -> float:
+def _attempt_timeout(ctx: InferenceHost, slot: str, items: int, has_fallback: bool) -> float:
     """Seconds a runner call may take before it is abandoned (inf: until the deadline). Only the primary of a
     deployment whose fallback runs elsewhere (runner.fallbacks='gateway') is abandoned early: a killed runner's socket
     accepts and never answers; 'auto' requests then get the fallback, explicit 'primary' ones a 503 with Retry-After
@@ -267,7 +272,7 @@ def _attempt_timeout(ctx: ServingContext, slot: str, items: int, has_fallback: b
     return max(runner.primary_attempt_ms / 1000, 3 * ctx.protection.admission.estimated_wait(slot, items))
 
 
-def _count(ctx: ServingContext, slot: str, version: str, role: str, ok: bool, started: float, model: ServedModel,
+def _count(ctx: InferenceHost, slot: str, version: str, role: str, ok: bool, started: float, model: ServedModel,
            items: list[dict] | None = None) -> None:
     """Per-version metrics (Triton's statistics included: `items`, the runner's answers of a successful call), and
     the canary verdict: a canary worse than allowed is withdrawn on the spot."""

@@ -14,8 +14,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +22,7 @@ from configs.deployments import ModelRepository
 from configs.settings import Rollout
 from kernel.errors import ApiError
 from kernel.family import Family
+from kernel.served import ServedModel
 from models.manifest import Manifest
 from models.registry import LocalRegistry
 from observability.metrics import (
@@ -34,16 +33,6 @@ from observability.metrics import (
 
 log = logging.getLogger("triserve.rollout")
 
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """A concrete version the gateway preprocesses for: its files and manifest. Identity is (slot, version)."""
-
-    slot: str
-    version: str
-    directory: Path = field(compare=False, hash=False)
-    manifest: Manifest = field(compare=False, hash=False)
 
 
 class ModelCatalog:

@@ -512,7 +512,7 @@ async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: Infer
     served = ctx.catalog.get(entry.slot, entry.manifest.version)
     ctx.protection.access.capacity(dep.name, dep.family)
     arrays = {name: t.data for name, t in tensors.items()}
-    items = families.family(dep.family).tensor_items(ctx.pipeline(dep), served, arrays, ctx.slot_batch(entry.slot))
+    items = families.family(dep.family).tensor_items(ctx.view(dep), served, arrays, ctx.slot_batch(entry.slot))
     clock = StageClock()
     result = await run_task(ctx, dep, lambda _model: items, "primary", clock, call.deadline,
                             request_id=call.request_id, slot=entry.slot)

@@ -82,18 +82,14 @@ def test_bad_panels_are_refused_with_the_series_named(server, panel, code, where
 @pytest.mark.parametrize("limits, code", [({"max_series": 2}, "too_many_series"),
                                           ({"max_panel_points": 10}, "panel_too_large")])
 def test_panel_limits_refuse_before_any_work(limits, code):
-    import asyncio
-
+    import families
     from families.forecast.limits import Limits
-    from families.forecast.pipeline import ForecastPipeline
     from families.forecast.schemas import PanelForecastRequest
-    from kernel.errors import ApiError
+    from tests.families.hooks import refusal
 
-    pipeline = ForecastPipeline(ctx=None, deployment=None, limits=Limits(**limits))  # type: ignore[arg-type]
     body = PanelForecastRequest(series=series(3, n=5), frequency="D")
-    with pytest.raises(ApiError) as refused:
-        asyncio.run(pipeline.run(body, call=None))  # type: ignore[arg-type]
-    assert refused.value.status == 422 and refused.value.code == code
+    refused = refusal(families.family("forecast"), Limits(**limits), body)
+    assert refused.status == 422 and refused.code == code
 
 
 def test_the_python_client_sends_a_panel(server):

@@ -1,37 +1,31 @@
-"""Bad input is refused with a machine-readable 4xx before anything reaches a runner: the pipeline is given no
-serving context at all, so a request that got past validation would fail with an AttributeError instead."""
+"""Bad input is refused with a machine-readable 4xx before anything reaches a runner: the kernel's lifecycle runs the
+family's hooks with no serving context at all, so a request that got past validation would fail with an
+AttributeError instead."""
 from __future__ import annotations
 
-import asyncio
 import base64
+from functools import partial
 
 import pytest
 from pydantic import ValidationError
 
+import families
 from families.pose.limits import Limits
-from families.pose.pipeline import PosePipeline
 from families.pose.schemas import PoseRequest, PoseUpload
-from kernel.errors import ApiError
-
-
-def _run(pipeline: PosePipeline, request) -> ApiError:
-    with pytest.raises(ApiError) as err:
-        asyncio.run(pipeline.run(request, call=None))  # type: ignore[arg-type]
-    return err.value
+from tests.families.hooks import refusal
 
 
 def test_limits_and_bad_images_are_4xx_before_the_runner(tiny_png_b64):
-    pipe = PosePipeline(ctx=None, deployment=None, limits=Limits(max_images=1, max_image_bytes=1024,  # type: ignore
-                                                                  max_pixels=100))
-    err = _run(pipe, PoseRequest(images=[{"data": tiny_png_b64}] * 2))
+    _run = partial(refusal, families.family("pose"), Limits(max_images=1, max_image_bytes=1024, max_pixels=100))
+    err = _run(PoseRequest(images=[{"data": tiny_png_b64}] * 2))
     assert (err.status, err.code, err.details) == (422, "too_many_images", {"limit": 1, "received": 2})
-    err = _run(pipe, PoseRequest(images=[{"data": "not base64!"}]))
+    err = _run(PoseRequest(images=[{"data": "not base64!"}]))
     assert (err.status, err.code) == (422, "invalid_base64")
-    err = _run(pipe, PoseUpload(images=[b"x" * 2048]))
+    err = _run(PoseUpload(images=[b"x" * 2048]))
     assert (err.status, err.code) == (413, "image_too_large")
-    err = _run(pipe, PoseUpload(images=[base64.b64decode(tiny_png_b64)]))  # 96x64 > 100 pixels, read from the header
+    err = _run(PoseUpload(images=[base64.b64decode(tiny_png_b64)]))  # 96x64 > 100 pixels, read from the header
     assert (err.status, err.code) == (422, "image_too_many_pixels")
-    err = _run(pipe, PoseUpload(images=[b"GIF89a-but-not-really"]))
+    err = _run(PoseUpload(images=[b"GIF89a-but-not-really"]))
     assert (err.status, err.code) == (422, "invalid_image")
 
 
@@ -49,7 +43,7 @@ def test_the_request_schema_refuses_out_of_range_options():
 def test_invisible_keypoints_are_reported_with_their_confidence():
     import numpy as np
 
-    from families.pose.pipeline import to_keypoints
+    from families.pose.postprocess import to_keypoints
 
     kps = to_keypoints(np.array([[10.0, 20.0, 0.9], [11.5, 21.25, 0.1], [0.0, 0.0, 0.5]]), ["a", "b", "c"], 0.5)
     assert [(k.name, k.x, k.y, k.confidence, k.visible) for k in kps] == [

@@ -10,23 +10,17 @@ from PIL import Image
 from pydantic import ValidationError
 
 import families
-from families.detection.decode import decode_images
+from families.segmentation.family import request_params
 from families.segmentation.limits import Limits
-from families.segmentation.pipeline import SegmentationPipeline, request_params
 from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon, SegmentResponse, SegmentUpload
-from kernel.errors import ApiError
 from kernel.schemas import ModelInfo
+from tests.families.hooks import refusal, view
 
 
 def png(w: int, h: int) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.zeros((h, w, 3), np.uint8)).save(buf, format="PNG")
     return buf.getvalue()
-
-
-def pipeline(**limits) -> SegmentationPipeline:
-    # decoding needs neither the serving context nor the deployment
-    return SegmentationPipeline(ctx=None, deployment=None, limits=Limits(**limits))  # type: ignore[arg-type]
 
 
 def test_registered_with_routes_and_grpc_method():
@@ -57,13 +51,12 @@ def test_max_detections_is_capped_by_the_limits():
     (SegmentUpload(images=[png(8, 8)]), {"max_image_bytes": 1024}, None, None),
 ])
 def test_bad_input_is_a_4xx_before_the_runner(request_, limits, status, code):
-    pipe = pipeline(**limits)
+    fam = families.family("segmentation")
     if status is None:
-        assert decode_images(request_.images, pipe.limits)[0].shape == (8, 8, 3)
+        assert fam.validate(view(Limits(**limits)), request_)[0].shape == (8, 8, 3)
         return
-    with pytest.raises(ApiError) as err:
-        decode_images(request_.images, pipe.limits)  # what run() does first: the runner is never reached
-    assert err.value.status == status and err.value.code == code
+    err = refusal(fam, Limits(**limits), request_)  # the lifecycle, no context: the runner is never reached
+    assert err.status == status and err.code == code
 
 
 def test_typed_grpc_messages_carry_rle_and_polygons():
