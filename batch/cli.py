@@ -1,4 +1,6 @@
-"""`triserve batch detect|classify|forecast`: offline inference over files and tables, resumable (docs/batch.md).
+"""`triserve batch <command>`: offline inference over files and tables, resumable (docs/batch.md). One command per
+family with a batch adapter (the family registry, configs/families.py: a third-party family's too), named by its
+adapter's COMMAND, with the adapter's options and its source's (batch/sources.OPTIONS).
 
     triserve batch classify --deployment intent --input texts.jsonl --output out/intent
     triserve batch detect   --deployment coco   --input photos/ --output out/coco          # or s3://bucket/prefix
@@ -24,13 +26,27 @@ from typing import Any
 from batch import model as batch_model
 from batch.engine import progress_bar, run_local
 from batch.job import JobDir, JobMismatch, JobSpec
+from batch.sources import OPTIONS as SOURCE_OPTIONS
 from batch.sources import open_source
 from batch.work import Plan
+from configs import families
 
-COMMANDS = {"detect": "detection", "classify": "text", "forecast": "forecast"}
-# per command: records per chunk (one model call's worth, the unit of preprocessing) and per shard (the unit of
-# resumption and of distribution)
-DEFAULTS = {"detect": (16, 256), "classify": (256, 4096), "forecast": (256, 2048)}
+
+def commands() -> dict[str, Any]:
+    """command -> the adapter class of the family that answers it, for every registered family with one."""
+    found: dict[str, Any] = {}
+    for name in families.names():
+        adapter = families.batch_adapter(name)
+        if adapter is not None:
+            if adapter.COMMAND in found:
+                raise ValueError(f"batch command {adapter.COMMAND!r} is claimed by {found[adapter.COMMAND].FAMILY} "
+                                 f"and {name}")
+            found[adapter.COMMAND] = adapter
+    return found
+
+
+def options_of(adapter: Any) -> tuple:
+    return SOURCE_OPTIONS[adapter.SOURCE] + tuple(adapter.OPTIONS)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,9 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="triserve batch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    for command, family in COMMANDS.items():
-        what = "a folder or prefix of images" if command == "detect" else "a table"
-        p = sub.add_parser(command, help=f"{family} over {what}")
+    for command, adapter in commands().items():
+        what = "a folder or prefix of images" if adapter.SOURCE == "images" else "a table"
+        p = sub.add_parser(command, help=f"{adapter.FAMILY} over {what}")
         p.add_argument("--deployment", required=True, help="a deployment of configs/models.yaml (or --models-file)")
         p.add_argument("--input", required=True, help="folder or s3://bucket/prefix (detect); .jsonl/.csv/.parquet")
         p.add_argument("--output", required=True, type=Path, help="output directory (parts, records, summary)")
@@ -56,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--model", choices=batch_model.ROLES, default="primary",
                        help="the deployment's primary (default) or its fallback: a job never falls back by itself")
         p.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
-        chunk, shard = DEFAULTS[command]
+        chunk, shard = adapter.CHUNK_SIZE, adapter.SHARD_SIZE
         p.add_argument("--chunk-size", type=int, default=chunk, help=f"records per chunk (default {chunk})")
         p.add_argument("--shard-size", type=int, default=shard, help=f"records per shard (default {shard})")
         p.add_argument("--max-batch", type=int, default=256,
@@ -70,35 +86,21 @@ def _parser() -> argparse.ArgumentParser:
                                                            "a local one on 127.0.0.1")
         p.add_argument("--spark-master", default="local[2]", help="spark: the master URL (default local[2])")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
-        if command == "classify":
-            p.add_argument("--top-k", type=int, default=3)
-            p.add_argument("--text-column", default="text")
-            p.add_argument("--id-column", default="id", help="row ids (default 'id'; absent: the row number)")
-        elif command == "detect":
-            p.add_argument("--conf-threshold", type=float, default=None)
-            p.add_argument("--iou-threshold", type=float, default=None)
-            p.add_argument("--max-detections", type=int, default=None)
-        else:
-            p.add_argument("--frequency", default=None, help="YS QS MS W D h 30min 15min min (default: inferred "
-                                                             "per series)")
-            p.add_argument("--horizon", type=int, default=None, help="steps (default: the model's for the frequency)")
-            p.add_argument("--id-column", default="id")
-            p.add_argument("--time-column", default="timestamp")
-            p.add_argument("--value-column", default="value")
+        for option in options_of(adapter):
+            p.add_argument("--" + option.name.replace("_", "-"), type=option.type, default=option.default,
+                           help=option.help + ("" if option.default is None else f" (default {option.default})"))
     return ap
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    keys = {"classify": ("top_k", "text_column", "id_column"),
-            "detect": ("conf_threshold", "iou_threshold", "max_detections"),
-            "forecast": ("frequency", "horizon", "id_column", "time_column", "value_column")}[args.command]
-    return {k: getattr(args, k) for k in keys}
+    return {option.name: getattr(args, option.name) for option in options_of(commands()[args.command])}
 
 
 def prepare_job(args: argparse.Namespace) -> tuple[Plan, list[dict[str, Any]], list[int], JobDir]:
     """The plan (a new job, or the one in --output resumed with its pinned version), the input's descriptors and the
     shards still to run."""
-    family = COMMANDS[args.command]
+    adapter = commands()[args.command]
+    family = adapter.FAMILY
     jobdir = JobDir(args.output)
     old = jobdir.existing_spec()
     target = batch_model.resolve(args.deployment, args.registry, args.model, args.models_file,
@@ -106,7 +108,6 @@ def prepare_job(args: argparse.Namespace) -> tuple[Plan, list[dict[str, Any]], l
     if target.family != family:
         raise SystemExit(f"deployment {args.deployment!r} is a {target.family} deployment, not {family}")
     options = _options(args)
-    adapter = batch_model.adapter_class(family)
     source = open_source(adapter.SOURCE, args.input, options)
     spec = JobSpec(family=family, deployment=target.deployment, role=target.role, model=target.name,
                    version=target.version, input=str(args.input), input_fingerprint=source.fingerprint,

@@ -10,13 +10,13 @@ length as the runner groups them (runners/ragged.py).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import configs.families
 from configs.deployments import load_repository
 from configs.settings import get_settings
 from kernel.batch import Adapter
@@ -71,12 +71,15 @@ def resolve(deployment: str, registry: str, role: str = "primary", models_file: 
 
 
 def adapter_class(family: str) -> Any:
-    """The family's offline adapter, found by name: families/<family>/batch.py `Adapter`."""
-    return importlib.import_module(f"families.{family}.batch").Adapter
+    """The family's offline adapter, found through the family registry (a third-party family's too)."""
+    adapter = configs.families.batch_adapter(family)
+    if adapter is None:
+        raise ValueError(f"the {family} family has no batch adapter (<package>.batch.Adapter)")
+    return adapter
 
 
 def limits_of(target: Target):
-    return importlib.import_module(f"families.{target.family}.limits").Limits.model_validate(target.limits)
+    return configs.families.limits_model(target.family).model_validate(target.limits)
 
 
 def pull(target: Target, cache_dir: Path) -> tuple[Path, Manifest]:

@@ -26,6 +26,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from kernel.batch import Option
+
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 TABLE_SUFFIXES = {".jsonl", ".ndjson", ".csv", ".parquet", ".pq"}
 
@@ -149,6 +151,17 @@ def _series_source(location: str, id_column: str, time_column: str, value_column
             found.append({"key": str(ids[a]), "timestamps": stamps[a:b], "values": values[a:b]})
     digest = _digest(x for d in found for x in (d["key"], d["timestamps"].tobytes(), d["values"].tobytes()))
     return Source("series", found, digest)
+
+
+# per source kind: the job options that name its columns (`--text-column` ... of `triserve batch`)
+OPTIONS: dict[str, tuple[Option, ...]] = {
+    "images": (),
+    "texts": (Option("text_column", "the column holding the texts", default="text"),
+              Option("id_column", "row ids (absent: the row number)", default="id")),
+    "series": (Option("id_column", "the series id column", default="id"),
+               Option("time_column", "the timestamp column", default="timestamp"),
+               Option("value_column", "the value column", default="value")),
+}
 
 
 def open_source(kind: str, location: str, options: dict[str, Any] | None = None) -> Source:

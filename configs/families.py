@@ -17,7 +17,7 @@ Built-ins come first, then the discovered ones by name; a name claimed twice (a 
 refused when the registry is first read (ValueError naming both packages).
 
 Public: `FAMILIES`, `ENTRY_POINT_GROUP`, `registered()`, `names()`, `limits_model()`, `preprocess_model()`,
-`runtime()`, `family()`, `rediscover()`.
+`runtime()`, `family()`, `batch_adapter()`, `rediscover()`.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def names() -> tuple[str, ...]:
 def rediscover() -> None:
     """Forget what was discovered and loaded: the next call reads the entry points again (tests, after installing a
     distribution in a running process). Modules already imported stay imported."""
-    for cached in (_discover, limits_model, preprocess_model, runtime, family):
+    for cached in (_discover, limits_model, preprocess_model, runtime, family, batch_adapter):
         cached.cache_clear()
 
 
@@ -110,3 +110,18 @@ def family(family_name: str) -> Any:
     """The gateway-side contract object of a family (`<package>.family.FAMILY`, a kernel.family.Family: typed as
     such by families.family() and kernel/context.py; this layer does not import the kernel)."""
     return _module(family_name, "family").FAMILY
+
+
+@cache
+def batch_adapter(family_name: str) -> Any | None:
+    """The family's offline adapter class (`<package>.batch.Adapter`, kernel/batch.Adapter), None when the family has
+    no batch module (it then has no `triserve batch` command)."""
+    package = _discover().get(family_name)
+    if package is None:
+        raise KeyError(f"unknown model family {family_name!r}; known: {', '.join(_discover())}")
+    try:
+        return _module(family_name, "batch").Adapter
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}.batch":
+            raise
+        return None

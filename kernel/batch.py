@@ -16,7 +16,7 @@ its manifest, the deployment's limits and the job's options, never from a servic
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,10 +50,26 @@ class Prepared:
         return grouped
 
 
+@dataclass(frozen=True)
+class Option:
+    """A job option of a family's batch command: `--<name with dashes>` of `triserve batch <COMMAND>`, handed to the
+    adapter as options[name] (None when not given)."""
+
+    name: str
+    help: str
+    type: Callable[[str], Any] = str
+    default: Any = None
+
+
 class Adapter(Protocol):
-    """`families/<name>/batch.py` `Adapter(directory, manifest, limits, options)`."""
+    """`families/<name>/batch.py` `Adapter(directory, manifest, limits, options)`; a family without that module has no
+    batch command. `triserve batch` builds one subcommand per family that has one (batch/cli.py)."""
 
     FAMILY: str
+    COMMAND: str  # the subcommand: `triserve batch <COMMAND>` (the family's REST operation, e.g. detect, classify)
+    CHUNK_SIZE: int  # default records per chunk: one model call's worth, the unit of preprocessing
+    SHARD_SIZE: int  # default records per shard: the unit of resumption and of distribution
+    OPTIONS: tuple[Option, ...]  # the family's own job options (the source's are batch/sources.OPTIONS)
     COLUMNS: dict[str, str]  # the family's output columns -> type (batch/sinks.py: str f64 i64 bool list<...>)
     SOURCE: str  # which inputs it reads: "images" | "texts" | "series"
     HEAVY_FINISH: bool  # finish costs more than moving the outputs between processes (run it in the workers)

@@ -19,13 +19,18 @@ from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
 from families.detection.postprocess import decode, request_nms
 from families.detection.preprocess import boxes_to_original, letterbox
-from kernel.batch import Prepared, error_row
+from kernel.batch import Option, Prepared, error_row
 from kernel.errors import ApiError
 from models.manifest import Manifest, preprocess_as
 
 
 class Adapter:
     FAMILY = "detection"
+    COMMAND = "detect"
+    CHUNK_SIZE, SHARD_SIZE = 16, 256
+    OPTIONS = (Option("conf_threshold", "score threshold (default: the deployment's)", float),
+               Option("iou_threshold", "NMS IoU threshold (default: the deployment's)", float),
+               Option("max_detections", "boxes kept per image (default: the deployment's)", int))
     SOURCE = "images"
     HEAVY_FINISH = False
     COLUMNS = {"width": "i64", "height": "i64", "candidates": "i64", "boxes": "list<list<f64>>",

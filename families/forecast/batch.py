@@ -28,12 +28,16 @@ from families.forecast.preprocess import (
     reads_history,
     regularize,
 )
-from kernel.batch import Prepared, error_row
+from kernel.batch import Option, Prepared, error_row
 from models.manifest import Manifest, preprocess_as
 
 
 class Adapter:
     FAMILY = "forecast"
+    COMMAND = "forecast"
+    CHUNK_SIZE, SHARD_SIZE = 256, 2048
+    OPTIONS = (Option("frequency", "YS QS MS W D h 30min 15min min (default: inferred per series)"),
+               Option("horizon", "steps (default: the model's for the frequency)", int))
     SOURCE = "series"
     HEAVY_FINISH = True  # the classical fits and the backtest weigh more than the model
     COLUMNS = {"frequency": "str", "timestamps": "list<ts>", "point": "list<f64>", "lower_50": "list<f64>",

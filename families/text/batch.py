@@ -17,12 +17,15 @@ from families.text.limits import Limits
 from families.text.manifest import TextPreprocess
 from families.text.postprocess import top_k
 from families.text.preprocess import TextTokenizer, refusal
-from kernel.batch import Prepared, error_row
+from kernel.batch import Option, Prepared, error_row
 from models.manifest import Manifest, preprocess_as
 
 
 class Adapter:
     FAMILY = "text"
+    COMMAND = "classify"
+    CHUNK_SIZE, SHARD_SIZE = 256, 4096
+    OPTIONS = (Option("top_k", "labels kept per text", int, 3),)
     SOURCE = "texts"
     HEAVY_FINISH = False
     COLUMNS = {"label": "str", "score": "f64", "top_labels": "list<str>", "top_scores": "list<f64>",

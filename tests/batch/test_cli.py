@@ -32,3 +32,24 @@ def test_triserve_lists_batch():
     from triserve.cli import COMMANDS
 
     assert COMMANDS["batch"][0] == "batch.cli"
+
+
+def test_every_family_with_an_adapter_gets_its_command_and_options(monkeypatch):
+    """The commands come from the family registry: a family (a third-party one too) with a batch adapter gets
+    `triserve batch <COMMAND>` with its source's and its own options; one without an adapter gets none."""
+    from configs import families
+    from kernel.batch import Option
+
+    class Adapter:
+        FAMILY, COMMAND, SOURCE, CHUNK_SIZE, SHARD_SIZE = "sentiment", "sentiment", "texts", 8, 64
+        OPTIONS = (Option("threshold", "decision threshold", float, 0.5),)
+
+    builtin = families.names()
+    monkeypatch.setattr(families, "names", lambda: (*builtin, "sentiment"))
+    real = families.batch_adapter
+    monkeypatch.setattr(families, "batch_adapter", lambda name: Adapter if name == "sentiment" else real(name))
+    assert set(cli.commands()) == {"detect", "classify", "forecast", "sentiment"}  # pose, segmentation: no adapter
+    args = cli._parser().parse_args(["sentiment", "--deployment", "s", "--input", "t.jsonl", "--output", "o",
+                                     "--threshold", "0.7"])
+    assert cli._options(args) == {"text_column": "text", "id_column": "id", "threshold": 0.7}
+    assert (args.chunk_size, args.shard_size) == (8, 64)
