@@ -414,6 +414,33 @@ class GrpcSettings(_Section):
     shutdown_grace_s: float = Field(5.0, ge=0, le=120, description="Time in-flight RPCs get to finish on shutdown.")
 
 
+class TlsSettings(_Section):
+    """TLS on both listeners, HTTP (uvicorn, through BentoML's ssl options) and gRPC (the same certificate): off
+    until a certificate and its key are given; with `client_ca`, mutual TLS on both (Triton's --grpc-use-ssl-mutual)."""
+
+    certfile: Path | None = Field(None, description="PEM server certificate (with its chain). Set together with "
+                                                    "`keyfile` to serve HTTPS and gRPC over TLS.")
+    keyfile: Path | None = Field(None, description="PEM private key of `certfile`.")
+    client_ca: Path | None = Field(None, description="PEM CA bundle: mutual TLS, a client without a certificate "
+                                                     "signed by it is refused on both listeners.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> TlsSettings:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("tls: give certfile and keyfile together")
+        if self.client_ca is not None and self.certfile is None:
+            raise ValueError("tls: client_ca (mutual TLS) needs certfile and keyfile")
+        for name in ("certfile", "keyfile", "client_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"tls.{name}: no file at {path}")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
 class Settings(BaseSettings):
     """The whole serving configuration."""
 
@@ -449,6 +476,7 @@ class Settings(BaseSettings):
         default_factory=dict, description="Request limits per model family (families/<family>/limits.py documents "
                                           "them), e.g. {text: {max_texts: 32}}; deployments may override them.")
     grpc: GrpcSettings = Field(default_factory=GrpcSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
     deadlines: Deadlines = Field(default_factory=Deadlines)
     admission: Admission = Field(default_factory=Admission)
     breaker: Breaker = Field(default_factory=Breaker)

@@ -42,6 +42,7 @@ from services.protocols.oip_rest import router as oip_router
 from services.protocols.rest import family_router
 from services.repository_api import router as repository_router
 from services.rollout_api import router as rollout_router
+from services.tls import bentoml_ssl, grpc_credentials
 
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()
@@ -127,6 +128,7 @@ atexit.register(remove_own_table, settings.access.shared_dir)
                  # readiness is __is_ready__'s (the runner probed within 1.5 s); BentoML's own runner probe waits up
                  # to 5 s on a runner that is gone and would override the fallbacks='gateway' rule
                  runner_probe={"enabled": False},
+                 **bentoml_ssl(settings.tls),
                  **service_tracing(settings.observability.trace_sample_rate,
                                    settings.observability.otlp_endpoint))
 @bentoml.asgi_app(app, path="/")
@@ -186,7 +188,8 @@ class Gateway:
     async def _start_grpc(self) -> None:
         """gRPC on the first worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols;
         grpc_server.py says why one worker)."""
-        self._grpc = await start_grpc(self, settings.grpc, bentoml.server_context.worker_index)
+        self._grpc = await start_grpc(self, settings.grpc, bentoml.server_context.worker_index,
+                                      grpc_credentials(settings.tls))
 
     @bentoml.on_shutdown
     async def _stop_grpc(self) -> None:

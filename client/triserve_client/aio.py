@@ -3,6 +3,7 @@ TriserveClient (task APIs, admin APIs, Open Inference Protocol v2), every call a
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -45,10 +46,11 @@ class AsyncTriserveClient:
     def __init__(self, base_url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float | None = None,
                  retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None, http_client: httpx.AsyncClient | None = None,
-                 **options: Any):
+                 verify: ssl.SSLContext | bool = True, **options: Any):
         self._core = ClientCore(base_url, api_key=api_key, timeout=timeout, retry=retry, headers=headers, **options)
         self._own = http_client is None
-        self._http = http_client or httpx.AsyncClient(transport=transport, timeout=self._core.http_timeout)
+        self._http = http_client or httpx.AsyncClient(transport=transport, timeout=self._core.http_timeout,
+                                                      verify=verify)
 
     @property
     def base_url(self) -> str:

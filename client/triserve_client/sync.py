@@ -2,6 +2,7 @@
 Protocol v2 over REST."""
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -46,16 +47,18 @@ class TriserveClient:
     sent as X-Request-Timeout-Ms; retries per `RetryPolicy`; errors as TriserveAPIError (the service's error model)
     or TriserveTransportError. `transport`/`http_client` let tests or callers supply their own httpx plumbing
     (a passed http_client is used as is and not closed here). `api_key`: sent as X-API-Key; the admin calls
-    (deployments, rollouts) need an admin key (401 without one, 403 with a key that is not an admin's).
+    (deployments, rollouts) need an admin key (401 without one, 403 with a key that is not an admin's). `verify`: for
+    an https:// URL, an ssl.SSLContext trusting the server's CA (`ssl.create_default_context(cafile="ca.pem")`; for
+    mutual TLS also `.load_cert_chain("client.pem", "client.key")`), or False to skip verification.
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float | None = None,
                  retry: RetryPolicy | None = None, headers: Mapping[str, str] | None = None,
                  transport: httpx.BaseTransport | None = None, http_client: httpx.Client | None = None,
-                 **options: Any):
+                 verify: ssl.SSLContext | bool = True, **options: Any):
         self._core = ClientCore(base_url, api_key=api_key, timeout=timeout, retry=retry, headers=headers, **options)
         self._own = http_client is None
-        self._http = http_client or httpx.Client(transport=transport, timeout=self._core.http_timeout)
+        self._http = http_client or httpx.Client(transport=transport, timeout=self._core.http_timeout, verify=verify)
 
     @property
     def base_url(self) -> str:

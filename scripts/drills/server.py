@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -70,17 +71,20 @@ class Server:
 
     def __init__(self, registry_dir: Path, env: dict[str, str] | None = None, log_path: Path | None = None,
                  port: int | None = None, root: Path = ROOT, command: list[str] | None = None,
-                 max_bind_retries: int = 1):
+                 max_bind_retries: int = 1, verify: ssl.SSLContext | bool = True):
         """`root`: the source tree whose code is served (another checkout of the project, e.g. for an A/B of two
         commits: scripts/bench/ab.py); this tree by default. `command`: what starts the server, before `--host ...
         --port ...` (default `python -m bentoml serve services.gateway:Gateway`; e.g. the `triserve serve` console
         script); it runs in `root`. `max_bind_retries`: how many times a server that exits before it is up with
-        EADDRINUSE in its log (`log_path` needed) is started again on its held ports (see _retry_lost_bind)."""
+        EADDRINUSE in its log (`log_path` needed) is started again on its held ports (see _retry_lost_bind). With
+        TRISERVE_TLS__CERTFILE in `env` the server speaks HTTPS: `verify` (an ssl.SSLContext trusting its CA, with a
+        client certificate under mutual TLS) is how the harness's own probes reach it."""
         self.ports = PortPool()  # the ports this server binds, held until stop() (no pick-then-release race)
         self.port = port or self.ports.take()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
         self.env = dict(env or {})
+        self.verify = verify
+        self.url = f"{'https' if self.env.get('TRISERVE_TLS__CERTFILE') else 'http'}://127.0.0.1:{self.port}"
+        self.log_path = log_path
         self.grpc_port = int(self.env.get("TRISERVE_GRPC__PORT") or self.ports.take())
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.home = tempfile.mkdtemp(prefix="bentoml-home-")
@@ -130,7 +134,7 @@ class Server:
         """Seconds from process start until /readyz answered 200."""
         from triserve_client import TriserveClient  # imported here: the process harness itself needs no API client
 
-        with TriserveClient(self.url) as api:
+        with TriserveClient(self.url, verify=self.verify) as api:
             while time.monotonic() - self.started < timeout:
                 if self.proc.poll() is not None:
                     if self._retry_lost_bind():
@@ -151,7 +155,7 @@ class Server:
                 raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log_path}")
             self.workers()
             try:
-                httpx.get(f"{self.url}/livez", timeout=2)
+                httpx.get(f"{self.url}/livez", timeout=2, verify=self.verify)
                 return time.monotonic() - self.started
             except httpx.HTTPError:
                 time.sleep(0.25)

@@ -66,8 +66,9 @@ class ReadinessHealth(health.aio.HealthServicer):
 
 
 class GrpcServer:
-    def __init__(self, gateway, cfg: GrpcSettings):
-        self.gateway, self.cfg = gateway, cfg
+    def __init__(self, gateway, cfg: GrpcSettings, credentials: grpc.ServerCredentials | None = None):
+        """credentials: TLS (services/tls.grpc_credentials), None for an insecure port."""
+        self.gateway, self.cfg, self.credentials = gateway, cfg, credentials
         self.address = bind_address(cfg.host, cfg.port)
         self.server: grpc.aio.Server | None = None
         self.stopping = False
@@ -90,7 +91,8 @@ class GrpcServer:
                 (TYPED_SERVICE, OIP_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                  reflection.SERVICE_NAME), server)
         try:
-            port = server.add_insecure_port(self.address)
+            port = (server.add_secure_port(self.address, self.credentials) if self.credentials is not None
+                    else server.add_insecure_port(self.address))
         except RuntimeError as exc:  # grpcio raises when the address cannot be bound, without saying why
             ensure_free(cfg.host, cfg.port, "gRPC", GRPC_HINT)  # PortInUse when that is why
             raise RuntimeError(f"gRPC: cannot bind {self.address}: {exc}") from exc
@@ -101,8 +103,8 @@ class GrpcServer:
         await server.start()
         self.server = server
         self._watcher = asyncio.create_task(self._watch_readiness(), name="triserve-grpc-health")
-        log.info("gRPC listening on %s (typed, OIP v2, health%s)", self.address,
-                 ", reflection" if cfg.reflection else "")
+        log.info("gRPC listening on %s (typed, OIP v2, health%s%s)", self.address,
+                 ", reflection" if cfg.reflection else "", ", TLS" if self.credentials is not None else "")
 
     async def _set_health(self, status: int) -> None:
         if status != self._status:
@@ -145,12 +147,13 @@ def serves_grpc(cfg: GrpcSettings, worker_index: int | None) -> bool:
     return cfg.enabled and worker_index in (None, 1)
 
 
-async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None) -> GrpcServer | None:
+async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None,
+                     credentials: grpc.ServerCredentials | None = None) -> GrpcServer | None:
     """Start the gRPC server when this process serves it (serves_grpc), else None. A taken port in a BentoML worker
     also stops the server: circus would restart the worker, and it would fail again, for ever."""
     if not serves_grpc(cfg, worker_index):
         return None
-    server = GrpcServer(gateway, cfg)
+    server = GrpcServer(gateway, cfg, credentials)
     try:
         await server.start()
     except PortInUse as exc:
