@@ -28,9 +28,10 @@ from configs.settings import ModelSlot
 from kernel.context import ServingContext
 from kernel.errors import ApiError
 from kernel.protection.access import Client
+from services.audit import audit
 from services.gateway_deps import admin_guard, loaded_context
 
-router = APIRouter(prefix="/admin/deployments", tags=["operations"])
+router = APIRouter(prefix="/admin/deployments", tags=["operations"], dependencies=[Depends(audit)])
 
 
 class DeploymentSpec(BaseModel):

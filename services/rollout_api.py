@@ -31,9 +31,10 @@ from kernel.errors import ApiError
 from kernel.protection.access import Client
 from models.registry import RegistryError
 from models.stores import open_store
+from services.audit import audit
 from services.gateway_deps import admin_guard, loaded_context
 
-router = APIRouter(prefix="/admin/models", tags=["operations"])
+router = APIRouter(prefix="/admin/models", tags=["operations"], dependencies=[Depends(audit)])
 
 
 class PromoteRequest(BaseModel):

@@ -274,3 +274,40 @@ def test_tampered_candidate_is_refused_while_the_old_version_serves(rollout):
 def test_admin_rollout_needs_the_admin_key(rollout):
     srv, _ = rollout
     assert httpx.get(f"{srv.url}/admin/models", timeout=10).status_code == 401
+
+
+def _audit_lines(srv, after: float) -> list[dict]:
+    """The audit lines (observability/audit.py) the server wrote since `after`, waiting for its log writer."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(line) for line in srv.log_path.read_text().splitlines()
+                 if line.startswith("{") and '"audit"' in line]
+        found = [line for line in lines if line["ts"] >= after]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def test_admin_calls_are_audited_with_who_what_before_after_and_result(rollout):
+    srv, reg = rollout
+    started = time.time() - 1
+    cand = publish_variant(reg, "forecast-global", "2.1.1-audit")
+    assert admin(srv, "POST", "/forecast/canary", {"ref": cand, "weight": 0.1}).status_code == 200
+    assert admin(srv, "DELETE", "/forecast/canary").status_code == 200
+    refused = httpx.post(f"{srv.url}/admin/models/forecast/canary", json={"ref": cand, "weight": 0.1},
+                         headers={"X-API-Key": "a-wrong-key"}, timeout=10)
+    assert refused.status_code == 401
+    time.sleep(1)
+    lines = _audit_lines(srv, started)
+    by_action = [(x["audit"], x["who"], x["status"], x["outcome"]) for x in lines]
+    assert by_action[-3:] == [("POST /admin/models/{slot}/canary", "key:ops", 200, "ok"),
+                              ("DELETE /admin/models/{slot}/canary", "key:ops", 200, "ok"),
+                              ("POST /admin/models/{slot}/canary", "addr:127.0.0.1", 401, "refused")]
+    set_canary, dropped, denied = lines[-3:]
+    assert set_canary["target"] == {"slot": "forecast"} and set_canary["before"]["canary"] is None
+    assert set_canary["after"]["canary"]["version"] == cand and dropped["after"]["canary"] is None
+    assert denied["error"] == "unauthorized" and denied["after"] == denied["before"]
+    log = srv.log_path.read_text()
+    assert ADMIN not in log and "a-wrong-key" not in log  # keys are never written
+    metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
+    assert 'triserve_admin_actions_total{action="POST /admin/models/{slot}/canary",outcome="refused"}' in metrics
