@@ -271,6 +271,10 @@ class ApiKey(_Section):
     rate_per_s: float | None = Field(None, gt=0, description="Overrides the default rate for this key.")
 
 
+ApiCategory = Literal["health", "metadata", "model-config", "model-repository", "statistics", "metrics"]
+AccessRule = Literal["open", "key", "admin"]
+
+
 class AccessSettings(_Section):
     """Authentication and rate limits."""
 
@@ -319,6 +323,21 @@ class AccessSettings(_Section):
     capacity_limits: bool = Field(True, description="Apply deployment_rate_per_s (false: measuring the knee, tests on "
                                                     "other models). A switch, because environment dicts are merged "
                                                     "into the YAML's rather than replacing them.")
+    restricted_apis: dict[ApiCategory, AccessRule] = Field(
+        default_factory=dict,
+        description="Who may call each API category besides inference and admin (Triton's --http-restricted-api): "
+                    "'open' (anyone), 'key' (any valid key) or 'admin' (an admin key), on REST and gRPC alike. "
+                    "Categories: health (liveness, readiness, model readiness), metadata (/v1/models, OIP server and "
+                    "model metadata, /schema.json, /openapi.json, /docs, gRPC reflection), model-config, "
+                    "model-repository (OIP repository index), statistics (OIP statistics), metrics (/metrics). A "
+                    "category not listed: health is open; the others need a key when require_key_for_inference is on, "
+                    "else they are open.")
+
+    def api_rule(self, category: ApiCategory) -> AccessRule:
+        """The rule of an API category: as configured, else the documented default."""
+        if category in self.restricted_apis:
+            return self.restricted_apis[category]
+        return "open" if category == "health" or not self.require_key_for_inference else "key"
 
     @model_validator(mode="after")
     def _check(self) -> AccessSettings:

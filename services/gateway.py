@@ -41,6 +41,7 @@ from services.protocols.grpc_server import start_grpc
 from services.protocols.oip_rest import router as oip_router
 from services.protocols.rest import family_router
 from services.repository_api import router as repository_router
+from services.restricted import RestrictedApis, RestrictedRpcs
 from services.rollout_api import router as rollout_router
 from services.tls import bentoml_ssl, grpc_credentials
 
@@ -189,7 +190,7 @@ class Gateway:
         """gRPC on the first worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols;
         grpc_server.py says why one worker)."""
         self._grpc = await start_grpc(self, settings.grpc, bentoml.server_context.worker_index,
-                                      grpc_credentials(settings.tls))
+                                      grpc_credentials(settings.tls), (RestrictedRpcs(settings.access),))
 
     @bentoml.on_shutdown
     async def _stop_grpc(self) -> None:
@@ -218,3 +219,5 @@ class Gateway:
 # (services/client_schema.py), so `bentoml.SyncHTTPClient(url).classify(texts=[...])` calls /v1/classify itself.
 cast("bentoml.Service[Gateway]", Gateway).add_asgi_middleware(
     SchemaRoutes, routes=client_routes(r for router in FAMILY_ROUTERS for r in router.routes))
+# access.restricted_apis around BentoML's whole app: its /metrics, /livez and /schema.json too (services/restricted.py)
+cast("bentoml.Service[Gateway]", Gateway).add_asgi_middleware(RestrictedApis, access=settings.access)

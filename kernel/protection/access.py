@@ -83,6 +83,16 @@ class AccessControl:
                 return k
         return None
 
+    def require(self, request: Request, rule: str) -> None:
+        """An API category's rule (access.restricted_apis): 'open' lets anyone through, 'key' needs a valid key
+        (whether or not inference does), 'admin' an admin key; 401/403 otherwise, as for admin calls."""
+        if rule == "open":
+            return
+        if self._key(request) is None:
+            raise ApiError(401, "unauthorized", "an API key is required (X-API-Key or Authorization: Bearer)",
+                           headers={"WWW-Authenticate": "Bearer"})
+        self.identify(request, admin=rule == "admin")
+
     def identify(self, request: Request, admin: bool = False) -> Client:
         key = self._key(request)
         if key is None:

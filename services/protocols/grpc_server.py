@@ -66,9 +66,11 @@ class ReadinessHealth(health.aio.HealthServicer):
 
 
 class GrpcServer:
-    def __init__(self, gateway, cfg: GrpcSettings, credentials: grpc.ServerCredentials | None = None):
-        """credentials: TLS (services/tls.grpc_credentials), None for an insecure port."""
-        self.gateway, self.cfg, self.credentials = gateway, cfg, credentials
+    def __init__(self, gateway, cfg: GrpcSettings, credentials: grpc.ServerCredentials | None = None,
+                 interceptors: tuple[grpc.aio.ServerInterceptor, ...] = ()):
+        """credentials: TLS (services/tls.grpc_credentials), None for an insecure port; interceptors: e.g. the
+        restricted API categories (services/restricted.RestrictedRpcs)."""
+        self.gateway, self.cfg, self.credentials, self.interceptors = gateway, cfg, credentials, interceptors
         self.address = bind_address(cfg.host, cfg.port)
         self.server: grpc.aio.Server | None = None
         self.stopping = False
@@ -78,7 +80,7 @@ class GrpcServer:
 
     async def start(self) -> None:
         cfg = self.cfg
-        server = grpc.aio.server(options=[
+        server = grpc.aio.server(interceptors=self.interceptors, options=[
             ("grpc.so_reuseport", 0),  # on by default in gRPC: the port would be open to anyone's SO_REUSEPORT bind
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -148,12 +150,13 @@ def serves_grpc(cfg: GrpcSettings, worker_index: int | None) -> bool:
 
 
 async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None,
-                     credentials: grpc.ServerCredentials | None = None) -> GrpcServer | None:
+                     credentials: grpc.ServerCredentials | None = None,
+                     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = ()) -> GrpcServer | None:
     """Start the gRPC server when this process serves it (serves_grpc), else None. A taken port in a BentoML worker
     also stops the server: circus would restart the worker, and it would fail again, for ever."""
     if not serves_grpc(cfg, worker_index):
         return None
-    server = GrpcServer(gateway, cfg, credentials)
+    server = GrpcServer(gateway, cfg, credentials, interceptors)
     try:
         await server.start()
     except PortInUse as exc:
