@@ -34,6 +34,7 @@ from observability.request_log import RequestLog
 from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
+from services.bentoml_metrics import install as bentoml_metrics
 from services.client_schema import SchemaRoutes, client_routes
 from services.gateway_deps import admin_guard, loaded_context
 from services.ports import PortInUse, ensure_grpc_free
@@ -46,6 +47,7 @@ from services.rollout_api import router as rollout_router
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()
 memory.install(settings.memory)  # before any request thread allocates
+bentoml_metrics()  # route templates as BentoML's endpoint label, process and Python metrics; before the app is built
 
 app = FastAPI(title="triserve", version="0.1.0",
               description="Detection, text classification and forecasting deployments over one adaptive-batching "
