@@ -1,17 +1,22 @@
-"""/metrics cannot be grown by callers (issue 43): on a real `bentoml serve`, 10,000 requests with invented paths,
-deployment names, model names and versions (refused: 401, 404, 405, 415, 422) leave the set of series as it was, and
-no label value carries what a caller sent. The process and Python collectors are there too."""
+"""/metrics cannot be grown by callers (issue 43): on a real `bentoml serve`, 10,000 HTTP requests with invented paths,
+deployment names, model names and versions (refused: 401, 404, 415) and 1,000 typed gRPC calls naming
+invented deployments leave the set of series as it was, and no label value carries what a caller sent. The process
+and Python collectors are there too."""
 from __future__ import annotations
 
 import asyncio
 import re
 
+import grpc
 import httpx
 import pytest
 
+from services.protocols.generated import triserve_pb2 as tpb
+from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
 JUNK_REQUESTS = 10_000
+JUNK_GRPC_CALLS = 1_000
 CONCURRENCY = 8
 # the request rate of this test would meet the per-client limit (429s: a status, so a series, that only appears
 # under load); everything else is the default configuration
@@ -66,6 +71,21 @@ async def send_junk(url: str, indices: range) -> dict[int, int]:
     return statuses
 
 
+def send_junk_grpc(target: str, indices: range) -> dict[str, int]:
+    """Typed gRPC Classify calls naming deployments that do not exist; status codes seen and how often."""
+    codes: dict[str, int] = {}
+    with grpc.insecure_channel(target) as channel:
+        stub = tpb_grpc.TriserveStub(channel)
+        for i in indices:
+            try:
+                stub.Classify(tpb.ClassifyRequest(texts=["hello"], deployment=f"junk{i}z"), timeout=10)
+                code = "OK"
+            except grpc.RpcError as err:
+                code = err.code().name
+            codes[code] = codes.get(code, 0) + 1
+    return codes
+
+
 def series(url: str) -> set[str]:
     """Every series /metrics exports: name and labels."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
@@ -76,10 +96,16 @@ def test_junk_paths_and_names_add_no_series(junk_server):
     # every kind of refusal once, twice, so that each (route template, status) series exists
     warmup = asyncio.run(send_junk(junk_server.url, range(20)))
     assert set(warmup) <= {401, 404, 405, 415, 422}, warmup
+    grpc_warmup = send_junk_grpc(junk_server.grpc_target, range(2))
+    assert set(grpc_warmup) == {"NOT_FOUND"}, grpc_warmup
     before = series(junk_server.url)
     statuses = asyncio.run(send_junk(junk_server.url, range(100, 100 + JUNK_REQUESTS)))
+    codes = send_junk_grpc(junk_server.grpc_target, range(100, 100 + JUNK_GRPC_CALLS))
     after = series(junk_server.url)
     assert sum(statuses.values()) == JUNK_REQUESTS and set(statuses) == set(warmup), statuses
+    assert codes == {"NOT_FOUND": JUNK_GRPC_CALLS}, codes
+    print(f"/metrics series: {len(before)} before, {len(after)} after; HTTP statuses {dict(sorted(statuses.items()))}"
+          f"; gRPC {codes}")
     assert after - before == set(), sorted(after - before)[:20]
     assert len(after) == len(before)
     assert not [s for s in after if "junk" in s or "__dict__" in s]
