@@ -41,3 +41,30 @@ def test_paths_map_to_their_route_template(table, method, path, template):
 def test_paths_no_route_takes_have_no_template(table, path):
     assert route_template(table, "GET", path) is None
     assert UNMATCHED == "unmatched"
+
+
+def test_bentomls_middleware_sees_the_template_and_the_app_the_real_path():
+    import asyncio
+
+    from starlette.applications import Starlette
+
+    from services.bentoml_metrics import _restore_path
+
+    seen: dict[str, str] = {}
+
+    async def endpoint_app(scope, receive, send):
+        seen["app"] = scope["path"]
+
+    starlette = Starlette(routes=[Route("/admin/deployments/{name}", lambda r: None, methods=["PUT"])])
+    middleware = RouteLabelledTrafficMetrics(endpoint_app)
+    inner = _restore_path(endpoint_app)
+
+    async def bentoml_metrics(scope, receive, send):  # stands in for BentoML's: records the label it would use
+        seen["label"] = scope["path"]
+        await inner(scope, receive, send)
+
+    middleware.metrics = bentoml_metrics
+    for path, label in (("/admin/deployments/__dict__", "/admin/deployments/{name}"), ("/junk/1", UNMATCHED)):
+        scope = {"type": "http", "method": "PUT", "path": path, "root_path": "", "app": starlette}
+        asyncio.run(middleware(scope, None, None))
+        assert seen == {"label": label, "app": path}
