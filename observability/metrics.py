@@ -189,6 +189,8 @@ def settle_heap(service: str) -> None:
     gc.freeze()
     global _pause_service
     _pause_service = service  # the process's last settled role names its pauses
+    for generation in ("0", "1", "2"):  # every series from the start: the first full collection adds none
+        GC_PAUSE.labels(service, generation)
     if any(getattr(cb, "triserve_pause_timer", False) for cb in gc.callbacks):
         return  # one timer per process (runner.placement=local settles the runner inside the API worker)
     gc.callbacks.append(_PauseTimer())

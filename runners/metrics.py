@@ -20,8 +20,6 @@ EXPIRED = Counter("triserve_runner_expired_total", "Items dropped before compute
                   ["slot"])
 MODEL_INFO = Gauge("triserve_model_info", "Loaded model per slot (value 1).", ["slot", "name", "version", "sha256",
                    "provider"], multiprocess_mode="max")
-LOAD_SECONDS = Gauge("triserve_model_load_seconds", "Load + verify + warm-up time per model.",
-                     ["slot", "model", "version"], multiprocess_mode="max")
 MODEL_MEMORY = Gauge("triserve_model_memory_bytes", "Measured memory of each loaded model version: resident, per "
                      "batch item, and reserved (resident + per item x batch cap; runners/memory.py).",
                      ["slot", "version", "kind"], multiprocess_mode="max")
@@ -55,10 +53,10 @@ GATHER_SECONDS = Histogram("triserve_runner_gather_seconds", "Time an idle runne
 
 
 def model_info(slot: str, m: LoadedModel) -> None:
-    """A loaded model's identity, load time and measured memory (set when it is installed or activated)."""
+    """A loaded model's identity and measured memory (set when it is installed or activated; its load time goes to
+    LOAD_DURATION where the load happens)."""
     MODEL_INFO.labels(slot, m.manifest.name, m.manifest.version, m.manifest.file(m.manifest.model_file).sha256,
                       m.provider).set(1)
-    LOAD_SECONDS.labels(slot, m.manifest.name, m.manifest.version).set(m.load_seconds)
     if m.footprint is not None:
         fp = m.footprint
         for kind, mb in (("resident", fp.resident_mb), ("per_item", fp.per_item_mb),

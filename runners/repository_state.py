@@ -325,6 +325,7 @@ class RepositoryState:
             self.reset_split(slot)
             MODEL_RESIDENT.labels(slot).set(1)
             MODEL_LOADS.labels(slot, "admin", "ok").inc()
+            LOAD_DURATION.labels(slot).observe(staged[slot].load_seconds)
         gone = set(old.slots) - set(dep.slots) if old else set()
         for slot, version in previous.items():
             if version != staged[slot].manifest.version:

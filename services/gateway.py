@@ -34,8 +34,11 @@ from observability.request_log import RequestLog
 from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
+from services.bentoml_metrics import install as bentoml_metrics
 from services.client_schema import SchemaRoutes, client_routes
 from services.gateway_deps import admin_guard, loaded_context
+from services.openapi import distribution_version, operation_id
+from services.openapi import install as install_openapi
 from services.ports import PortInUse, ensure_grpc_free
 from services.protocols.grpc_server import start_grpc
 from services.protocols.oip_rest import router as oip_router
@@ -48,10 +51,13 @@ from services.tls import bentoml_ssl, grpc_credentials
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()
 memory.install(settings.memory)  # before any request thread allocates
+bentoml_metrics()  # route templates as BentoML's endpoint label, process and Python metrics; before the app is built
 
-app = FastAPI(title="triserve", version="0.1.0",
-              description="Detection, text classification and forecasting deployments over one adaptive-batching "
-                          "runner tier. Errors share one model: {error: {code, message, details, request_id}}.")
+app = FastAPI(title="triserve", version=distribution_version(), generate_unique_id_function=operation_id,
+              description=f"Model serving over one adaptive-batching ONNX runner tier, for every installed model "
+                          f"family ({', '.join(families.names())}). Errors share one model: "
+                          "{error: {code, message, details, request_id}}. Admin operations need an admin API key "
+                          "(X-API-Key or Authorization: Bearer).")
 install_error_handlers(app)
 ROUTES = [route for name in families.names() for route in families.family(name).routes]
 # Starlette runs the last added middleware first: request id and body cap wrap the content-type check.
@@ -67,6 +73,7 @@ for router in FAMILY_ROUTERS:
 app.include_router(rollout_router)
 app.include_router(repository_router)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
+install_openapi(app, settings.access.require_key_for_inference)  # operation ids, the API key, examples, health paths
 
 
 @app.get("/v1/models", tags=["operations"], summary="Every deployment (family, default, models, versions, state) and "

@@ -46,8 +46,12 @@ def inference_guard(family: str):
         key = request.headers.get(ctx.settings.rollout.canary_header) or client.canary_key
         return CallContext(request.state.request_id, deadline, client, request.state, key)
 
+    guard.access = "inference"  # type: ignore[attr-defined]  # services/openapi.py: the key when it is required
     return guard
 
 
 async def admin_guard(request: Request, ctx: ServingContext = Depends(loaded_context)) -> Client:
     return ctx.protection.access.identify(request, admin=True)
+
+
+admin_guard.access = "admin"  # type: ignore[attr-defined]  # services/openapi.py: the admin key, always

@@ -37,7 +37,9 @@ router = APIRouter(prefix="/admin/deployments", tags=["operations"], dependencie
 class DeploymentSpec(BaseModel):
     """A deployment as PUT sends it (its name is in the path)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"family": "text", "model": {"name": "minilm-intent", "ref": "stable"}, "residency": "on_demand",
+         "description": "Intent classification of support messages"}]})
     family: str
     model: ModelSlot
     fallback: ModelSlot | None = None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from kernel.context import ServingContext
 from kernel.errors import ApiError
@@ -38,15 +38,21 @@ router = APIRouter(prefix="/admin/models", tags=["operations"], dependencies=[De
 
 
 class PromoteRequest(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ref": "3", "alias": "stable"}]})
+
     ref: str = Field(description="Version or alias to serve.", min_length=1, max_length=128)
     alias: str | None = Field("stable", description="Registry alias to move to it (null: serve without moving).")
 
 
 class RollbackRequest(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"alias": "stable"}]})
+
     alias: str = Field("stable", description="Alias whose previous target is restored.")
 
 
 class CanaryRequest(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ref": "4", "weight": 0.1}]})
+
     ref: str = Field(min_length=1, max_length=128)
     weight: float = Field(gt=0, le=1, description="Share of traffic sent to the candidate: of request keys (sticky: "
                                                   "X-Canary-Key, API key, forwarded client address), else of "
@@ -54,6 +60,8 @@ class CanaryRequest(BaseModel):
 
 
 class ShadowRequest(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ref": "4"}]})
+
     ref: str = Field(min_length=1, max_length=128)
 
 

@@ -2,7 +2,8 @@
 
     triserve serve [--host H] [--port P] [--grpc-port P] [--registry PATH_OR_URL] [--config-dir DIR] [--build-missing]
                                       the server `make serve` starts (python -m bentoml serve services.gateway:Gateway)
-    triserve --version                the distribution's version (+ the git commit in a checkout)
+    triserve --version                triserve's version (+ the git commit in a checkout) and the client's, BentoML's,
+                                      ONNX Runtime's, numpy's and Python's: what a bug report needs
     triserve registry [ARGS...]       python -m models.cli         (list, show, copy, promote, rollback, pull)
     triserve import  [ARGS...]        python -m triserve.importers (publish your own model: --help lists the kinds)
     triserve rollout [ARGS...]        python -m scripts.rollout    (against a running service)
@@ -26,6 +27,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pkgutil
+import platform
 import shutil
 import subprocess
 import sys
@@ -180,7 +182,8 @@ def serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--registry", metavar="PATH_OR_URL",
                     help="the model registry: a local directory (TRISERVE_REGISTRY_DIR, served as is) or a store URL "
                          "oci:// s3:// http(s):// file:// (TRISERVE_REGISTRY_URI: pulled and verified into "
-                         "TRISERVE_MODEL_CACHE_DIR). Default: the settings' registry (<checkout>/models/store)")
+                         "TRISERVE_MODEL_CACHE_DIR). Default: the settings' registry: <checkout>/models/store run "
+                         "from a checkout, <TRISERVE_HOME or ~/.triserve>/models from an installed wheel")
     ap.add_argument("--config-dir", type=Path, metavar="DIR",
                     help="a directory with serving.yaml and/or models.yaml, used instead of the packaged configs/ "
                          "ones (TRISERVE_CONFIG, TRISERVE_MODELS_FILE); a deployments state file written by runtime "
@@ -294,11 +297,30 @@ def serve(args: list[str]) -> int:
 
 # -- triserve --version -----------------------------------------------------------------------------------------------
 def version() -> str:
-    """'triserve X.Y.Z', plus '(git <sha>[-dirty])' when the code runs from a git checkout."""
+    """What a bug report needs: 'triserve X.Y.Z' (plus '(git <sha>[-dirty])' when the code runs from a git checkout),
+    then the client, BentoML, ONNX Runtime (CPU or GPU build), numpy and Python, one per line. Read from the installed
+    distributions' metadata: nothing is imported."""
+    lines = [_own_version()]
+    for label, distributions in (("triserve-client", ("triserve-client",)), ("bentoml", ("bentoml",)),
+                                 ("onnxruntime", ("onnxruntime", "onnxruntime-gpu")), ("numpy", ("numpy",))):
+        found = [(name, v) for name in distributions if (v := _distribution_version(name))]
+        text = ", ".join(f"{v}" if name == label else f"{v} ({name})" for name, v in found)
+        lines.append(f"{label} {text or 'not installed'}")
+    lines.append(f"python {platform.python_version()} ({platform.python_implementation()}, {sys.platform}, "
+                 f"{platform.machine()})")
+    return "\n".join(lines)
+
+
+def _distribution_version(name: str) -> str | None:
     try:
-        text = f"{PROG} {importlib.metadata.version('triserve')}"
+        return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        text = f"{PROG} (not installed)"
+        return None
+
+
+def _own_version() -> str:
+    """'triserve X.Y.Z', plus '(git <sha>[-dirty])' when the code runs from a git checkout."""
+    text = f"{PROG} {_distribution_version('triserve') or '(not installed)'}"
     root = source_root()
     if not (root / ".git").exists():
         return text

@@ -37,9 +37,9 @@ def importer_modules() -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m triserve.importers",
-                                 description="Import models made elsewhere into the triserve registry (triserve "
-                                             "import).")
+    ap = argparse.ArgumentParser(prog="triserve import",
+                                 description="Import models made elsewhere into the triserve registry (also `python "
+                                             "-m triserve.importers` in the project's environment).")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     ap.add_argument("--deployment", metavar="NAME", default=None,
                     help="after publishing, add a deployment NAME serving the new version (and its fallback, when "

@@ -29,6 +29,8 @@ or TriserveTransportError, over REST, OIP and gRPC alike. Retries: 429/503 honou
 transport failures with exponential backoff (tenacity; RetryPolicy); admin calls that change state retry a transport
 failure only when the request cannot have been sent. Deadlines: `timeout=` seconds, sent as X-Request-Timeout-Ms.
 """
+import importlib.metadata
+
 from triserve_client._base import DEFAULT_URL, NO_RETRY, RetryPolicy
 from triserve_client._oip import OipInput
 from triserve_client.aio import AsyncTriserveClient
@@ -59,10 +61,15 @@ from triserve_client.models import (
 )
 from triserve_client.sync import TriserveClient
 
+try:
+    __version__ = importlib.metadata.version("triserve-client")
+except importlib.metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
            "PoseResponse", "SegmentResponse", "ForecastResponse", "PanelForecastResponse", "ModelsListing",
            "DeploymentStatus", "SlotStatus",
            "DeploymentSpec", "Deployment", "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange",
            "SlotRouting", "MeasuredSplit", "Promotion",
-           "OipInput", "OipInferResponse", "OipTensor", "OipModelMetadata", "OipServerMetadata"]
+           "OipInput", "OipInferResponse", "OipTensor", "OipModelMetadata", "OipServerMetadata", "__version__"]

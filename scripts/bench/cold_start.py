@@ -8,7 +8,7 @@ Modes, interleaved per run:
   pull   a fresh, empty model cache and `registry_uri=http://127.0.0.1:<port>/` (a static HTTP server over
          models/store): the same plus pulling and verifying every configured model, as a new node does.
 Reported per mode: median [min-max] over --runs, against the goal (<= 20 s), plus the per-model load seconds the
-runner exposes (triserve_model_load_seconds). Writes <out>.json and <out>.md.
+runner exposes (triserve_model_load_duration_seconds: one load per slot at start). Writes <out>.json and <out>.md.
 """
 from __future__ import annotations
 
@@ -33,10 +33,11 @@ REGISTRY = ROOT / "models" / "store"
 
 
 def load_seconds(url: str) -> dict[str, float]:
-    """slot -> load + verify + warm-up seconds, from the runner's gauge on /metrics."""
+    """slot -> load + verify + warm-up seconds, from the runner's load histogram on /metrics (its sum: a fresh server
+    has loaded each slot once)."""
     text = httpx.get(url + "/metrics", timeout=5).text
     out = {}
-    for m in re.finditer(r'^triserve_model_load_seconds\{([^}]*)\} ([0-9.eE+-]+)$', text, flags=re.M):
+    for m in re.finditer(r'^triserve_model_load_duration_seconds_sum\{([^}]*)\} ([0-9.eE+-]+)$', text, flags=re.M):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         out[labels.get("slot", "?")] = round(float(m.group(2)), 3)
     return out

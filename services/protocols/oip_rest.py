@@ -56,7 +56,7 @@ def oip_error(request: Request, exc: BaseException) -> JSONResponse:
 
 
 # ---- health and metadata ------------------------------------------------------------------------------------------
-@router.get("", summary="OIP v2 server metadata")
+@router.get("", summary="OIP v2 server metadata", operation_id="serverMetadata")
 async def server_metadata() -> dict:
     return oip.server_metadata()
 
@@ -72,9 +72,10 @@ async def server_ready() -> JSONResponse:
     return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
 
 
-@router.get("/models/stats", summary="Triton inference statistics of every model")
-@router.get("/models/{name}/stats", summary="Triton inference statistics of one model")
-@router.get("/models/{name}/versions/{version}/stats", summary="Triton inference statistics of one model version")
+@router.get("/models/stats", summary="Triton inference statistics of every model", operation_id="allModelStatistics")
+@router.get("/models/{name}/stats", summary="Triton inference statistics of one model", operation_id="modelStatistics")
+@router.get("/models/{name}/versions/{version}/stats", summary="Triton inference statistics of one model version",
+            operation_id="modelVersionStatistics")
 async def model_statistics(request: Request, name: str = "", version: str = ""):
     # declared before /models/{name}: "stats" would otherwise be read as a model name
     try:
@@ -83,8 +84,9 @@ async def model_statistics(request: Request, name: str = "", version: str = ""):
         return oip_error(request, exc)
 
 
-@router.get("/models/{name}", summary="OIP v2 model metadata")
-@router.get("/models/{name}/versions/{version}", summary="OIP v2 model metadata of one version")
+@router.get("/models/{name}", summary="OIP v2 model metadata", operation_id="modelMetadata")
+@router.get("/models/{name}/versions/{version}", summary="OIP v2 model metadata of one version",
+            operation_id="modelVersionMetadata")
 async def model_metadata(request: Request, name: str, version: str = ""):
     try:
         return oip.model_metadata(await oip.resolve(_ctx(), name, version))
@@ -92,8 +94,10 @@ async def model_metadata(request: Request, name: str, version: str = ""):
         return oip_error(request, exc)
 
 
-@router.get("/models/{name}/ready", summary="OIP v2 model readiness (200 = ready, 400 = not ready)")
-@router.get("/models/{name}/versions/{version}/ready", summary="OIP v2 model readiness of one version")
+@router.get("/models/{name}/ready", summary="OIP v2 model readiness (200 = ready, 400 = not ready)",
+            operation_id="modelReady")
+@router.get("/models/{name}/versions/{version}/ready", summary="OIP v2 model readiness of one version",
+            operation_id="modelVersionReady")
 async def model_ready(request: Request, name: str, version: str = ""):
     try:
         entry = await oip.resolve(_ctx(), name, version)
@@ -103,8 +107,9 @@ async def model_ready(request: Request, name: str, version: str = ""):
         return oip_error(request, exc)
 
 
-@router.get("/models/{name}/config", summary="Triton model configuration")
-@router.get("/models/{name}/versions/{version}/config", summary="Triton model configuration of one version")
+@router.get("/models/{name}/config", summary="Triton model configuration", operation_id="modelConfig")
+@router.get("/models/{name}/versions/{version}/config", summary="Triton model configuration of one version",
+            operation_id="modelVersionConfig")
 async def model_config(request: Request, name: str, version: str = ""):
     try:
         ctx = _ctx()
@@ -246,8 +251,27 @@ def infer_response(req: oip.InferRequest, resp: oip.InferResponse) -> Response:
                     headers={"Inference-Header-Content-Length": str(len(header))})
 
 
-@router.post("/models/{name}/infer", summary="OIP v2 inference")
-@router.post("/models/{name}/versions/{version}/infer", summary="OIP v2 inference with one version")
+# The body is read raw (JSON, or binary tensor data after a JSON header), so FastAPI cannot describe it: declared here,
+# with the key it needs when access.require_key_for_inference is on (services/openapi.py reads x-triserve-access)
+INFER_DOC = {
+    "x-triserve-access": "inference",
+    "requestBody": {"required": True, "content": {
+        "application/json": {
+            "schema": {"type": "object", "required": ["inputs"], "properties": {
+                "id": {"type": "string"}, "parameters": {"type": "object"},
+                "inputs": {"type": "array", "items": {"type": "object"}},
+                "outputs": {"type": "array", "items": {"type": "object"}}}},
+            "example": {"id": "1", "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1],
+                                               "data": ["what is my balance"]}]}},
+        "application/octet-stream": {
+            "schema": {"type": "string", "format": "binary"},
+            "example": "<JSON header of Inference-Header-Content-Length bytes, then the raw tensor data>"}}},
+}
+
+
+@router.post("/models/{name}/infer", summary="OIP v2 inference", operation_id="modelInfer", openapi_extra=INFER_DOC)
+@router.post("/models/{name}/versions/{version}/infer", summary="OIP v2 inference with one version",
+             operation_id="modelVersionInfer", openapi_extra=INFER_DOC)
 async def infer(request: Request, name: str, version: str = ""):
     body = await request.body()  # outside the try: the body-cap middleware's 413 must propagate to it
     try:

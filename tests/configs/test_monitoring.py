@@ -215,9 +215,13 @@ def test_alert_rules_are_complete():
     rules = alert_rules()
     names = {r["alert"] for r in rules}
     assert REQUIRED_ALERTS <= names, REQUIRED_ALERTS - names
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text()
     for r in rules:
         assert r["labels"]["severity"] in {"page", "warning", "ticket"}, r["alert"]
-        assert {"summary", "description", "runbook"} <= set(r["annotations"]), r["alert"]
+        # the Prometheus convention: runbook_url, here to the alert's own section of docs/runbooks.md
+        assert set(r["annotations"]) == {"summary", "description", "runbook_url"}, r["alert"]
+        assert r["annotations"]["runbook_url"] == f"docs/runbooks.md#{r['alert'].lower()}"
+        assert f"\n## {r['alert']}\n" in runbooks, r["alert"]
         assert "for" in r, r["alert"]
         unknown = metric_families(r["expr"]) - CONTRACT
         assert not unknown, f"{r['alert']} uses metrics outside the contract: {unknown}"

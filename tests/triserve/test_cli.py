@@ -64,12 +64,13 @@ def test_help_lists_every_command(tmp_path):
     assert bad.returncode == 2 and "unknown command 'no-such-command'" in bad.stderr
 
 
-@pytest.mark.parametrize("command, module", [("import", "triserve.importers"), ("registry", "models.cli"),
-                                             ("rollout", "scripts.rollout")])
-def test_subcommand_help_is_the_modules_own(command, module, tmp_path):
+@pytest.mark.parametrize("command, module, prog", [("import", "triserve.importers", "triserve import"),
+                                                   ("registry", "models.cli", "python -m models.cli"),
+                                                   ("rollout", "scripts.rollout", "python -m scripts.rollout")])
+def test_subcommand_help_is_the_modules_own(command, module, prog, tmp_path):
     res = triserve(command, "--help", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"python -m {module}" in res.stdout  # the module's own argparse prog
+    assert res.stdout.startswith(f"usage: {prog} ")  # the module's own argparse prog
     # scripts/ is not an installed package: run directly, a checkout tool runs from the checkout
     direct = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, env=CLEAN_ENV,
                             capture_output=True, text=True, timeout=120)
@@ -125,9 +126,30 @@ def test_version_is_the_distributions_and_the_checkouts_commit(tmp_path):
     res = triserve("--version", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith(f"triserve {importlib.metadata.version('triserve')}")
+    first = res.stdout.splitlines()[0]
     if (ROOT / ".git").exists() and any(Path(d, "git").is_file() for d in ("/usr/local/bin", "/usr/bin", "/bin")):
-        assert re.fullmatch(r"triserve \S+ \(git [0-9a-f]{12}(-dirty)?\)\n", res.stdout), res.stdout
+        assert re.fullmatch(r"triserve \S+ \(git [0-9a-f]{12}(-dirty)?\)", first), res.stdout
     assert triserve("-V", cwd=tmp_path).stdout == res.stdout
+
+
+def test_version_names_what_a_bug_report_needs(capsys):
+    assert cli.main(["--version"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["triserve", "triserve-client", "bentoml", "onnxruntime", "numpy",
+                                                   "python"]
+    assert lines[1] == f"triserve-client {importlib.metadata.version('triserve-client')}"
+    assert lines[2] == f"bentoml {importlib.metadata.version('bentoml')}"
+    assert lines[4] == f"numpy {importlib.metadata.version('numpy')}"
+    assert lines[5].startswith(f"python {sys.version.split()[0]} (")
+    assert "not installed" not in lines[3]  # the CPU or the GPU build
+
+
+def test_help_texts_say_what_an_installed_wheel_does(capsys):
+    from triserve import importers
+
+    assert importers.build_parser().format_usage().startswith("usage: triserve import ")
+    text = cli.serve_parser().format_help()
+    assert "~/.triserve>/models" in text.replace("\n", " ") and "<checkout>/models/store" in text
 
 
 def test_serve_help_lists_the_options(tmp_path):
