@@ -35,6 +35,7 @@ from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
 from services.client_schema import SchemaRoutes, client_routes
+from services.console import mount as mount_console
 from services.gateway_deps import admin_guard, loaded_context
 from services.ports import PortInUse, ensure_grpc_free
 from services.protocols.grpc_server import start_grpc
@@ -65,6 +66,7 @@ for router in FAMILY_ROUTERS:
 app.include_router(rollout_router)
 app.include_router(repository_router)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
+mount_console(app, settings.gateway.console)  # the web console, /console (services/console)
 
 
 @app.get("/v1/models", tags=["operations"], summary="Every deployment (family, default, models, versions, state) and "
