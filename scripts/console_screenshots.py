@@ -1,7 +1,7 @@
 """Screenshots of every console page (services/console) for the docs, in one command, and the demo server they (and
 the browser tests, tests/services/console/) are taken against:
 
-    python -m scripts.console_screenshots               # -> docs/console/*.png (1280x800), phone.png (390x844)
+    python -m scripts.console_screenshots       # -> docs/assets/console/*.png (1280x800), phone.png (390x844)
 
 It builds the tiny models (scripts/pipeline.py --profile tiny) into a throw-away registry, adds a tiny pose model
 (random-init yolo11n-pose, when torch and ultralytics are installed: the export extra), a copy of the text model
@@ -175,7 +175,7 @@ def warm_up(url: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "console", help="where the PNGs go")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "assets" / "console", help="where the PNGs go")
     args = parser.parse_args(argv)
     chromium()  # fail before building anything when the browser is missing
     with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, demo_server(Path(tmp)) as srv:

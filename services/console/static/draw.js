@@ -14,7 +14,7 @@ export function drawBox(ctx, box, label, score, i) {
   ctx.strokeStyle = color(i);
   ctx.lineWidth = lw;
   ctx.strokeRect(x1, y1, Math.max(1, x2 - x1), Math.max(1, y2 - y1));
-  const text = `${label} ${score.toFixed(2)}`;
+  const text = `${label} ${score >= 0.01 ? score.toFixed(2) : score.toPrecision(2)}`;
   ctx.font = `${lw * 6}px sans-serif`;
   const w = ctx.measureText(text).width + lw * 2;
   const h = lw * 8;

@@ -14,7 +14,7 @@ function pyValue(v) {
 }
 
 const ORIGIN = () => location.origin;
-const KEY_HEADER = () => (getKey("api") || getKey("admin") ? " -H \"X-API-Key: $TRISERVE_KEY\"" : "");
+const KEY_HEADER = () => (getKey("api") || getKey("admin") ? " \\\n  -H \"X-API-Key: $TRISERVE_KEY\"" : "");
 const KEY_ARG = () => (getKey("api") || getKey("admin") ? ", api_key=os.environ[\"TRISERVE_KEY\"]" : "");
 
 // options: the request's fields besides the images / texts / values, with null ones left out
