@@ -140,6 +140,9 @@ def run_page(page, name: str) -> None:
         page.wait_for_selector("#deployment option", state="attached")
         page.click("#run")
         page.wait_for_selector("#tryit-status[data-state=done]")
+        if name == "try/forecast":
+            page.click("#panel-run")
+            page.wait_for_selector("#panel-status[data-state=done]")
 
 
 def screenshots(url: str, out: Path) -> list[Path]:

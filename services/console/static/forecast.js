@@ -2,16 +2,10 @@
 // history, forecast and 50%/90% intervals plotted as SVG, and how the server forecast (method, weights, backtest).
 import { api, clear, el, errorText, fmt, kv, section } from "./util.js";
 import { codeView, deploymentOptions, jsonSnippets, timingsView } from "./snippets.js";
+import { panelSection } from "./panel.js";
+import { plot } from "./plot.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 const FREQUENCIES = ["", "YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"];
-
-function svg(tag, attrs = {}, text = null) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  if (text !== null) node.textContent = text;
-  return node;
-}
 
 function number(s) {
   const t = s.trim();
@@ -31,45 +25,6 @@ export function parseSeries(text) {
     return { timestamps: rows.map((l) => l.split(",")[0].trim()), values: rows.map((l) => number(l.split(",")[1])) };
   }
   return { timestamps: null, values: text.split(/[\s,;]+/).filter((t) => t !== "").map(number) };
-}
-
-function plot(history, forecast) {
-  const W = 800, H = 320, PAD = 40;
-  const n = history.length, total = n + forecast.length;
-  const ys = [...history.filter((v) => v !== null), ...forecast.flatMap((p) => [p.point, p.lower_90, p.upper_90]
-    .filter((v) => v !== null && v !== undefined))];
-  let lo = Math.min(...ys), hi = Math.max(...ys);
-  if (hi === lo) { hi += 1; lo -= 1; }
-  const x = (i) => PAD + (W - 2 * PAD) * (total > 1 ? i / (total - 1) : 0);
-  const y = (v) => H - PAD - (H - 2 * PAD) * ((v - lo) / (hi - lo));
-  const line = (pts) => pts.map(([i, v], k) => `${k ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
-  const band = (low, high) => {
-    const pts = forecast.map((p, k) => [n + k, p[low], p[high]]).filter(([, a, b]) => a !== null && b !== null);
-    if (!pts.length) return "";
-    return `${line(pts.map(([i, a]) => [i, a]))} ${pts.reverse().map(([i, , b]) =>
-      `L${x(i).toFixed(1)},${y(b).toFixed(1)}`).join(" ")} Z`;
-  };
-  const root = svg("svg", { id: "forecast-plot", viewBox: `0 0 ${W} ${H}`, role: "img",
-                           "aria-label": "history, forecast and intervals" });
-  root.append(svg("path", { id: "band-90", class: "band-90", d: band("lower_90", "upper_90") }),
-              svg("path", { id: "band-50", class: "band-50", d: band("lower_50", "upper_50") }),
-              svg("path", { id: "history", class: "history",
-                            d: line(history.map((v, i) => [i, v]).filter(([, v]) => v !== null)) }),
-              svg("path", { id: "forecast", class: "forecast",
-                            d: line([...(history.length && history[n - 1] !== null ? [[n - 1, history[n - 1]]] : []),
-                                     ...forecast.map((p, k) => [n + k, p.point])]) }),
-              svg("line", { class: "axis", x1: PAD, y1: H - PAD, x2: W - PAD, y2: H - PAD }),
-              svg("line", { class: "divider", x1: x(n - 0.5), y1: PAD / 2, x2: x(n - 0.5), y2: H - PAD }),
-              svg("text", { x: PAD, y: PAD - 8, class: "tick" }, fmt(hi, 2)),
-              svg("text", { x: PAD, y: H - PAD + 16, class: "tick" }, fmt(lo, 2)),
-              svg("text", { x: x(n - 0.5) - 4, y: PAD / 2 + 10, class: "tick end" },
-                  forecast.length ? `forecast from ${forecast[0].timestamp}` : ""),
-              svg("text", { x: W - PAD, y: H - PAD + 16, class: "tick end" },
-                  forecast.length ? forecast[forecast.length - 1].timestamp : ""));
-  return el("figure", { class: "plot" }, root, el("figcaption", { class: "legend" },
-    el("span", { class: "key history", text: "history" }), el("span", { class: "key forecast", text: "forecast" }),
-    el("span", { class: "key band-50", text: "50% interval" }), el("span", { class: "key band-90",
-                                                                              text: "90% interval" })));
 }
 
 function report(input) {
@@ -141,7 +96,7 @@ export function forecastPage(main) {
     status.dataset.state = "done";
     clear(output, plot(history, fc), report(result.body.input), table, ...parts);
   });
-  main.append(section("Try forecasting", form, status, output));
+  main.append(section("Try forecasting", form, status, output), panelSection(deployment));
   api("GET", "/v1/models").then((models) => {
     if (models.ok) clear(deployment, deploymentOptions(models.body, "forecast"));
   });

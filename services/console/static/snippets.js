@@ -39,11 +39,17 @@ export function jsonSnippets(path, method, body, positional) {
     `  -d ${quote(JSON.stringify(body))}`;
   const rest = Object.fromEntries(Object.entries(body).filter(([k]) => k !== positional));
   const args = [pyValue(body[positional]), ...kwargs(rest)].join(", ");
-  const python = `import os\nfrom triserve_client import TriserveClient\n\n` +
-    `with TriserveClient(${JSON.stringify(ORIGIN())}${KEY_ARG()}) as ts:\n` +
-    `    r = ts.${method}(${args})\n    print(r.model, r.timings.total_ms)`;
-  return { curl, python };
+  return { curl, python: pythonSnippet(`ts.${method}(${args})`) };
 }
+
+// a client call (`ts.method(...)`) in a runnable script
+export function pythonSnippet(call) {
+  return `import os\nfrom triserve_client import TriserveClient\n\n` +
+    `with TriserveClient(${JSON.stringify(ORIGIN())}${KEY_ARG()}) as ts:\n` +
+    `    r = ${call}\n    print(r.model, r.timings.total_ms)`;
+}
+
+export { pyValue };
 
 export function codeView(snippets) {
   const block = (title, text, id) => el("details", { class: "code", open: id === "curl" },

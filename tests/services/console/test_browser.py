@@ -109,7 +109,7 @@ def test_image_try_it_draws_what_the_api_answered(tab, console_server, family, p
     assert t.errors == []
 
 
-def test_forecast_plots_history_forecast_and_intervals(tab):
+def test_forecast_plots_history_forecast_intervals_csv_and_panel(tab):
     t = tab()
     t.page.goto("/console/#/try/forecast")
     t.page.wait_for_selector("#deployment option", state="attached")
@@ -119,13 +119,33 @@ def test_forecast_plots_history_forecast_and_intervals(tab):
     t.page.wait_for_selector("#tryit-status[data-state=done]")
     body = answer.value.json()
     assert len(body["forecast"]) == 6
-    plot = {p: t.page.get_attribute(f"#forecast-plot #{p}", "d") for p in ("history", "forecast", "band-50",
+    plot = {p: t.page.get_attribute(f"#forecast-plot [data-part={p}]", "d") for p in ("history", "forecast", "band-50",
                                                                             "band-90")}
     assert plot["history"].count("L") == 47  # 48 points, one move and 47 lines
     assert plot["forecast"].count("L") == 6  # from the last observation through the 6 steps
     assert all(plot[b].endswith("Z") for b in ("band-50", "band-90"))
     assert t.page.text_content("#forecast-method") == body["input"]["method"]
-    assert '"horizon":6' in t.page.locator("[data-snippet=curl]").text_content()
+    assert '"horizon":6' in t.page.locator("[data-snippet=curl]").first.text_content()
+
+    # CSV with timestamps: the frequency is inferred by the server
+    t.page.fill("#values", "\n".join(f"2026-03-{d:02d}T00:00:00Z,{10 + d % 3}" for d in range(1, 29)))
+    t.page.select_option("#frequency", "")
+    with t.page.expect_response(lambda r: r.url.endswith("/v1/forecast")) as answer:
+        t.page.click("#run")
+    t.page.wait_for_selector("#tryit-status[data-state=done]")
+    assert answer.value.json()["input"]["frequency_inferred"] is True
+    assert "D (inferred)" in t.page.text_content("#forecast-report")
+
+    # a panel: one plot per series, in request order, with the method the server chose for each
+    with t.page.expect_response(lambda r: r.url.endswith("/v1/forecast/panel")) as answer:
+        t.page.click("#panel-run")
+    t.page.wait_for_selector("#panel-status[data-state=done]")
+    panel = answer.value.json()["series"]
+    shown = t.page.locator("[data-series]")
+    assert [shown.nth(i).get_attribute("data-series") for i in range(shown.count())] == ["store-1", "store-2"]
+    assert [shown.nth(i).locator("code").text_content() for i in range(2)] == [s["input"]["method"] for s in panel]
+    assert shown.nth(0).locator("[data-part=forecast]").get_attribute("d").count("L") == 7
+    assert 'ts.forecast_panel({"store-1": [12, 15,' in t.page.locator("[data-snippet=python]").last.text_content()
     assert t.errors == []
 
 
