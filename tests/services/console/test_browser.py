@@ -93,6 +93,11 @@ def test_image_try_it_draws_what_the_api_answered(tab, console_server, family, p
     for item in items:
         points = box_edge_points(item["box"], size)
         assert t.page.evaluate(CHANGED, points) > 0, item["box"]
+    if family == "pose":  # every visible keypoint is drawn where the answer puts it
+        w, h = size
+        points = [[min(round(k["x"]), w - 1), min(round(k["y"]), h - 1)] for p in items for k in p["keypoints"]
+                  if k["visible"]]
+        assert t.page.evaluate(CHANGED, points) == len(points)
     if family == "segmentation":
         from triserve_client.masks import decode_rle
 
@@ -163,7 +168,21 @@ def test_markup_in_labels_and_descriptions_shows_as_text(tab):
     assert labels and all(label.startswith(XSS_LABEL) for label in labels)
     assert t.page.evaluate("document.querySelectorAll('main img').length") == 0
     assert t.page.evaluate("window.__xss") is None  # no onerror ran
-    assert t.errors == []
+
+    # an error answer that echoes what was sent shows as text too
+    t.page.goto("/console/#/try/forecast")
+    t.page.wait_for_selector("#deployment option", state="attached")
+    t.page.fill("#start", "<img src=x onerror=window.__xss=3>")
+    with t.page.expect_response(lambda r: r.url.endswith("/v1/forecast")) as answer:
+        t.page.click("#run")
+    t.page.wait_for_selector("#tryit-status[data-state=error]")
+    error = answer.value.json()["error"]
+    assert answer.value.status == 422
+    assert t.page.text_content("#tryit-error") == f"422 {error['code']}: {error['message']}"
+    assert t.page.evaluate("document.querySelectorAll('main img').length") == 0
+    assert t.page.evaluate("window.__xss") is None
+    # the browser logs the 422 itself ("Failed to load resource"); nothing else
+    assert [e for e in t.errors if "status of 422" not in e] == []
 
 
 def metric_total(url: str, name: str, **labels: str) -> float:
