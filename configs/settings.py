@@ -203,6 +203,9 @@ class GatewaySettings(_Section):
                                                             "error (connection reset, closed connector).")
     runner_retry_backoff_ms: int = Field(20, ge=0, le=5000, description="Base backoff, doubled per retry.")
     timeout_s: float = Field(60, gt=0, description="Request timeout enforced by BentoML.")
+    console: bool = Field(True, description="Serve the web console at /console (services/console): the repository "
+                                            "with live health, try-it pages, rollouts with an admin key. It calls "
+                                            "the same API with the keys typed into it; off: /console answers 404.")
 
 
 class Deadlines(_Section):

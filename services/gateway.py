@@ -36,6 +36,7 @@ from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
 from services.bentoml_metrics import install as bentoml_metrics
 from services.client_schema import SchemaRoutes, client_routes
+from services.console import mount as mount_console
 from services.gateway_deps import admin_guard, loaded_context
 from services.openapi import distribution_version, operation_id
 from services.openapi import install as install_openapi
@@ -73,6 +74,7 @@ for router in FAMILY_ROUTERS:
 app.include_router(rollout_router)
 app.include_router(repository_router)
 app.include_router(oip_router)  # Open Inference Protocol v2 over REST (/v2/...)
+mount_console(app, settings.gateway.console)  # the web console, /console (services/console)
 install_openapi(app, settings.access.require_key_for_inference)  # operation ids, the API key, examples, health paths
 
 

@@ -81,9 +81,9 @@ SAMPLE_NAMES = frozenset({
 Sample = tuple[str, dict[str, str], float]  # (sample name, labels, value)
 
 
-def read_samples(directory: str | None = None) -> list[Sample]:
-    """The samples the statistics are made of, merged over every process of the server (blocking file reads: call
-    it off the event loop)."""
+def read_samples(directory: str | None = None, names: frozenset[str] = SAMPLE_NAMES) -> list[Sample]:
+    """The samples named (default: those the statistics are made of), merged over every process of the server
+    (blocking file reads: call it off the event loop)."""
     directory = directory if directory is not None else os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory and os.path.isdir(directory):
         registry = CollectorRegistry(auto_describe=False)
@@ -91,7 +91,7 @@ def read_samples(directory: str | None = None) -> list[Sample]:
         metrics = registry.collect()
     else:
         metrics = REGISTRY.collect()
-    return [(s.name, dict(s.labels), float(s.value)) for m in metrics for s in m.samples if s.name in SAMPLE_NAMES]
+    return [(s.name, dict(s.labels), float(s.value)) for m in metrics for s in m.samples if s.name in names]
 
 
 class Samples:

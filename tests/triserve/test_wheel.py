@@ -35,7 +35,8 @@ PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runne
 DATA_FILES = ("configs/serving.yaml", "configs/models.yaml", "models/manifest.schema.json",
               "services/protocols/protos/triserve.proto", "services/protocols/protos/grpc_predict_v2.proto",
               "configs/deploy/k8s/deployment.yaml", "configs/grafana/triserve-dashboard.json",
-              "configs/prometheus/alerts.yml")
+              "configs/prometheus/alerts.yml", "services/console/static/index.html", "services/console/static/app.js",
+              "services/console/static/console.css")
 
 
 def source_files() -> list[str]:
@@ -198,6 +199,8 @@ def test_installed_wheel_serves_all_three_families(fresh_venv, http_store, tmp_p
         segment = httpx.post(f"{srv.url}/v1/segment", timeout=30,
                              json={"images": [{"data": base64.b64encode(image.getvalue()).decode()}]})
         assert segment.status_code == 200 and segment.json()["model"]["name"] == "seg-tiny", segment.text
+        console = httpx.get(f"{srv.url}/console/static/app.js", timeout=10)  # the web console, from site-packages
+        assert console.status_code == 200 and "script-src 'self'" in console.headers["content-security-policy"]
         served = {d["name"] for d in httpx.get(f"{srv.url}/v1/models", timeout=10).json()["deployments"]}
         assert served == {"detection", "text", "forecast", "segmentation"}, served
     cache = home / ".triserve" / ".cache" / "models"

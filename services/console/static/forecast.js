@@ -1,0 +1,103 @@
+// Try-it for forecasting: pasted values or CSV (timestamp,value lines; timestamps optional) to /v1/forecast, the
+// history, forecast and 50%/90% intervals plotted as SVG, and how the server forecast (method, weights, backtest).
+import { api, clear, el, errorText, fmt, kv, section } from "./util.js";
+import { codeView, deploymentOptions, jsonSnippets, timingsView } from "./snippets.js";
+import { panelSection } from "./panel.js";
+import { plot } from "./plot.js";
+
+const FREQUENCIES = ["", "YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"];
+
+function number(s) {
+  const t = s.trim();
+  if (t === "" || /^(null|nan|na)$/i.test(t)) return null;
+  const v = Number(t);
+  if (!Number.isFinite(v)) throw new Error(`not a number: ${t.slice(0, 40)}`);
+  return v;
+}
+
+// "1, 2, 3" or one value per line, or CSV lines "timestamp,value" (a header line is skipped)
+export function parseSeries(text) {
+  const lines = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
+  const csv = lines.filter((l) => l.split(",").length === 2 && Number.isNaN(Number(l.split(",")[0].trim())));
+  if (csv.length && csv.length >= lines.length - 1) {
+    const rows = csv.filter((l) => !Number.isNaN(Date.parse(l.split(",")[0].trim())));
+    if (!rows.length) throw new Error("no line holds a timestamp and a value");
+    return { timestamps: rows.map((l) => l.split(",")[0].trim()), values: rows.map((l) => number(l.split(",")[1])) };
+  }
+  return { timestamps: null, values: text.split(/[\s,;]+/).filter((t) => t !== "").map(number) };
+}
+
+function report(input) {
+  const weights = Object.entries(input.method_weights || {}).map(([m, w]) => `${m} ${fmt(w * 100)}%`).join(", ");
+  return el("div", { id: "forecast-report" }, kv([
+    ["method", el("code", { id: "forecast-method", text: input.method })],
+    ["weights", weights || "–"],
+    ["backtest MASE", `${fmt(input.backtest_mase, 3)} over ${input.backtest_origins} origins`],
+    ["intervals", input.interval_calibration],
+    ["frequency", `${input.frequency}${input.frequency_inferred ? " (inferred)" : ""}`],
+    ["points", `${input.points} regular, ${input.used} read, ${input.imputed} imputed, ${input.padded} padded`],
+  ]));
+}
+
+export function forecastPage(main) {
+  const deployment = el("select", { id: "deployment" });
+  const model = el("select", { id: "model" }, ["auto", "primary", "fallback"].map((m) => el("option",
+    { value: m, text: m })));
+  const values = el("textarea", { id: "values", rows: 5,
+                                  placeholder: "values (comma, space or line separated) or CSV lines timestamp,value" });
+  values.value = Array.from({ length: 48 }, (_, i) => (350 + 0.13 * i + 3 * Math.sin(i * Math.PI / 6)).toFixed(2))
+    .join(", ");
+  const start = el("input", { id: "start", type: "text", value: "2022-01-01T00:00:00" });
+  const frequency = el("select", { id: "frequency" }, FREQUENCIES.map((f) => el("option",
+    { value: f, text: f || "infer (timestamps)", selected: f === "MS" })));
+  const horizon = el("input", { id: "horizon", type: "number", min: 1, value: 12, step: 1 });
+  const run = el("button", { id: "run", type: "submit", text: "Forecast" });
+  const status = el("p", { id: "tryit-status", class: "muted" });
+  const output = el("div", { id: "tryit-output" });
+  const form = el("form", { class: "controls", id: "tryit-form" },
+    el("label", {}, "deployment ", deployment), el("label", {}, "model ", model),
+    el("label", {}, "start ", start), el("label", {}, "frequency ", frequency), el("label", {}, "horizon ", horizon),
+    el("label", { class: "wide" }, "values ", values), run);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    let series;
+    try { series = parseSeries(values.value); } catch (err) {
+      status.textContent = String(err.message || err);
+      status.dataset.state = "error";
+      return;
+    }
+    const body = { values: series.values, model: model.value };
+    if (series.timestamps) body.timestamps = series.timestamps; else body.start = start.value.trim();
+    if (frequency.value) body.frequency = frequency.value;
+    if (horizon.value) body.horizon = Number(horizon.value);
+    if (deployment.value) body.deployment = deployment.value;
+    status.textContent = "running…";
+    status.dataset.state = "running";
+    const result = await api("POST", "/v1/forecast", body);
+    const parts = [timingsView(result), codeView(jsonSnippets("/v1/forecast", "forecast", body, "values"))];
+    if (!result.ok) {
+      status.textContent = errorText(result);
+      status.dataset.state = "error";
+      clear(output, el("p", { class: "bad", id: "tryit-error", text: errorText(result) }), ...parts);
+      return;
+    }
+    let history = series.values;
+    if (series.timestamps) {  // the server sorts by time: plot in that order
+      history = series.timestamps.map((t, i) => [Date.parse(t), series.values[i]]).sort((a, b) => a[0] - b[0])
+        .map(([, v]) => v);
+    }
+    const fc = result.body.forecast;
+    const table = el("details", {}, el("summary", { text: `${fc.length} forecast points` }),
+      el("table", { class: "points" }, el("tr", {}, ["timestamp", "point", "50%", "90%"].map((h) => el("th",
+        { text: h }))), fc.map((p) => el("tr", {}, el("td", { text: p.timestamp }), el("td", { text: fmt(p.point, 3) }),
+        el("td", { text: `${fmt(p.lower_50, 3)} – ${fmt(p.upper_50, 3)}` }),
+        el("td", { text: `${fmt(p.lower_90, 3)} – ${fmt(p.upper_90, 3)}` })))));
+    status.textContent = `answered in ${fmt(result.ms)} ms`;
+    status.dataset.state = "done";
+    clear(output, plot(history, fc), report(result.body.input), table, ...parts);
+  });
+  main.append(section("Try forecasting", form, status, output), panelSection(deployment));
+  api("GET", "/v1/models").then((models) => {
+    if (models.ok) clear(deployment, deploymentOptions(models.body, "forecast"));
+  });
+}

@@ -1,0 +1,82 @@
+// What a try-it sent, as a curl command and as Python client code (triserve_client), and the answer's timings.
+import { el, fmt, getKey, kv } from "./util.js";
+
+function quote(s) { return `'${String(s).replace(/'/g, "'\\''")}'`; }
+
+function pyValue(v) {
+  if (v === null || v === undefined) return "None";
+  if (typeof v === "boolean") return v ? "True" : "False";
+  if (typeof v === "number") return String(v);
+  if (Array.isArray(v)) return `[${v.map(pyValue).join(", ")}]`;
+  if (typeof v === "object") return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${pyValue(x)}`)
+    .join(", ")}}`;
+  return JSON.stringify(v);
+}
+
+const ORIGIN = () => location.origin;
+const KEY_HEADER = () => (getKey("api") || getKey("admin") ? " \\\n  -H \"X-API-Key: $TRISERVE_KEY\"" : "");
+const KEY_ARG = () => (getKey("api") || getKey("admin") ? ", api_key=os.environ[\"TRISERVE_KEY\"]" : "");
+
+// options: the request's fields besides the images / texts / values, with null ones left out
+function kwargs(options) {
+  return Object.entries(options).filter(([, v]) => v !== null && v !== undefined && v !== "")
+    .map(([k, v]) => `${k}=${pyValue(v)}`);
+}
+
+export function imageSnippets(path, method, options, fileName) {
+  const fields = Object.entries(options).filter(([, v]) => v !== null && v !== undefined && v !== "")
+    .map(([k, v]) => ` \\\n  -F ${quote(`${k}=${v}`)}`).join("");
+  const curl = `curl -s -X POST ${ORIGIN()}${path}/upload${KEY_HEADER()} \\\n  -F images=@${quote(fileName)}${fields}`;
+  const args = [JSON.stringify(fileName), ...kwargs(options), "upload=True"].join(", ");
+  const python = `import os\nfrom triserve_client import TriserveClient\n\n` +
+    `with TriserveClient(${JSON.stringify(ORIGIN())}${KEY_ARG()}) as ts:\n` +
+    `    r = ts.${method}(${args})\n    print(r.model, r.timings.total_ms)\n    print(r.results[0])`;
+  return { curl, python };
+}
+
+export function jsonSnippets(path, method, body, positional) {
+  const curl = `curl -s -X POST ${ORIGIN()}${path}${KEY_HEADER()} \\\n  -H 'content-type: application/json' \\\n` +
+    `  -d ${quote(JSON.stringify(body))}`;
+  const rest = Object.fromEntries(Object.entries(body).filter(([k]) => k !== positional));
+  const args = [pyValue(body[positional]), ...kwargs(rest)].join(", ");
+  return { curl, python: pythonSnippet(`ts.${method}(${args})`) };
+}
+
+// a client call (`ts.method(...)`) in a runnable script
+export function pythonSnippet(call) {
+  return `import os\nfrom triserve_client import TriserveClient\n\n` +
+    `with TriserveClient(${JSON.stringify(ORIGIN())}${KEY_ARG()}) as ts:\n` +
+    `    r = ${call}\n    print(r.model, r.timings.total_ms)`;
+}
+
+export { pyValue };
+
+export function codeView(snippets) {
+  const block = (title, text, id) => el("details", { class: "code", open: id === "curl" },
+    el("summary", { text: title }), el("pre", { "data-snippet": id }, el("code", { text })));
+  return el("div", { class: "snippets" }, block("curl", snippets.curl, "curl"),
+            block("Python client", snippets.python, "python"));
+}
+
+export function timingsView(result) {
+  const body = result.body || {};
+  const t = body.timings || {};
+  const served = body.model ? `${body.model.name} ${body.model.version}` : "–";
+  return el("div", { class: "timings", "data-result": result.ok ? "ok" : "error" }, kv([
+    ["status", `${result.status}${result.ok ? "" : " (error)"}`],
+    ["deployment", body.deployment || "–"],
+    ["served by", served],
+    ["degraded", body.degraded ? `yes: ${body.degraded_reason || ""}` : "no"],
+    ["request id", result.requestId || body.request_id || "–"],
+    ["timings (ms)", ["preprocess", "queue", "infer", "postprocess", "total"]
+      .map((k) => `${k} ${fmt(t[`${k}_ms`])}`).join(" · ")],
+    ["round trip (ms)", fmt(result.ms)],
+  ]));
+}
+
+// the deployments of a family, default first, as <option>s (server strings as text)
+export function deploymentOptions(models, family) {
+  const deps = (models.deployments || []).filter((d) => d.family === family)
+    .sort((a, b) => Number(b.default) - Number(a.default));
+  return deps.map((d) => el("option", { value: d.name, text: d.default ? `${d.name} (default)` : d.name }));
+}
