@@ -34,13 +34,15 @@ from grpc_reflection.v1alpha import reflection
 from configs.settings import GrpcSettings
 from services.ports import GRPC_HINT, PortInUse, ensure_free
 from services.protocols import oip
-from services.protocols.generated import grpc_predict_v2_pb2_grpc, triserve_pb2_grpc
-from services.protocols.grpc_oip import SERVICE_NAME as OIP_SERVICE
-from services.protocols.grpc_oip import InferenceServicer
+from services.protocols.generated import triserve_pb2_grpc
 from services.protocols.grpc_typed import SERVICE_NAME as TYPED_SERVICE
 from services.protocols.grpc_typed import TriserveServicer
 
 log = logging.getLogger("triserve.grpc")
+# The OIP servicer and its stubs are imported when the server starts, not with this module: they register the standard
+# `inference.*` protobuf names, as tritonclient.grpc does, and two registrations in one process clash. Importing the
+# gateway (tests, tools, an application that also holds tritonclient) then never loads them unless it serves gRPC.
+OIP_SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICES = ("", TYPED_SERVICE, OIP_SERVICE)
 
 
@@ -79,6 +81,10 @@ class GrpcServer:
         self._status: int | None = None
 
     async def start(self) -> None:
+        from services.protocols.generated import grpc_predict_v2_pb2_grpc  # see OIP_SERVICE
+        from services.protocols.grpc_oip import SERVICE_NAME, InferenceServicer
+
+        assert SERVICE_NAME == OIP_SERVICE
         cfg = self.cfg
         server = grpc.aio.server(interceptors=self.interceptors, options=[
             ("grpc.so_reuseport", 0),  # on by default in gRPC: the port would be open to anyone's SO_REUSEPORT bind

@@ -11,6 +11,8 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as tgrpc  # at collection, before anything loads the gateway's OIP stubs
+from tritonclient.utils import InferenceServerException
 
 from services.restricted import GRPC_CATEGORIES, rest_category
 from tests.conftest import NO_CAPACITY_LIMITS, Server
@@ -62,8 +64,6 @@ def _rest(srv, key, method, path, **kw) -> int:
 
 
 def _grpc(call) -> int:
-    from tritonclient.utils import InferenceServerException
-
     try:
         call()
         return 200
@@ -90,8 +90,6 @@ def _typed_status(srv, key, deployment=None) -> int:
 
 def _cells(srv, key: str | None) -> dict[str, dict[str, int]]:
     """category or call -> transport -> status (gRPC codes read back as HTTP statuses)."""
-    import tritonclient.grpc as tgrpc
-
     triton = tgrpc.InferenceServerClient(srv.grpc_target)
     h = _headers(key)
     text = tgrpc.InferInput("TEXT", [1], "BYTES")

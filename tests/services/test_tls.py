@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+import tritonclient.grpc as tgrpc  # at collection, before anything loads the gateway's OIP stubs
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -126,8 +127,6 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_its_ca(tls_server, 
 
 
 def test_tritonclient_connects_over_tls(tls_server, pki):
-    import tritonclient.grpc as tgrpc
-
     _, srv = tls_server
     client = tgrpc.InferenceServerClient(srv.grpc_target, ssl=True, root_certificates=str(pki["ca"]),
                                          private_key=str(pki["client_key"]), certificate_chain=str(pki["client"]))
