@@ -1,7 +1,8 @@
 """The last mile of every import, and what every importer's CLI shares.
 
-publish() puts the staged artifacts the registry does not hold yet into it and moves an alias; import_and_publish()
-wraps a whole import (refuse an existing version before any work, build in a scratch folder, publish, clean up);
+publish() puts the staged artifacts the registry does not hold yet into it and moves an alias; staged_publish() is
+the one staged publish every importer runs (build in a scratch folder, publish, alias, clean up); import_and_publish()
+refuses an existing version before any work, then runs it; a default build asks already_published() first.
 run_cli() answers JSON on stdout and turns a refusal into exit status 2 with the reason logged.
 """
 from __future__ import annotations
@@ -13,8 +14,9 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from models.importing.result import GateFailed, ImportResult
 from models.manifest import Manifest
@@ -63,18 +65,42 @@ def refuse_existing(registry, name: str, version: str) -> None:
         raise VersionExists(f"{name}:{version} already exists; versions are immutable")
 
 
-def import_and_publish(registry, name: str, version: str, alias: str | None, importer: str,
-                       build: Callable[[Path], ImportResult]) -> tuple[list, dict]:
-    """Refuse an existing version before any work, build the import in a scratch folder (build(work) ->
-    ImportResult), publish it (immutable) and move the alias; (published manifests, report). Nothing is published
-    on refusal; the scratch folder is always removed."""
-    refuse_existing(registry, name, version)
+@contextlib.contextmanager
+def scratch(importer: str) -> Iterator[Path]:
+    """The scratch folder one import builds in (triserve-<importer>-*), removed however the import ends."""
     work = Path(tempfile.mkdtemp(prefix=f"triserve-{importer}-"))
     try:
-        result = build(work)
-        return publish(registry, result, alias, by=f"{BY} {importer}"), result.report
+        yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def staged_publish(registry, importer: str, build: Callable[[Path], ImportResult],
+                   alias: str | None = None) -> tuple[list[Manifest], dict]:
+    """Build in a scratch folder (build(work) -> ImportResult), publish what the registry lacks, move `alias`;
+    (published manifests, report). The alias log names `triserve import <importer>`; a refusal publishes nothing."""
+    with scratch(importer) as work:
+        result = build(work)
+        return publish(registry, result, alias, by=f"{BY} {importer}"), result.report
+
+
+def import_and_publish(registry, name: str, version: str, alias: str | None, importer: str,
+                       build: Callable[[Path], ImportResult],
+                       fallback_name: str | None = None) -> tuple[list[Manifest], dict]:
+    """A user's import: an existing name:version (the fallback's too) is refused before any work, then
+    staged_publish. Nothing is published on refusal; the scratch folder is always removed."""
+    for n in [name] + ([fallback_name] if fallback_name else []):
+        refuse_existing(registry, n, version)
+    return staged_publish(registry, importer, build, alias)
+
+
+def already_published(registry, names: Sequence[str], version: str) -> bool:
+    """A default build's short cut: every name already holds this version (logged), so there is nothing to do."""
+    if not all(registry.has(n, version) for n in names):
+        return False
+    log.info("%s %s %s already in %s: nothing to do", " and ".join(names), version,
+             "are" if len(names) > 1 else "is", registry.root)
+    return True
 
 
 def quiet_stdout():
@@ -89,17 +115,23 @@ def print_result(published: list[Manifest], report: dict | None = None) -> None:
     print(json.dumps({"published": out, **({"report": report} if report else {})}, indent=2, default=str))
 
 
-def run_cli(fn: Callable[[], tuple[list, dict]]) -> int:
-    """Run an import, answer JSON on stdout; refusals (GateFailed, RegistryError) exit 2 with the reason logged."""
+def run_cli(fn: Callable[[], Any], answer: Callable[[Any], None] | None = None,
+            refused: tuple[type[Exception], ...] = ()) -> int:
+    """Run an import with stdout kept for its JSON answer: `answer(fn())` (default: print_result of (published,
+    report)) and 0; refusals (GateFailed, RegistryError, and `refused`) exit 2 with the reason logged."""
     from models.registry import RegistryError
 
+    caught: tuple[type[Exception], ...] = (GateFailed, RegistryError, *refused)
     try:
         with quiet_stdout():
-            published, report = fn()
-    except (GateFailed, RegistryError) as exc:
+            out = fn()
+    except caught as exc:
         log.error("nothing published: %s", exc)
         return 2
-    print_result(published, report)
+    if answer is None:
+        print_result(*out)
+    else:
+        answer(out)
     return 0
 
 

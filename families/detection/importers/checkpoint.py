@@ -55,7 +55,6 @@ import copy
 import json
 import logging
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -76,8 +75,8 @@ from models.importing.graphs import ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import package_versions
-from models.importing.publish import BY, add_registry_option, default_cache, quiet_stdout, refuse_existing
-from models.importing.result import Artifact, GateFailed, ImportRefused
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
+from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, preprocess_as, sha256_file
 
 log = logging.getLogger("triserve.importer")
@@ -551,17 +550,13 @@ def publish_detection_pt(weights: Path, name: str, version: str, registry, *, al
     """import_detection_pt + publish into `registry` (models.registry.LocalRegistry); (published manifest, report).
     `images`: a folder of the model's own-domain photos for the ultralytics cross-check. Versions are immutable: an
     existing name:version is refused before any work."""
-    refuse_existing(registry, name, version)
-    photos = user_photos(images) if images else None
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-pt-"))
-    try:
-        art, report = import_detection_pt(weights, name, version, work, photos=photos, cache_dir=cache_dir, **kw)
-        published = registry.publish(art.staging, art.manifest)
-        if alias:
-            registry.set_alias(name, alias, version, by=f"{BY} detection-pt")
-        return published, report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    def build(work: Path) -> ImportResult:
+        art, report = import_detection_pt(weights, name, version, work, photos=user_photos(images) if images else None,
+                                          cache_dir=cache_dir, **kw)
+        return ImportResult(art, None, report)
+
+    published, report = import_and_publish(registry, name, version, alias, "detection-pt", build)
+    return published[0], report
 
 
 def log_report(report: dict) -> None:
@@ -579,31 +574,28 @@ def log_report(report: dict) -> None:
 
 # -- CLI --------------------------------------------------------------------------------------------------------------
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
     params = PT_PARAMS
     if args.parity_batches:
         params = PtParams(parity_batches=tuple(args.parity_batches))
-    try:
-        with quiet_stdout():
-            m, report = publish_detection_pt(args.weights, args.name, args.version, LocalRegistry(args.registry),
-                                             alias=args.alias, cache_dir=args.cache, images=args.images,
-                                             imgsz=args.imgsz, head=args.head, data=args.data, params=params,
-                                             verify_ultralytics=False if args.no_verify else None,
-                                             license=args.license, require_license=True,
-                                             custom_modules=args.custom_modules or ())
-    except (GateFailed, RegistryError, ValueError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    log_report(report)
-    pre = preprocess_as(m, DetectionPreprocess)
-    print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels, "head": pre.head,
-                      "imgsz": pre.imgsz, "inputs": [i.model_dump() for i in m.inputs],
-                      "outputs": [o.model_dump() for o in m.outputs], "gates": m.gates,
-                      "metrics": {k: round(v, 6) for k, v in m.metrics.items()},
-                      "parity_max_abs_diff": max((c.max_abs_diff for c in m.parity), default=None),
-                      "report": report}, indent=2, default=str))
-    return 0
+
+    def answer(out: tuple[Manifest, dict]) -> None:
+        m, report = out
+        log_report(report)
+        pre = preprocess_as(m, DetectionPreprocess)
+        print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels, "head": pre.head,
+                          "imgsz": pre.imgsz, "inputs": [i.model_dump() for i in m.inputs],
+                          "outputs": [o.model_dump() for o in m.outputs], "gates": m.gates,
+                          "metrics": {k: round(v, 6) for k, v in m.metrics.items()},
+                          "parity_max_abs_diff": max((c.max_abs_diff for c in m.parity), default=None),
+                          "report": report}, indent=2, default=str))
+
+    return run_cli(lambda: publish_detection_pt(
+        args.weights, args.name, args.version, LocalRegistry(args.registry), alias=args.alias, cache_dir=args.cache,
+        images=args.images, imgsz=args.imgsz, head=args.head, data=args.data, params=params,
+        verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
+        custom_modules=args.custom_modules or ()), answer, refused=(ValueError,))
 
 
 def add_parser(subparsers) -> None:

@@ -53,7 +53,6 @@ import argparse
 import json
 import logging
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -82,15 +81,7 @@ from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import (
-    BY,
-    add_registry_option,
-    default_cache,
-    print_result,
-    publish,
-    quiet_stdout,
-    refuse_existing,
-)
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -747,19 +738,11 @@ def publish_detection_onnx(model: Path, name: str, version: str, registry, *, la
     `images`: a folder of the model's own-domain photos for calibration/agreement/references (default: the package
     photos). Versions are immutable: an existing name:version is refused before any work.
     """
-    for n in [name] + ([fallback_name] if fallback_name else []):
-        refuse_existing(registry, n, version)
-    labels = read_labels(labels_file) if labels_file else None
-    photos = user_photos(images) if images else None
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
-    try:
-        result = import_detection_onnx(model, name, version, work, labels=labels, imgsz=imgsz, photos=photos,
-                                       cache_dir=cache_dir, fallback_name=fallback_name,
-                                       verify_ultralytics=verify_ultralytics, license=license,
-                                       require_license=require_license)
-        return publish(registry, result, alias, by=f"{BY} detection-onnx"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "detection-onnx", lambda work: import_detection_onnx(
+        model, name, version, work, labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
+        photos=user_photos(images) if images else None, cache_dir=cache_dir, fallback_name=fallback_name,
+        verify_ultralytics=verify_ultralytics, license=license, require_license=require_license),
+        fallback_name=fallback_name)
 
 
 def log_report(report: dict) -> None:
@@ -783,21 +766,16 @@ def log_report(report: dict) -> None:
 
 # -- CLI --------------------------------------------------------------------------------------------------------------
 def _cmd_onnx(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    try:
-        with quiet_stdout():
-            published, report = publish_detection_onnx(
-                args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
-                imgsz=args.imgsz, alias=args.alias, fallback_name=args.fallback_name, cache_dir=args.cache,
-                images=args.images, verify_ultralytics=False if args.no_verify else None, license=args.license,
-                require_license=True)
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    log_report(report)
-    print_result(published, report)
-    return 0
+    def answer(out: tuple[list[Manifest], dict]) -> None:
+        log_report(out[1])
+        print_result(*out)
+
+    return run_cli(lambda: publish_detection_onnx(
+        args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels, imgsz=args.imgsz,
+        alias=args.alias, fallback_name=args.fallback_name, cache_dir=args.cache, images=args.images,
+        verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True), answer)
 
 
 def add_parser(subparsers) -> None:

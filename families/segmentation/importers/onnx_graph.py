@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,15 +40,7 @@ from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import (
-    BY,
-    add_registry_option,
-    default_cache,
-    print_result,
-    publish,
-    quiet_stdout,
-    refuse_existing,
-)
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -322,35 +313,25 @@ def publish_segmentation_onnx(model: Path, name: str, version: str, registry, *,
                               images: Path | None = None, verify_ultralytics: bool | None = None,
                               license: str | None = None, require_license: bool = False,
                               fallback_name: str | None = None) -> tuple[list[Manifest], dict]:
-    for n in [name] + ([fallback_name] if fallback_name else []):
-        refuse_existing(registry, n, version)
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
-    try:
-        result = import_segmentation_onnx(model, name, version, work,
-                                          labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
-                                          photos=user_photos(images) if images else None, cache_dir=cache_dir,
-                                          verify_ultralytics=verify_ultralytics, license=license,
-                                          require_license=require_license, fallback_name=fallback_name)
-        return publish(registry, result, alias, by=f"{BY} segmentation-onnx"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    """import_segmentation_onnx + publish into `registry`; (published, report). Existing versions are refused first."""
+    def build(work: Path) -> ImportResult:
+        return import_segmentation_onnx(model, name, version, work,
+                                        labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
+                                        photos=user_photos(images) if images else None, cache_dir=cache_dir,
+                                        verify_ultralytics=verify_ultralytics, license=license,
+                                        require_license=require_license, fallback_name=fallback_name)
+
+    return import_and_publish(registry, name, version, alias, "segmentation-onnx", build, fallback_name=fallback_name)
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    try:
-        with quiet_stdout():
-            published, report = publish_segmentation_onnx(
-                args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
-                imgsz=args.imgsz, alias=args.alias, cache_dir=args.cache, images=args.images,
-                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
-                fallback_name=args.fallback_name)
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: publish_segmentation_onnx(
+        args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels, imgsz=args.imgsz,
+        alias=args.alias, cache_dir=args.cache, images=args.images,
+        verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
+        fallback_name=args.fallback_name))
 
 
 def add_parser(subparsers) -> None:
