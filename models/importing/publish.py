@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from models.importing.result import GateFailed, ImportResult
+from models.importing.result import Artifact, GateFailed, ImportResult
 from models.manifest import Manifest
 
 log = logging.getLogger("triserve.importer")
@@ -94,6 +94,18 @@ def import_and_publish(registry, name: str, version: str, alias: str | None, imp
     return staged_publish(registry, importer, build, alias)
 
 
+def import_one_and_publish(registry, name: str, version: str, alias: str | None, importer: str,
+                           build: Callable[[Path], tuple[Artifact, dict]]) -> tuple[Manifest, dict]:
+    """import_and_publish for an importer that stages one artifact (build(work) -> (artifact, report)); (the
+    published manifest, report)."""
+    def staged(work: Path) -> ImportResult:
+        artifact, report = build(work)
+        return ImportResult(artifact, None, report)
+
+    published, report = import_and_publish(registry, name, version, alias, importer, staged)
+    return published[0], report
+
+
 def already_published(registry, names: Sequence[str], version: str) -> bool:
     """A default build's short cut: every name already holds this version (logged), so there is nothing to do."""
     if not all(registry.has(n, version) for n in names):
@@ -113,6 +125,16 @@ def print_result(published: list[Manifest], report: dict | None = None) -> None:
     out = [{"name": m.name, "version": m.version, "variant": m.variant, "inputs": [i.model_dump() for i in m.inputs],
             "gates": m.gates, "metrics": {k: round(v, 4) for k, v in m.metrics.items()}} for m in published]
     print(json.dumps({"published": out, **({"report": report} if report else {})}, indent=2, default=str))
+
+
+def print_default_build(published: list[Manifest], aliases: dict | None = None) -> None:
+    """A default build's answer: what it published, else a note that the registry already holds it (and the
+    aliases, when given)."""
+    if published:
+        print_result(published)
+    else:
+        print(json.dumps({"published": [], "note": "already in the registry",
+                          **({"aliases": aliases} if aliases is not None else {})}, indent=2))
 
 
 def run_cli(fn: Callable[[], Any], answer: Callable[[Any], None] | None = None,

@@ -75,8 +75,8 @@ from models.importing.graphs import ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import package_versions
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.importing.publish import add_registry_option, default_cache, import_one_and_publish, run_cli
+from models.importing.result import Artifact, GateFailed, ImportRefused
 from models.manifest import Manifest, Source, preprocess_as, sha256_file
 
 log = logging.getLogger("triserve.importer")
@@ -550,13 +550,8 @@ def publish_detection_pt(weights: Path, name: str, version: str, registry, *, al
     """import_detection_pt + publish into `registry` (models.registry.LocalRegistry); (published manifest, report).
     `images`: a folder of the model's own-domain photos for the ultralytics cross-check. Versions are immutable: an
     existing name:version is refused before any work."""
-    def build(work: Path) -> ImportResult:
-        art, report = import_detection_pt(weights, name, version, work, photos=user_photos(images) if images else None,
-                                          cache_dir=cache_dir, **kw)
-        return ImportResult(art, None, report)
-
-    published, report = import_and_publish(registry, name, version, alias, "detection-pt", build)
-    return published[0], report
+    return import_one_and_publish(registry, name, version, alias, "detection-pt", lambda work: import_detection_pt(
+        weights, name, version, work, photos=user_photos(images) if images else None, cache_dir=cache_dir, **kw))
 
 
 def log_report(report: dict) -> None:

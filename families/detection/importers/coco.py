@@ -8,7 +8,6 @@ no-op and either change publishes a new version.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict
@@ -21,7 +20,7 @@ from models.importing.publish import (
     add_registry_option,
     already_published,
     default_cache,
-    print_result,
+    print_default_build,
     run_cli,
     staged_publish,
 )
@@ -87,15 +86,9 @@ def _cmd(args) -> int:
 
     registry = LocalRegistry(args.registry)
 
-    def answer(published: list[Manifest]) -> None:
-        if published:
-            print_result(published)
-        else:
-            print(json.dumps({"published": [], "note": "already in the registry",
-                              "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
-
     return run_cli(lambda: build_default_coco(registry, args.cache, name=args.name, fallback_name=args.fallback_name),
-                   answer)
+                   lambda published: print_default_build(published, {
+                       n: registry.aliases(n) for n in (args.name, args.fallback_name)}))
 
 
 def add_parser(subparsers) -> None:

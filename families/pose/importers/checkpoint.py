@@ -44,8 +44,8 @@ from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.importing.publish import add_registry_option, default_cache, import_one_and_publish, run_cli
+from models.importing.result import Artifact, GateFailed, ImportRefused
 from models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
@@ -164,13 +164,8 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
 def publish_pose_pt(weights: Path, name: str, version: str, registry, *, alias: str | None = None,
                     cache_dir: Path | None = None, images: Path | None = None, **kw) -> tuple[Manifest, dict]:
     """import_pose_pt + publish into `registry`; (published manifest, report). Existing versions are refused first."""
-    def build(work: Path) -> ImportResult:
-        art, report = import_pose_pt(weights, name, version, work, photos=user_photos(images) if images else None,
-                                     cache_dir=cache_dir, **kw)
-        return ImportResult(art, None, report)
-
-    published, report = import_and_publish(registry, name, version, alias, "pose-pt", build)
-    return published[0], report
+    return import_one_and_publish(registry, name, version, alias, "pose-pt", lambda work: import_pose_pt(
+        weights, name, version, work, photos=user_photos(images) if images else None, cache_dir=cache_dir, **kw))
 
 
 def _cmd(args) -> int:

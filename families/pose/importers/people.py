@@ -12,7 +12,6 @@ checkpoint and this folder's code ('11.0.0-<8 hex>'), so a rebuild with neither 
 """
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -34,7 +33,7 @@ from models.importing.publish import (
     add_registry_option,
     already_published,
     default_cache,
-    print_result,
+    print_default_build,
     run_cli,
     staged_publish,
 )
@@ -208,14 +207,9 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
 def _cmd(args) -> int:
     from models.registry import LocalRegistry
 
-    def answer(published: list[Manifest]) -> None:
-        if published:
-            print_result(published)
-        else:
-            print(json.dumps({"published": [], "note": "already in the registry"}, indent=2))
-
     return run_cli(lambda: build_default_people(LocalRegistry(args.registry), args.cache, name=args.name,
-                                                fallback_name=args.fallback_name), answer, refused=(WheelUnavailable,))
+                                                fallback_name=args.fallback_name), print_default_build,
+                   refused=(WheelUnavailable,))
 
 
 def add_parser(subparsers) -> None:
