@@ -65,7 +65,7 @@ from pathlib import Path
 
 from families.detection.importers.evaluate import detection_references
 from families.detection.importers.export import class_names, end2end_capable, export_user_model
-from families.detection.importers.onnx_graph import PARAMS, ImportParams
+from families.detection.importers.params import PARAMS, ImportParams
 from families.detection.importers.pipeline import nms_params, run_detector
 from families.detection.importers.ultralytics_env import setup_ultralytics
 from families.detection.importers.verify import verify_against_ultralytics

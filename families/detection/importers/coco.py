@@ -13,7 +13,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from families.detection.importers.onnx_graph import CODE, PARAMS, import_detection_onnx, log_report
+from families.detection.importers.onnx_graph import CODE, import_detection_onnx, log_report
+from families.detection.importers.params import PARAMS
 from models.importing.photos import package_photos
 from models.importing.provenance import package_versions, source_digest, stable_hash
 from models.importing.publish import (

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from families.detection.importers.evaluate import detection_references
-from families.detection.importers.onnx_graph import square_input_size
+from families.detection.importers.onnx_inspect import square_input_size
 from families.detection.importers.pipeline import nms_params
 from families.pose.importers.export import channel_groups
 from families.pose.importers.run import letterboxed, run_pose
@@ -163,16 +163,6 @@ def proof_parts(info: PoseGraphInfo, params: PoseOnnxParams) -> dict[str, tuple[
             for g, (_, pixels) in channel_groups(len(info.labels), info.kpt_shape).items()}
 
 
-def _proof_rows(images: list[np.ndarray], pre: PosePreprocess, n: int) -> np.ndarray:
-    base, _ = letterboxed(images[:n], pre)
-    rows = [base]
-    for make in (lambda r: r[..., ::-1], lambda r: 1.0 - r, lambda r: (1.0 - r)[..., ::-1]):
-        if sum(len(r) for r in rows) >= n:
-            break
-        rows.append(np.ascontiguousarray(make(base)))
-    return np.concatenate(rows)[:n]
-
-
 def make_served_graph(info: PoseGraphInfo, pre: PosePreprocess, images: list[np.ndarray], staging: Path,
                       params: PoseOnnxParams) -> tuple[Path, batching.BatchProof]:
     """The graph to publish: the batch-rewritten one when proved, else the original at batch 1."""
@@ -191,7 +181,8 @@ def make_served_graph(info: PoseGraphInfo, pre: PosePreprocess, images: list[np.
     except Exception as exc:  # noqa: BLE001  # a failed rewrite: serve the original, unbatched
         proof = batching.BatchProof(False, [], f"rewrite failed: {type(exc).__name__}: {exc}")
     else:
-        rows = _proof_rows(images, pre, max(params.proof_batches))
+        n = max(params.proof_batches)
+        rows = batching.distinct_rows(letterboxed(images[:n], pre)[0], n)
         proof = batching.prove_dynamic_batch(lambda f: original.run(None, f), lambda f: session.run(None, f),
                                              info.input_name, rows, proof_parts(info, params), params.proof_batches,
                                              compare=_compare(len(info.labels), info.kpt_shape))

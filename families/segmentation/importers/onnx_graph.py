@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.onnx_graph import square_input_size
+from families.detection.importers.onnx_inspect import square_input_size
 from families.detection.importers.pipeline import letterboxed
 from families.segmentation.importers.fallback import build_int8
 from families.segmentation.importers.pack import pack_outputs, to_float32
@@ -201,8 +201,8 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
     parts = {"boxes": (slice(0, 4 * a), params.box_tolerance_rel * info.imgsz * factor),
              "scores": (slice(4 * a, (4 + nc) * a), params.score_tolerance * factor),
              "masks": (slice((4 + nc) * a, None), params.raw_tolerance * factor)}
-    base, _ = letterboxed(images[:max(params.proof_batches)], pre)
-    rows = np.concatenate([base, base[..., ::-1], 1.0 - base, (1.0 - base)[..., ::-1]])[:max(params.proof_batches)]
+    n = max(params.proof_batches)
+    rows = batching.distinct_rows(letterboxed(images[:n], pre)[0], n)
     original = _packed_runner(ort_session(model_path, threads=1), info.half)
     proof, rewrite, dynamic = batching.BatchProof(False, [], "not tried"), batching.Rewrite(), False
     try:
