@@ -8,7 +8,7 @@ SECURITY: a .pt checkpoint is a pickle, and loading a pickle runs code; a --cust
 too (models/importing/custom_modules.py, as for detection-pt). Import only what you trust.
 
 Steps (nothing is published unless all pass; a refusal says why):
-  1. read: the detection family's checkpoint reader (families/detection/importers/checkpoint.inspect_checkpoint:
+  1. read: the detection family's checkpoint reader (families/detection/importers/checkpoint_read.inspect_checkpoint:
      ultralytics' own loader, old omegaconf-pickled args read as plain data), asked to keep the pose head whole.
      Anything but a pose checkpoint is refused (detection-pt takes detectors, and serves a pose checkpoint's boxes
      only). NMS-free pose heads (YOLO26-pose's one-to-one branch) are refused: the pose family decodes anchors heads.
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from families.detection.importers.checkpoint import inspect_checkpoint
+from families.detection.importers.checkpoint_read import inspect_checkpoint
 from families.detection.importers.evaluate import detection_references
 from families.detection.importers.pipeline import nms_params
 from families.pose.importers.export import export_and_prove

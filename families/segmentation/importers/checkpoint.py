@@ -10,7 +10,7 @@ too (models/importing/custom_modules.py). Import only what you trust.
 
 detection-pt serves a segment checkpoint as a detector (its mask branch cut before export); this importer keeps the
 whole Segment head: output0 [b, 4 + nc + 32, anchors] and the prototypes output1 [b, 32, S/4, S/4].
-Reused from families/detection/importers: checkpoint.inspect_checkpoint (safe loading, task and label checks; its
+Reused from families/detection/importers: checkpoint_read.inspect_checkpoint (safe loading, task and label checks; its
 `reference` is the re-saved checkpoint in its own task, full head) and export.export_onnx (ultralytics' exporter).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from families.detection.importers.checkpoint import inspect_checkpoint
+from families.detection.importers.checkpoint_read import inspect_checkpoint
 from families.detection.importers.export import export_onnx
 from families.segmentation.importers.onnx_graph import import_segmentation_onnx
 from models.importing import custom_modules as custom_code
