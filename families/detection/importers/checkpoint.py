@@ -49,7 +49,6 @@ Steps (nothing is published unless all pass; a refusal says why):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -69,7 +68,7 @@ from models.importing.graphs import ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import package_versions
-from models.importing.publish import add_registry_option, default_cache, import_one_and_publish, run_cli
+from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
 from models.manifest import Manifest, Source, preprocess_as
 
@@ -260,19 +259,14 @@ def _cmd(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `detection-pt` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("detection-pt", help="import an ultralytics .pt (detect; segment/pose served as "
-                                                   "detection; YOLOv10/YOLO26 end-to-end heads)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", type=Path, required=True, help="the .pt checkpoint")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version")
+    p = importer_parser(subparsers, "detection-pt", "import an ultralytics .pt (detect; segment/pose served as "
+                        "detection; YOLOv10/YOLO26 end-to-end heads)", __doc__, ("--weights", "the .pt checkpoint"))
     p.add_argument("--head", choices=("auto", "anchors", "end2end"), default="auto",
                    help="auto: the NMS-free end-to-end branch where the head has one (YOLOv10, YOLO26), else anchors")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size (default: the checkpoint's train imgsz)")
     p.add_argument("--data", type=Path, default=None, help="ultralytics data yaml to score the model on")
     p.add_argument("--images", type=Path, default=None,
                    help="photos of the model's own domain for the ultralytics cross-check (default: package photos)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel, photo and ultralytics cache")
     p.add_argument("--parity-batches", type=int, nargs="+", default=None, help="torch parity batches (default 1 4 32)")

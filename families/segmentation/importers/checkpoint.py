@@ -15,7 +15,6 @@ Reused from families/detection/importers: checkpoint_read.inspect_checkpoint (sa
 """
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from families.segmentation.importers.onnx_graph import import_segmentation_onnx
 from models.importing import custom_modules as custom_code
 from models.importing.licenses import add_license_option, spdx_from_text
 from models.importing.photos import PhotoSet, user_photos
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
+from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, ImportRefused, ImportResult
 
 log = logging.getLogger("triserve.importer")
@@ -84,16 +83,12 @@ def _cmd(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `segmentation-pt` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("segmentation-pt", help="import an ultralytics segment .pt checkpoint (masks kept)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", type=Path, required=True, help="the .pt file")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p = importer_parser(subparsers, "segmentation-pt", "import an ultralytics segment .pt checkpoint (masks kept)",
+                        __doc__, ("--weights", "the .pt file"), version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--imgsz", type=int, default=None, help="export size (default: the training size, else 640)")
     p.add_argument("--custom-modules", action="append", default=[], metavar="[PICKLED_NAME=]MODULE_OR_FILE",
                    help="a module or .py file with the training code's own layers the checkpoint pickles "
                         "(repeatable; it runs as code)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")

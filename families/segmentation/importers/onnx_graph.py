@@ -19,7 +19,6 @@ box IoU >= 0.9, mask IoU >= 0.9, score within 0.02.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 from collections.abc import Sequence
@@ -40,7 +39,7 @@ from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, run_cli
+from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -336,14 +335,11 @@ def _cmd(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `segmentation-onnx` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("segmentation-onnx", help="import an ultralytics segment ONNX export",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    p.add_argument("--name", required=True, help="registry model name, e.g. plates")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p = importer_parser(subparsers, "segmentation-onnx", "import an ultralytics segment ONNX export", __doc__,
+                        ("--model", "the .onnx file"),
+                        name_help="registry model name, e.g. plates", version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--labels", type=Path, default=None, help="class names; required without ONNX metadata")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling (fallback.py)")
     p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")

