@@ -54,6 +54,15 @@ def value_dims(value_info) -> list[int | str | None]:
     return out
 
 
+def image_input(model, name: str):
+    """A YOLO export's one real input (initializers left out) and its dims; ImportRefused when it has another count."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in inits]
+    if len(inputs) != 1:
+        raise ImportRefused(f"{name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
+    return inputs[0], value_dims(inputs[0])
+
+
 def io_specs(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The graph's inputs and outputs as the manifest records them (symbolic dims by name)."""
     import onnx

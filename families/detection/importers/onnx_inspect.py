@@ -10,7 +10,7 @@ import numpy as np
 
 from families.detection.importers.end2end import check_values as check_end2end_values
 from families.detection.importers.end2end import is_end2end_shape
-from models.importing.graphs import metadata_literal, ort_session, read_export, value_dims
+from models.importing.graphs import image_input, metadata_literal, ort_session, read_export
 from models.importing.labels import names_list
 from models.importing.result import ImportRefused
 from models.manifest import sha256_file
@@ -86,12 +86,7 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
     if task and task != "detect":
         raise ImportRefused(f"{path.name}: metadata task {task!r} is not 'detect'")
 
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in inits]
-    if len(inputs) != 1:
-        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
-    inp = inputs[0]
-    dims = value_dims(inp)
+    inp, dims = image_input(model, path.name)
     if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or dims[1] != 3:
         raise ImportRefused(f"{path.name}: input {inp.name} must be float32 [b, 3, S, S], got "
                             f"{onnx.TensorProto.DataType.Name(inp.type.tensor_type.elem_type)} {dims}")

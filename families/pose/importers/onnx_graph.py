@@ -32,14 +32,14 @@ import numpy as np
 
 from families.detection.importers.evaluate import detection_references
 from families.detection.importers.onnx_inspect import square_input_size
-from families.detection.importers.pipeline import nms_params
+from families.detection.importers.pipeline import letterboxed, nms_params
 from families.pose.importers.export import channel_groups
-from families.pose.importers.run import letterboxed, run_pose
+from families.pose.importers.run import run_pose
 from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
 from families.pose.keypoints import keypoint_schema
 from families.pose.manifest import PosePreprocess
 from models.importing import batching
-from models.importing.graphs import io_specs, metadata_literal, opset_of, ort_session, read_export, value_dims
+from models.importing.graphs import image_input, io_specs, metadata_literal, opset_of, ort_session, read_export
 from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
@@ -93,12 +93,7 @@ def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int |
     if not isinstance(kpt_shape, (list, tuple)) or len(kpt_shape) != 2:
         raise ImportRefused(f"{path.name}: metadata kpt_shape {kpt_shape!r} is not [K, dims]")
     kpt_shape = [int(x) for x in kpt_shape]
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in inits]
-    if len(inputs) != 1:
-        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
-    inp = inputs[0]
-    dims = value_dims(inp)
+    inp, dims = image_input(model, path.name)
     if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or dims[1] != 3:
         raise ImportRefused(f"{path.name}: input {inp.name} must be float32 [b, 3, S, S], got {dims}")
     batch = dims[0] if dims[0] is not None else "batch"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.pipeline import nms_params
+from families.detection.importers.pipeline import letterboxed, nms_params
 from families.detection.importers.quantize import quantize_int8
 from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.importers.run import PoseDets, letterboxed, run_pose
+from families.pose.importers.run import PoseDets, run_pose
 from families.pose.manifest import PosePreprocess
 from models.importing.agreement import agreement, match
 from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved

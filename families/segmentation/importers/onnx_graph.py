@@ -34,7 +34,7 @@ from families.segmentation.importers.pack import pack_outputs, to_float32
 from families.segmentation.importers.verify import verify
 from families.segmentation.manifest import SegmentationPreprocess
 from models.importing import batching
-from models.importing.graphs import io_specs, metadata_literal, opset_of, ort_session, read_export, value_dims
+from models.importing.graphs import image_input, io_specs, metadata_literal, opset_of, ort_session, read_export
 from models.importing.labels import names_list, read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
@@ -93,12 +93,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     if task and task != "segment":
         raise ImportRefused(f"{path.name}: metadata task {task!r} is not 'segment' (a detection export: import it "
                             f"with detection-onnx)")
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in inits]
-    if len(inputs) != 1:
-        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
-    inp = inputs[0]
-    dims = value_dims(inp)
+    inp, dims = image_input(model, path.name)
     elem = inp.type.tensor_type.elem_type
     if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) or len(dims) != 4 or dims[1] != 3:
         raise ImportRefused(f"{path.name}: input {inp.name} must be float32/float16 [b, 3, S, S], got {dims}")
