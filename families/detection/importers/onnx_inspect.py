@@ -10,8 +10,7 @@ import numpy as np
 
 from families.detection.importers.end2end import check_values as check_end2end_values
 from families.detection.importers.end2end import is_end2end_shape
-from models.importing.graphs import image_input, metadata_literal, ort_session, read_export
-from models.importing.labels import names_list
+from models.importing.graphs import export_labels, image_input, metadata_literal, ort_session, read_export
 from models.importing.result import ImportRefused
 from models.manifest import sha256_file
 
@@ -98,18 +97,9 @@ def inspect_detector(path: Path, labels: Sequence[str] | None = None, imgsz: int
         batch = "batch"
 
     # labels: the caller's file wins; else ultralytics' 'names' metadata
-    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
-    if labels is not None:
-        labels = [str(x) for x in labels]
-        if meta_names is not None and len(meta_names) != len(labels):
-            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata "
-                                f"names {len(meta_names)}")
-        labels_from = "labels file"
-    elif meta_names is not None:
-        labels, labels_from = meta_names, "metadata"
-    else:
-        raise ImportRefused(f"{path.name}: no class names: the ONNX has no 'names' metadata (not exported by "
-                            f"ultralytics, or stripped); pass --labels FILE (one name per line, class-id order)")
+    labels, labels_from = export_labels(path.name, labels, meta, ": the ONNX has no 'names' metadata (not exported by "
+                                        "ultralytics, or stripped); pass --labels FILE (one name per line, class-id "
+                                        "order)")
     nc = len(labels)
 
     h, w = dims[2], dims[3]

@@ -39,8 +39,16 @@ from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_p
 from families.pose.keypoints import keypoint_schema
 from families.pose.manifest import PosePreprocess
 from models.importing import batching
-from models.importing.graphs import image_input, io_specs, metadata_literal, opset_of, ort_session, read_export
-from models.importing.labels import names_list, read_labels
+from models.importing.graphs import (
+    export_labels,
+    image_input,
+    io_specs,
+    metadata_literal,
+    opset_of,
+    ort_session,
+    read_export,
+)
+from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
@@ -99,17 +107,7 @@ def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int |
     batch = dims[0] if dims[0] is not None else "batch"
     if isinstance(batch, int) and batch != 1:
         raise ImportRefused(f"{path.name}: fixed batch {batch}: only batch-1 or dynamic-batch exports are imported")
-    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
-    if labels is not None:
-        if meta_names is not None and len(meta_names) != len(labels):
-            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata "
-                                f"names {len(meta_names)}")
-        labels_from = "labels file"
-    elif meta_names is not None:
-        labels, labels_from = meta_names, "metadata"
-    else:
-        raise ImportRefused(f"{path.name}: no class names ('names' metadata); pass --labels FILE")
-    labels = [str(x) for x in labels]
+    labels, labels_from = export_labels(path.name, labels, meta, " ('names' metadata); pass --labels FILE")
     size = square_input_size(path.name, dims[2], dims[3], imgsz, meta)
     try:
         schema = keypoint_schema(kpt_shape, labels, metadata_literal(meta, "kpt_names")

@@ -34,8 +34,8 @@ from families.segmentation.importers.pack import pack_outputs, to_float32
 from families.segmentation.importers.verify import verify
 from families.segmentation.manifest import SegmentationPreprocess
 from models.importing import batching
-from models.importing.graphs import image_input, io_specs, metadata_literal, opset_of, ort_session, read_export
-from models.importing.labels import names_list, read_labels
+from models.importing.graphs import export_labels, image_input, io_specs, opset_of, ort_session, read_export
+from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
@@ -102,16 +102,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     if len(model.graph.output) != 2:
         raise ImportRefused(f"{path.name}: {len(model.graph.output)} output(s); a segment export has two (output0 "
                             f"boxes/classes/mask coefficients, output1 prototypes); a detection export: detection-onnx")
-    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
-    if labels is not None:
-        labels = [str(x) for x in labels]
-        if meta_names is not None and len(meta_names) != len(labels):
-            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata names "
-                                f"{len(meta_names)}")
-    elif meta_names is not None:
-        labels = meta_names
-    else:
-        raise ImportRefused(f"{path.name}: no class names (no 'names' metadata); pass --labels FILE")
+    labels, _ = export_labels(path.name, labels, meta, " (no 'names' metadata); pass --labels FILE")
     nc = len(labels)
     size = square_input_size(path.name, dims[2], dims[3], imgsz, meta)
     half = elem == onnx.TensorProto.FLOAT16
