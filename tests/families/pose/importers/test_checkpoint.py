@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
 from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.importers.onnx_graph import import_pose_onnx, inspect_pose_graph
+from families.pose.importers.onnx_graph import import_pose_onnx
+from families.pose.importers.onnx_inspect import inspect_pose_graph
 from families.pose.importers.verify import PoseCheckParams
 from models.importing.graphs import ort_session
 from models.importing.photos import user_photos
