@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from families.detection.importers.params import FallbackGates
 from families.detection.importers.pipeline import letterboxed, nms_params
 from families.detection.importers.quantize import quantize_int8
 from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
@@ -45,18 +46,12 @@ CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1])  #
 
 
 @dataclass(frozen=True)
-class PoseFallbackGates:
-    """What the INT8 sibling must keep of the FP32 primary on the agreement photos (bars as the detection family's
-    FallbackGates; keypoints: the share of the primary's visible keypoints of matched people the fallback places
-    within max(4 px, 5% of the person's box side))."""
+class PoseFallbackGates(FallbackGates):
+    """What the INT8 sibling must keep of the FP32 primary on the agreement photos: the detection family's
+    FallbackGates for the boxes, and the share of the primary's visible keypoints of matched people the fallback
+    places within max(4 px, 5% of the person's box side)."""
 
-    min_iou: float = 0.5
-    min_reference_boxes: int = 10
-    min_share: float = 0.85
-    min_mean_iou: float = 0.85
-    min_confident_recall: float = 0.9
     min_keypoint_share: float = 0.9
-    min_speedup: float = 1.2
     latency_repeats: int = 9
 
 
