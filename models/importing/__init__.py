@@ -6,7 +6,8 @@ registry. Modules (each imports its heavy dependencies, onnx, onnxruntime.quanti
 that need them, so every module imports in the serving-only environment):
 
   result      GateFailed, ImportRefused (a refusal: nothing is published), Artifact, ImportResult
-  publish     publish, import_and_publish, refuse_existing, the CLI's defaults and JSON answer (run_cli)
+  publish     staged_publish (scratch folder, publish, alias, cleanup), import_and_publish(_one), already_published,
+              the CLI's defaults and JSON answer (run_cli)
   provenance  stable_hash, source_digest, data_fingerprint, git_commit, package_versions: what a manifest records
   graphs      ONNX Runtime sessions, graph IO specs and opset, static INT8 (QDQ), interleaved latency
   parity      parity_gate: ONNX Runtime against a framework's outputs, per case

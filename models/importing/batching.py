@@ -235,6 +235,17 @@ def prove_dynamic_batch(original: Runner, rewritten: Runner, input_name: str, ro
     return BatchProof(passed=not failed, checks=checks, reason=reason)
 
 
+def distinct_rows(base: np.ndarray, n: int) -> np.ndarray:
+    """n distinct proof inputs (a row mixed up with another must show) from [k, ...] letterboxed photos: the photos,
+    then, when there are too few, their mirror images, negatives and mirrored negatives."""
+    rows = [base]
+    for make in (lambda r: r[..., ::-1], lambda r: 1.0 - r, lambda r: (1.0 - r)[..., ::-1]):
+        if sum(len(r) for r in rows) >= n:
+            break
+        rows.append(np.ascontiguousarray(make(base)))
+    return np.concatenate(rows)[:n]
+
+
 def save(model, path: Path) -> Path:
     import onnx
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.importing.labels import names_list
 from models.importing.result import ImportRefused
 from models.manifest import TensorSpec
 
@@ -52,6 +53,31 @@ def value_dims(value_info) -> list[int | str | None]:
     for d in value_info.type.tensor_type.shape.dim:
         out.append(d.dim_param if d.HasField("dim_param") else (int(d.dim_value) if d.HasField("dim_value") else None))
     return out
+
+
+def export_labels(name: str, labels, meta: Mapping[str, str], missing: str) -> tuple[list[str], str]:
+    """An ultralytics export's class names and where they came from: the caller's labels file wins (its count must
+    match the 'names' metadata when there is one), else the metadata; ImportRefused ending in `missing` without
+    either."""
+    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
+    if labels is not None:
+        labels = [str(x) for x in labels]
+        if meta_names is not None and len(meta_names) != len(labels):
+            raise ImportRefused(f"{name}: the labels file has {len(labels)} classes but the ONNX metadata names "
+                                f"{len(meta_names)}")
+        return labels, "labels file"
+    if meta_names is not None:
+        return meta_names, "metadata"
+    raise ImportRefused(f"{name}: no class names{missing}")
+
+
+def image_input(model, name: str):
+    """A YOLO export's one real input (initializers left out) and its dims; ImportRefused when it has another count."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in inits]
+    if len(inputs) != 1:
+        raise ImportRefused(f"{name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
+    return inputs[0], value_dims(inputs[0])
 
 
 def io_specs(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:

@@ -22,73 +22,22 @@ oci://docker.io/<namespace> talks to registry-1.docker.io.
 Pulls verify every file's sha256 against OUR manifest.json (not only the registry's digest), so a manifest whose
 layer differs from the recorded hash is refused.
 
-Authentication. A 401 is answered the way its WWW-Authenticate challenge asks:
-  * `Basic realm=...` (htpasswd registries; Harbor, Artifactory, Nexus in basic mode): the credentials as HTTP Basic,
-    then sent up front on every later request;
-  * `Bearer realm=...,service=...,scope=...` (the distribution token protocol: GHCR, Docker Hub, ECR, Harbor, GitLab,
-    Quay, ACR): a token for exactly the challenged scope from the realm (HTTP Basic with the credentials, anonymous
-    without them), kept per repository and re-requested whenever the registry challenges again (expired, or a wider
-    scope such as pull,push for an upload). A request refused after its challenge was answered is not re-sent.
-Credentials for a registry host, the first source that has them:
-  1. TRISERVE_REGISTRY_USERNAME + TRISERVE_REGISTRY_PASSWORD (the TRISERVE_REGISTRY_* family of configs/settings.py:
-     TRISERVE_REGISTRY_URI names the store); they apply to every oci:// store the process opens, so copying between
-     two registries with different accounts takes the docker config file;
-  2. the docker config file, $DOCKER_CONFIG/config.json if DOCKER_CONFIG is set, else ~/.docker/config.json: the
-     `auths` entry of the host (keyed `host[:port]` with or without http(s)://, localhost and 127.0.0.1 alike, Docker
-     Hub's `https://index.docker.io/v1/`) with base64 `auth` ("user:password") or `username` + `password`, as
-     `docker login`, `podman login --authfile`, `oras login` and `skopeo login` write it. Credential helpers
-     (credsStore, credHelpers) are not run: put the entry inline or use the environment variables;
-  3. none: anonymous (public pulls). A registry that wants credentials then raises RegistryAuthError saying where
-     they are looked for.
-The password is never logged, never part of an exception message or the store's URI, never written into the
-registry (manifests, alias documents) or into pulled files; credentials inside the URI (oci://user:pw@host) are
-refused. A refused login (Basic credentials rejected, or the token service answering 401/403) raises
-RegistryAuthError (models.stores.base, a RegistryError: the CLI prints "error: ... authentication failed ..." naming
-the registry, the user and the credential source, and exits 1 without a traceback); it is never retried (only
-RegistryUnavailable is, by models.cache).
-
-Why the request layer is ours and not oras-py's. The store runs on oras-py's `oras.provider.Registry` (its requests
-session with the cookie policy Harbor needs, the https/http and TLS-verification switch, blob HEAD and GET, manifest
-PUT with its OCI-manifest schema check), `oras.container.Container` for references and API URLs, and
-`oras.auth.utils` (WWW-Authenticate parsing, Basic encoding). Its one request method, `Registry.do_request`, is
-replaced here (`_OrasRegistry.do_request`), because in oras 0.2.43, measured against docker-registry 2.8 with the
-htpasswd and token servers of tests/models/conftest.py:
-  * do_request is wrapped in `oras.decorator.retry`: a hand-written loop retrying any exception 5 times, sleeping 3, 5,
-    11, 29 and 83 s (131 s, no jitter, not configurable). A refused connection takes over two minutes to report,
-    where the store must raise RegistryUnavailable at once: models.cache owns retries and backoff, then falls back to
-    the verified cache;
-  * its token backend keeps one bearer token for every scope and asks for a new one only on 403: after the pull-scoped
-    token of the blob HEAD that precedes an upload, the upload POST gets 401 insufficient_scope and the same token is
-    re-sent, so it cannot push to a token-auth registry. The backend is also fixed up front: the default (token)
-    against a Basic challenge requests the realm string as a URL, then enters the 131 s loop;
-  * a refused login, a missing tag and a registry error all surface as ValueError("Issue with <url>: <reason>"), where
-    the store needs RegistryAuthError, NotFound and RegistryUnavailable;
-  * credentials come from ORAS_USER/ORAS_PASS (basic backend only) or ~/.docker/config.json ($DOCKER_CONFIG ignored).
-Not used either: push()/pull() (layer titles flattened to base names, whole files read into memory, none of our
-sha256 checks), put_upload (reads the whole file into memory: uploads stream here, with a progress bar, and can be
-re-sent after an auth challenge) and get_tags (a 404 for an unknown repository raises instead of giving []).
-Nothing here retries: a request is sent once, plus once more with the answer to an auth challenge.
+Authentication and credentials: oci_auth.py (where credentials are looked up, how they are kept out of messages);
+the request layer and why it is ours, not oras-py's: oci_client.py.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import ipaddress
 import json
 import logging
-import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, overload
 from urllib.parse import parse_qs, urljoin, urlsplit
 
-import oras.auth.utils
 import oras.container
-import oras.provider
-import oras.utils
 import requests
 
 from models.manifest import NAME_PATTERN, VERSION_PATTERN, FileEntry, Manifest
@@ -105,6 +54,8 @@ from .base import (
     alias_entry,
     progress_bar,
 )
+from .oci_auth import DOCKER_HUB_HOSTS, ENV_PASSWORD, ENV_USERNAME, Credentials, find_credentials, redact
+from .oci_client import FileBody, OrasRegistry
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +77,6 @@ ANN_VERSION = "org.opencontainers.image.version"
 ANN_PATH = "dev.triserve.file.path"
 ANN_SHA = "dev.triserve.file.sha256"
 
-ENV_USERNAME = "TRISERVE_REGISTRY_USERNAME"
-ENV_PASSWORD = "TRISERVE_REGISTRY_PASSWORD"
-DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
 DOCKER_HUB_API = "registry-1.docker.io"
 
 
@@ -165,253 +113,6 @@ def file_media_type(path: str) -> str:
     return FILE_TYPE
 
 
-# -- credentials ---------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str = field(repr=False)
-    source: str  # where they came from, for messages: "$TRISERVE_REGISTRY_USERNAME" or "docker config <path>"
-
-    def basic(self) -> str:
-        return oras.auth.utils.get_basic_auth(self.username, self.password)
-
-    def describe(self) -> str:
-        return f"user {self.username!r} from {self.source}"
-
-
-def docker_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    """$DOCKER_CONFIG/config.json when DOCKER_CONFIG is set, else ~/.docker/config.json (docker's own rule)."""
-    env = os.environ if environ is None else environ
-    if env.get("DOCKER_CONFIG"):
-        return Path(env["DOCKER_CONFIG"]).expanduser() / "config.json"
-    return Path(os.path.expanduser("~")) / ".docker" / "config.json"
-
-
-def _config_host(key: str) -> str:
-    """An `auths` key (host, host:port, https://host/v1/) -> host[:port], lower case."""
-    return re.sub(r"^[a-z][a-z0-9+.-]*://", "", key.strip().lower()).split("/", 1)[0]
-
-
-def _same_host(key_host: str, host: str) -> bool:
-    if key_host in DOCKER_HUB_HOSTS and host in DOCKER_HUB_HOSTS:
-        return True
-    return key_host in set(oras.utils.iter_localhosts(host))
-
-
-def find_credentials(host: str, environ: Mapping[str, str] | None = None) -> Credentials | None:
-    """The credentials for a registry host: the environment variables, else the docker config file, else None."""
-    env = os.environ if environ is None else environ
-    username, password = env.get(ENV_USERNAME), env.get(ENV_PASSWORD)
-    if username or password:
-        if not (username and password):
-            missing = ENV_PASSWORD if username else ENV_USERNAME
-            raise RegistryAuthError(f"registry {host}: {missing} is not set ({ENV_USERNAME} and {ENV_PASSWORD} go "
-                                    "together)")
-        return Credentials(username, password, f"${ENV_USERNAME}/${ENV_PASSWORD}")
-    path = docker_config_path(env)
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # the message of a JSON error may quote the file: type only
-        raise RegistryError(f"docker config {path} is unreadable ({type(exc).__name__})") from None
-    auths = config.get("auths") if isinstance(config, dict) else None
-    host = host.lower()
-    for key, entry in (auths or {}).items():
-        if not isinstance(entry, dict) or not _same_host(_config_host(key), host):
-            continue
-        source = f"docker config {path} (auths[{key!r}])"
-        if entry.get("auth"):
-            try:
-                user, sep, secret = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
-            except (binascii.Error, ValueError):
-                raise RegistryError(f"{source}: `auth` is not base64 of 'user:password'") from None
-            if not sep:
-                raise RegistryError(f"{source}: `auth` is not base64 of 'user:password'")
-            return Credentials(user, secret, source)
-        if entry.get("username") and entry.get("password"):
-            return Credentials(entry["username"], entry["password"], source)
-    return None
-
-
-def _where_credentials_go(host: str) -> str:
-    return (f"set {ENV_USERNAME} and {ENV_PASSWORD}, or add an `auths` entry for {host} to {docker_config_path()} "
-            f"(`docker login {host}` writes one; DOCKER_CONFIG names another directory)")
-
-
-class _KeepHeaders(requests.auth.AuthBase):
-    """Session auth that leaves requests as they are: stops requests from replacing our Authorization header with a
-    ~/.netrc entry (requests consults netrc only when the session has no auth)."""
-
-    def __call__(self, request):
-        return request
-
-
-# -- the request layer ---------------------------------------------------------------------------------------------
-_REPO_PATH = re.compile(r"^/v2/(.+?)/(?:blobs|manifests|tags|referrers)/")
-
-
-def _scope_key(url: str) -> str:
-    """Which cached token a request may carry: its repository, or the catalog, or '' (the /v2/ ping)."""
-    path = urlsplit(url).path
-    if path.startswith("/v2/_catalog"):
-        return "registry:catalog"
-    match = _REPO_PATH.match(path)
-    return match.group(1) if match else ""
-
-
-class _OrasRegistry(oras.provider.Registry):
-    """oras-py's Registry with its request method replaced: no retry loop, every challenge answered (Basic or a
-    token per scope), auth and transport failures as RegistryAuthError / RegistryUnavailable (module docstring)."""
-
-    def __init__(self, store: OciStore, api_host: str, insecure: bool, timeout: float):
-        super().__init__(hostname=api_host, insecure=insecure, auth_backend="basic")
-        self.session.auth = _KeepHeaders()
-        self.store = store
-        self.timeout = (min(timeout, 5.0), timeout)
-        self._authorization: dict[str, str] = {}  # scope key -> Authorization value ("*": Basic, every request)
-
-    def do_request(self, url: str, method: str = "GET", data=None, headers: dict | None = None,
-                   json: dict | None = None, stream: bool = False) -> requests.Response:
-        """One request (the signature of oras' do_request, which every Registry method calls); a 401 is answered
-        once. Returns any other response for the caller to judge."""
-        key = _scope_key(url)
-        headers = dict(headers or {})  # oras passes its own self.headers: never write a token into it
-        sent = self._authorization.get(key) or self._authorization.get("*")
-        if sent:
-            headers["Authorization"] = sent
-        response = self._send(method, url, data, headers, json, stream)
-        if response.status_code != 401:
-            return response
-        challenge = response.headers.get("WWW-Authenticate", "")
-        response.close()
-        answer = self._answer(challenge, sent, method, url)
-        headers["Authorization"] = answer
-        if hasattr(data, "seek"):
-            data.seek(0)  # a streamed upload body is sent again from its start
-        response = self._send(method, url, data, headers, json, stream)
-        if response.status_code == 401:
-            response.close()
-            self._authorization.pop(key, None)
-            raise self._refused(answer, method, url)
-        self._authorization["*" if answer.startswith("Basic ") else key] = answer
-        return response
-
-    def _send(self, method: str, url: str, data, headers: dict, json_body, stream: bool) -> requests.Response:
-        try:
-            return self.session.request(method, url, data=data, json=json_body, headers=headers, stream=stream,
-                                        timeout=self.timeout, verify=self._tls_verify)
-        except requests.RequestException as exc:
-            raise RegistryUnavailable(self.store._redact(
-                f"{self.store.uri} unreachable: {type(exc).__name__}: {exc}")) from exc
-
-    def _answer(self, challenge: str, sent: str | None, method: str, url: str) -> str:
-        """The Authorization value a 401 challenge asks for."""
-        scheme = challenge.split(" ", 1)[0].strip().lower()
-        credentials = self.store.credentials
-        where = f"registry {self.store.host}"
-        if scheme == "basic":
-            if credentials is None:
-                raise RegistryAuthError(f"{self.store.uri}: {where} requires authentication (HTTP Basic) and no "
-                                        f"credentials were found: {_where_credentials_go(self.store.host)}")
-            answer = "Basic " + credentials.basic()
-            if sent == answer:  # these very credentials were just refused
-                raise self._refused(answer, method, url)
-            return answer
-        if scheme == "bearer":
-            parsed = oras.auth.utils.parse_auth_header(challenge)
-            if not parsed.realm:
-                raise RegistryAuthError(f"{self.store.uri}: {where} sent a Bearer challenge without a realm")
-            return "Bearer " + self._token(parsed)
-        raise RegistryAuthError(f"{self.store.uri}: {where} asks for unsupported authentication "
-                                f"{scheme or '(no WWW-Authenticate challenge)'!r} on {method} {urlsplit(url).path}")
-
-    def _token(self, challenge: oras.auth.utils.authHeader) -> str:
-        """A bearer token for the challenged scope from the token service (distribution token protocol)."""
-        credentials = self.store.credentials
-        params: dict[str, str | list[str]] = {}
-        if challenge.service:
-            params["service"] = challenge.service
-        if challenge.scope:
-            params["scope"] = challenge.scope.split()
-        headers = {"Accept": "application/json"}
-        if credentials is not None:
-            headers["Authorization"] = "Basic " + credentials.basic()
-        realm = challenge.realm
-        try:
-            response = self.session.get(realm, params=params, headers=headers, timeout=self.timeout,
-                                        verify=self._tls_verify)
-        except requests.RequestException as exc:
-            raise RegistryUnavailable(self.store._redact(
-                f"{self.store.uri}: token service {realm} unreachable: {type(exc).__name__}: {exc}")) from exc
-        with response:
-            status = response.status_code
-            if status in (401, 403):
-                if credentials is None:
-                    raise RegistryAuthError(
-                        f"{self.store.uri}: registry {self.store.host} requires authentication (its token service "
-                        f"{realm} refused anonymous access, HTTP {status}) and no credentials were found: "
-                        f"{_where_credentials_go(self.store.host)}")
-                raise RegistryAuthError(
-                    f"{self.store.uri}: authentication failed for registry {self.store.host}: its token service "
-                    f"{realm} refused the credentials ({credentials.describe()}; HTTP {status})")
-            if status != 200:
-                cls = RegistryUnavailable if status >= 500 or status == 429 else RegistryError
-                raise cls(self.store._redact(f"{self.store.uri}: token service {realm} -> HTTP {status} "
-                                             f"{response.text[:300]}".strip()))
-            try:
-                body = response.json()
-                token = body.get("token") or body.get("access_token")
-            except (ValueError, AttributeError):
-                token = None
-        if not token:
-            raise RegistryError(f"{self.store.uri}: token service {realm} answered without a token")
-        log.debug("%s: bearer token for scope %s from %s", self.store.host, challenge.scope or "-", realm)
-        return token
-
-    def _refused(self, answer: str, method: str, url: str) -> RegistryAuthError:
-        """The registry still says 401 with the answer to its own challenge."""
-        credentials = self.store.credentials
-        path = urlsplit(url).path
-        if answer.startswith("Basic ") and credentials is not None:  # a Basic answer is made of the credentials
-            return RegistryAuthError(f"{self.store.uri}: authentication failed for registry {self.store.host}: it "
-                                     f"refused the credentials ({credentials.describe()}; HTTP 401 on {method} "
-                                     f"{path})")
-        if credentials is None:  # an anonymous token (public pulls) that does not cover this
-            return RegistryAuthError(f"{self.store.uri}: registry {self.store.host} requires authentication for "
-                                     f"{method} {path} (an anonymous token does not allow it) and no credentials were "
-                                     f"found: {_where_credentials_go(self.store.host)}")
-        return RegistryAuthError(f"{self.store.uri}: access denied by registry {self.store.host}: the token it issued "
-                                 f"({credentials.describe()}) does not allow {method} {path} (HTTP 401)")
-
-
-class _FileBody:
-    """A file as an upload body: streamed in blocks with a known length (Content-Length), drawing the progress bar,
-    and rewindable (re-sent from its start after an auth challenge)."""
-
-    def __init__(self, path: Path, size: int, bar):
-        self.path, self.size, self.bar = path, size, bar
-        self.fh = open(path, "rb")
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __bool__(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        block = self.fh.read(CHUNK if n is None or n < 0 else n)
-        self.bar.update(len(block))
-        return block
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self.fh.seek(offset, whence)
-
-    def close(self) -> None:
-        self.fh.close()
-
-
-# -- the store -----------------------------------------------------------------------------------------------------
 class OciStore(RegistryStore):
     def __init__(self, uri: str, timeout: float = 60.0, credentials: Credentials | None = None):
         parts = urlsplit(uri)
@@ -427,7 +128,7 @@ class OciStore(RegistryStore):
         self.uri = f"oci://{parts.netloc}/{self.prefix}".rstrip("/")
         api_host = DOCKER_HUB_API if parts.hostname.lower() in DOCKER_HUB_HOSTS else parts.netloc
         self._credentials, self._credentials_read = credentials, credentials is not None
-        self.oras = _OrasRegistry(self, api_host, insecure or _loopback(parts.hostname), timeout)
+        self.oras = OrasRegistry(self, api_host, insecure or _loopback(parts.hostname), timeout)
         self.base = f"{self.oras.prefix}://{api_host}"
 
     @property
@@ -440,14 +141,9 @@ class OciStore(RegistryStore):
                 log.debug("%s: credentials: %s", self.host, self._credentials.describe())
         return self._credentials
 
-    def _redact(self, text: str) -> str:
+    def redact(self, text: str) -> str:
         """Whatever a registry or a library put in a message, the password and Basic blob never leave."""
-        creds = self._credentials
-        if creds is not None:
-            for secret in (creds.basic(), creds.password):
-                if secret:
-                    text = text.replace(secret, "***")
-        return re.sub(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}", r"\1 ***", text)
+        return redact(text, self._credentials)
 
     # -- HTTP ----------------------------------------------------------------------------------------------------
     def _repo(self, name: str) -> str:
@@ -494,7 +190,7 @@ class OciStore(RegistryStore):
         except requests.RequestException:
             body = ""
         response.close()
-        detail = self._redact(f"{method} {urlsplit(url).path} -> HTTP {status} {body}".strip())
+        detail = self.redact(f"{method} {urlsplit(url).path} -> HTTP {status} {body}".strip())
         if status >= 500 or status == 429:
             raise RegistryUnavailable(f"{self.uri}: {detail}")
         if status in (401, 403):
@@ -536,7 +232,7 @@ class OciStore(RegistryStore):
 
     def _upload(self, name: str, digest: str, size: int, content) -> None:
         """Monolithic blob upload (POST to open a session, PUT the bytes with ?digest=), skipped if present.
-        content: bytes, or a _FileBody streamed from disk."""
+        content: bytes, or a FileBody streamed from disk."""
         container = self._container(name)
         if self.oras.blob_exists({"digest": digest, "size": size}, container):
             return
@@ -643,7 +339,7 @@ class OciStore(RegistryStore):
         for entry in manifest.files:
             digest = f"sha256:{entry.sha256}"
             with progress_bar(progress, entry.size, f"push {name}:{entry.path}") as bar:
-                body = _FileBody(staging / entry.path, entry.size, bar)
+                body = FileBody(staging / entry.path, entry.size, bar)
                 try:
                     self._upload(name, digest, entry.size, body)
                 finally:

@@ -17,7 +17,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from kernel.errors import ApiError
-from services.protocols import oip
+from services.protocols import oip, oip_codec
 from services.protocols.generated import grpc_predict_v2_pb2 as pb
 from services.protocols.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from services.protocols.grpc_common import RpcScope, handle
@@ -56,7 +56,7 @@ def _params(entries) -> dict[str, Any]:
     return {k: param_value(v) for k, v in entries.items()}
 
 
-def request_from_pb(msg: pb.ModelInferRequest) -> oip.InferRequest:
+def request_from_pb(msg: pb.ModelInferRequest) -> oip_codec.InferRequest:
     raw = list(msg.raw_input_contents)
     if raw and len(raw) != len(msg.inputs):
         raise ApiError(400, "invalid_request", "raw_input_contents must hold exactly one entry per input",
@@ -65,29 +65,29 @@ def request_from_pb(msg: pb.ModelInferRequest) -> oip.InferRequest:
     for i, t in enumerate(msg.inputs):
         shape = [int(d) for d in t.shape]
         if raw:
-            data = oip.array_from_raw(t.name, t.datatype, shape, raw[i])
+            data = oip_codec.array_from_raw(t.name, t.datatype, shape, raw[i])
         else:
             field = CONTENTS_FIELD.get(t.datatype)
             if field is not None:
-                data = oip.array_from_values(t.name, t.datatype, shape, list(getattr(t.contents, field)))
-            elif t.datatype in oip.DATATYPES:
+                data = oip_codec.array_from_values(t.name, t.datatype, shape, list(getattr(t.contents, field)))
+            elif t.datatype in oip_codec.DATATYPES:
                 raise ApiError(400, "invalid_request", f"input {t.name!r}: {t.datatype} needs raw_input_contents",
                                {"input": t.name})
             else:
-                data = oip.array_from_values(t.name, t.datatype, shape, [])  # raises unsupported_datatype
-        inputs.append(oip.Tensor(t.name, t.datatype, shape, data, _params(t.parameters)))
-    outputs = [oip.RequestedOutput(o.name, _params(o.parameters)) for o in msg.outputs] or None
-    return oip.InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id or None,
+                data = oip_codec.array_from_values(t.name, t.datatype, shape, [])  # raises unsupported_datatype
+        inputs.append(oip_codec.Tensor(t.name, t.datatype, shape, data, _params(t.parameters)))
+    outputs = [oip_codec.RequestedOutput(o.name, _params(o.parameters)) for o in msg.outputs] or None
+    return oip_codec.InferRequest(model_name=msg.model_name, model_version=msg.model_version, id=msg.id or None,
                             inputs=inputs, outputs=outputs, parameters=_params(msg.parameters))
 
 
-def response_to_pb(resp: oip.InferResponse) -> pb.ModelInferResponse:
+def response_to_pb(resp: oip_codec.InferResponse) -> pb.ModelInferResponse:
     msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version, id=resp.id or "")
     for k, v in resp.parameters.items():
         set_param(msg.parameters[k], v)
     for t in resp.outputs:
         msg.outputs.add(name=t.name, datatype=t.datatype, shape=[int(d) for d in t.shape])
-        msg.raw_output_contents.append(oip.raw_of(t))
+        msg.raw_output_contents.append(oip_codec.raw_of(t))
     return msg
 
 

@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, Response
 
 from kernel.errors import ApiError, request_id_of
 from services.gateway_deps import inference_guard, ready_context
-from services.protocols import oip
+from services.protocols import oip, oip_codec
 from services.protocols.calls import describe_error
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol v2"])
@@ -169,7 +169,7 @@ def _field(doc: dict, key: str, kind: type, where: str, required: bool = True) -
     return value
 
 
-def parse_infer_request(name: str, version: str, body: bytes, header_length: str | None) -> oip.InferRequest:
+def parse_infer_request(name: str, version: str, body: bytes, header_length: str | None) -> oip_codec.InferRequest:
     """JSON (optionally followed by binary tensor data) -> the core request."""
     binary = b""
     if header_length is not None:
@@ -203,13 +203,13 @@ def parse_infer_request(name: str, version: str, body: bytes, header_length: str
             if isinstance(size, bool) or not isinstance(size, int) or size < 0 or offset + size > len(binary):
                 raise ApiError(400, "invalid_request", f"{where}: binary_data_size does not fit the binary data",
                                {"binary_data_size": size, "binary_bytes": len(binary) - offset})
-            data = oip.array_from_raw(tname, datatype, shape, binary[offset: offset + size])
+            data = oip_codec.array_from_raw(tname, datatype, shape, binary[offset: offset + size])
             offset += size
         else:
             if "data" not in inp:
                 raise ApiError(400, "invalid_request", f"{where}: 'data' (or parameters.binary_data_size) is missing")
-            data = oip.array_from_values(tname, datatype, shape, inp["data"])
-        inputs.append(oip.Tensor(tname, datatype, [int(d) for d in shape], data, params))
+            data = oip_codec.array_from_values(tname, datatype, shape, inp["data"])
+        inputs.append(oip_codec.Tensor(tname, datatype, [int(d) for d in shape], data, params))
     if offset != len(binary):
         raise ApiError(400, "invalid_request", f"{len(binary) - offset} bytes of binary data belong to no input")
     outputs = None
@@ -219,26 +219,26 @@ def parse_infer_request(name: str, version: str, body: bytes, header_length: str
         for i, out in enumerate(outputs_doc):
             if not isinstance(out, dict):
                 raise ApiError(400, "invalid_request", f"outputs[{i}] must be an object")
-            outputs.append(oip.RequestedOutput(_field(out, "name", str, f"outputs[{i}]"),
+            outputs.append(oip_codec.RequestedOutput(_field(out, "name", str, f"outputs[{i}]"),
                                                _field(out, "parameters", dict, f"outputs[{i}]", False) or {}))
     rid = doc.get("id")
-    return oip.InferRequest(model_name=name, model_version=version, id=None if rid is None else str(rid),
+    return oip_codec.InferRequest(model_name=name, model_version=version, id=None if rid is None else str(rid),
                             inputs=inputs, outputs=outputs,
                             parameters=_field(doc, "parameters", dict, "request", required=False) or {})
 
 
-def infer_response(req: oip.InferRequest, resp: oip.InferResponse) -> Response:
+def infer_response(req: oip_codec.InferRequest, resp: oip_codec.InferResponse) -> Response:
     binary_default = bool(req.parameters.get("binary_data_output", False))
     asked = {o.name: o.parameters for o in req.outputs or ()}
     outputs, blobs = [], []
     for t in resp.outputs:
         entry: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
         if bool(asked.get(t.name, {}).get("binary_data", binary_default)):
-            raw = oip.raw_of(t)
+            raw = oip_codec.raw_of(t)
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:
-            entry["data"] = oip.json_data_of(t)
+            entry["data"] = oip_codec.json_data_of(t)
         outputs.append(entry)
     doc: dict[str, Any] = {"model_name": resp.model_name, "model_version": resp.model_version,
                            "parameters": resp.parameters, "outputs": outputs}

@@ -17,7 +17,7 @@ from models.cache import fetch_verified
 from models.registry import IntegrityError
 from models.stores import RegistryError, open_store
 from models.stores.base import RegistryAuthError
-from models.stores.oci import ENV_PASSWORD, ENV_USERNAME, find_credentials
+from models.stores.oci_auth import ENV_PASSWORD, ENV_USERNAME, find_credentials
 from tests.models.conftest import unique_name
 from tests.models.test_manifest import make_manifest
 

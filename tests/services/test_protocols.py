@@ -356,25 +356,26 @@ def test_typed_messages_mirror_the_rest_response_models():
 
 def test_tensor_codec():
     from kernel.errors import ApiError
-    from services.protocols import oip
+    from services.protocols import oip_codec
 
-    nested = oip.array_from_values("x", "INT64", [2, 2], [[1, 2], [3, 4]])
-    assert np.array_equal(nested, oip.array_from_values("x", "INT64", [2, 2], [1, 2, 3, 4]))
-    t = oip.Tensor("x", "FP32", [2], np.array([1.5, -2.0], dtype=np.float32))
-    assert np.array_equal(oip.array_from_raw("x", "FP32", [2], oip.raw_of(t)), t.data)
-    words = oip.bytes_tensor("w", ["héllo", "", "x"])
-    assert list(oip.array_from_raw("w", "BYTES", [3], oip.raw_of(words))) == [w.encode() for w in ("héllo", "", "x")]
-    assert oip.json_data_of(words) == ["héllo", "", "x"]
+    nested = oip_codec.array_from_values("x", "INT64", [2, 2], [[1, 2], [3, 4]])
+    assert np.array_equal(nested, oip_codec.array_from_values("x", "INT64", [2, 2], [1, 2, 3, 4]))
+    t = oip_codec.Tensor("x", "FP32", [2], np.array([1.5, -2.0], dtype=np.float32))
+    assert np.array_equal(oip_codec.array_from_raw("x", "FP32", [2], oip_codec.raw_of(t)), t.data)
+    words = oip_codec.bytes_tensor("w", ["héllo", "", "x"])
+    assert list(oip_codec.array_from_raw("w", "BYTES", [3], oip_codec.raw_of(words))) == [
+        w.encode() for w in ("héllo", "", "x")]
+    assert oip_codec.json_data_of(words) == ["héllo", "", "x"]
     bad = [(("x", "INT64", [3], [1, 2]), "shape_mismatch"), (("x", "INT32", [1], [1.5]), "invalid_tensor_data"),
            (("x", "INT8", [1], [300]), "invalid_tensor_data"), (("x", "FP32", [1], ["a"]), "invalid_tensor_data"),
            (("x", "FP32", [2], [[1.0], [2.0, 3.0]]), "invalid_tensor_data"),
            (("x", "COMPLEX", [1], [1]), "unsupported_datatype"), (("x", "FP32", [-1], []), "invalid_shape")]
     for args, code in bad:
         with pytest.raises(ApiError) as err:
-            oip.array_from_values(*args)
+            oip_codec.array_from_values(*args)
         assert err.value.code == code, args
     with pytest.raises(ApiError):
-        oip.array_from_raw("w", "BYTES", [1], b"\x05\x00\x00\x00ab")  # truncated element
+        oip_codec.array_from_raw("w", "BYTES", [1], b"\x05\x00\x00\x00ab")  # truncated element
 
 
 def test_generated_stubs_match_the_protos():

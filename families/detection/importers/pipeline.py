@@ -5,12 +5,16 @@ checks measure is what serves."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from families.detection.postprocess import NMSParams, decode, nms
 from families.detection.preprocess import boxes_to_original, preprocess_image
 from models.importing.agreement import Dets
+from models.importing.photos import PhotoSet, read_rgb
+from models.importing.result import GateFailed
 
 
 def nms_params(conf: float = 0.25, iou: float = 0.45, max_det: int = 300, topk: int = 30000) -> NMSParams:
@@ -42,3 +46,24 @@ def run_detector(session, images: Sequence[np.ndarray], pre, params: NMSParams, 
             out.append(Dets(boxes_to_original(det.boxes, meta), det.scores.astype(np.float32),
                             det.classes.astype(np.int64)))
     return out
+
+
+@dataclass
+class Photos:
+    """Decoded photos, by role."""
+
+    agreement: list[np.ndarray]
+    agreement_names: list[str]
+    calibration: list[np.ndarray]
+    verify: list[Path]  # the agreement photos (ultralytics' bus.jpg and zidane.jpg first, when present)
+
+
+def decode_photos(photos: PhotoSet) -> Photos:
+    """The photos decoded once, by role; calibration ones mirrored when they are also judged on."""
+    if not photos.agreement:
+        raise GateFailed("no agreement photos: need ultralytics' assets, the photo wheels or --images DIR")
+    agree = [read_rgb(p.path) for p in photos.agreement]
+    cal = [read_rgb(p.path) for p in photos.calibration]
+    if photos.overlap:  # calibrating on the judged photos: at least not on the same pixels
+        cal = [np.ascontiguousarray(img[:, ::-1]) for img in cal]
+    return Photos(agree, [p.name for p in photos.agreement], cal, [p.path for p in photos.agreement])

@@ -8,7 +8,7 @@ SECURITY: a .pt checkpoint is a pickle, and loading a pickle runs code; a --cust
 too (models/importing/custom_modules.py, as for detection-pt). Import only what you trust.
 
 Steps (nothing is published unless all pass; a refusal says why):
-  1. read: the detection family's checkpoint reader (families/detection/importers/checkpoint.inspect_checkpoint:
+  1. read: the detection family's checkpoint reader (families/detection/importers/checkpoint_read.inspect_checkpoint:
      ultralytics' own loader, old omegaconf-pickled args read as plain data), asked to keep the pose head whole.
      Anything but a pose checkpoint is refused (detection-pt takes detectors, and serves a pose checkpoint's boxes
      only). NMS-free pose heads (YOLO26-pose's one-to-one branch) are refused: the pose family decodes anchors heads.
@@ -24,17 +24,14 @@ Steps (nothing is published unless all pass; a refusal says why):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from families.detection.importers.checkpoint import inspect_checkpoint
+from families.detection.importers.checkpoint_read import inspect_checkpoint
 from families.detection.importers.evaluate import detection_references
 from families.detection.importers.pipeline import nms_params
 from families.pose.importers.export import export_and_prove
@@ -46,7 +43,7 @@ from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import BY, add_registry_option, default_cache, quiet_stdout, refuse_existing
+from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
 from models.manifest import Manifest, Source, utcnow
 
@@ -166,57 +163,41 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
 def publish_pose_pt(weights: Path, name: str, version: str, registry, *, alias: str | None = None,
                     cache_dir: Path | None = None, images: Path | None = None, **kw) -> tuple[Manifest, dict]:
     """import_pose_pt + publish into `registry`; (published manifest, report). Existing versions are refused first."""
-    refuse_existing(registry, name, version)
-    photos = user_photos(images) if images else None
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-pose-"))
-    try:
-        art, report = import_pose_pt(weights, name, version, work, photos=photos, cache_dir=cache_dir, **kw)
-        published = registry.publish(art.staging, art.manifest)
-        if alias:
-            registry.set_alias(name, alias, version, by=f"{BY} pose-pt")
-        return published, report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_one_and_publish(registry, name, version, alias, "pose-pt", lambda work: import_pose_pt(
+        weights, name, version, work, photos=user_photos(images) if images else None, cache_dir=cache_dir, **kw))
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
     params = POSE_PT_PARAMS
     if args.parity_batches:
         params = PosePtParams(parity_batches=tuple(args.parity_batches))
-    try:
-        with quiet_stdout():
-            m, report = publish_pose_pt(args.weights, args.name, args.version, LocalRegistry(args.registry),
-                                        alias=args.alias, cache_dir=args.cache, images=args.images, imgsz=args.imgsz,
-                                        params=params, verify_ultralytics=False if args.no_verify else None,
-                                        license=args.license, require_license=True,
-                                        custom_modules=args.custom_modules or ())
-    except (GateFailed, RegistryError, ValueError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    pre = m.preprocess
-    print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels, "preprocess": pre.model_dump(),
-                      "outputs": [o.model_dump() for o in m.outputs], "gates": m.gates,
-                      "metrics": {k: round(v, 6) for k, v in m.metrics.items()}, "report": report},
-                     indent=2, default=str))
-    return 0
+
+    def answer(out: tuple[Manifest, dict]) -> None:
+        m, report = out
+        print(json.dumps({"name": m.name, "version": m.version, "labels": m.labels,
+                          "preprocess": m.preprocess.model_dump(), "outputs": [o.model_dump() for o in m.outputs],
+                          "gates": m.gates, "metrics": {k: round(v, 6) for k, v in m.metrics.items()},
+                          "report": report}, indent=2, default=str))
+
+    return run_cli(lambda: publish_pose_pt(
+        args.weights, args.name, args.version, LocalRegistry(args.registry), alias=args.alias, cache_dir=args.cache,
+        images=args.images, imgsz=args.imgsz, params=params, verify_ultralytics=False if args.no_verify else None,
+        license=args.license, require_license=True, custom_modules=args.custom_modules or ()), answer,
+        refused=(ValueError,))
 
 
 def add_parser(subparsers) -> None:
     """Register `pose-pt` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("pose-pt", help="import an ultralytics pose .pt with its keypoints",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", type=Path, required=True, help="the pose .pt checkpoint")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version")
+    p = importer_parser(subparsers, "pose-pt", "import an ultralytics pose .pt with its keypoints", __doc__,
+                        ("--weights", "the pose .pt checkpoint"))
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size (default: the checkpoint's train imgsz)")
     p.add_argument("--images", type=Path, default=None,
                    help="photos of the model's own domain for the ultralytics cross-check (default: package photos)")
     p.add_argument("--custom-modules", action="append", default=None, metavar="[PICKLED_NAME=]MODULE_OR_FILE",
                    help="a module or .py file with the training code's own layers the checkpoint pickles "
                         "(repeatable; it runs as code)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel, photo and ultralytics cache")
     p.add_argument("--parity-batches", type=int, nargs="+", default=None, help="torch parity batches (default 1 4 32)")

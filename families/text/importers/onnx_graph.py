@@ -40,12 +40,7 @@ from families.text.importers.finish import (
     long_text,
     token_feeds,
 )
-from families.text.importers.tokenizer import (
-    TOKENIZER_FILE,
-    stage_tokenizer,
-    tokenizer_max_length,
-    tokenizer_pad_id,
-)
+from families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer, tokenizer_max_length, tokenizer_pad_id
 from families.text.preprocess import TextTokenizer
 from models.importing.graphs import ort_session, value_dims
 from models.importing.labels import read_labels

@@ -7,7 +7,7 @@ import families
 from kernel.tensors import TensorMeta
 from services.protocols.generated import triserve_pb2 as pb
 from services.protocols.grpc_typed import message_fields
-from services.protocols.oip import Tensor, output_tensor, request_field
+from services.protocols.oip_codec import Tensor, output_tensor, request_field
 from services.protocols.rest import family_router
 
 

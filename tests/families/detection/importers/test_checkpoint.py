@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.checkpoint import PtParams, import_detection_pt, inspect_checkpoint
+from families.detection.importers.checkpoint import PtParams, import_detection_pt
+from families.detection.importers.checkpoint_read import inspect_checkpoint
 from models.importing.graphs import ort_session
 from models.importing.photos import user_photos
 from models.importing.result import ImportRefused

@@ -10,12 +10,9 @@ import onnx
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from families.detection.importers.onnx_graph import (
-    ImportParams,
-    import_detection_onnx,
-    inspect_detector,
-    publish_detection_onnx,
-)
+from families.detection.importers.onnx_graph import import_detection_onnx, publish_detection_onnx
+from families.detection.importers.onnx_inspect import inspect_detector
+from families.detection.importers.params import ImportParams
 from models.importing import batching
 from models.importing.graphs import ort_session
 from models.importing.labels import read_labels
@@ -230,7 +227,7 @@ def test_cli(make_detector, tmp_path, photo_dir, capsys):
 
 # -- fallback paths ---------------------------------------------------------------------------------------------------
 def test_int8_fallback_is_built_and_gated(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.onnx_graph import FallbackGates
+    from families.detection.importers.params import FallbackGates
 
     path = make_detector()
     lenient = FallbackGates(min_share=0.0, min_mean_iou=0.0, min_confident_recall=0.0, min_speedup=0.0,
@@ -251,7 +248,7 @@ def test_int8_fallback_is_built_and_gated(make_detector, tmp_path, photo_dir):
 
 
 def test_fallback_refusals_and_the_smaller_size_path(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.onnx_graph import FallbackGates
+    from families.detection.importers.params import FallbackGates
     from models.importing.result import GateFailed
 
     impossible = FallbackGates(min_share=1.01, min_reference_boxes=0)  # no INT8 graph passes: later attempts run
@@ -279,7 +276,7 @@ def test_fallback_refusals_and_the_smaller_size_path(make_detector, tmp_path, ph
 
 
 def test_smaller_size_is_refused_when_the_graph_only_claims_dynamic_size(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.onnx_graph import FallbackGates
+    from families.detection.importers.params import FallbackGates
 
     liar = make_detector("liar.onnx", dynamic_spatial=True, baked_anchors=True)  # [1, 4, 16] baked in
     result = import_detection_onnx(liar, "liar", "1.0.0", tmp_path, photos=user_photos(photo_dir),
@@ -293,7 +290,7 @@ def test_smaller_size_is_refused_when_the_graph_only_claims_dynamic_size(make_de
 
 
 def test_no_fallback_is_built_without_boxes_to_judge_it_on(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.onnx_graph import FallbackGates
+    from families.detection.importers.params import FallbackGates
 
     result = _import(make_detector(), tmp_path, photo_dir, fallback_name="fb",
                      gates=FallbackGates(min_reference_boxes=10_000))
@@ -361,7 +358,7 @@ def test_end2end_row_comparison_ignores_order_but_not_content():
 
 
 def test_square_input_size_is_the_rule_every_yolo_importer_shares():
-    from families.detection.importers.onnx_graph import square_input_size
+    from families.detection.importers.onnx_inspect import square_input_size
 
     assert square_input_size("m.onnx", 640, 640, None, {"imgsz": "[640, 640]"}) == 640  # fixed dims win
     assert square_input_size("m.onnx", "h", "w", 320, {"imgsz": "[640, 640]"}) == 320  # then --imgsz

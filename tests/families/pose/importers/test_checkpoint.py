@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
 from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.importers.onnx_graph import import_pose_onnx, inspect_pose_graph
+from families.pose.importers.onnx_graph import import_pose_onnx
+from families.pose.importers.onnx_inspect import inspect_pose_graph
 from families.pose.importers.verify import PoseCheckParams
 from models.importing.graphs import ort_session
 from models.importing.photos import user_photos
@@ -83,7 +84,7 @@ def batch1_export(pose_checkpoints, tmp_path_factory, ul_cache) -> Path:
     """ultralytics' own ONNX export of the COCO pose checkpoint, batch 1, fixed 64x64 (what users hand in). The
     random-init checkpoint carries no training args; re-saved by the reader it has them (task 'pose'), as a trained
     one does."""
-    from families.detection.importers.checkpoint import inspect_checkpoint
+    from families.detection.importers.checkpoint_read import inspect_checkpoint
     from families.detection.importers.export import export_onnx
 
     work = tmp_path_factory.mktemp("pose-onnx")
