@@ -185,6 +185,11 @@ class ForecastPoint(Answer):
     quantiles: dict[str, float] = Field(description="Every quantile the model outputs, keyed by level ('0.1').")
 
 
+class LevelShift(Answer):
+    at: datetime = Field(description="The first point at the new level (UTC).")
+    size: float = Field(description="New level minus old: the history before it was moved by this before forecasting.")
+
+
 class InputReport(Answer):
     """How the service read the series, and what forecast it (docs/families/forecast.md)."""
 
@@ -201,6 +206,7 @@ class InputReport(Answer):
     backtest_mase: float | None = None
     backtest_origins: int | None = None
     interval_calibration: str | None = Field(None, description="'conformal' or 'model'.")
+    level_shift: LevelShift | None = Field(None, description="A persistent step to a new level, or None.")
 
 
 class ForecastResponse(ServedBy):

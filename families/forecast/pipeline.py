@@ -27,11 +27,13 @@ from families.forecast.schemas import (
     ForecastRequest,
     ForecastResponse,
     InputReport,
+    LevelShiftReport,
     PanelForecastRequest,
     PanelForecastResponse,
     SeriesForecast,
     SeriesInput,
 )
+from families.forecast.shifts import remove as remove_shift
 from kernel.call import CallContext, bind, finish
 from kernel.context import ServingContext
 from kernel.errors import ApiError
@@ -45,6 +47,10 @@ from observability.metrics import ITEMS, labelled
 
 def _utc(t: datetime) -> np.datetime64:
     return np.datetime64(t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None), "s")
+
+
+def _datetime(t: np.datetime64) -> datetime:
+    return datetime.fromisoformat(str(t.astype("datetime64[s]"))).replace(tzinfo=UTC)
 
 
 def _frequency(body: ForecastRequest, stamps: np.ndarray | None) -> tuple[str, bool]:
@@ -121,6 +127,9 @@ class ForecastPipeline:
             regular, last_ts, report = regularize(values, stamps, frequency, lim.max_points, lim.max_gap_fraction)
         except SeriesError as exc:
             raise ApiError(422, exc.code, str(exc), exc.details) from exc
+        regular, shift = remove_shift(regular)
+        report["level_shift"] = None if shift is None else LevelShiftReport(
+            at=_datetime(past_timestamp(last_ts, frequency, shift.at, len(regular))), size=shift.size)
         max_h = min(contract.max_horizon[frequency], lim.max_horizon)
         horizon = body.horizon or max_h
         if horizon > max_h:
@@ -178,7 +187,7 @@ class ForecastPipeline:
             median = q[:, levels.index(0.5)]
             band = bands(levels, q)
             keys = [f"{level:g}" for level in levels]
-            points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=UTC),
+            points = [ForecastPoint(timestamp=_datetime(t),
                                     point=float(median[i]),
                                     **{k: None if v is None else float(v[i]) for k, v in band.items()},
                                     quantiles={k: float(q[i, j]) for j, k in enumerate(keys)})

@@ -95,6 +95,12 @@ class ForecastPoint(BaseModel):
     quantiles: dict[str, float] = Field(description="Every quantile the model outputs, keyed by level ('0.1').")
 
 
+class LevelShiftReport(BaseModel):
+    at: datetime = Field(description="The first point at the new level (UTC).")
+    size: float = Field(description="New level minus old, in the series' units: the points before the shift were "
+                                    "moved by it before forecasting, so the forecast continues the new level.")
+
+
 class InputReport(BaseModel):
     frequency: Frequency = Field(description="The frequency forecast at.")
     frequency_inferred: bool = Field(description="True if it was inferred from the timestamps.")
@@ -116,6 +122,8 @@ class InputReport(BaseModel):
     interval_calibration: Literal["conformal", "model"] = Field(
         description="conformal: the intervals are scaled by the series' backtest errors and the calibration factors; "
                     "model: the model's own quantiles.")
+    level_shift: LevelShiftReport | None = Field(None, description="A step to a new level that persists (detected "
+                                                                   "on the history), or null.")
 
 
 class ForecastResponse(ServedBy):
