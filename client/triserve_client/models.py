@@ -190,6 +190,20 @@ class LevelShift(Answer):
     size: float = Field(description="New level minus old: the history before it was moved by this before forecasting.")
 
 
+class CovariateEffect(Answer):
+    name: str
+    effect: float = Field(description="Change of the series per unit of the covariate.")
+    t_value: float
+    used: bool = Field(description="True when it moved the forecast (the series' backtest said it helps).")
+
+
+class CovariateReport(Answer):
+    used: bool
+    backtest_error_with: float | None = None
+    backtest_error_without: float | None = None
+    effects: list[CovariateEffect]
+
+
 class InputReport(Answer):
     """How the service read the series, and what forecast it (docs/families/forecast.md)."""
 
@@ -207,6 +221,7 @@ class InputReport(Answer):
     backtest_origins: int | None = None
     interval_calibration: str | None = Field(None, description="'conformal' or 'model'.")
     level_shift: LevelShift | None = Field(None, description="A persistent step to a new level, or None.")
+    covariates: CovariateReport | None = Field(None, description="What the covariates did (None: none given).")
 
 
 class ForecastResponse(ServedBy):

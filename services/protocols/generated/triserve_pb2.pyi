@@ -196,7 +196,7 @@ class ForecastPoint(_message.Message):
     def __init__(self, timestamp: _Optional[str] = ..., point: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ..., quantiles: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InputReport(_message.Message):
-    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration", "level_shift")
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration", "level_shift", "covariates")
     class MethodWeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +218,7 @@ class InputReport(_message.Message):
     BACKTEST_ORIGINS_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     LEVEL_SHIFT_FIELD_NUMBER: _ClassVar[int]
+    COVARIATES_FIELD_NUMBER: _ClassVar[int]
     sorted: bool
     duplicates_merged: int
     imputed: int
@@ -232,7 +233,32 @@ class InputReport(_message.Message):
     backtest_origins: int
     interval_calibration: str
     level_shift: LevelShift
-    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ..., level_shift: _Optional[_Union[LevelShift, _Mapping]] = ...) -> None: ...
+    covariates: CovariateReport
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ..., level_shift: _Optional[_Union[LevelShift, _Mapping]] = ..., covariates: _Optional[_Union[CovariateReport, _Mapping]] = ...) -> None: ...
+
+class CovariateEffect(_message.Message):
+    __slots__ = ("name", "effect", "t_value", "used")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    T_VALUE_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    effect: float
+    t_value: float
+    used: bool
+    def __init__(self, name: _Optional[str] = ..., effect: _Optional[float] = ..., t_value: _Optional[float] = ..., used: _Optional[bool] = ...) -> None: ...
+
+class CovariateReport(_message.Message):
+    __slots__ = ("used", "backtest_error_with", "backtest_error_without", "effects")
+    USED_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ERROR_WITH_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ERROR_WITHOUT_FIELD_NUMBER: _ClassVar[int]
+    EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    used: bool
+    backtest_error_with: float
+    backtest_error_without: float
+    effects: _containers.RepeatedCompositeFieldContainer[CovariateEffect]
+    def __init__(self, used: _Optional[bool] = ..., backtest_error_with: _Optional[float] = ..., backtest_error_without: _Optional[float] = ..., effects: _Optional[_Iterable[_Union[CovariateEffect, _Mapping]]] = ...) -> None: ...
 
 class LevelShift(_message.Message):
     __slots__ = ("at", "size")
