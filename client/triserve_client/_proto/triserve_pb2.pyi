@@ -153,7 +153,21 @@ class ClassifyResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[TextResult, _Mapping]]] = ...) -> None: ...
 
 class ForecastRequest(_message.Message):
-    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model", "deployment")
+    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model", "deployment", "covariates", "future_covariates", "calendar")
+    class CovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
+    class FutureCovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
     VALUES_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +175,9 @@ class ForecastRequest(_message.Message):
     HORIZON_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    FUTURE_COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[float]
     timestamps: _containers.RepeatedScalarFieldContainer[str]
     start: str
@@ -168,7 +185,16 @@ class ForecastRequest(_message.Message):
     horizon: int
     model: ModelChoice
     deployment: str
-    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+    covariates: _containers.MessageMap[str, Doubles]
+    future_covariates: _containers.MessageMap[str, Doubles]
+    calendar: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ..., covariates: _Optional[_Mapping[str, Doubles]] = ..., future_covariates: _Optional[_Mapping[str, Doubles]] = ..., calendar: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Doubles(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ForecastPoint(_message.Message):
     __slots__ = ("timestamp", "point", "lower_50", "upper_50", "lower_90", "upper_90", "quantiles")
