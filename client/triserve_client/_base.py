@@ -253,11 +253,18 @@ class ClientCore:
 
     def forecast_call(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
                       start: Timestamp | None, frequency: str | None, horizon: int | None, model: str | None,
-                      deployment: str | None) -> Call[ForecastResponse]:
+                      deployment: str | None, covariates: Mapping[str, Iterable[float]] | None = None,
+                      future_covariates: Mapping[str, Iterable[float]] | None = None,
+                      calendar: Sequence[str] | None = None) -> Call[ForecastResponse]:
         body = _options(values=[_number(v) for v in values],
                         timestamps=None if timestamps is None else [_timestamp(t) for t in timestamps],
                         start=None if start is None else _timestamp(start), frequency=frequency, horizon=horizon,
-                        model=model, deployment=deployment)
+                        model=model, deployment=deployment,
+                        covariates=None if covariates is None else {k: [_number(v) for v in vs]
+                                                                    for k, vs in covariates.items()},
+                        future_covariates=None if future_covariates is None else {
+                            k: [_number(v) for v in vs] for k, vs in future_covariates.items()},
+                        calendar=None if calendar is None else list(calendar))
         return Call("POST", "/v1/forecast", _parser(ForecastResponse), json=body)
 
     def forecast_panel_call(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp,

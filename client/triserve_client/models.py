@@ -185,6 +185,25 @@ class ForecastPoint(Answer):
     quantiles: dict[str, float] = Field(description="Every quantile the model outputs, keyed by level ('0.1').")
 
 
+class LevelShift(Answer):
+    at: datetime = Field(description="The first point at the new level (UTC).")
+    size: float = Field(description="New level minus old: the history before it was moved by this before forecasting.")
+
+
+class CovariateEffect(Answer):
+    name: str
+    effect: float = Field(description="Change of the series per unit of the covariate.")
+    t_value: float
+    used: bool = Field(description="True when it moved the forecast (the series' backtest said it helps).")
+
+
+class CovariateReport(Answer):
+    used: bool
+    backtest_error_with: float | None = None
+    backtest_error_without: float | None = None
+    effects: list[CovariateEffect]
+
+
 class InputReport(Answer):
     """How the service read the series, and what forecast it (docs/families/forecast.md)."""
 
@@ -201,6 +220,8 @@ class InputReport(Answer):
     backtest_mase: float | None = None
     backtest_origins: int | None = None
     interval_calibration: str | None = Field(None, description="'conformal' or 'model'.")
+    level_shift: LevelShift | None = Field(None, description="A persistent step to a new level, or None.")
+    covariates: CovariateReport | None = Field(None, description="What the covariates did (None: none given).")
 
 
 class ForecastResponse(ServedBy):

@@ -107,11 +107,15 @@ class TriserveClient:
     def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
                  start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,
                  model: str | None = None, deployment: str | None = None, timeout: float | None = None,
-                 request_id: str | None = None) -> ForecastResponse:
+                 request_id: str | None = None, covariates: Mapping[str, Iterable[float]] | None = None,
+                 future_covariates: Mapping[str, Iterable[float]] | None = None,
+                 calendar: Sequence[str] | None = None) -> ForecastResponse:
         """POST /v1/forecast. `values` may hold None/NaN for missing points; give `timestamps` (one per value;
         frequency inferred when omitted) or `start` + `frequency`."""
         call = self._core.forecast_call(values, timestamps=timestamps, start=start, frequency=frequency,
-                                        horizon=horizon, model=model, deployment=deployment)
+                                        horizon=horizon, model=model, deployment=deployment,
+                                        covariates=covariates, future_covariates=future_covariates,
+                                        calendar=calendar)
         return self._run(call, timeout, request_id)
 
     def forecast_panel(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp, frequency: str,

@@ -28,6 +28,7 @@ from families.forecast.preprocess import (
     reads_history,
     regularize,
 )
+from families.forecast.shifts import remove as remove_shift
 from kernel.batch import Option, Prepared, error_row
 from models.manifest import Manifest, preprocess_as
 
@@ -73,6 +74,7 @@ class Adapter:
             if frequency not in pre.frequencies:
                 raise SeriesError("unsupported_frequency", f"inferred frequency {frequency!r} is not served")
         regular, last_ts, report = regularize(values, stamps, frequency, lim.max_points, lim.max_gap_fraction)
+        regular, _ = remove_shift(regular)  # as the service: a level shift is forecast from the new level
         max_h = min(pre.max_horizon[frequency], lim.max_horizon)
         horizon = self.horizon or max_h
         if horizon > max_h:

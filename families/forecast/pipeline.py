@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from families.forecast import covariates
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
@@ -24,14 +25,20 @@ from families.forecast.preprocess import (
     regularize,
     series_timestamps,
 )
+from families.forecast.regressors import regressors
 from families.forecast.schemas import (
+    CalendarFeature,
+    CovariateEffect,
+    CovariateReport,
     ForecastPoint,
     ForecastRequest,
     InputReport,
+    LevelShiftReport,
     PanelForecastRequest,
     SeriesForecast,
     SeriesInput,
 )
+from families.forecast.shifts import remove as remove_shift
 from kernel.errors import ApiError
 from kernel.family import Answer, DeploymentView
 from kernel.schemas import ModelInfo
@@ -41,6 +48,10 @@ from models.manifest import preprocess_as
 
 def _utc(t: datetime) -> np.datetime64:
     return np.datetime64(t if t.tzinfo is None else t.astimezone(UTC).replace(tzinfo=None), "s")
+
+
+def _datetime(t: np.datetime64) -> datetime:
+    return datetime.fromisoformat(str(t.astype("datetime64[s]"))).replace(tzinfo=UTC)
 
 
 def _frequency(body: ForecastRequest, stamps: np.ndarray | None) -> tuple[str, bool]:
@@ -66,6 +77,8 @@ class Prepared:
     horizon: int
     future: np.ndarray
     cuts: list[int]
+    offset: np.ndarray | None = None  # [horizon] the covariates' effect added back to every quantile
+    nonneg: bool = False  # the history is non-negative: so is the forecast (after the offset)
 
 
 @dataclass
@@ -104,12 +117,14 @@ class ForecastPipeline:
         return frequency, inferred, stamps
 
     def prepare(self, body: ForecastRequest | SeriesInput, frequency: str | None = None,
-                horizon: int | None = None) -> Prepared:
-        """Validate one series against the deployment's limits and the primary's contract; regularise it."""
+                horizon: int | None = None, calendar: list[CalendarFeature] | None = None) -> Prepared:
+        """Validate one series against the deployment's limits and the primary's contract; regularise it; remove a
+        level shift (shifts.py) and, with covariates, their effect where the series' backtest says it helps."""
         lim, contract = self.limits, self.contract
-        if isinstance(body, SeriesInput):  # a panel's series: the panel's frequency and horizon apply
+        if isinstance(body, SeriesInput):  # a panel's series: the panel's frequency, horizon and calendar apply
             body = ForecastRequest(values=body.values, timestamps=body.timestamps, start=body.start,
-                                   frequency=frequency, horizon=horizon)
+                                   frequency=frequency, horizon=horizon, covariates=body.covariates,
+                                   future_covariates=body.future_covariates, calendar=calendar)
         frequency, inferred, stamps = self._check(body)
         values = np.array([np.nan if v is None else v for v in body.values], dtype=np.float64)
         if stamps is None:
@@ -127,8 +142,28 @@ class ForecastPipeline:
         if len(regular) < contract.min_history:
             raise ApiError(422, "series_too_short", f"need at least {contract.min_history} regular points, got "
                            f"{len(regular)}", {"required": contract.min_history, "received": len(regular)})
-        return Prepared(regular, last_ts, report, frequency, inferred, horizon,
-                        future_timestamps(last_ts, frequency, horizon), backtest_cuts(len(regular), horizon))
+        future = future_timestamps(last_ts, frequency, horizon)
+        offset, nonneg = None, bool(np.all(regular >= 0))
+        if body.covariates or body.future_covariates or body.calendar:
+            names, x, x_future = regressors(body, stamps, frequency, horizon, lim.max_points, len(regular))
+            grid = past_timestamp(last_ts, frequency, 0, len(regular))
+            cal_names, cal = covariates.calendar(series_timestamps(grid, frequency, len(regular)), body.calendar or [])
+            _, cal_future = covariates.calendar(future, body.calendar or [])
+            fit = covariates.fit(regular, np.concatenate([x, cal], axis=1),
+                                 np.concatenate([x_future, cal_future], axis=1), names + cal_names, frequency,
+                                 horizon)
+            regular, shift = fit.series, fit.shift
+            offset = fit.offset if any(fit.used) else None
+            report["covariates"] = CovariateReport(
+                used=any(fit.used), backtest_error_with=fit.error_with, backtest_error_without=fit.error_without,
+                effects=[CovariateEffect(name=nm, effect=e, t_value=t, used=u)
+                         for nm, e, t, u in zip(fit.names, fit.effects, fit.t_values, fit.used)])
+        else:
+            regular, shift = remove_shift(regular)
+        report["level_shift"] = None if shift is None else LevelShiftReport(
+            at=_datetime(past_timestamp(last_ts, frequency, shift.at, len(regular))), size=shift.size)
+        return Prepared(regular, last_ts, report, frequency, inferred, horizon, future,
+                        backtest_cuts(len(regular), horizon), offset, nonneg)
 
     @staticmethod
     def items(series: Prepared, model: ServedModel) -> list[Item]:
@@ -171,10 +206,13 @@ class ForecastPipeline:
                                                  "interval_calibration": "model"}) for outs in scaled]
         answers = []
         for series, its, (q, levels, method) in zip(prepared, items, results):
+            if series.offset is not None:
+                q = q + series.offset[:, None]
+                q = np.maximum(q, 0.0) if series.nonneg else q
             median = q[:, levels.index(0.5)]
             band = bands(levels, q)
             keys = [f"{level:g}" for level in levels]
-            points = [ForecastPoint(timestamp=datetime.fromisoformat(str(t)).replace(tzinfo=UTC),
+            points = [ForecastPoint(timestamp=_datetime(t),
                                     point=float(median[i]),
                                     **{k: None if v is None else float(v[i]) for k, v in band.items()},
                                     quantiles={k: float(q[i, j]) for j, k in enumerate(keys)})
@@ -199,7 +237,7 @@ class ForecastPipeline:
         prepared = []
         for index, s in enumerate(body.series):
             try:
-                prepared.append(self.prepare(s, body.frequency, body.horizon))
+                prepared.append(self.prepare(s, body.frequency, body.horizon, body.calendar))
             except ApiError as exc:
                 raise ApiError(exc.status, exc.code, f"series {index} ({s.id!r}): {exc.message}",
                                {"index": index, "id": s.id, **(exc.details or {})}) from exc

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
+CalendarFeature = Literal["weekday", "month"]
+Covariates = dict[str, list[float | None]]
+
+
+def covariates_field() -> Any:
+    return Field(None, description="Known-future numeric regressors over the history: name -> one value per point of "
+                                   "'values' (same order). Each needs the same name in 'future_covariates'.")
+
+
+def future_covariates_field() -> Any:
+    return Field(None, description="The same regressors over the forecast: name -> one value per step ahead (at "
+                                   "least the horizon).")
 
 
 class ForecastRequest(BaseModel):
@@ -30,6 +42,10 @@ class ForecastRequest(BaseModel):
                                                          "horizon for the frequency (e.g. 24 months, 48 hours).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = deployment_field()
+    covariates: Covariates | None = covariates_field()
+    future_covariates: Covariates | None = future_covariates_field()
+    calendar: list[CalendarFeature] | None = Field(None, description="Calendar regressors made from the timestamps: "
+                                                                     "'weekday' (6 dummies), 'month' (11 dummies).")
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> ForecastRequest:
@@ -48,6 +64,8 @@ class SeriesInput(BaseModel):
     values: list[float | None] = Field(min_length=1, description="Observations; null or NaN marks a missing point.")
     timestamps: list[datetime] | None = Field(None, description="One per value, any order; omit to use start.")
     start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
+    covariates: Covariates | None = covariates_field()
+    future_covariates: Covariates | None = future_covariates_field()
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> SeriesInput:
@@ -71,6 +89,8 @@ class PanelForecastRequest(BaseModel):
                                                          "the model's horizon for the frequency).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = deployment_field()
+    calendar: list[CalendarFeature] | None = Field(None, description="Calendar regressors for every series: "
+                                                                     "'weekday', 'month'.")
 
     @model_validator(mode="after")
     def _ids_and_time_axis(self) -> PanelForecastRequest:
@@ -95,6 +115,29 @@ class ForecastPoint(BaseModel):
     quantiles: dict[str, float] = Field(description="Every quantile the model outputs, keyed by level ('0.1').")
 
 
+class LevelShiftReport(BaseModel):
+    at: datetime = Field(description="The first point at the new level (UTC).")
+    size: float = Field(description="New level minus old, in the series' units: the points before the shift were "
+                                    "moved by it before forecasting, so the forecast continues the new level.")
+
+
+class CovariateEffect(BaseModel):
+    name: str = Field(description="The covariate ('weekday=tue', 'month=feb' for calendar dummies).")
+    effect: float = Field(description="Change of the series per unit of the covariate (least squares on the history, "
+                                      "with a level and a trend).")
+    t_value: float = Field(description="Its t statistic in that fit (|t| >= 3 makes it a candidate).")
+    used: bool = Field(description="True when it moved the forecast: a candidate, and the backtest with the "
+                                   "candidates beat the one without.")
+
+
+class CovariateReport(BaseModel):
+    used: bool = Field(description="True when any covariate moved the forecast.")
+    backtest_error_with: float | None = Field(description="Backtest mean absolute error with the candidates (null: "
+                                                          "no candidate or too short to backtest).")
+    backtest_error_without: float | None = Field(description="The same without covariates.")
+    effects: list[CovariateEffect]
+
+
 class InputReport(BaseModel):
     frequency: Frequency = Field(description="The frequency forecast at.")
     frequency_inferred: bool = Field(description="True if it was inferred from the timestamps.")
@@ -116,6 +159,9 @@ class InputReport(BaseModel):
     interval_calibration: Literal["conformal", "model"] = Field(
         description="conformal: the intervals are scaled by the series' backtest errors and the calibration factors; "
                     "model: the model's own quantiles.")
+    level_shift: LevelShiftReport | None = Field(None, description="A step to a new level that persists (detected "
+                                                                   "on the history), or null.")
+    covariates: CovariateReport | None = Field(None, description="What the covariates did (null: none given).")
 
 
 class ForecastResponse(ServedBy):

@@ -155,11 +155,14 @@ def model_quantiles(session, histories: Sequence, frequencies: Sequence[str], ne
 def run_served(session, items: Sequence[Item], many: bool = False) -> tuple[list, list[float]]:
     """The service's forecaster for each item: the model's quantiles for the full history and every backtest origin
     (all items' histories in one batched pass, as the runner batches them), then combine() per series as the service
-    calls it (many: ensemble.combine_many over all items at once instead, the batched form).
+    calls it (many: ensemble.combine_many over all items at once instead, the batched form). A level shift
+    (families/forecast/shifts.py) is removed from each history first, as the service's pipeline does.
     Returns (the Forecasts, the per-series combine seconds; empty with many)."""
     from families.forecast import ensemble
     from families.forecast.ensemble import backtest_cuts, combine
+    from families.forecast.shifts import remove
 
+    items = [(remove(h)[0], f, horizon, stamp) for h, f, horizon, stamp in items]  # level shifts out, as served
     hist, freq, stamps, horizons, cuts = [], [], [], [], []
     for h, f, horizon, stamp in items:
         cs = backtest_cuts(len(h), horizon)

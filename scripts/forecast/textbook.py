@@ -20,6 +20,10 @@ Shapes (n points of history, m = SEASON[f], horizon = MAX_HORIZON[f], two season
                 flattening)                                       exact_relative, 5 % of ptp(history)
   intermittent  seeded demand: 3 of every 10 steps non-zero, sizes 1 + Poisson(3); mean 1.2        intermittent
   double_season (h only) daily + weekly profile, 4 weeks           exact_relative, 2 % of ptp(history)
+  late_step     10, then 30 for the last LATE_AFTER points (the backtest's origins straddle the step)
+                                                                  exact_relative, 2 % of the step (20)
+  noisy_step    late_step + white noise (sigma 1, seeded; the expectation is the new level 30)
+                                                                  level, within 1.5 sigma (the old level is 20 off)
 Seasonal shapes are not made at YS (m = 1: no season). Scale variants (MS and D; linear, trend_season, constant,
 level_step): tiny (x 1e-6), huge (x 1e9 + 1e12), negative (shifted below zero); short histories n = 3, 5, 8 of
 linear and constant at YS and MS.
@@ -29,7 +33,7 @@ Kinds (q: [horizon, len(QUANTILES)] in original units, point = the median column
                   magnitude named above, computed on the base series and multiplied by a variant's scale factor
                   (an offset leaves it unchanged), so the rule is scale- and offset-free: a 1e12 offset does not
                   make 1 % of |future| a free pass.
-  level           error = max over steps |point - level| / sigma (ref = sigma); pass when error <= tolerance (1)
+  level           error = max over steps |point - level| / sigma (ref = sigma); pass when error <= tolerance (1; 1.5)
                   AND every step's 5-95 % interval contains the level AND its mean width is at most 3x the exact
                   one (2 x 1.645 sigma), so "covers" cannot be bought with an absurd interval.
   intermittent    error = |mean(point) - mean demand| / mean demand; pass when error <= tolerance (0.5) AND every
@@ -54,6 +58,7 @@ SEED = 20240611
 # Damped trend: phi = 0.97 (inside ETS's [0.8, 0.98]) over at most 60 points, so the end of the history still rises
 # (~20 % of the total rise is still to come) while the slope has visibly fallen: neither naive nor drift passes
 DAMPING, DAMPED_LENGTH = 0.97, 60
+LATE_AFTER = 8  # points at the new level after a late step (fewer than any backtest spans)
 
 
 @dataclass(frozen=True)
@@ -128,11 +133,16 @@ def _shape(shape: str, f: str, n: int, horizon: int, rng: np.random.Generator) -
         day, week = _profile(24, t), np.where((t // 24) % 7 >= 5, -1.0, 0.4) + 0.3 * _profile(168, t)
         y = 100.0 + 20.0 * day + 15.0 * week
         return y[:n], y[n:], 0.02, float(np.ptp(y[:n])), "exact_relative"
+    if shape in ("late_step", "noisy_step"):
+        y = np.where(t >= n - LATE_AFTER, 30.0, 10.0)
+        if shape == "late_step":
+            return y[:n], y[n:], 0.02, 20.0, "exact_relative"
+        return y[:n] + rng.standard_normal(n), y[n:], 1.5, 1.0, "level"
     raise ValueError(f"unknown shape {shape!r}")
 
 
 SHAPES = ("linear", "trend_season", "season", "constant", "level_step", "noisy_level", "exponential", "damped_trend",
-          "intermittent", "double_season")
+          "intermittent", "double_season", "late_step", "noisy_step")
 
 
 def _base(shape: str, f: str, n: int | None = None) -> TextbookCase:

@@ -6,7 +6,8 @@ The family declares only its method name (`grpc_method`); the messages are `<Met
 services/protocols/protos/triserve.proto. Field mapping: repeated fields when non-empty (bytes stay bytes), proto3
 `optional` fields only when set (unset ones take the request model's defaults: top_k 3, horizon 12, ...), enums by
 their value's name without the enum's prefix, lower-cased (MODEL_CHOICE_PRIMARY -> "primary"; an unknown number
-stays unknown, so the request model refuses it like any other bad value).
+stays unknown, so the request model refuses it like any other bad value); a map of one-field wrapper messages
+(map<string, Doubles>) as a dict of lists.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def message_fields(message) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for field in message.DESCRIPTOR.fields:
         value = getattr(message, field.name)
-        if field.is_repeated:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            if len(value):  # map<string, Wrapper>: each value's single repeated field (Doubles.values -> list)
+                fields[field.name] = {k: list(getattr(v, v.DESCRIPTOR.fields[0].name)) for k, v in value.items()}
+        elif field.is_repeated:
             if len(value):
                 fields[field.name] = list(value)
         elif field.has_presence and not message.HasField(field.name):

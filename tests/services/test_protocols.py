@@ -179,6 +179,24 @@ def test_every_frequency_same_forecast_over_rest_typed_grpc_and_oip(server, grpc
     assert [t.decode() for t in oip.as_numpy("TIMESTAMPS")] == [p["timestamp"] for p in rest["forecast"]]
 
 
+def test_forecast_covariates_over_typed_grpc_match_rest(server, typed):
+    rng = np.random.default_rng(1)
+    promo = (rng.random(127) < 0.2).astype(float)
+    values = (200 + 50 * promo + rng.normal(0, 3, 127))[:120].round(3).tolist()
+    past, future = promo[:120].tolist(), promo[120:].tolist()
+    rest = httpx.post(f"{server.url}/v1/forecast", timeout=60, json={
+        "values": values, "start": "2024-01-01T00:00:00", "frequency": "D", "horizon": 7,
+        "covariates": {"promo": past}, "future_covariates": {"promo": future}, "calendar": ["weekday"]}).json()
+    proto = typed.Forecast(tpb.ForecastRequest(
+        values=values, start="2024-01-01T00:00:00", frequency="D", horizon=7, calendar=["weekday"],
+        covariates={"promo": tpb.Doubles(values=past)}, future_covariates={"promo": tpb.Doubles(values=future)}),
+        timeout=60)
+    assert [p.point for p in proto.forecast] == [p["point"] for p in rest["forecast"]]
+    assert proto.input.covariates.used and rest["input"]["covariates"]["used"]
+    effects = rest["input"]["covariates"]["effects"]
+    assert [e.name for e in proto.input.covariates.effects] == [e["name"] for e in effects]
+
+
 def test_detect_and_forecast_pipelines_match_rest(server, http_client, grpc_client, typed):
     raw = png_bytes(seed=3)
     rest = httpx.post(f"{server.url}/v1/detect", timeout=60, json={

@@ -153,7 +153,21 @@ class ClassifyResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[TextResult, _Mapping]]] = ...) -> None: ...
 
 class ForecastRequest(_message.Message):
-    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model", "deployment")
+    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "model", "deployment", "covariates", "future_covariates", "calendar")
+    class CovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
+    class FutureCovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
     VALUES_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +175,9 @@ class ForecastRequest(_message.Message):
     HORIZON_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    FUTURE_COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[float]
     timestamps: _containers.RepeatedScalarFieldContainer[str]
     start: str
@@ -168,7 +185,16 @@ class ForecastRequest(_message.Message):
     horizon: int
     model: ModelChoice
     deployment: str
-    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+    covariates: _containers.MessageMap[str, Doubles]
+    future_covariates: _containers.MessageMap[str, Doubles]
+    calendar: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ..., covariates: _Optional[_Mapping[str, Doubles]] = ..., future_covariates: _Optional[_Mapping[str, Doubles]] = ..., calendar: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Doubles(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ForecastPoint(_message.Message):
     __slots__ = ("timestamp", "point", "lower_50", "upper_50", "lower_90", "upper_90", "quantiles")
@@ -196,7 +222,7 @@ class ForecastPoint(_message.Message):
     def __init__(self, timestamp: _Optional[str] = ..., point: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ..., quantiles: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InputReport(_message.Message):
-    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration")
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration", "level_shift", "covariates")
     class MethodWeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +243,8 @@ class InputReport(_message.Message):
     BACKTEST_MASE_FIELD_NUMBER: _ClassVar[int]
     BACKTEST_ORIGINS_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_SHIFT_FIELD_NUMBER: _ClassVar[int]
+    COVARIATES_FIELD_NUMBER: _ClassVar[int]
     sorted: bool
     duplicates_merged: int
     imputed: int
@@ -230,7 +258,41 @@ class InputReport(_message.Message):
     backtest_mase: float
     backtest_origins: int
     interval_calibration: str
-    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ...) -> None: ...
+    level_shift: LevelShift
+    covariates: CovariateReport
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ..., level_shift: _Optional[_Union[LevelShift, _Mapping]] = ..., covariates: _Optional[_Union[CovariateReport, _Mapping]] = ...) -> None: ...
+
+class CovariateEffect(_message.Message):
+    __slots__ = ("name", "effect", "t_value", "used")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    T_VALUE_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    effect: float
+    t_value: float
+    used: bool
+    def __init__(self, name: _Optional[str] = ..., effect: _Optional[float] = ..., t_value: _Optional[float] = ..., used: _Optional[bool] = ...) -> None: ...
+
+class CovariateReport(_message.Message):
+    __slots__ = ("used", "backtest_error_with", "backtest_error_without", "effects")
+    USED_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ERROR_WITH_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ERROR_WITHOUT_FIELD_NUMBER: _ClassVar[int]
+    EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    used: bool
+    backtest_error_with: float
+    backtest_error_without: float
+    effects: _containers.RepeatedCompositeFieldContainer[CovariateEffect]
+    def __init__(self, used: _Optional[bool] = ..., backtest_error_with: _Optional[float] = ..., backtest_error_without: _Optional[float] = ..., effects: _Optional[_Iterable[_Union[CovariateEffect, _Mapping]]] = ...) -> None: ...
+
+class LevelShift(_message.Message):
+    __slots__ = ("at", "size")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    at: str
+    size: float
+    def __init__(self, at: _Optional[str] = ..., size: _Optional[float] = ...) -> None: ...
 
 class ForecastResponse(_message.Message):
     __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "forecast", "input")
