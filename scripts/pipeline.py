@@ -37,7 +37,7 @@ from scripts.common import (
     recipe_hash,
 )
 
-TASKS = ("detection", "text", "forecast", "pose", "segmentation")
+TASKS = ("detection", "text", "forecast", "pose", "segmentation", "classification")
 DEFAULT_REGISTRY = LOCAL_REGISTRY
 DEFAULT_CACHE = PIPELINE_CACHE
 log = logging.getLogger("triserve.pipeline")
