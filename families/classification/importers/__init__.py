@@ -11,5 +11,6 @@ references). BUILDS_ON: the detection family's ultralytics reader and offline se
 
 IMPORTERS = (
     "families.classification.importers.onnx_graph",
+    "families.classification.importers.checkpoint",
 )
 BUILDS_ON = ("families.detection",)

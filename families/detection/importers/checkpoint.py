@@ -35,7 +35,7 @@ Steps (nothing is published unless all pass; a refusal says why):
                   would be served, and the family's axis-aligned NMS would suppress neighbouring rotated objects
                   (ships in a harbour, cars in a car park seen from above) whose enclosing boxes overlap while the
                   rotated boxes do not: other boxes than ultralytics' rotated NMS keeps.
-       classify   REFUSED: one class distribution per image, no boxes (needs an image-classification family);
+       classify   REFUSED: one class distribution per image, no boxes (`triserve import classification-pt`);
        semantic, depth: refused (no boxes); RT-DETR (RTDETRDecoder: [b, queries, 4 + nc] normalised
                   cxcywh with its own query selection), YOLO-World / YOLOE (open vocabulary: classes from text
                   embeddings): refused, other heads than this family decodes.
@@ -94,8 +94,8 @@ REFUSED_TASKS = {
            "rotated objects whose enclosing boxes overlap, where ultralytics' rotated NMS keeps them. Needs an OBB "
            "family",
     "classify": "image-classification checkpoint (a Classify head): one class distribution per image, no boxes for "
-                "the detection family to serve. Needs an image-classification family (its own centre-crop "
-                "preprocessing and a top-k labels response)",
+                "the detection family to serve. Import it with `triserve import classification-pt` (the "
+                "image-classification family: centre-crop preprocessing, top-k labels)",
     "semantic": "semantic-segmentation checkpoint: a per-pixel class map, no boxes",
     "depth": "depth checkpoint: a per-pixel depth map, no boxes",
 }
