@@ -36,6 +36,7 @@ FAMILIES: dict[str, str] = {
     "forecast": "families.forecast",
     "pose": "families.pose",
     "segmentation": "families.segmentation",
+    "classification": "families.classification",
 }
 ENTRY_POINT_GROUP = "triserve.families"
 

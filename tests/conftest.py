@@ -32,7 +32,7 @@ def tiny_registry(tmp_path_factory):
     root = tmp_path_factory.mktemp("registry")
     cache = tmp_path_factory.mktemp("cache")
     registry = LocalRegistry(root)
-    for task in ("detection", "text", "forecast", "segmentation"):
+    for task in ("detection", "text", "forecast", "segmentation", "classification"):
         build_task(task, "tiny", registry, cache)
     return registry
 

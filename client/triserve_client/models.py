@@ -174,6 +174,25 @@ class SegmentResponse(ServedBy):
     results: list[SegmentImageResult]
 
 
+# -- POST /v1/classify-image, /v1/classify-image/upload --------------------------------------------------------------
+class ClassScore(Answer):
+    class_id: int = Field(description="Index of the class in the model's labels.")
+    label: str
+    score: float = Field(description="Probability (softmax over the model's classes).")
+
+
+class ClassifiedImage(Answer):
+    width: int
+    height: int
+    label: str = Field(description="Top-1 class.")
+    score: float
+    top_k: list[ClassScore]
+
+
+class ClassifyImageResponse(ServedBy):
+    results: list[ClassifiedImage]
+
+
 # -- POST /v1/forecast -------------------------------------------------------------------------------------------------
 class ForecastPoint(Answer):
     timestamp: datetime = Field(description="Start of the forecast step's bucket, UTC.")

@@ -54,9 +54,9 @@ def _multipart_endpoint(fam: Family, route: RestRoute):
 
 
 def operation_name(path: str) -> str:
-    """A REST route's endpoint name, its OpenAPI operation and BentoML client method: /v1/forecast/panel ->
-    forecast_panel."""
-    return path.removeprefix("/v1/").strip("/").replace("/", "_")
+    """A REST route's endpoint name, its OpenAPI operation and BentoML client method (a Python identifier):
+    /v1/forecast/panel -> forecast_panel, /v1/classify-image -> classify_image."""
+    return path.removeprefix("/v1/").strip("/").replace("/", "_").replace("-", "_")
 
 
 def family_router(family_name: str) -> APIRouter:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 import triserve_client.models as client_models
 from configs.deployments import ModelRepository
+from families.classification.schemas import ClassifyImageResponse
 from families.detection.schemas import DetectResponse
 from families.forecast.schemas import ForecastResponse, InputReport, PanelForecastResponse
 from families.pose.schemas import PoseResponse
@@ -31,6 +32,7 @@ Schema = dict[str, Any]
 PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "ClassifyResponse": (ClassifyResponse, client_models.ClassifyResponse),
     "DetectResponse": (DetectResponse, client_models.DetectResponse),
+    "ClassifyImageResponse": (ClassifyImageResponse, client_models.ClassifyImageResponse),
     "PoseResponse": (PoseResponse, client_models.PoseResponse),
     "SegmentResponse": (SegmentResponse, client_models.SegmentResponse),
     "ForecastResponse": (ForecastResponse, client_models.ForecastResponse),
@@ -45,6 +47,8 @@ ROUTES = {("post", "/v1/classify", "200"): "ClassifyResponse", ("post", "/v1/det
           ("post", "/v1/pose/upload", "200"): "PoseResponse", ("post", "/v1/segment", "200"): "SegmentResponse",
           ("post", "/v1/segment/upload", "200"): "SegmentResponse", ("post", "/v1/forecast", "200"): "ForecastResponse",
           ("post", "/v1/forecast/panel", "200"): "PanelForecastResponse",
+          ("post", "/v1/classify-image", "200"): "ClassifyImageResponse",
+          ("post", "/v1/classify-image/upload", "200"): "ClassifyImageResponse",
           ("post", "/v1/classify", "422"): "ErrorResponse", ("post", "/v1/forecast", "503"): "ErrorResponse"}
 SERVER_PACKAGES = ("services", "families", "configs", "models", "runners", "observability", "scripts", "bentoml")
 

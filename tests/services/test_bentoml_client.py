@@ -20,7 +20,8 @@ def test_schema_lists_the_inference_routes(server):
     routes = {r["name"]: r for r in schema["routes"]}
     apis = client_apis()
     assert apis == {"classify": "/v1/classify", "detect": "/v1/detect", "pose": "/v1/pose",
-                    "segment": "/v1/segment", "forecast": "/v1/forecast", "forecast_panel": "/v1/forecast/panel"}
+                    "segment": "/v1/segment", "forecast": "/v1/forecast", "forecast_panel": "/v1/forecast/panel",
+                    "classify_image": "/v1/classify-image"}
     for name, path in apis.items():
         assert routes[name]["route"] == path
         assert routes[name]["output"]["type"] == "object" and "request_id" in routes[name]["output"]["properties"]
@@ -53,6 +54,9 @@ def test_sync_client_classify_detect_forecast(server, tiny_png_b64):
         assert seg["deployment"] == "segmentation"
         assert seg["results"][0]["width"] == 96 and seg["results"][0]["height"] == 64
         assert len(seg["results"][0]["instances"]) <= 3
+
+        image = client.classify_image(images=[{"data": tiny_png_b64}], top_k=2)  # the sixth family, from the registry
+        assert image["deployment"] == "classification" and len(image["results"][0]["top_k"]) == 2
 
 
 def test_sync_client_gets_the_error_model(server):

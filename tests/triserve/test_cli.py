@@ -243,7 +243,8 @@ def test_build_missing_builds_only_when_the_registry_lacks_a_served_model(monkey
     _exec_of(monkeypatch, ["--build-missing", "--registry", str(tmp_path / "empty")])
     assert runs == [[sys.executable, "-m", "scripts.pipeline", "build", "--registry", str(tmp_path / "empty")]]
     assert cli.missing_models({**os.environ, "TRISERVE_REGISTRY_DIR": str(tmp_path / "empty")})[1] == [
-        "forecast-global:stable", "forecast-theta:stable", "minilm-intent-int8:stable", "minilm-intent:stable",
+        "colors-tiny-int8:stable", "colors-tiny:stable", "forecast-global:stable", "forecast-theta:stable",
+        "minilm-intent-int8:stable", "minilm-intent:stable",
         "seg-tiny-lite:stable", "seg-tiny:stable", "yolo-shapes-lite:stable", "yolo-shapes:stable"]
 
 

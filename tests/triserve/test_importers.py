@@ -19,6 +19,7 @@ EXPECTED = {
     "forecast": {"forecast-onnx"},
     "pose": {"pose-pt", "pose-onnx", "pose-default"},
     "segmentation": {"segmentation-onnx", "segmentation-pt", "plates-default"},
+    "classification": {"classification-onnx", "classification-pt"},
 }
 
 

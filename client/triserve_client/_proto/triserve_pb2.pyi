@@ -485,3 +485,57 @@ class SegmentResponse(_message.Message):
     timings: Timings
     results: _containers.RepeatedCompositeFieldContainer[SegmentImageResult]
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SegmentImageResult, _Mapping]]] = ...) -> None: ...
+
+class ClassifyImageRequest(_message.Message):
+    __slots__ = ("images", "top_k", "model", "deployment")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedScalarFieldContainer[bytes]
+    top_k: int
+    model: ModelChoice
+    deployment: str
+    def __init__(self, images: _Optional[_Iterable[bytes]] = ..., top_k: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ...) -> None: ...
+
+class ClassScore(_message.Message):
+    __slots__ = ("class_id", "label", "score")
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    class_id: int
+    label: str
+    score: float
+    def __init__(self, class_id: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class ClassifiedImage(_message.Message):
+    __slots__ = ("width", "height", "label", "score", "top_k")
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    width: int
+    height: int
+    label: str
+    score: float
+    top_k: _containers.RepeatedCompositeFieldContainer[ClassScore]
+    def __init__(self, width: _Optional[int] = ..., height: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., top_k: _Optional[_Iterable[_Union[ClassScore, _Mapping]]] = ...) -> None: ...
+
+class ClassifyImageResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "results")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    results: _containers.RepeatedCompositeFieldContainer[ClassifiedImage]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., results: _Optional[_Iterable[_Union[ClassifiedImage, _Mapping]]] = ...) -> None: ...

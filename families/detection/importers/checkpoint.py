@@ -35,7 +35,7 @@ Steps (nothing is published unless all pass; a refusal says why):
                   would be served, and the family's axis-aligned NMS would suppress neighbouring rotated objects
                   (ships in a harbour, cars in a car park seen from above) whose enclosing boxes overlap while the
                   rotated boxes do not: other boxes than ultralytics' rotated NMS keeps.
-       classify   REFUSED: one class distribution per image, no boxes (needs an image-classification family);
+       classify   REFUSED: one class distribution per image, no boxes (`triserve import classification-pt`);
        semantic, depth: refused (no boxes); RT-DETR (RTDETRDecoder: [b, queries, 4 + nc] normalised
                   cxcywh with its own query selection), YOLO-World / YOLOE (open vocabulary: classes from text
                   embeddings): refused, other heads than this family decodes.

@@ -32,8 +32,8 @@ REFUSED_TASKS = {
            "rotated objects whose enclosing boxes overlap, where ultralytics' rotated NMS keeps them. Needs an OBB "
            "family",
     "classify": "image-classification checkpoint (a Classify head): one class distribution per image, no boxes for "
-                "the detection family to serve. Needs an image-classification family (its own centre-crop "
-                "preprocessing and a top-k labels response)",
+                "the detection family to serve. Import it with `triserve import classification-pt` (the "
+                "image-classification family: centre-crop preprocessing, top-k labels)",
     "semantic": "semantic-segmentation checkpoint: a per-pixel class map, no boxes",
     "depth": "depth checkpoint: a per-pixel depth map, no boxes",
 }

@@ -59,6 +59,11 @@ class TriserveStub:
                 request_serializer=triserve__pb2.SegmentRequest.SerializeToString,
                 response_deserializer=triserve__pb2.SegmentResponse.FromString,
                 _registered_method=True)
+        self.ClassifyImage = channel.unary_unary(
+                '/triserve.v1.Triserve/ClassifyImage',
+                request_serializer=triserve__pb2.ClassifyImageRequest.SerializeToString,
+                response_deserializer=triserve__pb2.ClassifyImageResponse.FromString,
+                _registered_method=True)
 
 
 class TriserveServicer:
@@ -99,6 +104,13 @@ class TriserveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClassifyImage(self, request, context):
+        """Classes of encoded images: top-k labels with probabilities per image.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TriserveServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +138,11 @@ def add_TriserveServicer_to_server(servicer, server):
                     servicer.Segment,
                     request_deserializer=triserve__pb2.SegmentRequest.FromString,
                     response_serializer=triserve__pb2.SegmentResponse.SerializeToString,
+            ),
+            'ClassifyImage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClassifyImage,
+                    request_deserializer=triserve__pb2.ClassifyImageRequest.FromString,
+                    response_serializer=triserve__pb2.ClassifyImageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +280,33 @@ class Triserve:
             '/triserve.v1.Triserve/Segment',
             triserve__pb2.SegmentRequest.SerializeToString,
             triserve__pb2.SegmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClassifyImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/ClassifyImage',
+            triserve__pb2.ClassifyImageRequest.SerializeToString,
+            triserve__pb2.ClassifyImageResponse.FromString,
             options,
             channel_credentials,
             insecure,

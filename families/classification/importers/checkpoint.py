@@ -1,0 +1,161 @@
+"""Import an ultralytics image-classification checkpoint (`yolov8n-cls.pt`, `yolo11s-cls.pt`, a user's `-cls`
+training): read, exported to ONNX, verified against ultralytics' own predictor, published.
+
+    triserve import classification-pt --weights best.pt --name my-cls --version 1.0.0 [--imgsz N] \\
+        [--fallback-name my-cls-int8] [--images DIR] [--alias stable] [--license SPDX]
+
+SECURITY: a .pt checkpoint is a pickle, and loading a pickle runs code: import only checkpoints you trust.
+
+Steps (nothing is published unless all pass):
+  1. read with the detection family's checkpoint reader (ultralytics' own loader; other tasks are refused: detect,
+     segment and pose checkpoints go to detection-pt, pose-pt, segmentation-pt);
+  2. preprocessing as ultralytics' ClassificationPredictor applies it: the checkpoint's own transforms when they
+     match its training size (Resize short side, CenterCrop, Normalize mean/std), else classify_transforms(imgsz)
+     (short side imgsz, centre crop imgsz, /255); RGB; the graph outputs probabilities (its Classify head's softmax);
+  3. ONNX export by ultralytics (dynamic batch), then finish.py: the served path (gateway crop, runner
+     normalisation, the published graph batched) against `YOLO(checkpoint).predict` on every photo (ultralytics'
+     bus.jpg and zidane.jpg and the other package photos, or --images): top-5 identical and every probability within
+     1e-4; optionally the INT8 sibling behind its top-1 agreement gate.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from families.classification.importers.finish import finish
+from families.classification.manifest import ClassificationPreprocess
+from families.detection.importers.checkpoint_read import load_checkpoint_dict
+from families.detection.importers.export import class_names, export_onnx
+from families.detection.importers.ultralytics_env import setup_ultralytics
+from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from models.importing.photos import package_photos, user_photos
+from models.importing.provenance import package_versions
+from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, quiet_stdout
+from models.importing.result import GateFailed, ImportRefused, ImportResult
+from models.manifest import Source, sha256_file
+
+log = logging.getLogger("triserve.importer")
+OPSET = 17
+
+
+def read_classifier(weights: Path, cache: Path, imgsz: int | None = None):
+    """(model, labels, preprocess, checkpoint dict) of an ultralytics classify checkpoint; any other is refused."""
+    from ultralytics.nn.tasks import guess_model_task
+
+    setup_ultralytics(cache)
+    ckpt, _ = load_checkpoint_dict(weights)
+    model: Any = ckpt.get("ema") or ckpt.get("model")
+    model = model.float().eval()
+    train_args = ckpt.get("train_args")
+    args: dict = train_args if isinstance(train_args, dict) else {}
+    own = getattr(model, "args", None)
+    task = (own.get("task") if isinstance(own, dict) else None) or args.get("task") or guess_model_task(model)
+    if task != "classify":
+        raise ImportRefused(f"{weights.name}: a {task!r} checkpoint, not image classification (use the importer of "
+                            f"its family: detection-pt, pose-pt or segmentation-pt)")
+    size = imgsz or args.get("imgsz") or 224
+    size = int(max(size)) if isinstance(size, (list, tuple)) else int(size)
+    return model, class_names(model), predictor_preprocess(model, size), ckpt
+
+
+def predictor_preprocess(model, imgsz: int) -> ClassificationPreprocess:
+    """What ClassificationPredictor applies: the model's own transforms when their Resize matches imgsz, else
+    classify_transforms(imgsz) (ultralytics 8.4 setup_source)."""
+    tfs = getattr(getattr(model, "transforms", None), "transforms", None)
+    size = getattr(tfs[0], "size", None) if tfs else None
+    size = size[0] if isinstance(size, (list, tuple)) and len(size) == 1 else size
+    if tfs and isinstance(size, int) and size == imgsz:
+        kinds = [type(t).__name__ for t in tfs]
+        if kinds != ["Resize", "CenterCrop", "ToTensor", "Normalize"]:
+            raise ImportRefused(f"checkpoint transforms {kinds}: only Resize, CenterCrop, ToTensor, Normalize are "
+                                f"served")
+        crop = tfs[1].size
+        crop = int(crop[0] if isinstance(crop, (list, tuple)) else crop)
+        mode = str(tfs[0].interpolation.value).lower()
+        if mode not in ("bilinear", "bicubic"):
+            raise ImportRefused(f"checkpoint resize interpolation {mode!r} is not served (bilinear, bicubic)")
+        mean, std = (tuple(float(v) for v in np.asarray(x).reshape(-1)) for x in (tfs[3].mean, tfs[3].std))
+        return ClassificationPreprocess(imgsz=crop, resize_size=size, interpolation=mode, mean=mean, std=std)
+    return ClassificationPreprocess(imgsz=imgsz, resize_size=imgsz)
+
+
+def ultralytics_reference(weights: Path, imgsz: int):
+    """ultralytics' own predictor on the checkpoint: RGB photos (given to it as BGR arrays, as it reads files) ->
+    [n, classes] probabilities."""
+    from ultralytics import YOLO
+
+    model = YOLO(str(weights), task="classify")
+
+    def run(images: list[np.ndarray]) -> np.ndarray:
+        out = []
+        for im in images:  # one by one: the predictor's batch is the photo
+            res: Any = model.predict(np.ascontiguousarray(im[..., ::-1]), imgsz=imgsz, device="cpu", verbose=False)
+            out.append(res[0].probs.data.cpu().numpy().astype(np.float64))
+        return np.stack(out)
+
+    return run
+
+
+def import_classification_pt(weights: Path, name: str, version: str, work: Path, photos, cache: Path,
+                             imgsz: int | None = None, fallback_name: str | None = None,
+                             license: str | None = None) -> ImportResult:
+    weights = Path(weights)
+    if not weights.is_file():
+        raise ImportRefused(f"{weights}: no such file")
+    model, labels, pre, ckpt = read_classifier(weights, cache, imgsz)
+    Path(work).mkdir(parents=True, exist_ok=True)
+    graph = export_onnx(weights, Path(work) / "export.onnx", pre.imgsz, OPSET, dynamic=True)
+    stated = spdx_from_text(ckpt.get("license"))
+    source = Source(kind="user", license=resolve_license(license, stated, weights.name), description=(
+        f"user ultralytics classify checkpoint {weights.name} (sha256 {sha256_file(weights)}, saved by ultralytics "
+        f"{ckpt.get('version') or '?'}); exported by ultralytics and imported by "
+        f"families/classification/importers/checkpoint.py"),
+        packages=package_versions("ultralytics", "torch", "onnx", "onnxruntime"))
+    recipe = {"importer": "classification-pt", "source_sha256": sha256_file(weights), "labels": len(labels),
+              "preprocess": pre.model_dump(mode="json")}
+    return finish(graph, labels, pre, name, version, Path(work), photos, source,
+                  ultralytics_reference(weights, pre.imgsz), recipe, fallback_name)
+
+
+def _cmd(args) -> int:
+    from models.registry import LocalRegistry, RegistryError
+
+    photos = user_photos(args.images) if args.images else package_photos(args.cache)
+
+    def build(work: Path) -> ImportResult:
+        return import_classification_pt(args.weights, args.name, args.version, work, photos,
+                                        Path(args.cache) / "classification-pt", args.imgsz, args.fallback_name,
+                                        args.license)
+
+    try:
+        with quiet_stdout():
+            published, report = import_and_publish(LocalRegistry(args.registry), args.name, args.version,
+                                                   args.alias, "classification-pt", build)
+    except (GateFailed, RegistryError) as exc:
+        log.error("nothing published: %s", exc)
+        return 2
+    print_result(published, report)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register `classification-pt` on the `triserve import` parser (triserve/importers.py)."""
+    p = subparsers.add_parser("classification-pt", help="import an ultralytics -cls checkpoint (.pt)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--weights", type=Path, required=True, help="the .pt checkpoint")
+    p.add_argument("--name", required=True, help="registry model name")
+    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p.add_argument("--imgsz", type=int, default=None, help="input size (default: the training size)")
+    add_registry_option(p)
+    p.add_argument("--alias", default=None, help="also point this alias at the new version")
+    p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling")
+    p.add_argument("--images", type=Path, default=None, help="photos for the checks (default: the package photos)")
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    add_license_option(p)
+    p.set_defaults(func=_cmd)
+
+
