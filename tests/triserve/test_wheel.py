@@ -163,10 +163,10 @@ def http_store(tiny_registry):
         server.server_close()
 
 
-def test_installed_wheel_serves_all_three_families(fresh_venv, http_store, tmp_path):
+def test_installed_wheel_serves_every_family(fresh_venv, http_store, tmp_path):
     """`triserve serve` of the fresh venv, run from a directory outside the checkout, pulls the models from a
     registry store over HTTP (sha256-verified into the default cache under ~/.triserve, never site-packages) and
-    answers detection, text, forecasting and segmentation."""
+    answers detection, text, forecasting, segmentation and image classification."""
     config = tmp_path / "config"
     config.mkdir()
     (config / "models.yaml").write_text(TINY_MODELS.read_text())
@@ -199,10 +199,13 @@ def test_installed_wheel_serves_all_three_families(fresh_venv, http_store, tmp_p
         segment = httpx.post(f"{srv.url}/v1/segment", timeout=30,
                              json={"images": [{"data": base64.b64encode(image.getvalue()).decode()}]})
         assert segment.status_code == 200 and segment.json()["model"]["name"] == "seg-tiny", segment.text
+        image_class = httpx.post(f"{srv.url}/v1/classify-image", timeout=30,
+                                 json={"images": [{"data": base64.b64encode(image.getvalue()).decode()}]})
+        assert image_class.status_code == 200 and len(image_class.json()["results"][0]["top_k"]) >= 1, image_class.text
         console = httpx.get(f"{srv.url}/console/static/app.js", timeout=10)  # the web console, from site-packages
         assert console.status_code == 200 and "script-src 'self'" in console.headers["content-security-policy"]
         served = {d["name"] for d in httpx.get(f"{srv.url}/v1/models", timeout=10).json()["deployments"]}
-        assert served == {"detection", "text", "forecast", "segmentation"}, served
+        assert served == {"detection", "text", "forecast", "segmentation", "classification"}, served
     cache = home / ".triserve" / ".cache" / "models"
     assert {"minilm-intent", "yolo-shapes", "forecast-global"} <= {p.name for p in cache.iterdir()}, cache
     assert not list(fresh_venv.rglob(".cache")), "the installed server wrote into its venv"

@@ -58,6 +58,6 @@ def test_verified_against_ultralytics_predictor(cls_checkpoint, photo_dir, tmp_p
 
 
 def test_a_detection_checkpoint_is_refused_and_the_detection_importer_names_this_one(tmp_path):
-    from families.detection.importers.checkpoint import REFUSED_TASKS
+    from families.detection.importers.checkpoint_read import REFUSED_TASKS
 
     assert "classification-pt" in REFUSED_TASKS["classify"]
