@@ -27,6 +27,7 @@ _REST: tuple[tuple[str, ApiCategory], ...] = (
     (r"/v2/health/(?:live|ready)", "health"),
     (_MODEL + r"/ready", "health"),
     (r"/metrics", "metrics"),
+    (r"/console/api/summary", "metrics"),  # the console's figures are the metrics' (its static files hold no data)
     (r"/v2/models(?:/[^/]+(?:/versions/[^/]+)?)?/stats", "statistics"),
     (_MODEL + r"/config", "model-config"),
     (r"/v2/repository(?:/.*)?", "model-repository"),

@@ -23,7 +23,8 @@ GRPC_CODES = {200: "OK", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: 
 
 @pytest.mark.parametrize("path, category", [
     ("/livez", "health"), ("/readyz", "health"), ("/v2/health/ready", "health"), ("/v2/models/text/ready", "health"),
-    ("/v2/models/text/versions/1/ready", "health"), ("/metrics", "metrics"), ("/v2", "metadata"),
+    ("/v2/models/text/versions/1/ready", "health"), ("/metrics", "metrics"), ("/console/api/summary", "metrics"),
+    ("/console/static/app.js", None), ("/v2", "metadata"),
     ("/v2/models/text", "metadata"), ("/v1/models", "metadata"), ("/schema.json", "metadata"),
     ("/docs", "metadata"), ("/v2/models/text/config", "model-config"), ("/v2/repository/index", "model-repository"),
     ("/v2/models/stats", "statistics"), ("/v2/models/text/versions/1/stats", "statistics"),
