@@ -196,7 +196,7 @@ def test_forecast_async(server):
 def test_models_ready_live(ts):
     listing = ts.models(request_id="client-models-1")
     assert isinstance(listing, ModelsListing) and listing.ready is True and listing.request_id == "client-models-1"
-    assert {d.name for d in listing.deployments} == {"detection", "text", "forecast", "segmentation"}
+    assert {d.name for d in listing.deployments} == {"detection", "text", "forecast", "segmentation", "classification"}
     text = listing.deployment("text")
     assert text.family == "text" and text.model.name == "minilm-intent" and text.fallback.name == "minilm-intent-int8"
     with pytest.raises(KeyError):

@@ -66,7 +66,8 @@ def test_the_client_stubs_describe_the_servers_proto():
     assert descriptor_drift(server, client) == ""
     parsed = descriptor_pb2.FileDescriptorProto.FromString(client)
     assert parsed.package == "triserve.v1" and [s.name for s in parsed.service] == ["Triserve"]
-    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast", "Pose", "Segment"]
+    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast", "Pose", "Segment",
+                                                          "ClassifyImage"]
 
 
 def test_a_drifted_client_descriptor_is_caught():

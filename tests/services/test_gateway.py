@@ -125,7 +125,7 @@ def test_forecast_matches_in_process_pipeline(server, tiny_registry):
                              "imputed": 0, "points": n, "used": n, "padded": pre.context - n,
                              "method": expected.method, "method_weights": pytest.approx(expected.weights),
                              "backtest_mase": pytest.approx(expected.backtest_mase), "backtest_origins": len(cuts),
-                             "interval_calibration": "conformal"}
+                             "interval_calibration": "conformal", "level_shift": None, "covariates": None}
 
 
 @pytest.mark.parametrize("frequency,step", [("YS", None), ("QS", None), ("MS", None), ("W", 7 * 86400),
@@ -342,7 +342,8 @@ def test_models_endpoint_reports_provider(server):
     assert providers.pop("forecast_fallback") == "numpy"  # the Theta method: no ONNX Runtime provider
     assert set(providers.values()) == {"CPUExecutionProvider"}
     assert set(status["models"]) == {"detection", "detection_fallback", "text", "text_fallback", "forecast",
-                                     "forecast_fallback", "segmentation", "segmentation_fallback"}
+                                     "forecast_fallback", "segmentation", "segmentation_fallback", "classification",
+                                     "classification_fallback"}
     # every loaded model says under which licence its weights are served, and where they came from
     from models.manifest import check_spdx
 

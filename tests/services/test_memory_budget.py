@@ -17,7 +17,7 @@ def test_footprints_and_caps_are_reported(server):
     status = _models(server)
     memory = {slot: m["memory"] for slot, m in status["models"].items()}
     assert set(memory) == {"detection", "detection_fallback", "text", "text_fallback", "forecast", "forecast_fallback",
-                           "segmentation", "segmentation_fallback"}
+                           "segmentation", "segmentation_fallback", "classification", "classification_fallback"}
     for slot, mem in memory.items():
         assert mem["resident_mb"] >= 0 and mem["per_item_mb"] >= 0 and mem["batch_cap"] >= 1, (slot, mem)
     assert memory["text"]["batch_cap"] == 64  # the default budget (80% of the machine) does not cap the tiny models

@@ -142,7 +142,7 @@ def test_segmentation_and_pose_are_served_as_detection(checkpoints, tmp_path, ul
 
 @pytest.mark.parametrize("key, reason", [
     ("obb", "oriented-box .*rotated.*axis-aligned NMS"),
-    ("cls", r"image-classification checkpoint \(a Classify head\).*no boxes.*Needs an image-classification family"),
+    ("cls", r"image-classification checkpoint \(a Classify head\).*no boxes.*triserve import classification-pt"),
 ])
 def test_refused_kinds(checkpoints, tmp_path, ul_cache, key, reason):
     with pytest.raises(ImportRefused, match=reason):
