@@ -79,8 +79,8 @@ def test_admin_calls_need_an_admin_key(admin_server):
 
 def test_put_call_and_delete_a_copy_of_a_deployment(ops):
     repo = ops.deployments()
-    assert isinstance(repo, ModelRepository) and {d.name for d in repo.deployments} == {"detection", "text", "forecast",
-                                                                                  "segmentation"}
+    assert isinstance(repo, ModelRepository)
+    assert {d.name for d in repo.deployments} == {"detection", "text", "forecast", "segmentation", "classification"}
     text = repo.deployment("text")
     assert isinstance(text, Deployment) and text.model.name == "minilm-intent" and text.fallback is not None
     added = ops.put_deployment("text-copy", text.model_copy(update={"name": "text-copy"}), request_id="put-1")
