@@ -169,11 +169,13 @@ def limits_table(family: str) -> list[str]:
 
 def settings_reference() -> list[str]:
     import configs.families
-    from configs.settings import AccessSettings, ApiKey, Settings, SlotOverride
+    from configs.access import AccessSettings, ApiKey
+    from configs.settings import Settings, SlotOverride
 
     prefix, delim = _env_prefix()
     out = ["## Server settings: `configs/serving.yaml`", "",
-           f"Typed in `configs/settings.py` (`Settings`). Read from `configs/serving.yaml` (or the file named by "
+           f"Typed in `configs/settings.py` (`Settings`; access and TLS in `configs/access.py`). Read from "
+           f"`configs/serving.yaml` (or the file named by "
            f"`TRISERVE_CONFIG`); every field can be overridden from the environment: `{prefix}` + the field's path "
            f"in upper case with `{delim}` between levels (`TRISERVE_RUNNER__WORKERS=2`). Lists and mappings take "
            "JSON (`TRISERVE_RUNNER__PROVIDERS='[\"CPUExecutionProvider\"]'`); mappings from the environment are "

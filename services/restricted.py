@@ -16,7 +16,7 @@ import grpc
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from configs.settings import AccessSettings, ApiCategory
+from configs.access import AccessSettings, ApiCategory
 from kernel.errors import ApiError, error_response
 from kernel.protection.access import AccessControl
 from services.protocols.grpc_common import MetadataRequest

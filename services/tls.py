@@ -1,4 +1,4 @@
-"""TLS for the gateway's two listeners from one typed setting (configs/settings.TlsSettings): BentoML's ssl options
+"""TLS for the gateway's two listeners from one typed setting (configs/access.TlsSettings): BentoML's ssl options
 for HTTP (uvicorn) and grpc server credentials for gRPC, so a certificate and a client CA are given once and both
 protocols refuse the same clients."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from configs.settings import TlsSettings
+from configs.access import TlsSettings
 
 
 def bentoml_ssl(tls: TlsSettings) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from configs.settings import AccessSettings, ApiKey
+from configs.access import AccessSettings, ApiKey
 from kernel.errors import ApiError
 from kernel.protection.buckets import BucketStore, LocalBuckets, SharedBuckets, remove_stale, server_table
 from kernel.protection.forwarded import client_address, parse_networks

@@ -1,4 +1,4 @@
-"""TLS on both listeners (configs/settings.TlsSettings, services/tls.py), on a real `bentoml serve` with certificates
+"""TLS on both listeners (configs/access.TlsSettings, services/tls.py), on a real `bentoml serve` with certificates
 made here: HTTPS and gRPC over TLS answer a client that trusts the CA; with a client CA (mutual TLS) a client without a
 certificate signed by it is refused on both; the typed client and tritonclient connect with the certificates."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
-from configs.settings import TlsSettings
+from configs.access import TlsSettings
 from services.tls import bentoml_ssl, grpc_credentials
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 

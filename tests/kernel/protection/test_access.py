@@ -3,7 +3,7 @@ import hashlib
 import pytest
 from starlette.requests import Request
 
-from configs.settings import AccessSettings, ApiKey
+from configs.access import AccessSettings, ApiKey
 from kernel.errors import ApiError
 from kernel.protection.access import AccessControl
 from kernel.protection.buckets import LocalBuckets, SharedBuckets

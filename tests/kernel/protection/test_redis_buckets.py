@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from configs.settings import AccessSettings
+from configs.access import AccessSettings
 from kernel.errors import ApiError
 from kernel.protection.access import AccessControl, Client
 from scripts.drills.ports import ReservedPort
