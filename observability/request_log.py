@@ -14,6 +14,7 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
@@ -77,13 +78,17 @@ class BackgroundLineWriter(logging.Handler):
 
 
 def stdout_json_logger(name: str) -> logging.Logger:
-    """A JSON-lines logger on stdout written off the caller's thread (BackgroundLineWriter)."""
-    return json_logger(name, BackgroundLineWriter(sys.stdout, name))
+    """A JSON-lines logger on stdout written off the caller's thread (BackgroundLineWriter): one writer (and one
+    thread) per logger name and process, however often it is asked for."""
+    return json_logger(name, lambda: BackgroundLineWriter(sys.stdout, name))
 
 
-def json_logger(name: str, handler: logging.Handler) -> logging.Logger:
+def json_logger(name: str, make_handler: Callable[[], logging.Handler]) -> logging.Logger:
+    """The logger `name` writing bare messages through one handler, made only when the logger has none yet (a handler
+    may own a thread or a file: asked for per request, it must not be made per request)."""
     logger = logging.getLogger(name)
     if not logger.handlers:
+        handler = make_handler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
@@ -98,7 +103,7 @@ class RequestLog:
         self.payloads: logging.Logger | None = None
         if cfg.payload_sample_rate > 0:
             Path(cfg.payload_dir).mkdir(parents=True, exist_ok=True)
-            self.payloads = json_logger("triserve.payloads", RotatingFileHandler(
+            self.payloads = json_logger("triserve.payloads", lambda: RotatingFileHandler(
                 Path(cfg.payload_dir) / "payloads.jsonl", maxBytes=cfg.payload_file_bytes,
                 backupCount=cfg.payload_files))
 

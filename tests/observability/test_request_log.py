@@ -47,7 +47,7 @@ def test_background_writer_keeps_every_line_in_order_with_few_writes():
 
     stream = _CountingStream()
     writer = BackgroundLineWriter(stream, "unit.writer", interval_s=3600)  # only explicit flushes write
-    logger = json_logger("unit.writer", writer)
+    logger = json_logger("unit.writer", lambda: writer)
     for i in range(500):
         logger.info('{"n": %d}', i)
     assert stream.writes == []  # nothing written on the caller's thread
@@ -57,12 +57,26 @@ def test_background_writer_keeps_every_line_in_order_with_few_writes():
     logging.getLogger("unit.writer").handlers.clear()
 
 
+def test_a_logger_asked_for_again_makes_no_new_writer_thread():
+    """Once per request (the audit of a refused admin call) must not mean a thread per request: 1,100 threads after
+    10,000 junk requests slowed refusals from ~300/s to ~15/s before this."""
+    import threading
+
+    from observability.request_log import stdout_json_logger
+
+    first = stdout_json_logger("unit.once")
+    before = threading.active_count()
+    for _ in range(50):
+        assert stdout_json_logger("unit.once") is first
+    assert threading.active_count() == before and len(first.handlers) == 1
+
+
 def test_background_writer_drops_and_counts_beyond_its_bound():
     from observability.request_log import LOG_LINES_DROPPED, BackgroundLineWriter, json_logger
 
     stream = _CountingStream()
     writer = BackgroundLineWriter(stream, "unit.bounded", interval_s=3600, max_pending=10)
-    logger = json_logger("unit.bounded", writer)
+    logger = json_logger("unit.bounded", lambda: writer)
     for i in range(15):
         logger.info("line %d", i)
     writer.flush()

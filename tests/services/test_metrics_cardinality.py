@@ -9,6 +9,7 @@ import re
 
 import grpc
 import httpx
+import psutil
 import pytest
 
 from services.protocols.generated import triserve_pb2 as tpb
@@ -86,6 +87,12 @@ def send_junk_grpc(target: str, indices: range) -> dict[str, int]:
     return codes
 
 
+def server_threads(server: Server) -> int:
+    """Threads of every process of the server (arbiter, API and runner workers)."""
+    root = psutil.Process(server.proc.pid)
+    return sum(p.num_threads() for p in [root, *root.children(recursive=True)])
+
+
 def series(url: str) -> set[str]:
     """Every series /metrics exports: name and labels."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
@@ -99,13 +106,17 @@ def test_junk_paths_and_names_add_no_series(junk_server):
     grpc_warmup = send_junk_grpc(junk_server.grpc_target, range(2))
     assert set(grpc_warmup) == {"NOT_FOUND"}, grpc_warmup
     before = series(junk_server.url)
+    threads_before = server_threads(junk_server)
     statuses = asyncio.run(send_junk(junk_server.url, range(100, 100 + JUNK_REQUESTS)))
     codes = send_junk_grpc(junk_server.grpc_target, range(100, 100 + JUNK_GRPC_CALLS))
     after = series(junk_server.url)
+    threads_after = server_threads(junk_server)
     assert sum(statuses.values()) == JUNK_REQUESTS and set(statuses) == set(warmup), statuses
     assert codes == {"NOT_FOUND": JUNK_GRPC_CALLS}, codes
     print(f"/metrics series: {len(before)} before, {len(after)} after; HTTP statuses {dict(sorted(statuses.items()))}"
-          f"; gRPC {codes}")
+          f"; gRPC {codes}; threads {threads_before} before, {threads_after} after")
+    # nothing per request outlives it: a thread per audited refusal once slowed refusals twentyfold
+    assert threads_after <= threads_before + 4, (threads_before, threads_after)
     assert after - before == set(), sorted(after - before)[:20]
     assert len(after) == len(before)
     assert not [s for s in after if "junk" in s or "__dict__" in s]
