@@ -70,7 +70,7 @@ serve: models ## build the default models if missing, then `triserve serve` on H
 	$(VENV)/bin/triserve serve --host $(HOST) --port $(PORT)
 
 test: install ## run the test suite (tiny models built inside the test session)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 # ruff + mypy + import-linter, zero findings (configuration in pyproject.toml); .ci/run runs it before the tests
 lint: install ## ruff + mypy + the import layers (import-linter), zero findings

@@ -13,6 +13,8 @@ Set here rather than in BENTOML_CONFIG because BentoML 1.4 merges each service's
 """
 from __future__ import annotations
 
+from opentelemetry import trace
+
 ALL_URLS = ".*"  # a regular expression OpenTelemetry's ExcludeList matches against every request URL
 
 
@@ -24,3 +26,17 @@ def service_tracing(sample_rate: float, otlp_endpoint: str | None) -> dict:
     if otlp_endpoint:
         cfg.update(exporter_type="otlp", otlp={"protocol": "http", "endpoint": otlp_endpoint})
     return {"tracing": cfg}
+
+
+_tracer: trace.Tracer | None = None  # BentoML's, on first use (its provider is not OpenTelemetry's global one)
+
+
+def stage_tracer() -> trace.Tracer:
+    """A tracer of the provider BentoML exports request spans with: a tracer from OpenTelemetry's global provider
+    (never set in a BentoML worker) would make every stage span a no-op."""
+    global _tracer
+    if _tracer is None:
+        from bentoml._internal.configuration.containers import BentoMLContainer
+
+        _tracer = BentoMLContainer.tracer_provider.get().get_tracer("triserve")
+    return _tracer

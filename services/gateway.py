@@ -21,9 +21,7 @@ import families
 from configs.deployments import load_repository
 from configs.settings import get_settings
 from kernel.context import ServingContext
-from kernel.errors import install_error_handlers
 from kernel.protection.buckets import remove_own_table
-from kernel.request_context import ContentTypeMiddleware, RequestContextMiddleware
 from kernel.routing.drift import QualityMonitor
 from kernel.routing.inference import Protection
 from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
@@ -38,6 +36,8 @@ from services.bentoml_metrics import install as bentoml_metrics
 from services.client_schema import SchemaRoutes, client_routes
 from services.console import mount as mount_console
 from services.gateway_deps import admin_guard, loaded_context
+from services.http_edge import ContentTypeMiddleware, RequestContextMiddleware
+from services.http_errors import install_error_handlers
 from services.openapi import distribution_version, operation_id
 from services.openapi import install as install_openapi
 from services.ports import PortInUse, ensure_grpc_free

@@ -17,8 +17,9 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from configs.access import AccessSettings, ApiCategory
-from kernel.errors import ApiError, error_response
+from kernel.errors import ApiError
 from kernel.protection.access import AccessControl
+from services.http_errors import error_response
 from services.protocols.grpc_common import MetadataRequest
 
 _MODEL = r"/v2/models/[^/]+(?:/versions/[^/]+)?"

@@ -49,6 +49,23 @@ def test_nothing_below_the_families_imports_upward():
     assert not offenders, offenders
 
 
+WEB_FRAMEWORKS = ("starlette", "fastapi", "bentoml", "_bentoml_impl", "uvicorn", "grpc")
+
+
+def test_the_kernel_and_the_families_know_no_web_framework():
+    """A request's lifecycle, its protection and a family's hooks are the same for REST, typed gRPC and OIP: the HTTP
+    edge (services/http_edge.py, http_errors.py) and the servicers translate; nothing in kernel/ or families/ (nor
+    below: models/, configs/) imports Starlette, FastAPI, BentoML, uvicorn or gRPC."""
+    offenders = []
+    for package in ("kernel", "families", "models", "configs"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                text = line.strip()
+                if any(text.startswith((f"import {p}", f"from {p}.", f"from {p} ")) for p in WEB_FRAMEWORKS):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {text}")
+    assert not offenders, offenders
+
+
 PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
 
 

@@ -14,15 +14,31 @@ import hmac
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from fastapi import Request
+from typing import Any, Protocol
 
 from configs.access import AccessSettings, ApiKey
 from kernel.errors import ApiError
 from kernel.protection.buckets import BucketStore, LocalBuckets, SharedBuckets, remove_stale, server_table
 from kernel.protection.forwarded import client_address, parse_networks
 from observability.metrics import REJECTED
+
+
+class Peer(Protocol):
+    @property
+    def host(self) -> str: ...
+
+
+class Caller(Protocol):
+    """What access control reads of a request, whatever its transport: its headers (Starlette's, with `getlist` for
+    repeated lines, or a gRPC call's metadata as a mapping) and its peer. The kernel knows no web framework."""
+
+    @property
+    def headers(self) -> Mapping[str, Any]: ...
+
+    @property
+    def client(self) -> Peer | None: ...
 
 
 @dataclass
@@ -69,7 +85,7 @@ class AccessControl:
         """The buckets of a LocalBuckets store (tests)."""
         return getattr(self.store, "buckets", None)
 
-    def _key(self, request: Request) -> str | None:
+    def _key(self, request: Caller) -> str | None:
         key = request.headers.get("x-api-key")
         auth = request.headers.get("authorization", "")
         if not key and auth.lower().startswith("bearer "):
@@ -83,7 +99,7 @@ class AccessControl:
                 return k
         return None
 
-    def require(self, request: Request, rule: str) -> None:
+    def require(self, request: Caller, rule: str) -> None:
         """An API category's rule (access.restricted_apis): 'open' lets anyone through, 'key' needs a valid key
         (whether or not inference does), 'admin' an admin key; 401/403 otherwise, as for admin calls."""
         if rule == "open":
@@ -93,7 +109,7 @@ class AccessControl:
                            headers={"WWW-Authenticate": "Bearer"})
         self.identify(request, admin=rule == "admin")
 
-    def identify(self, request: Request, admin: bool = False) -> Client:
+    def identify(self, request: Caller, admin: bool = False) -> Client:
         key = self._key(request)
         if key is None:
             if admin or self.cfg.require_key_for_inference:
@@ -113,7 +129,7 @@ class AccessControl:
         return Client(id=client_id, admin=entry.admin, rate_per_s=entry.rate_per_s or self.cfg.rate_per_s,
                       sticky_key=client_id)
 
-    def address(self, request: Request):
+    def address(self, request: Caller):
         """The client's address: the peer, or what a trusted proxy forwarded (kernel/protection/forwarded.py)."""
         peer = request.client.host if request.client else None
         header = self.cfg.forwarded_header

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kernel.errors import ApiError, _jsonable_errors
+from kernel.errors import ApiError
+from services.http_errors import jsonable_errors
 
 log = logging.getLogger("triserve.protocols")
 
@@ -31,6 +32,6 @@ def describe_error(exc: BaseException, where: str = "") -> ErrorInfo:
     if isinstance(exc, ApiError):
         return ErrorInfo(exc.status, exc.code, exc.message, exc.details, dict(exc.headers))
     if isinstance(exc, ValidationError):
-        return ErrorInfo(422, "validation_error", "request does not match the schema", _jsonable_errors(exc.errors()))
+        return ErrorInfo(422, "validation_error", "request does not match the schema", jsonable_errors(exc.errors()))
     log.error("unhandled error in %s", where or "protocol handler", exc_info=exc)
     return ErrorInfo(500, "internal_error", "internal error; the request id is in the logs")

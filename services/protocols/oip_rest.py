@@ -30,8 +30,9 @@ import bentoml
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from kernel.errors import ApiError, request_id_of
+from kernel.errors import ApiError
 from services.gateway_deps import inference_guard, ready_context
+from services.http_errors import request_id_of
 from services.protocols import oip, oip_codec
 from services.protocols.calls import describe_error
 

@@ -3,6 +3,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import kernel.request_context as rc
+import observability.tracing as tracing
 
 
 def test_each_stage_becomes_a_span_in_order(monkeypatch):
@@ -10,7 +11,7 @@ def test_each_stage_becomes_a_span_in_order(monkeypatch):
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
-    monkeypatch.setattr(rc, "_tracer", tracer)
+    monkeypatch.setattr(tracing, "_tracer", tracer)
     rc.StageClock().stage("untraced")  # no recording request span (tracing off): nothing is created
     assert exporter.get_finished_spans() == ()
     with tracer.start_as_current_span("request"):  # BentoML's request span when tracing is on

@@ -11,9 +11,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from kernel.errors import install_error_handlers
 from services.console import mount
 from services.console.router import ASSETS, STATIC
+from services.http_errors import install_error_handlers
 
 
 def app(enabled: bool = True) -> TestClient:

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import httpx
 
 from kernel.protection import queue_control
-from kernel.request_context import RequestContextMiddleware
 from kernel.runner_call.batcher import approaching
+from services.http_edge import RequestContextMiddleware
 
 
 def _app(seen: list[int], submit: bool, status: int = 200):
