@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.detection.schemas import ImageInput
+from families.vision.schemas import ImageInput
 from kernel.schemas import ModelChoice, ServedBy, deployment_field
 
 

@@ -1,18 +1,15 @@
-"""Segmentation request/response schemas (the OpenAPI contract): detection's image inputs, plus masks per instance."""
+"""Segmentation request/response schemas (the OpenAPI contract): the vision base's images, NMS options and boxes, plus
+masks per instance."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.detection.schemas import ImageInput
 from families.segmentation.limits import MaskFormat
+from families.vision.schemas import BoxOptions, DetectedBox, ImageInput
 from kernel.schemas import ModelChoice, ServedBy, deployment_field
 
 
-class SegmentOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    conf_threshold: float | None = Field(None, ge=0.0, le=1.0, description="Minimum score (default from config).")
-    iou_threshold: float | None = Field(None, ge=0.0, le=1.0, description="NMS IoU threshold (default from config).")
-    max_detections: int | None = Field(None, ge=1, description="Instances per image (capped by config).")
+class SegmentOptions(BoxOptions):
     class_aware: bool = Field(True, description="Suppress overlaps only within the same class.")
     mask_format: MaskFormat | None = Field(None, description="'rle' (COCO RLE), 'polygons' or 'both' (default from "
                                                              "config: rle).")
@@ -45,11 +42,7 @@ class Polygon(BaseModel):
     points: list[float] = Field(description="x1, y1, x2, y2, ... in original image pixels (COCO's polygon list).")
 
 
-class Instance(BaseModel):
-    box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.", min_length=4, max_length=4)
-    score: float
-    class_id: int
-    label: str
+class Instance(DetectedBox):
     area: int = Field(description="Mask pixels (0 when the mask was skipped).")
     mask_skipped: bool = Field(False, description="No mask: the image's mask run budget (limits.max_mask_runs, "
                                                   "spent in score order) did not cover this instance's mask.")

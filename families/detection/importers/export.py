@@ -24,7 +24,7 @@ from families.detection.importers.evaluate import EVAL_NMS, evaluate, latency_ab
 from families.detection.importers.scenes import draw_image
 from families.detection.importers.ultralytics_env import setup_ultralytics
 from families.detection.manifest import DetectionPreprocess
-from families.detection.postprocess import NMSParams
+from families.vision.nms import NMSParams
 from models.importing import batching
 from models.importing.graphs import ort_session
 from models.importing.parity import parity_gate

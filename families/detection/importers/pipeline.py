@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.postprocess import NMSParams, decode, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.vision.letterbox import boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, decode, nms
 from models.importing.agreement import Dets
 from models.importing.photos import PhotoSet, read_rgb
 from models.importing.result import GateFailed

@@ -1,5 +1,5 @@
 """A pose model run through the family's own serving path, for the importers' checks: letterbox -> ONNX Runtime ->
-capped NMS on the boxes -> boxes and keypoints in original pixels (families.detection.preprocess,
+capped NMS on the boxes -> boxes and keypoints in original pixels (families.vision.letterbox,
 families.pose.postprocess). What the checks measure is what serves."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from families.detection.importers.pipeline import letterboxed
-from families.detection.postprocess import NMSParams
-from families.detection.preprocess import boxes_to_original
 from families.pose.manifest import PosePreprocess
 from families.pose.postprocess import decode_pose, keypoints_to_original
+from families.vision.letterbox import boxes_to_original
+from families.vision.nms import NMSParams
 from models.importing.agreement import Dets
 
 
