@@ -13,7 +13,7 @@ import families
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("services", "runners", "triserve", "scripts", "observability")
-BASES = ("families.vision",)  # shared bases of the families (not families themselves): any family's importers may use them
+BASES = ("families.vision",)  # shared bases of the families (not families): any family's importers may use them
 
 
 def _imports(path: Path) -> list[str]:
