@@ -3,11 +3,11 @@ fields become the family's request model (`request_model`, the same validation a
 through the kernel (ServingContext.run), and the response model is copied field by field into the response message.
 
 The family declares only its method name (`grpc_method`); the messages are `<Method>Request` / `<Method>Response` in
-services/protocols/protos/triserve.proto (a family whose method is not there has no typed method). Field mapping: repeated fields when non-empty (bytes stay bytes), proto3
-`optional` fields only when set (unset ones take the request model's defaults: top_k 3, horizon 12, ...), enums by
-their value's name without the enum's prefix, lower-cased (MODEL_CHOICE_PRIMARY -> "primary"; an unknown number
-stays unknown, so the request model refuses it like any other bad value); a map of one-field wrapper messages
-(map<string, Doubles>) as a dict of lists.
+services/protocols/protos/triserve.proto (a family whose method is not there has no typed method). Field mapping:
+repeated fields when non-empty (bytes stay bytes), proto3 `optional` fields only when set (unset ones take the request
+model's defaults: top_k 3, horizon 12, ...), enums by their value's name without the enum's prefix, lower-cased
+(MODEL_CHOICE_PRIMARY -> "primary"; an unknown number stays unknown, so the request model refuses it like any other
+bad value); a map of one-field wrapper messages (map<string, Doubles>) as a dict of lists.
 """
 from __future__ import annotations
 
