@@ -18,7 +18,7 @@ from families.classification.schemas import (
 from families.vision.family import ImageFamily, image_routes
 from families.vision.schemas import label_of
 from kernel.errors import ApiError
-from kernel.tensors import TensorMeta
+from kernel.tensors import TOP_K_OUTPUTS
 from models.manifest import preprocess_as
 
 
@@ -28,13 +28,7 @@ class ClassificationFamily(ImageFamily):
     response_model = ClassifyImageResponse
     routes = image_routes("/v1/classify-image", ClassifyImageRequest, ClassifyImageOptions,
                           "Classify the main object (top-k labels)")
-    oip_alias = "classify-image"
-    oip_pipeline_outputs = (
-        TensorMeta("LABEL", "BYTES", (-1,), value=lambda r: [x.label for x in r.results]),
-        TensorMeta("SCORE", "FP32", (-1,), value=lambda r: [x.score for x in r.results]),
-        TensorMeta("TOP_K_LABELS", "BYTES", (-1, -1), value=lambda r: [[t.label for t in x.top_k] for x in r.results]),
-        TensorMeta("TOP_K_SCORES", "FP32", (-1, -1), value=lambda r: [[t.score for t in x.top_k] for x in r.results]))
-    oip_parameters = ("top_k", "model")
+    oip_pipeline_outputs = TOP_K_OUTPUTS
     grpc_method = "ClassifyImage"
     tensor_note = "cropped, normalised in the manifest's colour order"
 

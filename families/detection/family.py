@@ -27,10 +27,8 @@ class DetectionFamily(BoxFamily):
     request_model = DetectUpload
     response_model = DetectResponse
     routes = image_routes("/v1/detect", DetectRequest, DetectOptions, "Detect objects")
-    oip_alias = "detect"
     oip_pipeline_outputs = (TensorMeta("DETECTIONS", "BYTES", (-1,),
                                        value=lambda r: [x.model_dump_json() for x in r.results]),)
-    oip_parameters = ("conf_threshold", "iou_threshold", "max_detections", "class_aware", "model")
     grpc_method = "Detect"
 
     def keep(self, view, request):

@@ -3,27 +3,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.vision.schemas import BoxOptions, DetectedBox, ImageInput
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
+from kernel.schemas import ServedBy
 
 
 class DetectOptions(BoxOptions):
     class_aware: bool = Field(True, description="Suppress overlaps only within the same class.")
-    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = deployment_field()
 
 
-class DetectRequest(DetectOptions):
-    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
-
+class DetectRequest(DetectOptions, Base64Images):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"images": [{"data": "<base64 PNG>"}], "conf_threshold": 0.25, "max_detections": 50}]})
 
 
-class DetectUpload(DetectOptions):
+class DetectUpload(DetectOptions, EncodedImages):
     """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
-
-    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class Detection(DetectedBox):

@@ -40,9 +40,7 @@ class PoseFamily(BoxFamily):
     request_model = PoseUpload
     response_model = PoseResponse
     routes = image_routes("/v1/pose", PoseRequest, PoseOptions, "Estimate people's poses (boxes and keypoints)")
-    oip_alias = "pose"
     oip_pipeline_outputs = (TensorMeta("POSES", "BYTES", (-1,), value=_keypoints_value),)
-    oip_parameters = ("conf_threshold", "iou_threshold", "max_detections", "model")
     grpc_method = "Pose"
 
     def keep(self, view, request):

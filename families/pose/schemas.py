@@ -4,26 +4,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.vision.schemas import BoxOptions, DetectedBox, ImageInput
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
+from kernel.schemas import ServedBy
 
 
 class PoseOptions(BoxOptions):
-    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = deployment_field()
+    """The model and deployment, and the NMS options of the instance boxes (class-aware, as ultralytics runs it)."""
 
 
-class PoseRequest(PoseOptions):
-    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
-
+class PoseRequest(PoseOptions, Base64Images):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"images": [{"data": "<base64 JPEG>"}], "conf_threshold": 0.25, "max_detections": 20}]})
 
 
-class PoseUpload(PoseOptions):
+class PoseUpload(PoseOptions, EncodedImages):
     """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
-
-    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class Keypoint(BaseModel):

@@ -19,10 +19,8 @@ class SegmentationFamily(BoxFamily):
     response_model = SegmentResponse
     routes = image_routes("/v1/segment", SegmentRequest, SegmentOptions,
                           "Segment object instances (masks as COCO RLE or polygons)")
-    oip_alias = "segment"
     oip_pipeline_outputs = (TensorMeta("INSTANCES", "BYTES", (-1,),
                                        value=lambda r: [x.model_dump_json(exclude_none=True) for x in r.results]),)
-    oip_parameters = ("conf_threshold", "iou_threshold", "max_detections", "class_aware", "mask_format", "model")
     grpc_method = "Segment"
 
     def respond(self, view, request, work, answers):

@@ -5,29 +5,23 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from families.segmentation.limits import MaskFormat
-from families.vision.schemas import BoxOptions, DetectedBox, ImageInput
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
+from kernel.schemas import ServedBy
 
 
 class SegmentOptions(BoxOptions):
     class_aware: bool = Field(True, description="Suppress overlaps only within the same class.")
     mask_format: MaskFormat | None = Field(None, description="'rle' (COCO RLE), 'polygons' or 'both' (default from "
                                                              "config: rle).")
-    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = deployment_field()
 
 
-class SegmentRequest(SegmentOptions):
-    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
-
+class SegmentRequest(SegmentOptions, Base64Images):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"images": [{"data": "<base64 PNG>"}], "conf_threshold": 0.25, "mask_format": "rle"}]})
 
 
-class SegmentUpload(SegmentOptions):
+class SegmentUpload(SegmentOptions, EncodedImages):
     """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
-
-    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class RLE(BaseModel):

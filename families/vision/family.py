@@ -35,6 +35,18 @@ class ImageFamily(Family):
     oip_pipeline_inputs = (TensorMeta("IMAGE", "BYTES", (-1,), field="images", binary=True),)
     tensor_note: ClassVar[str] = "letterboxed RGB scaled to [0, 1]"  # what a raw input tensor must hold
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """What the routes (image_routes) already say: the OIP model name is the JSON route's operation (/v1/detect
+        -> detect), the OIP parameters are the options of the upload route but the deployment (the OIP model name
+        names it)."""
+        super().__init_subclass__(**kwargs)
+        if "routes" in cls.__dict__:
+            json_route, upload = cls.routes
+            if "oip_alias" not in cls.__dict__:
+                cls.oip_alias = json_route.path.rsplit("/", 1)[-1]
+            if "oip_parameters" not in cls.__dict__:
+                cls.oip_parameters = tuple(f for f in upload.body.model_fields if f != "deployment")
+
     def validate(self, view: DeploymentView, request: Any) -> list[np.ndarray]:
         """Every image cap (count, bytes, pixels) before the runner; RGB arrays."""
         return decode_images(request.images, view.limits)

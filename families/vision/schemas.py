@@ -1,11 +1,14 @@
-"""Request and response pieces every image family shares (they are part of the OpenAPI contract): the base64 image of
-the JSON routes, the NMS options of the box families, one detected box and how a kept box becomes one."""
+"""Request and response pieces every image family shares (they are part of the OpenAPI contract): the options and
+images of its requests (base64 in JSON, bytes from uploads, typed gRPC and OIP), the NMS options of the box families,
+one detected box and how a kept box becomes one."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kernel.schemas import ModelChoice, deployment_field
 
 
 class ImageInput(BaseModel):
@@ -14,14 +17,33 @@ class ImageInput(BaseModel):
                                   "URLs are not fetched.", min_length=1)
 
 
-class BoxOptions(BaseModel):
-    """The NMS options of a request to a box family (detection, pose, segmentation), each within its limits."""
+class ImageOptions(BaseModel):
+    """The options of every image family's request: which model answers, which deployment."""
 
     model_config = ConfigDict(extra="forbid")
+    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = deployment_field()
+
+
+class BoxOptions(ImageOptions):
+    """The NMS options of a request to a box family (detection, pose, segmentation), each within its limits."""
+
     conf_threshold: float | None = Field(None, ge=0.0, le=1.0, description="Minimum score (default from config).")
     iou_threshold: float | None = Field(None, ge=0.0, le=1.0, description="NMS IoU threshold (default from config).")
     max_detections: int | None = Field(None, ge=1, description="Detections (instances) per image (capped by "
                                                                "config).")
+
+
+class Base64Images(BaseModel):
+    """The images of a JSON request (a family's `<Op>Request` = its options + these)."""
+
+    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
+
+
+class EncodedImages(BaseModel):
+    """The same images as encoded bytes: what uploads, typed gRPC and OIP build (a family's `request_model`)."""
+
+    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class DetectedBox(BaseModel):
