@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from families.detection.limits import Limits
+from families.vision.limits import BoxLimits as Limits
 from families.vision.nms import NMSParams, nms, request_nms
 
 
