@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.detection.importers.pipeline import letterboxed
+from families.detection.importers.pipeline import head_rows
 from families.pose.manifest import PosePreprocess
 from families.pose.postprocess import decode_pose, keypoints_to_original
 from families.vision.letterbox import boxes_to_original
@@ -28,13 +28,9 @@ class PoseDets:
 def run_pose(session, images: Sequence[np.ndarray], pre: PosePreprocess, nc: int, params: NMSParams,
              batch: int = 1) -> list[PoseDets]:
     """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph)."""
-    name = session.get_inputs()[0].name
     out: list[PoseDets] = []
-    for start in range(0, len(images), batch):
-        x, metas = letterboxed(images[start:start + batch], pre)
-        raw = session.run(None, {name: x})[0]
-        for row, meta in zip(raw, metas):
-            p = decode_pose(row, nc, pre.kpt_shape, params)
-            out.append(PoseDets(Dets(boxes_to_original(p.det.boxes, meta), p.det.scores.astype(np.float32),
-                                     p.det.classes.astype(np.int64)), keypoints_to_original(p.keypoints, meta)))
+    for row, meta in head_rows(session, images, pre, batch):
+        p = decode_pose(row, nc, pre.kpt_shape, params)
+        out.append(PoseDets(Dets(boxes_to_original(p.det.boxes, meta), p.det.scores.astype(np.float32),
+                                 p.det.classes.astype(np.int64)), keypoints_to_original(p.keypoints, meta)))
     return out
