@@ -6,6 +6,9 @@ transports adapt), drift signals, shadow agreement and importers. Everything els
 rollouts, protocols, metrics, admission, model cache) iterates over the deployments configured in configs/models.yaml
 and asks the deployment's family.
 
+`families/vision/` is not a family: it is the base the image families (detection, pose, segmentation,
+classification) stand on, so that none of them imports another (tests/test_architecture.py).
+
 Adding a family = one new folder `families/<name>/` (ARCHITECTURE.md has the checklist) and one line in
 configs/families.py `FAMILIES` (the registry sits in the bottom layer so that configs, models and the kernel can name
 families without importing this package; a third-party family registers through the `triserve.families` entry-point

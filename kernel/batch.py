@@ -49,6 +49,14 @@ class Prepared:
             grouped[owner].append(out)
         return grouped
 
+    def rows(self, outputs: Sequence[np.ndarray], columns: dict[str, str],
+             row: Callable[[list[np.ndarray], Any], dict[str, Any]]) -> list[dict[str, Any]]:
+        """One row per record, in order: `row(its output rows, its state)` (the family's columns) with null errors,
+        or a refused record's error row."""
+        return [error_row(columns, *self.errors[i]) if i in self.errors
+                else {**row(outs, self.states[i]), "error_code": None, "error": None}
+                for i, outs in enumerate(self.outputs_of(outputs))]
+
 
 @dataclass(frozen=True)
 class Option:

@@ -34,6 +34,15 @@ class TensorMeta:
     value: Callable[[Any], Any] | None = dataclass_field(default=None, compare=False)  # output: response -> values
 
 
+# The OIP outputs of a classifier's response (the text and image classification families): `results`, each with its
+# top label and score and its `top_k` list of labels and scores, best first.
+TOP_K_OUTPUTS = (
+    TensorMeta("LABEL", "BYTES", (-1,), value=lambda r: [x.label for x in r.results]),
+    TensorMeta("SCORE", "FP32", (-1,), value=lambda r: [x.score for x in r.results]),
+    TensorMeta("TOP_K_LABELS", "BYTES", (-1, -1), value=lambda r: [[t.label for t in x.top_k] for x in r.results]),
+    TensorMeta("TOP_K_SCORES", "FP32", (-1, -1), value=lambda r: [[t.score for t in x.top_k] for x in r.results]))
+
+
 def bad_request(code: str, message: str, details: Any = None) -> ApiError:
     return ApiError(400, code, message, details)
 

@@ -310,7 +310,7 @@ class DetectionTask(Task):
 
     def calibration(self, n: int) -> list[dict[str, np.ndarray]]:
         """Letterboxed TRAIN images (never the test split the gate scores), one per calibration step."""
-        from families.detection.preprocess import preprocess_image
+        from families.vision.letterbox import preprocess_image
         from models.importing.photos import read_rgb
 
         name = self.base.inputs[0].name

@@ -125,3 +125,48 @@ def test_the_product_has_no_import_circle():
     edges = {m: {d for d in graph.find_modules_directly_imported_by(m) if d.split(".")[0] in PRODUCT}
              for m in graph.modules}
     assert cycles(edges) == []
+
+
+# The shared bases of families/: libraries a family stands on, not families (configs/families.py lists none of them).
+FAMILY_BASES = ("vision",)
+
+
+def _family_imports(path: Path) -> list[tuple[int, str]]:
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+        out += [(node.lineno, n) for n in names if n.startswith("families.")]
+    return out
+
+
+def test_no_family_imports_another_family():
+    """Read from the code: a family's modules (its importers aside: tests/families/test_importer_boundaries.py lets
+    those reuse the families their BUILDS_ON names) import their own folder and the shared bases (families/vision/:
+    decoding, letterbox, capped NMS, the image families' limits, manifest, schemas, runtime and hooks), never another
+    family; a base imports no family."""
+    offenders = []
+    for folder in sorted(p for p in (ROOT / "families").iterdir() if (p / "__init__.py").is_file()):
+        allowed = {folder.name} if folder.name in FAMILY_BASES else {folder.name, *FAMILY_BASES}
+        for path in sorted(folder.rglob("*.py")):
+            if "importers" in path.relative_to(folder).parts:
+                continue
+            for line, module in _family_imports(path):
+                if module.split(".")[1] not in allowed:
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+    assert not offenders, offenders
+
+
+def test_the_image_families_stand_on_the_vision_base():
+    """The bar it keeps: detection, pose, segmentation and classification each import families.vision (one
+    decoding, one letterbox, one set of runtime feeds/warm-up sizes), and the base's runtime is theirs."""
+    import families
+
+    for name in ("detection", "pose", "segmentation", "classification"):
+        modules = {m for p in (ROOT / "families" / name).glob("*.py") for _, m in _family_imports(p)}
+        assert any(m.startswith("families.vision.") for m in modules), name
+        assert families.runtime(name).warmup_sizes.__module__ == "families.vision.runtime", name
+    assert {families.runtime(n).feeds.__module__ for n in ("detection", "pose", "segmentation")} == {
+        "families.vision.runtime"}

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from families.vision.manifest import ImagePreprocess
 
 
-class ClassificationPreprocess(BaseModel):
+class ClassificationPreprocess(ImagePreprocess):
     """Resize, crop, normalisation and output kind (families/classification/preprocess.py and runtime.py implement
     them). A pixel reaches the network as (value * scale - mean[c]) / std[c], in `color_order`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     kind: Literal["classification"] = "classification"
-    imgsz: int = Field(gt=0, description="Square network input side in pixels.")
     resize: Literal["center_crop", "letterbox"] = Field(
         "center_crop", description="'center_crop': the short side resized to `resize_size`, then the centre "
                                    "imgsz square cut out (torchvision Resize(int) + CenterCrop; ultralytics' and "
@@ -22,12 +21,8 @@ class ClassificationPreprocess(BaseModel):
                                    "square, aspect kept, padded with `pad_value`.")
     resize_size: int | None = Field(None, gt=0, description="Short side before the centre crop (default: imgsz).")
     interpolation: Literal["bilinear", "bicubic"] = Field("bilinear", description="PIL resampling filter.")
-    pad_value: int = Field(114, ge=0, le=255, description="Grey level of letterbox padding.")
-    scale: float = Field(1 / 255.0, gt=0, description="Multiplier applied to uint8 pixels before mean/std.")
     mean: tuple[float, float, float] = Field((0.0, 0.0, 0.0), description="Per-channel mean, in colour order.")
     std: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="Per-channel std (> 0), in colour order.")
-    color_order: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the network expects.")
-    layout: Literal["NCHW"] = "NCHW"
     output: Literal["probabilities", "logits"] = Field(
         "probabilities", description="What the graph outputs per image: softmax probabilities, or logits that the "
                                      "service turns into probabilities (softmax).")

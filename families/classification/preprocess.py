@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from families.classification.manifest import ClassificationPreprocess
-from families.detection.preprocess import fit
+from families.vision.letterbox import fit
 from kernel.errors import ApiError
 
 FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}

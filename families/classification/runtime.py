@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from families.classification.manifest import ClassificationPreprocess
-from families.detection.preprocess import pad_offsets
+from families.vision.letterbox import pad_offsets
+from families.vision.runtime import warmup_sizes  # the square side on the dynamic spatial axes
 from models.manifest import Manifest, preprocess_as
 
 
@@ -39,8 +40,4 @@ def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> d
     return {input_names[0]: network_batch(xs, preprocess_as(manifest, ClassificationPreprocess))}
 
 
-def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
-    """Dynamic spatial axes (if the graph has any) as served: the square input side."""
-    side = preprocess_as(manifest, ClassificationPreprocess).imgsz
-    shape = manifest.inputs[0].shape if manifest.inputs else []
-    return {dim: (side,) for dim in shape[2:] if isinstance(dim, str)}
+__all__ = ["feeds", "network_batch", "warmup_sizes"]

@@ -3,28 +3,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.detection.schemas import ImageInput
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from families.vision.schemas import Base64Images, EncodedImages, ImageOptions
+from kernel.schemas import ServedBy
 
 
-class ClassifyImageOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ClassifyImageOptions(ImageOptions):
     top_k: int = Field(5, ge=1, description="Labels returned per image, best first (capped by config).")
-    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = deployment_field()
 
 
-class ClassifyImageRequest(ClassifyImageOptions):
-    images: list[ImageInput] = Field(min_length=1, description="Images to classify (count capped by config).")
-
+class ClassifyImageRequest(ClassifyImageOptions, Base64Images):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"images": [{"data": "<base64 JPEG>"}], "top_k": 5}]})
 
 
-class ClassifyImageUpload(ClassifyImageOptions):
+class ClassifyImageUpload(ClassifyImageOptions, EncodedImages):
     """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
-
-    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class ClassScore(BaseModel):

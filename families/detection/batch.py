@@ -14,25 +14,23 @@ from typing import Any
 
 import numpy as np
 
-from families.detection.decode import decode_image
 from families.detection.limits import Limits
 from families.detection.manifest import DetectionPreprocess
-from families.detection.postprocess import decode, request_nms
-from families.detection.preprocess import boxes_to_original, letterbox
-from kernel.batch import Option, Prepared, error_row
-from kernel.errors import ApiError
+from families.vision.batch import ImageAdapter
+from families.vision.letterbox import LetterboxMeta, boxes_to_original, letterbox
+from families.vision.nms import decode, request_nms
+from families.vision.schemas import box_fields
+from kernel.batch import Option, Prepared
 from models.manifest import Manifest, preprocess_as
 
 
-class Adapter:
+class Adapter(ImageAdapter):
     FAMILY = "detection"
     COMMAND = "detect"
     CHUNK_SIZE, SHARD_SIZE = 16, 256
     OPTIONS = (Option("conf_threshold", "score threshold (default: the deployment's)", float),
                Option("iou_threshold", "NMS IoU threshold (default: the deployment's)", float),
                Option("max_detections", "boxes kept per image (default: the deployment's)", int))
-    SOURCE = "images"
-    HEAVY_FINISH = False
     COLUMNS = {"width": "i64", "height": "i64", "candidates": "i64", "boxes": "list<list<f64>>",
                "scores": "list<f64>", "class_ids": "list<i64>", "labels": "list<str>"}
 
@@ -44,41 +42,16 @@ class Adapter:
         self.params = request_nms(limits, None if conf is None else float(conf), None if iou is None else float(iou),
                                   int(most) if most else None)
 
-    def prepare(self, records: Sequence[dict]) -> Prepared:
-        out = Prepared(keys=[str(r["key"]) for r in records], states=[None] * len(records))
-        lim = self.limits
-        for i, record in enumerate(records):
-            if record.get("read_error"):
-                out.errors[i] = ("unreadable_input", str(record["read_error"]))
-                continue
-            try:
-                image = decode_image(bytes(record["data"]), i, lim.max_image_bytes, lim.max_pixels)
-            except ApiError as exc:
-                out.errors[i] = (exc.code, exc.message)
-                continue
-            except Exception as exc:  # noqa: BLE001 - whatever else a decoder raises (a PIL plugin patched in by a
-                # library of the same process) is this image's error row: one bad image never stops a job
-                out.errors[i] = ("invalid_image", f"could not be decoded: {type(exc).__name__}: {exc}")
-                continue
-            boxed, meta = letterbox(image, self.pre.imgsz, self.pre.pad_value)
-            out.items.append(boxed)
-            out.owners.append(i)
-            out.states[i] = meta
-        return out
+    def item(self, image, index):
+        return letterbox(image, self.pre.imgsz, self.pre.pad_value)
 
     def finish(self, prepared: Prepared, outputs: Sequence[np.ndarray]) -> list[dict[str, Any]]:
-        rows = []
-        for i, outs in enumerate(prepared.outputs_of(outputs)):
-            if i in prepared.errors:
-                rows.append(error_row(self.COLUMNS, *prepared.errors[i]))
-                continue
-            meta = prepared.states[i]
-            det = decode(np.asarray(outs[0]), self.pre.head, self.params)
-            boxes = boxes_to_original(det.boxes, meta)
-            classes = [int(c) for c in det.classes]
-            rows.append({"width": meta.orig_w, "height": meta.orig_h, "candidates": det.candidates,
-                         "boxes": [[round(float(v), 2) for v in b] for b in boxes],
-                         "scores": [round(float(s), 5) for s in det.scores], "class_ids": classes,
-                         "labels": [self.labels[c] if c < len(self.labels) else str(c) for c in classes],
-                         "error_code": None, "error": None})
-        return rows
+        return prepared.rows(outputs, self.COLUMNS, self._row)
+
+    def _row(self, outs: list[np.ndarray], meta: LetterboxMeta) -> dict[str, Any]:
+        det = decode(np.asarray(outs[0]), self.pre.head, self.params)
+        boxes = [box_fields(b, s, c, self.labels) for b, s, c in
+                 zip(boxes_to_original(det.boxes, meta), det.scores, det.classes)]
+        return {"width": meta.orig_w, "height": meta.orig_h, "candidates": det.candidates,
+                "boxes": [b["box"] for b in boxes], "scores": [b["score"] for b in boxes],
+                "class_ids": [b["class_id"] for b in boxes], "labels": [b["label"] for b in boxes]}

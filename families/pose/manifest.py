@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from families.vision.manifest import LetterboxPreprocess
 
 
-class PosePreprocess(BaseModel):
-    """Letterbox parameters (families/detection/preprocess.py is the implementation) and what the keypoints mean."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class PosePreprocess(LetterboxPreprocess):
+    """The vision base's letterbox and what the keypoints mean."""
 
     kind: Literal["pose"] = "pose"
-    imgsz: int = Field(gt=0, description="Square network input side in pixels.")
-    letterbox: bool = Field(True, description="Keep aspect ratio and pad (centered) instead of stretching.")
-    pad_value: int = Field(114, ge=0, le=255, description="Grey level of the padding.")
-    color_order: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the network expects.")
-    scale: float = Field(1 / 255.0, description="Multiplier applied to uint8 pixels (no mean/std).")
-    layout: Literal["NCHW"] = "NCHW"
     head: Literal["anchors"] = Field(
         "anchors", description="Output per image [4 + classes + K * dims, anchors]: cx, cy, w, h, class scores, then "
                                "per keypoint x, y (input pixels) and, with dims 3, its confidence; capped NMS on "

@@ -1,33 +1,24 @@
-"""Pose request/response schemas (they are the OpenAPI contract). Images come in as for detection."""
+"""Pose request/response schemas (they are the OpenAPI contract): the vision base's images, NMS options and boxes, plus
+keypoints per person."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.detection.schemas import ImageInput
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
+from kernel.schemas import ServedBy
 
 
-class PoseOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    conf_threshold: float | None = Field(None, ge=0.0, le=1.0, description="Minimum instance score (default from "
-                                                                           "config).")
-    iou_threshold: float | None = Field(None, ge=0.0, le=1.0, description="NMS IoU threshold (default from config).")
-    max_detections: int | None = Field(None, ge=1, description="Instances per image (capped by config).")
-    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = deployment_field()
+class PoseOptions(BoxOptions):
+    """The model and deployment, and the NMS options of the instance boxes (class-aware, as ultralytics runs it)."""
 
 
-class PoseRequest(PoseOptions):
-    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
-
+class PoseRequest(PoseOptions, Base64Images):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"images": [{"data": "<base64 JPEG>"}], "conf_threshold": 0.25, "max_detections": 20}]})
 
 
-class PoseUpload(PoseOptions):
+class PoseUpload(PoseOptions, EncodedImages):
     """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
-
-    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class Keypoint(BaseModel):
@@ -39,13 +30,9 @@ class Keypoint(BaseModel):
     visible: bool = Field(description="confidence >= limits.keypoint_visibility (always true without a score).")
 
 
-class Person(BaseModel):
+class Person(DetectedBox):
     """One instance: its box, score and class (ultralytics pose models are usually 'person') and its keypoints."""
 
-    box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.", min_length=4, max_length=4)
-    score: float
-    class_id: int
-    label: str
     keypoints: list[Keypoint]
 
 

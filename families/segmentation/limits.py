@@ -3,23 +3,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from families.vision.limits import BoxLimits
 
 MaskFormat = Literal["rle", "polygons", "both"]
 
 
-class Limits(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_images: int = Field(8, ge=1, le=64, description="Images per request.")
-    max_image_bytes: int = Field(10 * 2**20, ge=1024, description="Encoded bytes per image.")
+class Limits(BoxLimits):
     max_pixels: int = Field(40_000_000, ge=1, description="width*height cap, checked from the header before decoding "
                                                           "(masks are returned in original pixels: this bounds them).")
-    conf_threshold: float = Field(0.25, ge=0, le=1, description="Default confidence threshold.")
-    iou_threshold: float = Field(0.45, ge=0, le=1, description="Default NMS IoU threshold.")
-    pre_nms_topk: int = Field(1000, ge=1, le=100_000, description="Candidates kept before NMS (bounds NMS cost).")
-    max_detections: int = Field(100, ge=1, le=1000, description="Default and cap of instances per image (each one "
-                                                                "is a mask assembled after NMS).")
     max_mask_samples: int = Field(
         16_384, ge=64, le=4_194_304,
         description="Samples one instance's mask is computed on: a box with more pixels is sampled on a coarser grid "

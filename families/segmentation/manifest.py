@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from families.vision.manifest import LetterboxPreprocess
 
 
-class SegmentationPreprocess(BaseModel):
-    """Letterbox parameters (families/detection/preprocess.py) and the layout of the one packed output row.
+class SegmentationPreprocess(LetterboxPreprocess):
+    """The vision base's letterbox and the layout of the one packed output row.
 
     Why packed: ultralytics' segment export has two outputs (output0 [b, 4 + nc + nm, anchors], output1 prototypes
     [b, nm, S/4, S/4]) and the runner returns one row per item. The importer appends a flatten + concat to the graph
@@ -15,15 +17,7 @@ class SegmentationPreprocess(BaseModel):
     how to split it back (postprocess.split_row).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     kind: Literal["segmentation"] = "segmentation"
-    imgsz: int = Field(gt=0, description="Square network input side in pixels.")
-    letterbox: bool = Field(True, description="Keep aspect ratio and pad (centered) instead of stretching.")
-    pad_value: int = Field(114, ge=0, le=255, description="Grey level of the padding.")
-    color_order: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the network expects.")
-    scale: float = Field(1 / 255.0, description="Multiplier applied to uint8 pixels (no mean/std).")
-    layout: Literal["NCHW"] = "NCHW"
     anchors: int = Field(gt=0, description="Anchor columns of the head part of the packed row.")
     mask_dim: int = Field(32, gt=0, description="Mask coefficients per anchor = prototype channels.")
     proto_size: int = Field(gt=0, description="Side of the square prototype maps (imgsz / 4 for ultralytics).")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from families.detection.preprocess import LetterboxMeta
+from families.vision.letterbox import LetterboxMeta
 
 _CHUNK = 8  # large windows' logits computed this many instances at a time (one pass over the prototypes)
 
@@ -92,12 +92,6 @@ def crop_of(box: np.ndarray, meta: LetterboxMeta) -> tuple[int, int, int, int]:
     x0, y0 = min(max(math.ceil(float(box[0])), 0), w), min(max(math.ceil(float(box[1])), 0), h)
     x1, y1 = min(max(math.ceil(float(box[2])), x0), w), min(max(math.ceil(float(box[3])), y0), h)
     return x0, y0, x1, y1
-
-
-def instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, meta: LetterboxMeta, imgsz: int,
-                   max_samples: int | None = None) -> list[InstanceMask]:
-    """Every kept instance's mask (iter_instance_masks, all of them)."""
-    return list(iter_instance_masks(coefs, protos, boxes, meta, imgsz, max_samples))
 
 
 def iter_instance_masks(coefs: np.ndarray, protos: np.ndarray, boxes: np.ndarray, meta: LetterboxMeta, imgsz: int,

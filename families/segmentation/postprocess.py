@@ -1,7 +1,7 @@
-"""The packed output row -> instances: detection's capped NMS on the head, then masks for the kept instances only.
+"""The packed output row -> instances: the vision base's capped NMS on the head, then masks for the kept instances only.
 
-Why this order: a mask costs pixels, a candidate only a column. The bounded worst case of detection (confidence
-filter, pre-NMS top-k, greedy NMS stopping at max_detections: families/detection/postprocess.nms) runs on the head's
+Why this order: a mask costs pixels, a candidate only a column. The bounded worst case of capped NMS (confidence
+filter, pre-NMS top-k, greedy NMS stopping at max_detections: families/vision/nms.nms) runs on the head's
 box and class rows; only the kept instances' mask coefficients are read, and each mask is made inside its own box
 (masks.py). A broken model or an adversarial image therefore costs at most max_detections box-sized masks.
 """
@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.detection.postprocess import Detections, NMSParams, nms
-from families.detection.preprocess import LetterboxMeta, boxes_to_original
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.masks import InstanceMask, iter_instance_masks, polygons
 from families.segmentation.rle import counts_to_strings, crop_counts
 from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon
+from families.vision.letterbox import LetterboxMeta, boxes_to_original
+from families.vision.nms import Detections, NMSParams, nms
+from families.vision.schemas import box_fields
 from kernel.errors import InvalidOutput
 
 
@@ -59,7 +60,7 @@ class Kept:
 
 
 def select(row: np.ndarray, pre: SegmentationPreprocess, num_classes: int, params: NMSParams) -> Kept:
-    """Capped NMS on the head's box and class rows (detection's), then the kept anchors' mask coefficients."""
+    """Capped NMS on the head's box and class rows (the vision base's), then the kept anchors' mask coefficients."""
     head, protos = split_row(row, pre, num_classes)
     det = nms(head[:4 + num_classes], params)
     anchors = det.anchors if det.anchors is not None else np.zeros(0, np.int64)
@@ -106,14 +107,10 @@ def image_result(row: np.ndarray, meta: LetterboxMeta, pre: SegmentationPreproce
     strings = iter(counts_to_strings([c for c in counts if c is not None]) if want_rle else [])
     for b, s, c, m in zip(boxes, det.scores, det.classes, masks):
         if m is None:
-            out.append(Instance(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
-                                label=labels[int(c)] if int(c) < len(labels) else str(int(c)), area=0,
-                                mask_skipped=True))
+            out.append(Instance(**box_fields(b, s, c, labels), area=0, mask_skipped=True))
             continue
         rle = RLE(size=[m.height, m.width], counts=next(strings)) if want_rle else None
-        out.append(Instance(box=[round(float(v), 2) for v in b], score=round(float(s), 5), class_id=int(c),
-                            label=labels[int(c)] if int(c) < len(labels) else str(int(c)), area=m.area,
-                            rle=rle,
+        out.append(Instance(**box_fields(b, s, c, labels), area=m.area, rle=rle,
                             polygons=[Polygon(points=pts) for pts in polygons(m, max_polygon_points)]
                             if want_polygons else None))
     return ImageResult(width=meta.orig_w, height=meta.orig_h, instances=out, candidates=det.candidates,

@@ -1,18 +1,7 @@
-"""Runner-side hooks of the segmentation family (numpy only): the same fitted uint8 image items as detection."""
+"""Runner-side hooks of the segmentation family (numpy only): the vision base's letterboxed feeds and warm-up sizes
+(its packed output row is not cut at the runner)."""
 from __future__ import annotations
 
-import numpy as np
+from families.vision.runtime import feeds, warmup_sizes
 
-from families.detection.runtime import image_feeds
-from families.segmentation.manifest import SegmentationPreprocess
-from models.manifest import Manifest, preprocess_as
-
-
-def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """The same image items as detection (families/detection/runtime.image_feeds)."""
-    return image_feeds(preprocess_as(manifest, SegmentationPreprocess), input_names, xs)
-
-
-def warmup_sizes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
-    side = preprocess_as(manifest, SegmentationPreprocess).imgsz
-    return {"height": (side,), "width": (side,)}
+__all__ = ["feeds", "warmup_sizes"]

@@ -1,36 +1,27 @@
-"""Segmentation request/response schemas (the OpenAPI contract): detection's image inputs, plus masks per instance."""
+"""Segmentation request/response schemas (the OpenAPI contract): the vision base's images, NMS options and boxes, plus
+masks per instance."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.detection.schemas import ImageInput
 from families.segmentation.limits import MaskFormat
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
+from kernel.schemas import ServedBy
 
 
-class SegmentOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    conf_threshold: float | None = Field(None, ge=0.0, le=1.0, description="Minimum score (default from config).")
-    iou_threshold: float | None = Field(None, ge=0.0, le=1.0, description="NMS IoU threshold (default from config).")
-    max_detections: int | None = Field(None, ge=1, description="Instances per image (capped by config).")
+class SegmentOptions(BoxOptions):
     class_aware: bool = Field(True, description="Suppress overlaps only within the same class.")
     mask_format: MaskFormat | None = Field(None, description="'rle' (COCO RLE), 'polygons' or 'both' (default from "
                                                              "config: rle).")
-    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
-    deployment: str | None = deployment_field()
 
 
-class SegmentRequest(SegmentOptions):
-    images: list[ImageInput] = Field(min_length=1, description="Images to run (count capped by config).")
-
+class SegmentRequest(SegmentOptions, Base64Images):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"images": [{"data": "<base64 PNG>"}], "conf_threshold": 0.25, "mask_format": "rle"}]})
 
 
-class SegmentUpload(SegmentOptions):
+class SegmentUpload(SegmentOptions, EncodedImages):
     """The same request with the images as encoded bytes: what uploads, typed gRPC and OIP build."""
-
-    images: list[bytes] = Field(min_length=1, description="Encoded images (count and size capped by config).")
 
 
 class RLE(BaseModel):
@@ -45,11 +36,7 @@ class Polygon(BaseModel):
     points: list[float] = Field(description="x1, y1, x2, y2, ... in original image pixels (COCO's polygon list).")
 
 
-class Instance(BaseModel):
-    box: list[float] = Field(description="x1, y1, x2, y2 in original image pixels.", min_length=4, max_length=4)
-    score: float
-    class_id: int
-    label: str
+class Instance(DetectedBox):
     area: int = Field(description="Mask pixels (0 when the mask was skipped).")
     mask_skipped: bool = Field(False, description="No mask: the image's mask run budget (limits.max_mask_runs, "
                                                   "spent in score order) did not cover this instance's mask.")

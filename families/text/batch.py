@@ -17,7 +17,7 @@ from families.text.limits import Limits
 from families.text.manifest import TextPreprocess
 from families.text.postprocess import top_k
 from families.text.preprocess import TextTokenizer, refusal
-from kernel.batch import Option, Prepared, error_row
+from kernel.batch import Option, Prepared
 from models.manifest import Manifest, preprocess_as
 
 
@@ -67,16 +67,12 @@ class Adapter:
         return out
 
     def finish(self, prepared: Prepared, outputs: Sequence[np.ndarray]) -> list[dict[str, Any]]:
-        rows = []
-        for i, outs in enumerate(prepared.outputs_of(outputs)):
-            if i in prepared.errors:
-                rows.append(error_row(self.COLUMNS, *prepared.errors[i]))
-                continue
-            probs = np.asarray(outs[0])
-            best = top_k(probs, self.top_k)
-            tokens, truncated, chars = prepared.states[i]
-            rows.append({"label": self.labels[best[0]], "score": round(float(probs[best[0]]), 6),
-                         "top_labels": [self.labels[j] for j in best],
-                         "top_scores": [round(float(probs[j]), 6) for j in best],
-                         "tokens": tokens, "truncated": truncated, "chars": chars, "error_code": None, "error": None})
-        return rows
+        return prepared.rows(outputs, self.COLUMNS, self._row)
+
+    def _row(self, outs: list[np.ndarray], state: tuple[int, bool, int]) -> dict[str, Any]:
+        probs = np.asarray(outs[0])
+        best = top_k(probs, self.top_k)
+        tokens, truncated, chars = state
+        return {"label": self.labels[best[0]], "score": round(float(probs[best[0]]), 6),
+                "top_labels": [self.labels[j] for j in best], "top_scores": [round(float(probs[j]), 6) for j in best],
+                "tokens": tokens, "truncated": truncated, "chars": chars}

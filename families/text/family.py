@@ -13,7 +13,7 @@ from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore,
 from kernel.errors import ApiError
 from kernel.family import Family, RestRoute
 from kernel.served import ServedModel
-from kernel.tensors import TensorMeta, bad_request, check_batch
+from kernel.tensors import TOP_K_OUTPUTS, TensorMeta, bad_request, check_batch
 from models.manifest import preprocess_as
 
 
@@ -48,11 +48,7 @@ class TextFamily(Family):
     routes = (RestRoute("/v1/classify", "application/json", ClassifyRequest, "Classify texts"),)
     oip_alias = "classify"
     oip_pipeline_inputs = (TensorMeta("TEXT", "BYTES", (-1,), field="texts"),)
-    oip_pipeline_outputs = (
-        TensorMeta("LABEL", "BYTES", (-1,), value=lambda r: [x.label for x in r.results]),
-        TensorMeta("SCORE", "FP32", (-1,), value=lambda r: [x.score for x in r.results]),
-        TensorMeta("TOP_K_LABELS", "BYTES", (-1, -1), value=lambda r: [[t.label for t in x.top_k] for x in r.results]),
-        TensorMeta("TOP_K_SCORES", "FP32", (-1, -1), value=lambda r: [[t.score for t in x.top_k] for x in r.results]))
+    oip_pipeline_outputs = TOP_K_OUTPUTS
     oip_parameters = ("top_k", "model")
     grpc_method = "Classify"
 

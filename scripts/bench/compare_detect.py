@@ -253,10 +253,10 @@ def run_pipeline(sess, manifest: dict, b64s: list[str]) -> tuple[list[list[tuple
     """What every server does for a batch of images: base64 + image decode, letterbox, one ONNX Runtime call,
     capped NMS, boxes back to original pixels (triserve's default limits and thresholds). Returns the detections per
     image and the milliseconds per stage."""
-    from families.detection.decode import decode_base64, decode_image
     from families.detection.limits import Limits
-    from families.detection.postprocess import NMSParams, nms
-    from families.detection.preprocess import boxes_to_original, preprocess_image
+    from families.vision.decode import decode_base64, decode_image
+    from families.vision.letterbox import boxes_to_original, preprocess_image
+    from families.vision.nms import NMSParams, nms
 
     lim = Limits()  # the family's defaults (configs/serving.yaml sets the same)
     pre = manifest["preprocess"]

@@ -75,12 +75,12 @@ def floor_step(family: str, body: dict) -> Callable[[], object]:
     inputs = [i.name for i in session.get_inputs()]
     if family == "detect":
         from families.detection import runtime as det_runtime
-        from families.detection.decode import decode_images
         from families.detection.limits import Limits as DetLimits
         from families.detection.manifest import DetectionPreprocess
-        from families.detection.postprocess import decode, request_nms
-        from families.detection.preprocess import boxes_to_original, letterbox
         from families.detection.schemas import DetectRequest
+        from families.vision.decode import decode_images
+        from families.vision.letterbox import boxes_to_original, letterbox
+        from families.vision.nms import decode, request_nms
 
         det_limits, pre = DetLimits(), preprocess_as(manifest, DetectionPreprocess)
         request = DetectRequest.model_validate(body)

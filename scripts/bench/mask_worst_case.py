@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.postprocess import NMSParams
-from families.detection.preprocess import letterbox
 from families.segmentation.limits import Limits
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.postprocess import image_result, select
+from families.vision.letterbox import letterbox
+from families.vision.nms import NMSParams
 
 IMGSZ = 640
 PRE = SegmentationPreprocess(imgsz=IMGSZ, anchors=8400, mask_dim=32, proto_size=IMGSZ // 4)

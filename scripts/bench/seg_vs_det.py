@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.postprocess import NMSParams, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.segmentation.limits import Limits
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.postprocess import image_result, split_row
+from families.vision.letterbox import boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, nms
 from models.importing.photos import package_photos, read_rgb
 from models.manifest import preprocess_as
 from models.registry import LocalRegistry

@@ -11,8 +11,8 @@ Why the fallback is the same weights at a smaller size: the graph has dynamic he
 costs nothing to keep in sync, and the manifest's preprocess.imgsz is what makes it cheaper. It is measured, not
 assumed: its mAP on the same test split and its latency (interleaved with the primary's) are gated and recorded.
 
-Every number in the manifests comes from the serving path: ONNX Runtime with families/detection/preprocess.py and
-families/detection/postprocess.py (families/detection/importers/evaluate.py), never from ultralytics' own validator.
+Every number in the manifests comes from the serving path: ONNX Runtime with families/vision/letterbox.py and
+families/vision/nms.py (families/detection/importers/evaluate.py), never from ultralytics' own validator.
 
 The export and its parity gate are the product's (families/detection/importers/export.py, shared with the detection-pt
 importer): torch fp32 eval vs ONNX Runtime, batches 1/4/32, several sizes incl. non-square, class scores within 1e-4
@@ -207,7 +207,7 @@ def train(ctx: BuildContext, recipe: dict, dataset) -> Trained:
 
 # -- evaluation -------------------------------------------------------------------------------------------------------
 def eval_nms_params(recipe: dict):
-    from families.detection.postprocess import NMSParams
+    from families.vision.nms import NMSParams
 
     return NMSParams(conf_threshold=recipe.get("eval_conf", 0.001), iou_threshold=recipe.get("eval_iou", 0.7),
                      pre_nms_topk=30000, max_detections=300)

@@ -3,11 +3,11 @@ fields become the family's request model (`request_model`, the same validation a
 through the kernel (ServingContext.run), and the response model is copied field by field into the response message.
 
 The family declares only its method name (`grpc_method`); the messages are `<Method>Request` / `<Method>Response` in
-services/protocols/protos/triserve.proto. Field mapping: repeated fields when non-empty (bytes stay bytes), proto3
-`optional` fields only when set (unset ones take the request model's defaults: top_k 3, horizon 12, ...), enums by
-their value's name without the enum's prefix, lower-cased (MODEL_CHOICE_PRIMARY -> "primary"; an unknown number
-stays unknown, so the request model refuses it like any other bad value); a map of one-field wrapper messages
-(map<string, Doubles>) as a dict of lists.
+services/protocols/protos/triserve.proto (a family whose method is not there has no typed method). Field mapping:
+repeated fields when non-empty (bytes stay bytes), proto3 `optional` fields only when set (unset ones take the request
+model's defaults: top_k 3, horizon 12, ...), enums by their value's name without the enum's prefix, lower-cased
+(MODEL_CHOICE_PRIMARY -> "primary"; an unknown number stays unknown, so the request model refuses it like any other
+bad value); a map of one-field wrapper messages (map<string, Doubles>) as a dict of lists.
 """
 from __future__ import annotations
 
@@ -83,5 +83,9 @@ class TriserveServicer(triserve_pb2_grpc.TriserveServicer):
         self.gateway = gateway
 
 
+# A family whose method is not in triserve.proto (a third-party family's: the proto is this distribution's) has no
+# typed method; it is served over REST, OIP (REST and gRPC) and batch like any other.
+_METHODS = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"].methods_by_name
 for _name in families.names():
-    setattr(TriserveServicer, families.family(_name).grpc_method, _method(_name))
+    if families.family(_name).grpc_method in _METHODS:
+        setattr(TriserveServicer, families.family(_name).grpc_method, _method(_name))

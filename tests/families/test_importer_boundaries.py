@@ -1,6 +1,7 @@
 """The importers' boundaries, read from the code (import-linter's layers cover models/ below families/, not one family
-beside another): a family's importers import models.importing, their own family and kernel, never another family,
-the transports, the runners, the CLI or scripts/ (checkout tools); every module imports without the export extra."""
+beside another): a family's importers import models.importing, their own family, the shared bases (families/vision/)
+and kernel, never another family, the transports, the runners, the CLI or scripts/ (checkout tools); every module
+imports without the export extra."""
 from __future__ import annotations
 
 import ast
@@ -12,6 +13,7 @@ import families
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("services", "runners", "triserve", "scripts", "observability")
+BASES = ("families.vision",)  # shared bases of the families (not families): any family's importers may use them
 
 
 def _imports(path: Path) -> list[str]:
@@ -39,7 +41,7 @@ def test_family_importers_stay_in_their_family():
         for path in sorted(folder.glob("*.py")):
             for module in _imports(path):
                 top = module.split(".")[0]
-                own = any(module == p or module.startswith(f"{p}.") for p in (package, *builds_on))
+                own = any(module == p or module.startswith(f"{p}.") for p in (package, *builds_on, *BASES))
                 other_family = top == "families" and module != "families" and not own
                 if top in FORBIDDEN or other_family or module == "families":
                     offenders.append(f"{path.relative_to(ROOT)}: {module}")

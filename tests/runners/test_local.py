@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from families.detection.preprocess import fit, letterbox, preprocess_image
+from families.vision.letterbox import fit, letterbox, preprocess_image
 from scripts.common import ort_session
 from scripts.drills.server import RUNNER_SERVICE
 from tests.conftest import NO_CAPACITY_LIMITS, Server

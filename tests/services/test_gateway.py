@@ -14,13 +14,13 @@ import pytest
 from PIL import Image, ImageDraw
 
 import families
-from families.detection.postprocess import NMSParams, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
 from families.forecast.features import MAX_HORIZON, MEDIAN_INDEX
 from families.forecast.postprocess import quantile_forecast
 from families.forecast.preprocess import model_item
 from families.text.preprocess import TextTokenizer
+from families.vision.letterbox import boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, nms
 from scripts.common import ort_session
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",

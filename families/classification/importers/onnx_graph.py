@@ -30,7 +30,7 @@ from families.classification.importers.finish import finish
 from families.classification.manifest import ClassificationPreprocess
 from families.classification.postprocess import probabilities
 from families.classification.preprocess import FILTERS
-from families.detection.preprocess import letterbox
+from families.vision.letterbox import letterbox
 from models.importing.graphs import ort_session
 from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, onnx_license, resolve_license

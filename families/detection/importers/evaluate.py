@@ -2,7 +2,7 @@
 drift references its manifest records.
 
 Why not ultralytics' validator: it measures the torch model with its own preprocessing and NMS. What we publish is the
-ONNX graph behind families/detection/preprocess.py and families/detection/postprocess.py, so that is what is scored.
+ONNX graph behind families/vision/letterbox.py and families/vision/nms.py, so that is what is scored.
 Only the AP arithmetic (precision/recall curves, 101-point interpolation) is borrowed from ultralytics (imported in
 evaluate(): the export extra). The detection-pt importer scores a user's checkpoint with it (--data), the pipeline
 (scripts/detection/build.py) the detector it trains.
@@ -17,8 +17,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from families.detection.postprocess import NMSParams, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.vision.letterbox import boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, nms
 from models.importing.agreement import Dets
 from models.importing.photos import read_rgb
 from models.importing.references import histogram_reference

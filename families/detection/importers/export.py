@@ -24,7 +24,7 @@ from families.detection.importers.evaluate import EVAL_NMS, evaluate, latency_ab
 from families.detection.importers.scenes import draw_image
 from families.detection.importers.ultralytics_env import setup_ultralytics
 from families.detection.manifest import DetectionPreprocess
-from families.detection.postprocess import NMSParams
+from families.vision.nms import NMSParams
 from models.importing import batching
 from models.importing.graphs import ort_session
 from models.importing.parity import parity_gate
@@ -302,7 +302,7 @@ class _End2EndAsAnchors:
     """evaluate() (evaluate.py) decodes anchors heads with the service's NMS. An end-to-end output
     [b, max_det, 6] is handed to it as a one-hot anchors head [b, 4 + nc, max_det] (cx, cy, w, h, then the row's
     score at its class, 0 elsewhere) and scored with NMS at IoU threshold 1.0, which never suppresses: what is left
-    is the confidence filter, the score sort and the cap, i.e. families/detection/postprocess.end2end."""
+    is the confidence filter, the score sort and the cap, i.e. families/vision/nms.end2end."""
 
     def __init__(self, session, nc: int):
         self.session, self.nc = session, nc

@@ -4,14 +4,14 @@ the manifest's preprocess.head) -> boxes_to_original. The serving code itself, n
 checks measure is what serves."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from families.detection.postprocess import NMSParams, decode, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.vision.letterbox import LetterboxMeta, boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, decode, nms
 from models.importing.agreement import Dets
 from models.importing.photos import PhotoSet, read_rgb
 from models.importing.result import GateFailed
@@ -31,20 +31,25 @@ def letterboxed(images: Sequence[np.ndarray], pre) -> tuple[np.ndarray, list]:
     return np.stack(tensors), metas
 
 
+def head_rows(session, images: Sequence[np.ndarray], pre, batch: int = 1) -> Iterator[tuple[np.ndarray, LetterboxMeta]]:
+    """Each image's raw output row with its letterbox, the graph run on `batch` letterboxed images per session call
+    (1 for a fixed-batch graph): what the detection and pose checks decode."""
+    name = session.get_inputs()[0].name
+    for start in range(0, len(images), batch):
+        x, metas = letterboxed(images[start:start + batch], pre)
+        yield from zip(session.run(None, {name: x})[0], metas)
+
+
 def run_detector(session, images: Sequence[np.ndarray], pre, params: NMSParams, batch: int = 1) -> list[Dets]:
     """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph). The head
     format is the manifest's (`pre.head`): capped NMS for anchors heads, the confidence filter and cap for
     end-to-end heads."""
     head = getattr(pre, "head", "anchors")
-    name = session.get_inputs()[0].name
     out: list[Dets] = []
-    for start in range(0, len(images), batch):
-        x, metas = letterboxed(images[start:start + batch], pre)
-        raw = session.run(None, {name: x})[0]
-        for row, meta in zip(raw, metas):
-            det = nms(row, params) if head == "anchors" else decode(row, head, params)
-            out.append(Dets(boxes_to_original(det.boxes, meta), det.scores.astype(np.float32),
-                            det.classes.astype(np.int64)))
+    for row, meta in head_rows(session, images, pre, batch):
+        det = nms(row, params) if head == "anchors" else decode(row, head, params)
+        out.append(Dets(boxes_to_original(det.boxes, meta), det.scores.astype(np.float32),
+                        det.classes.astype(np.int64)))
     return out
 
 

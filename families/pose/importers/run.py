@@ -1,5 +1,5 @@
 """A pose model run through the family's own serving path, for the importers' checks: letterbox -> ONNX Runtime ->
-capped NMS on the boxes -> boxes and keypoints in original pixels (families.detection.preprocess,
+capped NMS on the boxes -> boxes and keypoints in original pixels (families.vision.letterbox,
 families.pose.postprocess). What the checks measure is what serves."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.detection.importers.pipeline import letterboxed
-from families.detection.postprocess import NMSParams
-from families.detection.preprocess import boxes_to_original
+from families.detection.importers.pipeline import head_rows
 from families.pose.manifest import PosePreprocess
 from families.pose.postprocess import decode_pose, keypoints_to_original
+from families.vision.letterbox import boxes_to_original
+from families.vision.nms import NMSParams
 from models.importing.agreement import Dets
 
 
@@ -28,13 +28,9 @@ class PoseDets:
 def run_pose(session, images: Sequence[np.ndarray], pre: PosePreprocess, nc: int, params: NMSParams,
              batch: int = 1) -> list[PoseDets]:
     """triserve's pipeline on each image; `batch` images per session call (1 for a fixed-batch graph)."""
-    name = session.get_inputs()[0].name
     out: list[PoseDets] = []
-    for start in range(0, len(images), batch):
-        x, metas = letterboxed(images[start:start + batch], pre)
-        raw = session.run(None, {name: x})[0]
-        for row, meta in zip(raw, metas):
-            p = decode_pose(row, nc, pre.kpt_shape, params)
-            out.append(PoseDets(Dets(boxes_to_original(p.det.boxes, meta), p.det.scores.astype(np.float32),
-                                     p.det.classes.astype(np.int64)), keypoints_to_original(p.keypoints, meta)))
+    for row, meta in head_rows(session, images, pre, batch):
+        p = decode_pose(row, nc, pre.kpt_shape, params)
+        out.append(PoseDets(Dets(boxes_to_original(p.det.boxes, meta), p.det.scores.astype(np.float32),
+                                 p.det.classes.astype(np.int64)), keypoints_to_original(p.keypoints, meta)))
     return out

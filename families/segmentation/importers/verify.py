@@ -17,10 +17,10 @@ import numpy as np
 
 from families.detection.importers.pipeline import nms_params
 from families.detection.importers.ultralytics_env import setup_ultralytics
-from families.detection.preprocess import preprocess_image
 from families.segmentation.limits import Limits
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.postprocess import instances
+from families.vision.letterbox import preprocess_image
 from models.importing.agreement import Dets, agreement, match
 from models.importing.photos import read_rgb
 

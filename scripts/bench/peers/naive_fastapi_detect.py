@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 from fastapi.responses import JSONResponse
 
-from families.detection.decode import decode_base64, decode_image
 from families.detection.limits import Limits
-from families.detection.postprocess import NMSParams, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
 from families.detection.schemas import DetectRequest
+from families.vision.decode import decode_base64, decode_image
+from families.vision.letterbox import boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, nms
 from kernel.errors import ApiError
 from scripts.bench.peers.common import naive_app, naive_model
 from scripts.common import default_model

@@ -62,7 +62,7 @@ class Detector:
 
     def __init__(self, manifest: dict, session: Any):
         from families.detection.limits import Limits
-        from families.detection.postprocess import NMSParams
+        from families.vision.nms import NMSParams
 
         self.limits = Limits()  # the family's defaults (configs/serving.yaml sets the same)
         lim = self.limits
@@ -73,9 +73,9 @@ class Detector:
         self.input = session.get_inputs()[0].name
 
     def __call__(self, b64s: Sequence[str]) -> list[list[Detection]]:
-        from families.detection.decode import decode_base64, decode_image
-        from families.detection.postprocess import nms
-        from families.detection.preprocess import boxes_to_original, preprocess_image
+        from families.vision.decode import decode_base64, decode_image
+        from families.vision.letterbox import boxes_to_original, preprocess_image
+        from families.vision.nms import nms
 
         lim, pre = self.limits, self.pre
         images = [decode_image(decode_base64(s, i, lim.max_image_bytes), i, lim.max_image_bytes, lim.max_pixels)

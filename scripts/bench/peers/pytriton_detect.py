@@ -31,9 +31,9 @@ from pytriton.model_config import Tensor
 # fastapi) and the peers' shared helpers are imported from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from families.detection.decode import decode_base64, decode_image
-from families.detection.postprocess import NMSParams, nms
-from families.detection.preprocess import boxes_to_original, preprocess_image
+from families.vision.decode import decode_base64, decode_image
+from families.vision.letterbox import boxes_to_original, preprocess_image
+from families.vision.nms import NMSParams, nms
 from scripts.bench.peers.common import serve_triton, triton_model, triton_parser
 
 # the detection family's default limits (families/detection/limits.py), spelt out

@@ -10,7 +10,6 @@ from PIL import Image
 from pydantic import ValidationError
 
 import families
-from families.segmentation.family import request_params
 from families.segmentation.limits import Limits
 from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon, SegmentResponse, SegmentUpload
 from kernel.schemas import ModelInfo
@@ -40,7 +39,8 @@ def test_limits_are_typed():
 
 
 def test_max_detections_is_capped_by_the_limits():
-    p = request_params(Limits(max_detections=50), SegmentUpload(images=[b"x"], max_detections=500))
+    p = families.family("segmentation").nms_params(view(Limits(max_detections=50)),
+                                                   SegmentUpload(images=[b"x"], max_detections=500))
     assert p.max_detections == 50 and p.conf_threshold == 0.25
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.detection.postprocess import NMSParams
-from families.detection.preprocess import letterbox
 from families.segmentation import rle
 from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.masks import instance_masks, polygons, sample_spans
+from families.segmentation.masks import iter_instance_masks, polygons, sample_spans
 from families.segmentation.postprocess import image_result, instances, row_size, split_row
+from families.vision.letterbox import letterbox
+from families.vision.nms import NMSParams
 from kernel.errors import InvalidOutput
 
 PRE = SegmentationPreprocess(imgsz=64, anchors=84, mask_dim=1, proto_size=16)  # 8^2 + 4^2 + 2^2 anchors
@@ -163,8 +163,8 @@ def test_sampled_rle_is_the_rle_of_the_sampled_mask_and_close_to_the_exact_one(s
     _, meta = letterbox(np.zeros((480, 640, 3), np.uint8), 640)
     box = np.array([rng.uniform(0, 100), rng.uniform(0, 100), rng.uniform(400, 640), rng.uniform(300, 480)])
     coef = rng.standard_normal((1, 32)).astype(np.float32)
-    exact = instance_masks(coef, protos, box[None], meta, 640)[0]
-    sampled = instance_masks(coef, protos, box[None], meta, 640, 4096)[0]
+    exact = next(iter_instance_masks(coef, protos, box[None], meta, 640))
+    sampled = next(iter_instance_masks(coef, protos, box[None], meta, 640, 4096))
     assert sampled.crop.size <= 4096 < exact.crop.size
     full = sampled.full()
     counts = rle.crop_counts(sampled.crop, sampled.x0, sampled.y0, 480, 640, sampled.rows, sampled.cols)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from families.detection.postprocess import NMSParams
-from families.detection.preprocess import preprocess_image
 from families.segmentation import rle
 from families.segmentation.postprocess import instances
+from families.vision.letterbox import preprocess_image
+from families.vision.nms import NMSParams
 from models.importing.graphs import ort_session
 from services.protocols.generated import triserve_pb2 as tpb
 from services.protocols.generated import triserve_pb2_grpc as tpb_grpc

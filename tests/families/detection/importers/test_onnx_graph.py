@@ -318,7 +318,7 @@ def test_end2end_head_is_imported_made_dynamic_and_proved(make_detector, tmp_pat
     assert all(c.passed for c in m.parity)
     assert "/model.22/Reshape: [1, 6, -1] -> [0, 6, -1]" in m.source.recipe["batch_rewrite"]["reshapes"]
     # the served rows: the family's end2end decode (confidence filter + cap), classes inside the label set
-    from families.detection.postprocess import decode
+    from families.vision.nms import decode
 
     session = ort_session(result.primary.staging / "model.onnx", threads=1)
     images = [read_rgb(p) for p in sorted(photo_dir.glob("*.jpg"))][:4]

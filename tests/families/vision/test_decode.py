@@ -1,4 +1,4 @@
-"""Image decoding: orientation, colour modes and refusals, with exact expectations (families/detection/decode.py)."""
+"""Image decoding: orientation, colour modes and refusals, with exact expectations (families/vision/decode.py)."""
 from __future__ import annotations
 
 import io
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from families.detection.decode import decode_image
+from families.vision.decode import decode_image
 from kernel.errors import ApiError
 
 MAX_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000

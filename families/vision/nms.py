@@ -25,7 +25,7 @@ class NMSParams:
 
 
 class NMSLimits(Protocol):
-    """The limits NMS reads (families.detection.limits.Limits; a family built on this head, e.g. pose, has them too)."""
+    """The limits NMS reads (families.vision.limits.BoxLimits: every box family's limits extend it)."""
 
     conf_threshold: float
     iou_threshold: float
@@ -201,3 +201,25 @@ def check_head(raw: np.ndarray, num_classes: int, head: str = "anchors") -> None
     scores = raw[4:]
     if scores.size and (scores.min() < -1e-3 or scores.max() > 1 + 1e-3):
         raise InvalidOutput("class scores outside [0, 1]")
+
+
+def _pair_iou(a: np.ndarray, b: np.ndarray) -> float:
+    x1, y1, x2, y2 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def box_agreement(a: Detections, b: Detections, iou: float = 0.5) -> float:
+    """How far a shadow version's boxes agree with the served one's (both kept at the default NMS settings): the share
+    of boxes matched by class with IoU >= `iou`, over the larger of the two counts (1 when both found nothing)."""
+    if len(a.scores) == 0 and len(b.scores) == 0:
+        return 1.0
+    matched, used = 0, set()
+    for box, cls in zip(a.boxes, a.classes):
+        for j, (other, ocls) in enumerate(zip(b.boxes, b.classes)):
+            if j not in used and ocls == cls and _pair_iou(box, other) >= iou:
+                matched += 1
+                used.add(j)
+                break
+    return matched / max(len(a.scores), len(b.scores))
