@@ -6,8 +6,10 @@ the browser tests, tests/services/console/) are taken against:
 It builds the tiny models (scripts/pipeline.py --profile tiny) into a throw-away registry, adds a tiny pose model
 (random-init yolo11n-pose, when torch and ultralytics are installed: the export extra), a copy of the text model
 whose labels are markup (the XSS case: the console must show them as text) and a forecaster version for the canary,
-starts a real `bentoml serve` on loopback ports with an admin key, sends a few requests, and drives the system
-Chromium (Debian package chromium; never a browser download) through Playwright.
+starts a real `bentoml serve` on loopback ports with an admin key and an inference key (require_key_for_inference
+on: the console must work with the keys typed in and show the refusals without them), sends a few requests, and
+drives the system Chromium (Debian package chromium; never a browser download) through Playwright. The PNGs are
+palette-quantised and optimised with Pillow (they are committed: small).
 """
 from __future__ import annotations
 
@@ -26,11 +28,19 @@ from scripts.imagetools import system_tool
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODELS = ROOT / "tests" / "fixtures" / "models.tiny.yaml"
 ADMIN_KEY = "console-admin"
+USER_KEY = "console-user"  # an inference key (not admin): the demo server requires a key for inference
 XSS_LABEL = "<img src=x onerror=window.__xss=1>"
 XSS_DESCRIPTION = "labels are markup: <img src=x onerror=window.__xss=2>"
 TEXT_XSS_VERSION = "9.0.0-markup"
 FORECAST_CANARY = "2.0.0-candidate"
-PAGES = ("repository", "try/detection", "try/pose", "try/segmentation", "try/text", "try/forecast", "rollouts")
+PAGES = ("repository", "try/detection", "try/pose", "try/segmentation", "try/classification", "try/text",
+         "try/forecast", "rollouts")
+DESKTOP, PHONE = (1280, 800), (390, 844)
+# every screenshot: (file name, page, viewport, keys in the tab: "admin" both keys, "user" the inference key only,
+# "none" no key); the pages with both keys, then the states without them
+SHOTS = ([(name.replace("try/", "try-"), name, DESKTOP, "admin") for name in PAGES]
+         + [("rollouts-read-only", "rollouts", DESKTOP, "user"), ("key-required", "try/text", DESKTOP, "none"),
+            ("phone", "repository", PHONE, "admin")])
 
 
 def chromium() -> str:
@@ -85,7 +95,7 @@ def prepare(root: Path, tiny_registry: Path | None = None) -> tuple[Path, Path]:
     if tiny_registry is None:
         from scripts.pipeline import build_task
 
-        for task in ("detection", "text", "forecast", "segmentation"):
+        for task in ("detection", "text", "forecast", "segmentation", "classification"):  # as tests/conftest.py
             build_task(task, "tiny", registry, root / "cache")
     _, text = registry.load_verified("minilm-intent", "stable")
     _republish(registry, "minilm-intent", TEXT_XSS_VERSION, labels=[f"{XSS_LABEL}{label}" for label in text.labels])
@@ -102,11 +112,21 @@ def prepare(root: Path, tiny_registry: Path | None = None) -> tuple[Path, Path]:
 
 
 def server_env(models_file: Path) -> dict[str, str]:
-    """The demo server's settings: the models file, an admin key, no capacity limits (tiny models, bursts)."""
+    """The demo server's settings: the models file, an admin key and an inference key with require_key_for_inference
+    on (so metadata and metrics need a key too), no capacity limits (tiny models, bursts)."""
+    keys = [{"name": "console", "admin": True, "sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest()},
+            {"name": "user", "sha256": hashlib.sha256(USER_KEY.encode()).hexdigest()}]
     return {"TRISERVE_MODELS_FILE": str(models_file), "TRISERVE_ACCESS__CAPACITY_LIMITS": "false",
-            "TRISERVE_ROLLOUT__REFRESH_S": "0.5",
-            "TRISERVE_ACCESS__API_KEYS": json.dumps([{"name": "console", "admin": True,
-                                                      "sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest()}])}
+            "TRISERVE_ROLLOUT__REFRESH_S": "0.5", "TRISERVE_ACCESS__REQUIRE_KEY_FOR_INFERENCE": "true",
+            "TRISERVE_ACCESS__API_KEYS": json.dumps(keys)}
+
+
+def key_script(keys: str) -> str:
+    """An init script that puts the keys in the tab's sessionStorage, as typing them into the page's header does."""
+    stored = {"admin": {"triserve.apiKey": USER_KEY, "triserve.adminKey": ADMIN_KEY},
+              "user": {"triserve.apiKey": USER_KEY}, "none": {}}[keys]
+    sets = "".join(f"sessionStorage.setItem({json.dumps(k)}, {json.dumps(v)});" for k, v in stored.items())
+    return f"if (location.protocol.startsWith('http')) {{ {sets} }}"  # about:blank has no sessionStorage
 
 
 @contextmanager
@@ -128,12 +148,15 @@ def run_page(page, name: str) -> None:
         page.wait_for_selector("#repo-status[data-refreshes]")
     elif name == "rollouts":
         page.wait_for_selector("[data-slot]")
-    elif name in ("try/detection", "try/pose", "try/segmentation"):
+    elif name in ("try/detection", "try/pose", "try/segmentation", "try/classification"):
         page.wait_for_selector("#deployment option", state="attached")
         page.click("#sample")
         page.wait_for_selector("#run:not([disabled])")
-        page.fill("#conf", "0.001")
-        page.fill("#max-detections", "3")
+        if name == "try/classification":
+            page.fill("#top-k", "3")
+        else:
+            page.fill("#conf", "0.001")
+            page.fill("#max-detections", "3")
         page.click("#run")
         page.wait_for_selector("#tryit-status[data-state=done]")
     else:
@@ -145,6 +168,36 @@ def run_page(page, name: str) -> None:
             page.wait_for_selector("#panel-status[data-state=done]")
 
 
+def run_without_key(page) -> None:
+    """The text try-it in a tab without a key: the deployments' listing and the run show the server's refusal."""
+    page.goto("/console/#/try/text")
+    page.wait_for_selector("#tryit-status[data-state=refused]")
+    page.click("#run")
+    page.wait_for_selector("#tryit-status[data-state=error]")
+
+
+def set_canary_from_the_page(page) -> None:
+    """On the rollouts page (admin key): a canary on forecast, confirmed, so the server's answer shows."""
+    page.once("dialog", lambda dialog: dialog.accept())
+    slot = page.locator("[data-slot=forecast]")
+    slot.locator("input[name=canary-ref]").fill(FORECAST_CANARY)
+    slot.locator("input[name=canary-weight]").fill("0.2")
+    slot.locator("button", has_text="Set canary").click()
+    page.wait_for_selector("#rollout-answer [data-status]")
+
+
+def compress(png: bytes, path: Path) -> None:
+    """A screenshot as a small PNG: at most 1280 wide, 256-colour palette, optimised (UI pixels survive that)."""
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    if image.width > 1280:
+        image = image.resize((1280, round(image.height * 1280 / image.width)), Image.Resampling.LANCZOS)
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
+
+
 def screenshots(url: str, out: Path) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
@@ -152,13 +205,18 @@ def screenshots(url: str, out: Path) -> list[Path]:
     shots = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
-        for name, viewport in [(n, (1280, 800)) for n in PAGES] + [("phone", (390, 844))]:
-            context = browser.new_context(base_url=url, viewport={"width": viewport[0], "height": viewport[1]})
-            context.add_init_script(f"sessionStorage.setItem('triserve.adminKey', {json.dumps(ADMIN_KEY)})")
+        for name, page_name, (width, height), keys in SHOTS:
+            context = browser.new_context(base_url=url, viewport={"width": width, "height": height})
+            context.add_init_script(key_script(keys))
             page = context.new_page()
-            run_page(page, "repository" if name == "phone" else name)
-            path = out / f"{name.replace('try/', 'try-')}.png"
-            page.screenshot(path=str(path), full_page=name != "phone")
+            if keys == "none":
+                run_without_key(page)
+            else:
+                run_page(page, page_name)
+            if name == "rollouts":
+                set_canary_from_the_page(page)
+            path = out / f"{name}.png"
+            compress(page.screenshot(full_page=width == DESKTOP[0]), path)
             shots.append(path)
             context.close()
         browser.close()
@@ -169,7 +227,7 @@ def warm_up(url: str) -> None:
     """A few requests so the repository page has figures to show."""
     import httpx
 
-    with httpx.Client(base_url=url, timeout=60) as client:
+    with httpx.Client(base_url=url, timeout=60, headers={"X-API-Key": USER_KEY}) as client:
         for i in range(8):
             client.post("/v1/classify", json={"texts": [f"book a flight to paris {i}"]}).raise_for_status()
             client.post("/v1/forecast", json={"values": [float(v % 7) for v in range(40)],
@@ -181,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "assets" / "console", help="where the PNGs go")
     args = parser.parse_args(argv)
     chromium()  # fail before building anything when the browser is missing
-    with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, demo_server(Path(tmp)) as srv:
+    with tempfile.TemporaryDirectory(prefix="console-shots-") as tmp, \
+            demo_server(Path(tmp), log_path=ROOT / ".cache" / "console_screenshots.log") as srv:  # the server's log
         warm_up(srv.url)
         for path in screenshots(srv.url, args.out):
             print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path, f"{path.stat().st_size} bytes")

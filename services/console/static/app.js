@@ -11,6 +11,7 @@ const PAGES = {
   "try/detection": (main) => imagePage(main, "detection"),
   "try/pose": (main) => imagePage(main, "pose"),
   "try/segmentation": (main) => imagePage(main, "segmentation"),
+  "try/classification": (main) => imagePage(main, "classification"),
   "try/text": textPage,
   "try/forecast": forecastPage,
   "rollouts": rolloutsPage,
@@ -38,11 +39,17 @@ function keys() {
   const adminInput = document.getElementById("admin-key");
   apiInput.value = getKey("api");
   adminInput.value = getKey("admin");
+  const inferenceKey = () => getKey("api") || getKey("admin");  // what util.api sends to the public API
   const changed = () => {
+    const [hadAdmin, hadKey] = [getKey("admin"), inferenceKey()];
     setKey("api", apiInput.value.trim());
-    const hadAdmin = Boolean(getKey("admin"));
     setKey("admin", adminInput.value.trim());
-    if (hadAdmin !== Boolean(getKey("admin"))) route();  // the rollouts page turns editable / read-only
+    // the rollouts page reads the admin key once: it turns editable / read-only; the try-its list the deployments
+    // again (a refusal for want of a key goes away) without losing what was typed or uploaded
+    if (hadAdmin !== getKey("admin") && document.body.dataset.page === "rollouts") route();
+    if (hadKey !== inferenceKey()) {
+      for (const node of document.querySelectorAll("[data-keyed]")) node.dispatchEvent(new Event("keyschange"));
+    }
   };
   apiInput.addEventListener("change", changed);
   adminInput.addEventListener("change", changed);

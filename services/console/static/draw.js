@@ -94,3 +94,15 @@ export function drawMask(ctx, rle, i, alpha = 0.45) {
   ctx.putImageData(image, 0, 0);
   return painted;
 }
+
+// an image classifier's answer: its top-1 label and score on a banner across the image's top edge
+export function drawBanner(ctx, label, score) {
+  const lw = lineWidth(ctx);
+  const h = lw * 9;
+  ctx.fillStyle = color(0);
+  ctx.fillRect(0, 0, ctx.canvas.width, h);
+  ctx.font = `${lw * 6}px sans-serif`;
+  ctx.fillStyle = "#fff";
+  ctx.textBaseline = "top";
+  ctx.fillText(`${label} ${score.toFixed(2)}`, lw * 2, lw * 1.5);
+}

@@ -1,7 +1,7 @@
 // Try-it for forecasting: pasted values or CSV (timestamp,value lines; timestamps optional) to /v1/forecast, the
 // history, forecast and 50%/90% intervals plotted as SVG, and how the server forecast (method, weights, backtest).
 import { api, clear, el, errorText, fmt, kv, section } from "./util.js";
-import { codeView, deploymentOptions, jsonSnippets, timingsView } from "./snippets.js";
+import { codeView, jsonSnippets, listDeployments, timingsView } from "./snippets.js";
 import { panelSection } from "./panel.js";
 import { plot } from "./plot.js";
 
@@ -97,7 +97,5 @@ export function forecastPage(main) {
     clear(output, plot(history, fc), report(result.body.input), table, ...parts);
   });
   main.append(section("Try forecasting", form, status, output), panelSection(deployment));
-  api("GET", "/v1/models").then((models) => {
-    if (models.ok) clear(deployment, deploymentOptions(models.body, "forecast"));
-  });
+  listDeployments(deployment, "forecast", status);
 }

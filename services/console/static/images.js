@@ -1,14 +1,29 @@
-// Try-it for the image families: an uploaded image (or a sample drawn here) sent to /v1/detect, /v1/pose or
-// /v1/segment, and the answer drawn over it: boxes with labels and scores, keypoints with the skeleton, RLE masks.
+// Try-it for the image families: an uploaded image (or a sample drawn here) sent to /v1/detect, /v1/pose,
+// /v1/segment or /v1/classify-image, and the answer drawn over it: boxes with labels and scores, keypoints with the
+// skeleton, RLE masks; a classifier's top-1 on a banner and its top-k as bars.
 import { api, clear, el, errorText, fmt, section } from "./util.js";
-import { color, drawBox, drawMask, drawPose } from "./draw.js";
-import { codeView, deploymentOptions, imageSnippets, timingsView } from "./snippets.js";
+import { color, drawBanner, drawBox, drawMask, drawPose } from "./draw.js";
+import { codeView, imageSnippets, listDeployments, timingsView } from "./snippets.js";
 
 const FAMILIES = {
   detection: { path: "/v1/detect", method: "detect", title: "Detection", items: (r) => r.detections },
   pose: { path: "/v1/pose", method: "pose", title: "Pose", items: (r) => r.people },
   segmentation: { path: "/v1/segment", method: "segment", title: "Segmentation", items: (r) => r.instances },
+  // no triserve_client method yet: its Python snippet uses httpx
+  classification: { path: "/v1/classify-image", method: null, title: "Image classification", items: (r) => r.top_k },
 };
+
+function topKBars(result) {
+  const rows = result.top_k.map((ls) => {
+    const bar = el("span", { class: "bar" });
+    bar.style.width = `${Math.max(0.5, ls.score * 100)}%`;  // CSSOM: allowed by the CSP
+    return el("div", { class: "bar-row" }, el("span", { class: "label", text: ls.label }),
+              el("span", { class: "bar-track" }, bar), el("span", { class: "score", text: ls.score.toFixed(3) }));
+  });
+  return el("div", {},
+    el("p", { class: "muted", text: `${result.width}×${result.height} → ${result.label}` }),
+    el("div", { class: "bars", id: "tryit-results" }, rows));
+}
 
 // a sample image: coloured shapes on a light background (what the tiny test models were trained on)
 function sampleImage() {
@@ -43,6 +58,7 @@ function loadImage(src) {
 
 function resultList(family, response) {
   const result = response.results[0];
+  if (family === "classification") return topKBars(result);
   const items = FAMILIES[family].items(result) || [];
   const rows = items.map((item, i) => {
     let detail = `box ${item.box.map((v) => fmt(v)).join(", ")}`;
@@ -67,6 +83,8 @@ export function imagePage(main, family) {
     ["auto", "primary", "fallback"].map((m) => el("option", { value: m, text: m })));
   const conf = el("input", { id: "conf", type: "number", min: 0, max: 1, step: "any", placeholder: "server default" });
   const maxDet = el("input", { id: "max-detections", type: "number", min: 1, step: 1, placeholder: "server default" });
+  const topK = el("input", { id: "top-k", type: "number", min: 1, step: 1, value: 5 });
+  const classifier = family === "classification";
   const file = el("input", { id: "image-file", type: "file", accept: "image/*" });
   const run = el("button", { id: "run", type: "submit", disabled: true, text: "Run" });
   const sample = el("button", { id: "sample", type: "button", text: "Use the sample image" });
@@ -96,14 +114,17 @@ export function imagePage(main, family) {
 
   const form = el("form", { class: "controls", id: "tryit-form" },
     el("label", {}, "deployment ", deployment), el("label", {}, "model ", model),
-    el("label", {}, "score threshold ", conf), el("label", {}, "max results ", maxDet),
+    classifier ? el("label", {}, "top k ", topK) : [el("label", {}, "score threshold ", conf),
+                                                    el("label", {}, "max results ", maxDet)],
     el("label", {}, "image ", file), sample, run);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     if (!dataUrl) return;
-    const options = { deployment: deployment.value || null, model: model.value,
-                      conf_threshold: conf.value === "" ? null : Number(conf.value),
-                      max_detections: maxDet.value === "" ? null : Number(maxDet.value) };
+    const options = classifier ? { deployment: deployment.value || null, model: model.value,
+                                   top_k: Number(topK.value) || 5 }
+      : { deployment: deployment.value || null, model: model.value,
+          conf_threshold: conf.value === "" ? null : Number(conf.value),
+          max_detections: maxDet.value === "" ? null : Number(maxDet.value) };
     if (family === "segmentation") options.mask_format = "rle";
     const body = { images: [{ data: dataUrl }], ...Object.fromEntries(
       Object.entries(options).filter(([, v]) => v !== null)) };
@@ -122,7 +143,8 @@ export function imagePage(main, family) {
       return;
     }
     const res = result.body.results[0];
-    spec.items(res).forEach((item, i) => {
+    if (classifier) drawBanner(ctx, res.label, res.score);
+    else spec.items(res).forEach((item, i) => {
       if (family === "segmentation" && item.rle) drawMask(ctx, item.rle, i);
       if (family === "pose") drawPose(ctx, item, result.body.skeleton || [], i);
       drawBox(ctx, item.box, item.label, item.score, i);
@@ -134,8 +156,5 @@ export function imagePage(main, family) {
 
   main.append(section(`Try ${spec.title.toLowerCase()}`, form, status,
                       el("div", { class: "tryit" }, el("div", { class: "canvas-wrap" }, canvas), output)));
-  api("GET", "/v1/models").then((models) => {
-    if (models.ok) clear(deployment, deploymentOptions(models.body, family));
-    if (!deployment.options.length) status.textContent = `no ${family} deployment is served here`;
-  });
+  listDeployments(deployment, family, status);
 }

@@ -95,7 +95,9 @@ export function repositoryPage(main) {
     if (stopped) return;
     if (!models.ok) {
       status.textContent = `could not read /v1/models: ${errorText(models)}`;
+      status.dataset.state = "refused";
     } else {
+      delete status.dataset.state;
       const sum = summary.ok ? summary.body : null;
       const elapsed = previous && sum ? sum.time - previous.time : 0;
       clear(grid, models.body.deployments.map((d) => deploymentCard(d, sum, previous, elapsed)));

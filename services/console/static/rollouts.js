@@ -113,16 +113,20 @@ export function rolloutsPage(main) {
   const extra = el("div", {});
   // the server's answer to the last change (outside the cards, which a refresh rebuilds)
   const answer = el("div", { class: "answers", id: "rollout-answer" });
-  main.append(section("Rollouts", el("p", { class: admin ? "muted" : "warn", id: "rollouts-mode",
+  const mode = el("p", { class: admin ? "muted" : "warn", id: "rollouts-mode",
     text: admin ? "Admin key set: changes ask for a confirmation, then show the server's answer."
-      : "Read-only: type an admin key above to change rollouts." }), status, answer, grid), extra);
+      : "Read-only: type an admin key above to change rollouts." });
+  main.append(section("Rollouts", mode, status, answer, grid), extra);
 
   async function refresh() {
     const models = await api("GET", "/v1/models");
     const routing = admin ? await api("GET", "/admin/models", undefined, { admin: true }) : null;
     if (!models.ok) { status.textContent = `could not read /v1/models: ${errorText(models)}`; return; }
-    if (routing && !routing.ok) status.textContent = `admin routes refused the key: ${errorText(routing)}`;
-    else status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    if (routing && !routing.ok) {  // the API refuses this key: so does the page
+      status.textContent = `admin routes refused the key: ${errorText(routing)}`;
+      mode.className = "warn";
+      mode.textContent = "Read-only: the server refused the admin key.";
+    } else status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     const table = routing && routing.ok ? routing.body : {};
     const cards = [];
     for (const dep of models.body.deployments) {

@@ -1,5 +1,5 @@
 // What a try-it sent, as a curl command and as Python client code (triserve_client), and the answer's timings.
-import { el, fmt, getKey, kv } from "./util.js";
+import { api, clear, el, errorText, fmt, getKey, kv } from "./util.js";
 
 function quote(s) { return `'${String(s).replace(/'/g, "'\\''")}'`; }
 
@@ -27,11 +27,22 @@ export function imageSnippets(path, method, options, fileName) {
   const fields = Object.entries(options).filter(([, v]) => v !== null && v !== undefined && v !== "")
     .map(([k, v]) => ` \\\n  -F ${quote(`${k}=${v}`)}`).join("");
   const curl = `curl -s -X POST ${ORIGIN()}${path}/upload${KEY_HEADER()} \\\n  -F images=@${quote(fileName)}${fields}`;
+  if (!method) return { curl, python: uploadWithHttpx(path, options, fileName) };
   const args = [JSON.stringify(fileName), ...kwargs(options), "upload=True"].join(", ");
   const python = `import os\nfrom triserve_client import TriserveClient\n\n` +
     `with TriserveClient(${JSON.stringify(ORIGIN())}${KEY_ARG()}) as ts:\n` +
     `    r = ts.${method}(${args})\n    print(r.model, r.timings.total_ms)\n    print(r.results[0])`;
   return { curl, python };
+}
+
+// a route the Python client has no method for (image classification): the same upload with httpx
+function uploadWithHttpx(path, options, fileName) {
+  const data = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== null && v !== undefined && v !== "")
+    .map(([k, v]) => [k, String(v)]));
+  const headers = getKey("api") || getKey("admin") ? ", headers={\"X-API-Key\": os.environ[\"TRISERVE_KEY\"]}" : "";
+  return `import os\nimport httpx\n\nwith open(${JSON.stringify(fileName)}, "rb") as f:\n` +
+    `    r = httpx.post(${JSON.stringify(`${ORIGIN()}${path}/upload`)}, files={"images": f},\n` +
+    `                   data=${pyValue(data)}${headers})\nr.raise_for_status()\nprint(r.json()["results"][0]["top_k"])`;
 }
 
 export function jsonSnippets(path, method, body, positional) {
@@ -79,4 +90,27 @@ export function deploymentOptions(models, family) {
   const deps = (models.deployments || []).filter((d) => d.family === family)
     .sort((a, b) => Number(b.default) - Number(a.default));
   return deps.map((d) => el("option", { value: d.name, text: d.default ? `${d.name} (default)` : d.name }));
+}
+
+// fill a try-it's deployment <select> from /v1/models, again when a key is typed (app.js sends "keyschange" to every
+// [data-keyed] element); a refusal (the inference key required and missing or wrong) shows as the server's answer
+export function listDeployments(select, family, status) {
+  const initial = status.textContent;
+  select.dataset.keyed = "";
+  const load = async () => {
+    const models = await api("GET", "/v1/models");
+    if (!models.ok) {
+      status.textContent = `could not list the deployments: ${errorText(models)}`;
+      status.dataset.state = "refused";
+      return;
+    }
+    clear(select, deploymentOptions(models.body, family));
+    if (status.dataset.state === "refused") {
+      status.textContent = initial;
+      delete status.dataset.state;
+    }
+    if (!select.options.length) status.textContent = `no ${family} deployment is served here`;
+  };
+  select.addEventListener("keyschange", load);
+  load();
 }

@@ -1,7 +1,7 @@
 // Try-it for text classification: one text per line to /v1/classify, each answer's top-k as bars, with the
 // truncation (tokens used, characters received).
 import { api, clear, el, errorText, fmt, section } from "./util.js";
-import { codeView, deploymentOptions, jsonSnippets, timingsView } from "./snippets.js";
+import { codeView, jsonSnippets, listDeployments, timingsView } from "./snippets.js";
 
 function bars(result, i) {
   const rows = result.top_k.map((ls) => {
@@ -50,7 +50,5 @@ export function textPage(main) {
     clear(output, el("div", { id: "tryit-results" }, result.body.results.map(bars)), ...parts);
   });
   main.append(section("Try text classification", form, status, output));
-  api("GET", "/v1/models").then((models) => {
-    if (models.ok) clear(deployment, deploymentOptions(models.body, "text"));
-  });
+  listDeployments(deployment, "text", status);
 }

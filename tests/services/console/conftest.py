@@ -1,6 +1,7 @@
-"""The console's browser tests: a real `bentoml serve` of the tiny models plus the console's demo models
-(scripts/console_screenshots.py: pose, a text model whose labels are markup, a forecaster candidate), and the
-system Chromium driven by Playwright (no browser download). Outside CI a missing browser or Playwright skips with
+"""The console's browser tests: one real `bentoml serve` for all of them (package scope: every browser test module
+shares it) of the tiny models plus the console's demo models (scripts/console_screenshots.py: pose, a text model
+whose labels are markup, a forecaster candidate; require_key_for_inference on, an admin and an inference key), and
+the system Chromium driven by Playwright (no browser download). Outside CI a missing browser or Playwright skips with
 the reason; in CI (.ci/run installs the Debian package chromium, CI=true) it fails."""
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import os
 
 import pytest
 
-from scripts.console_screenshots import ADMIN_KEY, demo_server
+from scripts.console_screenshots import demo_server
 from scripts.imagetools import StepFailed
+from tests.services.console.helpers import Tab
 
 
 def _browser_or_reason() -> tuple[str | None, str]:
@@ -35,14 +37,14 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def console_server(chromium_path, tiny_registry, tmp_path_factory):
     root = tmp_path_factory.mktemp("console")
     with demo_server(root, tiny_registry.root, log_path=root / "serve.log") as srv:
         yield srv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser(chromium_path):
     from playwright.sync_api import sync_playwright
 
@@ -52,30 +54,9 @@ def browser(chromium_path):
         browser.close()
 
 
-class Tab:
-    """A page of a fresh browser context on the server, with every console error and page error collected."""
-
-    def __init__(self, browser, url: str, width: int = 1280, height: int = 800, admin: bool = False):
-        self.context = browser.new_context(base_url=url, viewport={"width": width, "height": height})
-        if admin:
-            self.context.add_init_script(f"sessionStorage.setItem('triserve.adminKey', '{ADMIN_KEY}')")
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}")
-                     if m.type in ("error", "warning") else None)
-        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        self.dialogs: list[str] = []
-
-        def accept(dialog):
-            self.dialogs.append(dialog.message)
-            dialog.accept()
-
-        self.page.on("dialog", accept)
-
-
 @pytest.fixture
 def tab(browser, console_server):
-    """tab() -> a Tab (closed after the test); keyword arguments: width, height, admin."""
+    """tab() -> a Tab (helpers.py; closed after the test); keyword arguments: width, height, keys."""
     opened: list[Tab] = []
 
     def open_tab(**kwargs) -> Tab:

@@ -1,16 +1,15 @@
 """The console in a real headless Chromium against a real server (conftest.py): every page loads without a console
 error at 1280x800 and at a phone width, the try-it pages draw what the API answered (canvas pixels checked where the
 boxes and masks are), the forecast plot and report match the answer, labels and descriptions that are markup show as
-text, the repository page's totals match /metrics, and a canary set from the page shows in /v1/models."""
+text, and the repository page's totals match /metrics. Rollouts from the page: test_rollouts.py; the keys:
+test_keys.py."""
 from __future__ import annotations
 
-import time
-
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from scripts.console_screenshots import ADMIN_KEY, FORECAST_CANARY, PAGES, XSS_DESCRIPTION, XSS_LABEL, run_page
+from scripts.console_screenshots import PAGES, XSS_DESCRIPTION, XSS_LABEL, run_page
+from tests.services.console.helpers import api, deployments, until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,22 +27,13 @@ KEEP_BEFORE = """() => { const c = document.getElementById('tryit-canvas');
   window.__before = c.getContext('2d').getImageData(0, 0, c.width, c.height); return [c.width, c.height]; }"""
 
 
-def until(check, timeout: float = 20.0, what: str = ""):
-    """Poll check() until it is truthy (the page's own CSP forbids Playwright's eval-based wait_for_function)."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
-        time.sleep(0.1)
-    return result
-
-
 def first_paint_ms(page) -> float | None:
     entries = page.evaluate("performance.getEntriesByName('first-contentful-paint').map(e => e.startTime)")
     return entries[0] if entries else None
 
 
 @pytest.mark.parametrize("width,height", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
-def test_every_page_loads_without_console_errors(tab, width, height):
+def test_every_page_loads_without_console_errors(tab, record_property, width, height):
     t = tab(width=width, height=height)
     paints = {}
     for name in PAGES:
@@ -54,8 +44,11 @@ def test_every_page_loads_without_console_errors(tab, width, height):
         # nothing sticks out sideways: the page fits the viewport's width
         overflow = t.page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 0, (name, overflow)
-    print(f"first contentful paint at {width}x{height} (ms):", {k: round(v or -1) for k, v in paints.items()})
-    assert all(v is not None for v in paints.values())
+    shown = {k: round(v or -1) for k, v in paints.items()}
+    print(f"first contentful paint at {width}x{height} (ms):", shown)
+    record_property(f"first_paint_ms_{width}x{height}", shown)  # in the JUnit XML; the goal is < 1000 ms
+    # recorded, not timed: the bound only catches a page that paints nothing useful for seconds
+    assert all(v is not None and v < 5000 for v in paints.values()), shown
 
 
 def box_edge_points(box, size):
@@ -70,8 +63,7 @@ def box_edge_points(box, size):
 @pytest.mark.parametrize("family,path", [("detection", "/v1/detect"), ("pose", "/v1/pose"),
                                          ("segmentation", "/v1/segment")])
 def test_image_try_it_draws_what_the_api_answered(tab, console_server, family, path):
-    if family == "pose" and not any(d["family"] == "pose" for d in
-                                    httpx.get(f"{console_server.url}/v1/models").json()["deployments"]):
+    if family == "pose" and not any(d["family"] == "pose" for d in deployments(console_server.url).values()):
         pytest.skip("no pose model: torch and ultralytics (the export extra) build it")
     t = tab()
     t.page.goto(f"/console/#/try/{family}")
@@ -111,6 +103,31 @@ def test_image_try_it_draws_what_the_api_answered(tab, console_server, family, p
     assert f"{path}/upload" in snippets[0] and "images=@" in snippets[0]
     assert f"ts.{path.rsplit('/', 1)[1]}(" in snippets[1] and "upload=True" in snippets[1]
     assert body["timings"]["total_ms"] is not None and "total" in t.page.locator(".timings").text_content()
+    assert t.errors == []
+
+
+def test_image_classification_try_it_shows_the_top_k_and_draws_the_top_1(tab):
+    t = tab()
+    t.page.goto("/console/#/try/classification")
+    t.page.wait_for_selector("#deployment option[value=classification]", state="attached")
+    t.page.click("#sample")
+    t.page.wait_for_selector("#run:not([disabled])")
+    width, height = t.page.evaluate(KEEP_BEFORE)
+    t.page.fill("#top-k", "3")
+    with t.page.expect_response(lambda r: r.url.endswith("/v1/classify-image")) as answer:
+        t.page.click("#run")
+    t.page.wait_for_selector("#tryit-status[data-state=done]")
+    result = answer.value.json()["results"][0]
+    assert len(result["top_k"]) == 3 and result["top_k"][0]["label"] == result["label"]
+    assert t.page.locator("#tryit-results .label").all_text_contents() == [c["label"] for c in result["top_k"]]
+    assert t.page.locator("#tryit-results .score").all_text_contents() == [f"{c['score']:.3f}" for c in
+                                                                           result["top_k"]]
+    banner = [[x, 1] for x in range(0, width, 4)]  # the top-1 banner across the image's top edge
+    assert t.page.evaluate(CHANGED, banner) >= 0.9 * len(banner)
+    assert t.page.evaluate(CHANGED, [[width // 2, height - 2]]) == 0  # the rest of the image is left as it was
+    snippets = t.page.locator("[data-snippet]").all_text_contents()
+    assert "/v1/classify-image/upload" in snippets[0] and "-F 'top_k=3'" in snippets[0]
+    assert "httpx.post(" in snippets[1] and '"top_k": "3"' in snippets[1]  # the client has no method for it yet
     assert t.errors == []
 
 
@@ -186,14 +203,14 @@ def test_markup_in_labels_and_descriptions_shows_as_text(tab):
 
 
 def metric_total(url: str, name: str, **labels: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
+    text = api(url, "GET", "/metrics").text
     return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_repository_figures_match_metrics_and_models(tab, console_server):
     for i in range(5):
-        httpx.post(f"{console_server.url}/v1/classify", json={"texts": [f"book a flight {i}"]}).raise_for_status()
+        api(console_server.url, "POST", "/v1/classify", json={"texts": [f"book a flight {i}"]}).raise_for_status()
     t = tab()
     run_page(t.page, "repository")
     status = t.page.locator("#repo-status")
@@ -202,45 +219,9 @@ def test_repository_figures_match_metrics_and_models(tab, console_server):
     card = t.page.locator("[data-deployment=text]")
     expected = metric_total(console_server.url, "triserve_requests_total", deployment="text")
     assert expected >= 5 and card.locator("[data-stat=requests]").text_content() == str(int(expected))
-    models = {d["name"]: d for d in httpx.get(f"{console_server.url}/v1/models").json()["deployments"]}
+    models = deployments(console_server.url)
     for name, dep in models.items():
         shown = t.page.locator(f"[data-deployment={name}]")
         assert shown.locator("[data-field=model-version]").text_content() == dep["model"]["version"]
         assert shown.locator("[data-field=model-state]").text_content() == dep["model"]["state"]
-    assert t.errors == []
-
-
-def test_canary_set_from_the_page_shows_in_the_api(tab, console_server):
-    readonly = tab()
-    run_page(readonly.page, "rollouts")
-    assert "Read-only" in readonly.page.text_content("#rollouts-mode")
-    assert readonly.page.locator("[data-slot] button:not([disabled])").count() == 0
-
-    t = tab(admin=True)
-    sent = []
-    t.page.on("request", lambda r: sent.append((r.method, r.url, r.headers.get("x-api-key"))))
-    run_page(t.page, "rollouts")
-    slot = t.page.locator("[data-slot=forecast]")
-    slot.locator("input[name=canary-ref]").fill(FORECAST_CANARY)
-    slot.locator("input[name=canary-weight]").fill("0.25")
-    slot.locator("button", has_text="Set canary").click()
-    t.page.wait_for_selector("#rollout-answer [data-status]")
-    assert t.page.get_attribute("#rollout-answer [data-status]", "data-status") == "200"
-    assert t.dialogs == [f"Send 25% of forecast to {FORECAST_CANARY}?"]
-    forecast = next(d for d in httpx.get(f"{console_server.url}/v1/models").json()["deployments"]
-                    if d["name"] == "forecast")
-    assert forecast["model"]["canary"] == {"version": FORECAST_CANARY, "weight": 0.25}
-    shown = t.page.locator("[data-slot=forecast] [data-field=canary]")
-    until(lambda: shown.text_content().startswith(FORECAST_CANARY), what="the canary on the page")
-
-    t.page.locator("[data-slot=forecast] button", has_text="Withdraw").click()
-    until(lambda: t.page.locator("[data-slot=forecast] [data-field=canary]").text_content() == "none",
-          what="the canary withdrawn on the page")
-    forecast = next(d for d in httpx.get(f"{console_server.url}/v1/models").json()["deployments"]
-                    if d["name"] == "forecast")
-    assert forecast["model"]["canary"] is None
-    # the key travelled as a header only: never in a URL, never a cookie
-    assert any(m == "POST" and u.endswith("/admin/models/forecast/canary") and k == ADMIN_KEY for m, u, k in sent)
-    assert not any(ADMIN_KEY in u for _, u, _ in sent)
-    assert t.context.cookies() == []
     assert t.errors == []
