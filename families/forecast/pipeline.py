@@ -147,8 +147,10 @@ class ForecastPipeline:
         if body.covariates or body.future_covariates or body.calendar:
             names, x, x_future = regressors(body, stamps, frequency, horizon, lim.max_points, len(regular))
             grid = past_timestamp(last_ts, frequency, 0, len(regular))
-            cal_names, cal = covariates.calendar(series_timestamps(grid, frequency, len(regular)), body.calendar or [])
-            _, cal_future = covariates.calendar(future, body.calendar or [])
+            features = body.calendar or []
+            cal_names, cal = covariates.calendar(series_timestamps(grid, frequency, len(regular)), features,
+                                                 frequency)
+            _, cal_future = covariates.calendar(future, features, frequency)
             fit = covariates.fit(regular, np.concatenate([x, cal], axis=1),
                                  np.concatenate([x_future, cal_future], axis=1), names + cal_names, frequency,
                                  horizon)

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
-CalendarFeature = Literal["weekday", "month"]
+CalendarFeature = Annotated[str, StringConstraints(
+    pattern=r"^(weekday|month|holidays:[A-Za-z]{2,3}(-[A-Za-z0-9]{1,10})?)$")]
+CALENDAR_HELP = ("Calendar regressors made from the timestamps: 'weekday' (6 dummies), 'month' (11 dummies), "
+                 "'holidays:<CC>' or 'holidays:<CC>-<SUBDIVISION>' (ISO 3166 codes, e.g. 'holidays:US', "
+                 "'holidays:DE-BY': the public holidays in each step, from the `holidays` package).")
 Covariates = dict[str, list[float | None]]
 
 
@@ -44,8 +48,7 @@ class ForecastRequest(BaseModel):
     deployment: str | None = deployment_field()
     covariates: Covariates | None = covariates_field()
     future_covariates: Covariates | None = future_covariates_field()
-    calendar: list[CalendarFeature] | None = Field(None, description="Calendar regressors made from the timestamps: "
-                                                                     "'weekday' (6 dummies), 'month' (11 dummies).")
+    calendar: list[CalendarFeature] | None = Field(None, description=CALENDAR_HELP)
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> ForecastRequest:
@@ -89,8 +92,7 @@ class PanelForecastRequest(BaseModel):
                                                          "the model's horizon for the frequency).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = deployment_field()
-    calendar: list[CalendarFeature] | None = Field(None, description="Calendar regressors for every series: "
-                                                                     "'weekday', 'month'.")
+    calendar: list[CalendarFeature] | None = Field(None, description="For every series: " + CALENDAR_HELP)
 
     @model_validator(mode="after")
     def _ids_and_time_axis(self) -> PanelForecastRequest:
@@ -122,7 +124,8 @@ class LevelShiftReport(BaseModel):
 
 
 class CovariateEffect(BaseModel):
-    name: str = Field(description="The covariate ('weekday=tue', 'month=feb' for calendar dummies).")
+    name: str = Field(description="The covariate ('weekday=tue', 'month=feb', 'holidays:US' for calendar "
+                                   "features).")
     effect: float = Field(description="Change of the series per unit of the covariate (least squares on the history, "
                                       "with a level and a trend).")
     t_value: float = Field(description="Its t statistic in that fit (|t| >= 3 makes it a candidate).")
