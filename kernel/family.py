@@ -46,6 +46,8 @@ class RestRoute:
 
     JSON routes take `body` as the request body; multipart routes take `body`'s fields as form fields and the
     uploaded files as the request field `files` (bytes), and build the family's `request_model` from both.
+    A JSON route other than the family's main one may name its own typed gRPC method (`grpc`): messages
+    `<grpc>Request` / `<grpc>Response` with the fields of `body` / `response`.
     """
 
     path: str
@@ -55,6 +57,7 @@ class RestRoute:
     files: str = ""
     files_description: str = ""
     response: type[BaseModel] | None = None  # when not the family's response_model
+    grpc: str = ""  # a typed gRPC method for a JSON route beyond the family's grpc_method ("ForecastPanel")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 import httpx
 import tenacity
 
-from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
+from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, new_request_id
+from triserve_client._forecast import SeriesLike, Timestamp
 from triserve_client._oip import InputsLike
 from triserve_client.errors import TriserveError, TriserveTimeoutError
 from triserve_client.models import (
@@ -118,13 +119,16 @@ class TriserveClient:
                                         calendar=calendar)
         return self._run(call, timeout, request_id)
 
-    def forecast_panel(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp, frequency: str,
-                       horizon: int | None = None, model: str | None = None, deployment: str | None = None,
-                       timeout: float | None = None, request_id: str | None = None) -> PanelForecastResponse:
-        """POST /v1/forecast/panel: many series (id -> values, all starting at `start`) in one request; the answer
-        holds one forecast per series, in the mapping's order."""
+    def forecast_panel(self, series: Mapping[str, SeriesLike], *, start: Timestamp | None = None,
+                       frequency: str | None = None, horizon: int | None = None, model: str | None = None,
+                       deployment: str | None = None, timeout: float | None = None,
+                       request_id: str | None = None,
+                       calendar: Sequence[str] | None = None) -> PanelForecastResponse:
+        """POST /v1/forecast/panel: many series in one request, answered in the mapping's order. Each series is
+        its values (they start at `start`) or a mapping of its own fields: {"values": [...], "start" or
+        "timestamps": ..., "covariates": {...}, "future_covariates": {...}} (triserve_client._forecast)."""
         call = self._core.forecast_panel_call(series, start=start, frequency=frequency, horizon=horizon,
-                                              model=model, deployment=deployment)
+                                              model=model, deployment=deployment, calendar=calendar)
         return self._run(call, timeout, request_id)
 
     def models(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelsListing:

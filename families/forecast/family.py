@@ -35,7 +35,7 @@ class ForecastFamily(Family):
                         "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),
               RestRoute("/v1/forecast/panel", "application/json", PanelForecastRequest,
                         "Forecast many series in one request (a panel: ids, shared frequency and horizon)",
-                        response=PanelForecastResponse))
+                        response=PanelForecastResponse, grpc="ForecastPanel"))
     oip_alias = "forecast"
     oip_pipeline_inputs = (TensorMeta("VALUES", "FP64", (-1,), also=("FP32",), field="values"),
                            TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"))
