@@ -129,6 +129,13 @@ class Family(ABC):
         """A graph's own input tensors (decoded, named) -> one runner item per row, validated against the model
         (kernel/tensors: check_batch, check_finite, bad_request)."""
 
+    def oip_request_fields(self, fields: dict[str, Any], arrays: dict[str, np.ndarray],
+                           parameters: dict[str, Any]) -> dict[str, Any]:
+        """The request fields of an OIP pipeline request, for a family whose fields are more than one flat tensor or
+        parameter each (`fields`: the declared inputs flattened and `oip_parameters`; `arrays`: the input tensors by
+        name, with their shapes; `parameters`: all the request's parameters)."""
+        return fields
+
     def oip_extra_parameters(self, response: Any) -> dict[str, Any]:
         """Response parameters beyond the common envelope (request id, served model, degraded, timings)."""
         return {}

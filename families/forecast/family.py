@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from families.forecast import oip_fields
 from families.forecast.features import N_FEATURES
 from families.forecast.pipeline import ForecastPipeline
 from families.forecast.postprocess import check_forecast
@@ -38,7 +39,11 @@ class ForecastFamily(Family):
                         response=PanelForecastResponse, grpc="ForecastPanel"))
     oip_alias = "forecast"
     oip_pipeline_inputs = (TensorMeta("VALUES", "FP64", (-1,), also=("FP32",), field="values"),
-                           TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"))
+                           TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"),
+                           TensorMeta("COVARIATES", "FP64", (-1, -1), also=("FP32",), optional=True,
+                                      field="covariates"),
+                           TensorMeta("FUTURE_COVARIATES", "FP64", (-1, -1), also=("FP32",), optional=True,
+                                      field="future_covariates"))
     oip_pipeline_outputs = (
         TensorMeta("TIMESTAMPS", "BYTES", (-1,), value=lambda r: [p.model_dump(mode="json")["timestamp"]
                                                                    for p in r.forecast]),
@@ -99,6 +104,10 @@ class ForecastFamily(Family):
         return [pack_global(arrays["context"][i], arrays["mask"][i], int(arrays["freq"][i]), features[i],
                             float(scaling[i][0]), float(scaling[i][1]), None if history is None else history[i])
                 for i in range(n)]
+
+    def oip_request_fields(self, fields, arrays, parameters):
+        """COVARIATES / FUTURE_COVARIATES [n, k] + parameters covariate_names and calendar (oip_fields.py)."""
+        return oip_fields.request_fields(fields, arrays, parameters)
 
     def oip_extra_parameters(self, response) -> dict[str, Any]:
         return {"input": json.dumps(response.input.model_dump()), "quantile_levels": json.dumps(_levels(response))}
