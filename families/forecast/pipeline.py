@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from families.forecast import covariates
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
@@ -25,7 +24,7 @@ from families.forecast.preprocess import (
     regularize,
     series_timestamps,
 )
-from families.forecast.regressors import regressors
+from families.forecast.regressors import fit_series, regressors
 from families.forecast.schemas import (
     CalendarFeature,
     CovariateEffect,
@@ -145,15 +144,9 @@ class ForecastPipeline:
         future = future_timestamps(last_ts, frequency, horizon)
         offset, nonneg = None, bool(np.all(regular >= 0))
         if body.covariates or body.future_covariates or body.calendar:
-            names, x, x_future = regressors(body, stamps, frequency, horizon, lim.max_points, len(regular))
-            grid = past_timestamp(last_ts, frequency, 0, len(regular))
-            features = body.calendar or []
-            cal_names, cal = covariates.calendar(series_timestamps(grid, frequency, len(regular)), features,
-                                                 frequency)
-            _, cal_future = covariates.calendar(future, features, frequency)
-            fit = covariates.fit(regular, np.concatenate([x, cal], axis=1),
-                                 np.concatenate([x_future, cal_future], axis=1), names + cal_names, frequency,
-                                 horizon)
+            names, x, x_future = regressors(body.covariates or {}, body.future_covariates or {}, len(body.values),
+                                            stamps, frequency, horizon, lim.max_points, len(regular))
+            fit = fit_series(regular, last_ts, future, frequency, horizon, names, x, x_future, body.calendar or [])
             regular, shift = fit.series, fit.shift
             offset = fit.offset if any(fit.used) else None
             report["covariates"] = CovariateReport(
