@@ -68,7 +68,8 @@ class Adapter:
                              f"({', '.join(self.pre.frequencies)})")
 
     @staticmethod
-    def _split(values: np.ndarray, stamps: np.ndarray, covs: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    def _split(values: np.ndarray, stamps: np.ndarray,
+               covs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, list], dict[str, list]]:
         """(history values, history stamps, covariates over the history, over the future): the rows after the last
         value carry the future covariates, in time order."""
         observed = np.isfinite(values)
@@ -76,7 +77,7 @@ class Adapter:
         ahead = np.argsort(stamps[~history], kind="stable")
         past = {k: v[history].tolist() for k, v in covs.items()}
         future = {k: v[~history][ahead].tolist() for k, v in covs.items()}
-        return values[history], stamps[history], past, future  # type: ignore[return-value]
+        return values[history], stamps[history], past, future
 
     def _series(self, record: dict) -> dict:
         """One series -> what its items and its row are made from; SeriesError / ApiError say why it is refused."""
@@ -84,8 +85,8 @@ class Adapter:
         values = np.asarray(record["values"], dtype=np.float64)
         stamps = np.asarray(record["timestamps"], dtype="datetime64[s]")
         covs = record.get("covariates") or {}
-        past: dict = {}
-        future_covs: dict = {}
+        past: dict[str, list] = {}
+        future_covs: dict[str, list] = {}
         if covs:
             values, stamps, past, future_covs = self._split(values, stamps, covs)
         if len(values) > lim.max_points:

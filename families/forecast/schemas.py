@@ -1,20 +1,29 @@
 """Forecasting request/response schemas."""
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
-CalendarFeature = Annotated[str, StringConstraints(
-    pattern=r"^(weekday|month|holidays:[A-Za-z]{2,3}(-[A-Za-z0-9]{1,10})?)$")]
+CalendarFeature = str  # 'weekday', 'month', 'holidays:<CC>[-<SUB>]' (checked by calendar_features)
+CALENDAR_FEATURE = re.compile(r"^(weekday|month|holidays:[A-Za-z]{2,3}(-[A-Za-z0-9]{1,10})?)$")
 CALENDAR_HELP = ("Calendar regressors made from the timestamps: 'weekday' (6 dummies), 'month' (11 dummies), "
                  "'holidays:<CC>' or 'holidays:<CC>-<SUBDIVISION>' (ISO 3166 codes, e.g. 'holidays:US', "
                  "'holidays:DE-BY': the public holidays in each step, from the `holidays` package).")
 Covariates = dict[str, list[float | None]]
+
+
+def calendar_features(features: list[str] | None) -> list[str] | None:
+    """A request's calendar: each feature one of the three forms (which country codes exist: public_holidays.py)."""
+    bad = [f for f in features or () if not CALENDAR_FEATURE.match(f)]
+    if bad:
+        raise ValueError(f"unknown calendar feature(s) {bad}: use 'weekday', 'month' or 'holidays:<CC>[-<SUB>]'")
+    return features
 
 
 def covariates_field() -> Any:
@@ -49,6 +58,7 @@ class ForecastRequest(BaseModel):
     covariates: Covariates | None = covariates_field()
     future_covariates: Covariates | None = future_covariates_field()
     calendar: list[CalendarFeature] | None = Field(None, description=CALENDAR_HELP)
+    _calendar = field_validator("calendar")(calendar_features)
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> ForecastRequest:
@@ -93,6 +103,7 @@ class PanelForecastRequest(BaseModel):
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = deployment_field()
     calendar: list[CalendarFeature] | None = Field(None, description="For every series: " + CALENDAR_HELP)
+    _calendar = field_validator("calendar")(calendar_features)
 
     @model_validator(mode="after")
     def _ids_and_time_axis(self) -> PanelForecastRequest:
