@@ -21,6 +21,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from triserve_client import _oip
 from triserve_client._forecast import Covariates, SeriesLike, Timestamp, forecast_body, panel_body
+from triserve_client.backtest import BacktestResponse
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from triserve_client.models import (
     ClassifyResponse,
@@ -267,6 +268,16 @@ class ClientCore:
         body = panel_body(series, start=start, frequency=frequency, horizon=horizon, model=model,
                           deployment=deployment, calendar=calendar)
         return Call("POST", "/v1/forecast/panel", _parser(PanelForecastResponse), json=body)
+
+    def forecast_backtest_call(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
+                               start: Timestamp | None, frequency: str | None, horizon: int | None, origins: int | None,
+                               model: str | None, deployment: str | None, covariates: Covariates | None,
+                               calendar: Sequence[str] | None) -> Call[BacktestResponse]:
+        body = forecast_body(values, timestamps=timestamps, start=start, frequency=frequency, horizon=horizon,
+                             model=model, deployment=deployment, covariates=covariates, future_covariates=None,
+                             calendar=calendar)
+        return Call("POST", "/v1/forecast/backtest", _parser(BacktestResponse),
+                    json=body if origins is None else {**body, "origins": origins})
 
     @staticmethod
     def models_call() -> Call[ModelsListing]:

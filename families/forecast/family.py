@@ -13,7 +13,14 @@ from families.forecast.features import N_FEATURES
 from families.forecast.pipeline import ForecastPipeline
 from families.forecast.postprocess import check_forecast
 from families.forecast.preprocess import pack_global
-from families.forecast.schemas import ForecastRequest, ForecastResponse, PanelForecastRequest, PanelForecastResponse
+from families.forecast.schemas import (
+    BacktestRequest,
+    BacktestResponse,
+    ForecastRequest,
+    ForecastResponse,
+    PanelForecastRequest,
+    PanelForecastResponse,
+)
 from kernel.family import Family, RestRoute
 from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
 
@@ -36,7 +43,10 @@ class ForecastFamily(Family):
                         "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),
               RestRoute("/v1/forecast/panel", "application/json", PanelForecastRequest,
                         "Forecast many series in one request (a panel: ids, shared frequency and horizon)",
-                        response=PanelForecastResponse, grpc="ForecastPanel"))
+                        response=PanelForecastResponse, grpc="ForecastPanel"),
+              RestRoute("/v1/forecast/backtest", "application/json", BacktestRequest,
+                        "Judge the forecaster on your own series: rolling origins, MASE/RMSSE per step, interval "
+                        "coverage, the method at each origin", response=BacktestResponse))
     oip_alias = "forecast"
     oip_pipeline_inputs = (TensorMeta("VALUES", "FP64", (-1,), also=("FP32",), field="values"),
                            TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"),

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from families.forecast import backtest
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
@@ -26,6 +27,7 @@ from families.forecast.preprocess import (
 )
 from families.forecast.regressors import fit_series, regressors
 from families.forecast.schemas import (
+    BacktestRequest,
     CalendarFeature,
     CovariateEffect,
     CovariateReport,
@@ -78,6 +80,8 @@ class Prepared:
     cuts: list[int]
     offset: np.ndarray | None = None  # [horizon] the covariates' effect added back to every quantile
     nonneg: bool = False  # the history is non-negative: so is the forecast (after the offset)
+    actual: np.ndarray | None = None  # a backtest origin: what followed it (backtest.py)
+    history: np.ndarray | None = None  # a backtest origin: the regular history before it
 
 
 @dataclass
@@ -217,8 +221,11 @@ class ForecastPipeline:
                                                 padded=its[0].padded, **method)))
         return answers
 
-    def validate(self, body: ForecastRequest | PanelForecastRequest) -> list[Prepared]:
-        """One series, or a panel's series all validated first (a bad series refuses the request, naming it)."""
+    def validate(self, body: ForecastRequest | PanelForecastRequest | BacktestRequest) -> list[Prepared]:
+        """One series, a backtest's origins, or a panel's series all validated first (a bad series refuses the
+        request, naming it)."""
+        if isinstance(body, BacktestRequest):
+            return backtest.origins(self, body)
         if not isinstance(body, PanelForecastRequest):
             return [self.prepare(body)]
         lim = self.limits
@@ -245,7 +252,8 @@ class ForecastPipeline:
         chunk = max(1, self.view.batch_limit() // per_series)
         return [prepared[start: start + chunk] for start in range(0, len(prepared), chunk)]
 
-    def respond(self, body: ForecastRequest | PanelForecastRequest, answers: list[Answer]) -> dict[str, Any]:
+    def respond(self, body: ForecastRequest | PanelForecastRequest | BacktestRequest,
+                answers: list[Answer]) -> dict[str, Any]:
         answered = []
         for answer in answers:
             outputs, at = [], 0
@@ -254,6 +262,9 @@ class ForecastPipeline:
                 at += len(its)
             result = answer.result
             answered.append((result, self.answer(answer.part, result.served, answer.state, outputs, result.model)))
+        if isinstance(body, BacktestRequest):
+            return backtest.report([p for answer in answers for p in answer.part],
+                                   [pr for _, part in answered for pr in part], len(answers))
         if not isinstance(body, PanelForecastRequest):
             [(_, [(points, report)])] = answered
             return {"forecast": points, "input": report}

@@ -118,6 +118,39 @@ class PanelForecastRequest(BaseModel):
         return self
 
 
+class BacktestRequest(BaseModel):
+    """POST /v1/forecast/backtest: the served forecaster judged on the user's own series (rolling origins)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"values": [float(10 + i % 7) for i in range(60)], "start": "2026-01-01T00:00:00", "frequency": "D",
+         "horizon": 7, "origins": 3}]})
+    values: list[float | None] = Field(min_length=1, description="The whole history; null or NaN marks a missing "
+                                                                 "point.")
+    timestamps: list[datetime] | None = Field(None, description="One per value, any order; omit to use start.")
+    start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
+    frequency: Frequency | None = Field(None, description="As in /v1/forecast; omitted: inferred from timestamps.")
+    horizon: int | None = Field(None, ge=1, description="Steps forecast from each origin (default and maximum: the "
+                                                         "model's horizon for the frequency).")
+    origins: int = Field(3, ge=1, description="Rolling origins: the last origins x horizon points are forecast, "
+                                              "one horizon at a time, each from the history before it (at most "
+                                              "limits.forecast.max_backtest_origins).")
+    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = deployment_field()
+    covariates: Covariates | None = Field(None, description="Known-future regressors over the whole history (name "
+                                                            "-> one value per point): at each origin the ones after "
+                                                            "it are its future values.")
+    calendar: list[CalendarFeature] | None = Field(None, description=CALENDAR_HELP)
+    _calendar = field_validator("calendar")(calendar_features)
+
+    @model_validator(mode="after")
+    def _one_time_axis(self) -> BacktestRequest:
+        if (self.timestamps is None) == (self.start is None):
+            raise ValueError("give exactly one of 'timestamps' or 'start'")
+        if self.start is not None and self.frequency is None:
+            raise ValueError("'start' needs a 'frequency' (it can only be inferred from timestamps)")
+        return self
+
+
 class ForecastPoint(BaseModel):
     timestamp: datetime = Field(description="Start of the forecast step's bucket, UTC, RFC 3339.")
     point: float = Field(description="The point forecast: the median (0.5 quantile).")
@@ -197,3 +230,29 @@ class PanelForecastResponse(ServedBy):
 
     runner_calls: int = Field(description="Runner calls the panel took (chunks of at most one runner batch).")
     series: list[SeriesForecast] = Field(description="One answer per series, in request order.")
+
+
+class BacktestOrigin(BaseModel):
+    origin: datetime = Field(description="The first forecast step of this origin (UTC): the history ends before it.")
+    method: str = Field(description="The method the service chose at this origin (as input.method).")
+    mase: float | None = Field(description="Mean absolute error over the horizon / the history's in-sample naive "
+                                           "(lag 1) mean absolute error (null: a constant history).")
+    rmsse: float | None = Field(description="Root mean squared error / the naive step's root mean square.")
+    actual: list[float] = Field(description="What happened at each step.")
+    forecast: list[ForecastPoint] = Field(description="What the service forecast from this origin.")
+
+
+class BacktestResponse(ServedBy):
+    """Rolling-origin evaluation of the served forecaster on the request's series."""
+
+    frequency: Frequency
+    horizon: int
+    runner_calls: int = Field(description="Runner calls the backtest took.")
+    mase: float | None = Field(description="Mean over origins and steps of the scaled absolute errors (below 1: "
+                                           "better than the naive step of the history).")
+    rmsse: float | None = Field(description="Root of the mean over origins and steps of the scaled squared errors.")
+    mase_by_step: list[float | None] = Field(description="MASE per step ahead (1, 2, ...), over the origins.")
+    rmsse_by_step: list[float | None] = Field(description="RMSSE per step ahead, over the origins.")
+    coverage_50: float | None = Field(description="Share of actual points inside the 50 % interval (ideal 0.5).")
+    coverage_90: float | None = Field(description="Share inside the 90 % interval (ideal 0.9).")
+    origins: list[BacktestOrigin] = Field(description="Each origin, oldest first.")
