@@ -11,7 +11,7 @@ Bounded work: at most limits.forecast.max_backtest_origins origins, the series w
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -20,16 +20,14 @@ from families.forecast.regressors import regressors
 from families.forecast.schemas import BacktestOrigin, BacktestRequest, ForecastPoint, ForecastRequest, InputReport
 from kernel.errors import ApiError
 
-if TYPE_CHECKING:
-    from families.forecast.pipeline import ForecastPipeline, Prepared
-
 
 def _datetime(t: np.datetime64) -> datetime:
     return datetime.fromisoformat(str(t.astype("datetime64[s]"))).replace(tzinfo=UTC)
 
 
-def origins(pipeline: ForecastPipeline, body: BacktestRequest) -> list[Prepared]:
-    """One prepared forecast per origin, oldest first; each knows what followed it (`actual`) and its raw history."""
+def origins(pipeline: Any, body: BacktestRequest) -> list[Any]:
+    """One prepared forecast per origin (pipeline.ForecastPipeline.prepare, passed in: pipeline.py imports this
+    module), oldest first; each knows what followed it (`actual`) and its raw history."""
     lim, contract = pipeline.limits, pipeline.contract
     if body.origins > lim.max_backtest_origins:
         raise ApiError(422, "too_many_origins", f"{body.origins} origins exceed the limit of "
@@ -93,7 +91,7 @@ def _coverage(actual: np.ndarray, points: list[ForecastPoint], level: int) -> li
     return [bool(a_lo <= a <= a_hi) for a, a_lo, a_hi in zip(actual, lo, hi)]
 
 
-def report(prepared: list[Prepared], answered: list[tuple[list[ForecastPoint], InputReport]],
+def report(prepared: list[Any], answered: list[tuple[list[ForecastPoint], InputReport]],
            runner_calls: int) -> dict[str, Any]:
     """The backtest answer: per-origin and per-step scaled errors, interval coverage, the method at each origin."""
     abs_rows: list[np.ndarray] = []
