@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import holidays
 import numpy as np
 
 from kernel.errors import ApiError
@@ -28,6 +27,8 @@ def parse(feature: str) -> tuple[str, str | None]:
         raise ApiError(422, "unknown_calendar_feature", f"calendar feature {feature!r} is not one of 'weekday', "
                        "'month', 'holidays:<CC>' or 'holidays:<CC>-<SUBDIVISION>'", {"feature": feature})
     country, subdiv = match.group(1).upper(), match.group(2) and match.group(2).upper()
+    import holidays  # only when a request asks for holidays: the rest of the family never needs the package
+
     supported = holidays.list_supported_countries()
     if country not in supported:
         raise ApiError(422, "unknown_holiday_country", f"no public holiday calendar for country {country!r} "
@@ -41,6 +42,8 @@ def parse(feature: str) -> tuple[str, str | None]:
 
 @lru_cache(maxsize=512)
 def _year(country: str, subdiv: str | None, year: int) -> tuple[np.datetime64, ...]:
+    import holidays
+
     days = holidays.country_holidays(country, subdiv=subdiv, years=year)
     return tuple(sorted(np.datetime64(d, "D") for d in days))
 
