@@ -8,7 +8,8 @@ reads (kernel/batch.py).
     texts   JSONL, CSV or Parquet with a text column (default "text") and an optional id column (default "id", else
             the row number); descriptors carry the texts
     series  a long table (CSV, JSONL or Parquet) of (id, timestamp, value) rows, any order, one row per observation
-            (null values are missing points); descriptors carry one series each, ordered by id
+            (null values are missing points), plus the covariate columns the job names (covariate_columns; rows
+            after a series' last value carry their future values); descriptors carry one series each, ordered by id
 
 The order is deterministic (sorted keys, table order, sorted ids) and the fingerprint covers every key and its content
 (image sizes, text and series hashes): a rerun over changed inputs is refused instead of mixing two inputs.
@@ -127,11 +128,12 @@ def _text_source(location: str, text_column: str, id_column: str) -> Source:
     return Source("texts", found, _digest(x for d in found for x in (d["key"], json.dumps(d["text"]))))
 
 
-def _series_source(location: str, id_column: str, time_column: str, value_column: str) -> Source:
+def _series_source(location: str, id_column: str, time_column: str, value_column: str,
+                   covariate_columns: Sequence[str] = ()) -> Source:
     import pyarrow as pa
 
     table = read_table(Path(location))
-    for col in (id_column, time_column, value_column):
+    for col in (id_column, time_column, value_column, *covariate_columns):
         if col not in table.column_names:
             raise KeyError(f"{location}: no column {col!r} (columns: {table.column_names})")
     ids = np.asarray([str(x) for x in table.column(id_column).to_pylist()], dtype=object)
@@ -140,17 +142,31 @@ def _series_source(location: str, id_column: str, time_column: str, value_column
         stamps = np.array([s.rstrip("Z") if s else "NaT" for s in col.to_pylist()], dtype="datetime64[s]")
     else:  # timestamps (UTC when zoned) or dates
         stamps = np.asarray(col.cast(pa.timestamp("s")).to_numpy(zero_copy_only=False), dtype="datetime64[s]")
-    values = np.asarray(table.column(value_column).cast(pa.float64()).to_numpy(zero_copy_only=False),
-                        dtype=np.float64)
+
+    def floats(name: str) -> np.ndarray:
+        return np.asarray(table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+    values = floats(value_column)
+    covs = {name: floats(name) for name in covariate_columns}
     order = np.argsort(ids, kind="stable")
     ids, stamps, values = ids[order], stamps[order], values[order]
+    covs = {name: c[order] for name, c in covs.items()}
     found: list[dict[str, Any]] = []
     if len(ids):
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
         for a, b in zip(starts, np.r_[starts[1:], len(ids)]):
-            found.append({"key": str(ids[a]), "timestamps": stamps[a:b], "values": values[a:b]})
-    digest = _digest(x for d in found for x in (d["key"], d["timestamps"].tobytes(), d["values"].tobytes()))
+            record = {"key": str(ids[a]), "timestamps": stamps[a:b], "values": values[a:b]}
+            if covs:
+                record["covariates"] = {name: c[a:b] for name, c in covs.items()}
+            found.append(record)
+    digest = _digest(x for d in found for x in (d["key"], d["timestamps"].tobytes(), d["values"].tobytes(),
+                                                 *(c.tobytes() for c in d.get("covariates", {}).values())))
     return Source("series", found, digest)
+
+
+def column_list(value: Any) -> list[str]:
+    """'temp, promo' -> ['temp', 'promo'] (a comma-separated job option)."""
+    return [c.strip() for c in str(value or "").split(",") if c.strip()]
 
 
 # per source kind: the job options that name its columns (`--text-column` ... of `triserve batch`)
@@ -160,7 +176,9 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
               Option("id_column", "row ids (absent: the row number)", default="id")),
     "series": (Option("id_column", "the series id column", default="id"),
                Option("time_column", "the timestamp column", default="timestamp"),
-               Option("value_column", "the value column", default="value")),
+               Option("value_column", "the value column", default="value"),
+               Option("covariate_columns", "known-future covariate columns, comma-separated: a series' rows after "
+                      "its last value (value null) carry the covariates over the horizon")),
 }
 
 
@@ -173,7 +191,7 @@ def open_source(kind: str, location: str, options: dict[str, Any] | None = None)
         return _text_source(location, opts.get("text_column") or "text", opts.get("id_column") or "id")
     if kind == "series":
         return _series_source(location, opts.get("id_column") or "id", opts.get("time_column") or "timestamp",
-                              opts.get("value_column") or "value")
+                              opts.get("value_column") or "value", column_list(opts.get("covariate_columns")))
     raise ValueError(f"unknown source kind {kind!r}")
 
 

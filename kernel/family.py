@@ -46,6 +46,8 @@ class RestRoute:
 
     JSON routes take `body` as the request body; multipart routes take `body`'s fields as form fields and the
     uploaded files as the request field `files` (bytes), and build the family's `request_model` from both.
+    A JSON route other than the family's main one may name its own typed gRPC method (`grpc`): messages
+    `<grpc>Request` / `<grpc>Response` with the fields of `body` / `response`.
     """
 
     path: str
@@ -55,6 +57,7 @@ class RestRoute:
     files: str = ""
     files_description: str = ""
     response: type[BaseModel] | None = None  # when not the family's response_model
+    grpc: str = ""  # a typed gRPC method for a JSON route beyond the family's grpc_method ("ForecastPanel")
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,13 @@ class Family(ABC):
                      batch_cap: int) -> list[np.ndarray]:
         """A graph's own input tensors (decoded, named) -> one runner item per row, validated against the model
         (kernel/tensors: check_batch, check_finite, bad_request)."""
+
+    def oip_request_fields(self, fields: dict[str, Any], arrays: dict[str, np.ndarray],
+                           parameters: dict[str, Any]) -> dict[str, Any]:
+        """The request fields of an OIP pipeline request, for a family whose fields are more than one flat tensor or
+        parameter each (`fields`: the declared inputs flattened and `oip_parameters`; `arrays`: the input tensors by
+        name, with their shapes; `parameters`: all the request's parameters)."""
+        return fields
 
     def oip_extra_parameters(self, response: Any) -> dict[str, Any]:
         """Response parameters beyond the common envelope (request id, served model, degraded, timings)."""

@@ -34,6 +34,7 @@ import importlib.metadata
 from triserve_client._base import DEFAULT_URL, NO_RETRY, RetryPolicy
 from triserve_client._oip import OipInput
 from triserve_client.aio import AsyncTriserveClient
+from triserve_client.backtest import BacktestOrigin, BacktestResponse
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from triserve_client.models import (
     ClassifyResponse,
@@ -69,6 +70,7 @@ except importlib.metadata.PackageNotFoundError:  # imported from a source tree t
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
            "PoseResponse", "SegmentResponse", "ForecastResponse", "PanelForecastResponse", "ModelsListing",
+           "BacktestResponse", "BacktestOrigin",
            "DeploymentStatus", "SlotStatus",
            "DeploymentSpec", "Deployment", "ModelRef", "ModelRepository", "DeploymentChange", "ResidencyChange",
            "SlotRouting", "MeasuredSplit", "Promotion",

@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import quote, urlencode
@@ -21,6 +20,8 @@ import tenacity
 from pydantic import BaseModel, TypeAdapter
 
 from triserve_client import _oip
+from triserve_client._forecast import Covariates, SeriesLike, Timestamp, forecast_body, panel_body
+from triserve_client.backtest import BacktestResponse
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from triserve_client.models import (
     ClassifyResponse,
@@ -54,7 +55,6 @@ USER_AGENT = f"triserve-client/0.1 httpx/{httpx.__version__}"
 
 # An image: raw bytes, a path (pathlib.Path, or a str naming an existing file), or a base64 str / data: URL.
 ImageLike = bytes | bytearray | memoryview | str | os.PathLike[str]
-Timestamp = str | datetime | date
 
 
 @dataclass(frozen=True)
@@ -253,27 +253,31 @@ class ClientCore:
 
     def forecast_call(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
                       start: Timestamp | None, frequency: str | None, horizon: int | None, model: str | None,
-                      deployment: str | None, covariates: Mapping[str, Iterable[float]] | None = None,
-                      future_covariates: Mapping[str, Iterable[float]] | None = None,
+                      deployment: str | None, covariates: Covariates | None = None,
+                      future_covariates: Covariates | None = None,
                       calendar: Sequence[str] | None = None) -> Call[ForecastResponse]:
-        body = _options(values=[_number(v) for v in values],
-                        timestamps=None if timestamps is None else [_timestamp(t) for t in timestamps],
-                        start=None if start is None else _timestamp(start), frequency=frequency, horizon=horizon,
-                        model=model, deployment=deployment,
-                        covariates=None if covariates is None else {k: [_number(v) for v in vs]
-                                                                    for k, vs in covariates.items()},
-                        future_covariates=None if future_covariates is None else {
-                            k: [_number(v) for v in vs] for k, vs in future_covariates.items()},
-                        calendar=None if calendar is None else list(calendar))
+        body = forecast_body(values, timestamps=timestamps, start=start, frequency=frequency, horizon=horizon,
+                             model=model, deployment=deployment, covariates=covariates,
+                             future_covariates=future_covariates, calendar=calendar)
         return Call("POST", "/v1/forecast", _parser(ForecastResponse), json=body)
 
-    def forecast_panel_call(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp,
-                            frequency: str, horizon: int | None, model: str | None,
-                            deployment: str | None) -> Call[PanelForecastResponse]:
-        body = _options(series=[{"id": key, "values": [_number(v) for v in values], "start": _timestamp(start)}
-                                for key, values in series.items()],
-                        frequency=frequency, horizon=horizon, model=model, deployment=deployment)
+    def forecast_panel_call(self, series: Mapping[str, SeriesLike], *, start: Timestamp | None,
+                            frequency: str | None, horizon: int | None, model: str | None,
+                            deployment: str | None,
+                            calendar: Sequence[str] | None = None) -> Call[PanelForecastResponse]:
+        body = panel_body(series, start=start, frequency=frequency, horizon=horizon, model=model,
+                          deployment=deployment, calendar=calendar)
         return Call("POST", "/v1/forecast/panel", _parser(PanelForecastResponse), json=body)
+
+    def forecast_backtest_call(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
+                               start: Timestamp | None, frequency: str | None, horizon: int | None, origins: int | None,
+                               model: str | None, deployment: str | None, covariates: Covariates | None,
+                               calendar: Sequence[str] | None) -> Call[BacktestResponse]:
+        body = forecast_body(values, timestamps=timestamps, start=start, frequency=frequency, horizon=horizon,
+                             model=model, deployment=deployment, covariates=covariates, future_covariates=None,
+                             calendar=calendar)
+        return Call("POST", "/v1/forecast/backtest", _parser(BacktestResponse),
+                    json=body if origins is None else {**body, "origins": origins})
 
     @staticmethod
     def models_call() -> Call[ModelsListing]:
@@ -435,21 +439,6 @@ def deployment_body(name: str, spec: DeploymentSpec | Mapping[str, Any]) -> dict
     if given != name:
         raise ValueError(f"the spec is named {given!r}, the call {name!r}")
     return body
-
-
-def _number(v: Any) -> float | None:
-    if v is None:
-        return None
-    f = float(v)  # numpy scalars, Decimals, ints
-    return None if math.isnan(f) else f  # NaN = missing, sent as JSON null
-
-
-def _timestamp(t: Any) -> str:
-    if isinstance(t, (datetime, date)):
-        return t.isoformat()
-    if hasattr(t, "isoformat"):  # pandas.Timestamp
-        return t.isoformat()
-    return str(t)  # str, numpy.datetime64
 
 
 def _is_one_image(images: object) -> TypeIs[ImageLike]:

@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 import httpx
 import tenacity
 
-from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, Timestamp, new_request_id
+from triserve_client._base import DEFAULT_URL, Call, ClientCore, ImageLike, RetryPolicy, new_request_id
+from triserve_client._forecast import SeriesLike, Timestamp
 from triserve_client._oip import InputsLike
+from triserve_client.backtest import BacktestResponse
 from triserve_client.errors import TriserveError, TriserveTimeoutError
 from triserve_client.models import (
     ClassifyResponse,
@@ -107,13 +109,29 @@ class AsyncTriserveClient:
                                         calendar=calendar)
         return await self._run(call, timeout, request_id)
 
-    async def forecast_panel(self, series: Mapping[str, Iterable[float | None]], *, start: Timestamp,
-                             frequency: str, horizon: int | None = None, model: str | None = None,
+    async def forecast_panel(self, series: Mapping[str, SeriesLike], *, start: Timestamp | None = None,
+                             frequency: str | None = None, horizon: int | None = None, model: str | None = None,
                              deployment: str | None = None, timeout: float | None = None,
-                             request_id: str | None = None) -> PanelForecastResponse:
-        """POST /v1/forecast/panel (see TriserveClient.forecast_panel)."""
+                             request_id: str | None = None,
+                             calendar: Sequence[str] | None = None) -> PanelForecastResponse:
+        """POST /v1/forecast/panel: many series in one request, answered in the mapping's order. Each series is
+        its values (they start at `start`) or a mapping of its own fields: {"values": [...], "start" or
+        "timestamps": ..., "covariates": {...}, "future_covariates": {...}} (triserve_client._forecast)."""
         call = self._core.forecast_panel_call(series, start=start, frequency=frequency, horizon=horizon,
-                                              model=model, deployment=deployment)
+                                              model=model, deployment=deployment, calendar=calendar)
+        return await self._run(call, timeout, request_id)
+
+    async def forecast_backtest(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
+                          start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,
+                          origins: int | None = None, model: str | None = None, deployment: str | None = None,
+                          covariates: Mapping[str, Iterable[float]] | None = None,
+                          calendar: Sequence[str] | None = None, timeout: float | None = None,
+                          request_id: str | None = None) -> BacktestResponse:
+        """POST /v1/forecast/backtest: the forecaster judged on this series over `origins` rolling origins of
+        `horizon` steps (per-step MASE/RMSSE, interval coverage, the method at each origin)."""
+        call = self._core.forecast_backtest_call(values, timestamps=timestamps, start=start, frequency=frequency,
+                                                 horizon=horizon, origins=origins, model=model, deployment=deployment,
+                                                 covariates=covariates, calendar=calendar)
         return await self._run(call, timeout, request_id)
 
     async def models(self, *, timeout: float | None = None, request_id: str | None = None) -> ModelsListing:

@@ -7,12 +7,12 @@ which adds grpcio and protobuf; `import triserve_client` never needs them).
         r = ts.classify(["cancel my reservation"], top_k=2, request_id="demo-1")
         r.results[0].label, r.request_id          # the same ClassifyResponse as TriserveClient.classify
 
-classify, detect, pose, segment and forecast take the arguments of their REST counterparts (TriserveClient) and return
-the same pydantic models (ClassifyResponse, DetectResponse, PoseResponse, SegmentResponse, ForecastResponse): the
-service runs the same pipeline for both and copies the REST answer field by field into the message
-(services/protocols/grpc_typed.py). AsyncTriserveGrpcClient is the asyncio twin (grpc.aio). The stubs are the
-client's own copy (triserve_client/_proto, `python client/gen_protos.py`), kept identical to the server's by
-tests/client/test_grpc.py.
+classify, detect, pose, segment, forecast and forecast_panel take the arguments of their REST counterparts
+(TriserveClient) and return the same pydantic models (ClassifyResponse, DetectResponse, PoseResponse, SegmentResponse,
+ForecastResponse, PanelForecastResponse): the service runs the same pipeline for both and copies the REST answer field
+by field into the message (services/protocols/grpc_typed.py). AsyncTriserveGrpcClient is the asyncio twin (grpc.aio).
+The stubs are the client's own copy (triserve_client/_proto, `python client/gen_protos.py`), kept identical to the
+server's by tests/client/test_grpc.py.
 
 Per call: `request_id=` (else a fresh one) goes as `x-request-id` metadata; `timeout=` (per client or per call,
 seconds, retries included) is the gRPC deadline, the time left at each try; `api_key=` goes as `x-api-key`.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import tenacity
@@ -35,12 +35,11 @@ from pydantic import BaseModel
 from triserve_client._base import (
     ImageLike,
     RetryPolicy,
-    Timestamp,
     _is_one_image,
-    _timestamp,
     image_bytes,
     new_request_id,
 )
+from triserve_client._forecast import Covariates, SeriesLike, Timestamp, forecast_body, panel_body
 from triserve_client.errors import (
     TriserveAPIError,
     TriserveError,
@@ -48,7 +47,14 @@ from triserve_client.errors import (
     TriserveTransportError,
     parse_retry_after,
 )
-from triserve_client.models import ClassifyResponse, DetectResponse, ForecastResponse, PoseResponse, SegmentResponse
+from triserve_client.models import (
+    ClassifyResponse,
+    DetectResponse,
+    ForecastResponse,
+    PanelForecastResponse,
+    PoseResponse,
+    SegmentResponse,
+)
 
 try:
     import grpc
@@ -204,14 +210,32 @@ class GrpcCore:
                                            class_aware=class_aware, mask_format=mask_format,
                                            model=self._choice(model), deployment=deployment)
 
+    @staticmethod
+    def _series(body: dict[str, Any]) -> dict[str, Any]:
+        """A series' JSON fields -> its message fields: None -> NaN (missing), covariates as Doubles."""
+        out = {**body, "values": [math.nan if v is None else v for v in body["values"]]}
+        for key in ("covariates", "future_covariates"):
+            if key in out:
+                out[key] = {k: triserve_pb2.Doubles(values=[math.nan if v is None else v for v in vs])
+                            for k, vs in out[key].items()}
+        return out
+
     def forecast_request(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None,
                          start: Timestamp | None, frequency: str | None, horizon: int | None, model: str | None,
-                         deployment: str | None) -> Any:
-        return triserve_pb2.ForecastRequest(
-            values=[math.nan if v is None else float(v) for v in values],  # NaN marks a missing point
-            timestamps=[] if timestamps is None else [_timestamp(t) for t in timestamps],
-            start=None if start is None else _timestamp(start), frequency=frequency, horizon=horizon,
-            model=self._choice(model), deployment=deployment)
+                         deployment: str | None, covariates: Covariates | None,
+                         future_covariates: Covariates | None, calendar: Sequence[str] | None) -> Any:
+        body = forecast_body(values, timestamps=timestamps, start=start, frequency=frequency, horizon=horizon,
+                             model=None, deployment=deployment, covariates=covariates,
+                             future_covariates=future_covariates, calendar=calendar)
+        return triserve_pb2.ForecastRequest(**self._series(body), model=self._choice(model))
+
+    def forecast_panel_request(self, series: Mapping[str, SeriesLike], *, start: Timestamp | None,
+                               frequency: str | None, horizon: int | None, model: str | None,
+                               deployment: str | None, calendar: Sequence[str] | None) -> Any:
+        body = panel_body(series, start=start, frequency=frequency, horizon=horizon, model=None,
+                          deployment=deployment, calendar=calendar)
+        inputs = [triserve_pb2.SeriesInput(**self._series(s)) for s in body.pop("series")]
+        return triserve_pb2.ForecastPanelRequest(series=inputs, model=self._choice(model), **body)
 
 
 class TriserveGrpcClient:
@@ -274,11 +298,25 @@ class TriserveGrpcClient:
     def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
                  start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,
                  model: str | None = None, deployment: str | None = None, timeout: float | None = None,
-                 request_id: str | None = None) -> ForecastResponse:
-        """Triserve/Forecast (as POST /v1/forecast). None/NaN values are missing points."""
+                 request_id: str | None = None, covariates: Covariates | None = None,
+                 future_covariates: Covariates | None = None,
+                 calendar: Sequence[str] | None = None) -> ForecastResponse:
+        """Triserve/Forecast (as POST /v1/forecast and TriserveClient.forecast). None/NaN values are missing
+        points."""
         request = self._core.forecast_request(values, timestamps=timestamps, start=start, frequency=frequency,
-                                              horizon=horizon, model=model, deployment=deployment)
+                                              horizon=horizon, model=model, deployment=deployment,
+                                              covariates=covariates, future_covariates=future_covariates,
+                                              calendar=calendar)
         return self._run(self._stub.Forecast, request, ForecastResponse, timeout, request_id)
+
+    def forecast_panel(self, series: Mapping[str, SeriesLike], *, start: Timestamp | None = None,
+                       frequency: str | None = None, horizon: int | None = None, model: str | None = None,
+                       deployment: str | None = None, calendar: Sequence[str] | None = None,
+                       timeout: float | None = None, request_id: str | None = None) -> PanelForecastResponse:
+        """Triserve/ForecastPanel (as POST /v1/forecast/panel and TriserveClient.forecast_panel)."""
+        request = self._core.forecast_panel_request(series, start=start, frequency=frequency, horizon=horizon,
+                                                    model=model, deployment=deployment, calendar=calendar)
+        return self._run(self._stub.ForecastPanel, request, PanelForecastResponse, timeout, request_id)
 
     def _run(self, method: Any, request: Any, model: type[M], timeout: float | None, request_id: str | None) -> M:
         core = self._core
@@ -366,11 +404,24 @@ class AsyncTriserveGrpcClient:
     async def forecast(self, values: Iterable[float | None], *, timestamps: Iterable[Timestamp] | None = None,
                        start: Timestamp | None = None, frequency: str | None = None, horizon: int | None = None,
                        model: str | None = None, deployment: str | None = None, timeout: float | None = None,
-                       request_id: str | None = None) -> ForecastResponse:
+                       request_id: str | None = None, covariates: Covariates | None = None,
+                       future_covariates: Covariates | None = None,
+                       calendar: Sequence[str] | None = None) -> ForecastResponse:
         """Triserve/Forecast."""
         request = self._core.forecast_request(values, timestamps=timestamps, start=start, frequency=frequency,
-                                              horizon=horizon, model=model, deployment=deployment)
+                                              horizon=horizon, model=model, deployment=deployment,
+                                              covariates=covariates, future_covariates=future_covariates,
+                                              calendar=calendar)
         return await self._run(self._stub.Forecast, request, ForecastResponse, timeout, request_id)
+
+    async def forecast_panel(self, series: Mapping[str, SeriesLike], *, start: Timestamp | None = None,
+                             frequency: str | None = None, horizon: int | None = None, model: str | None = None,
+                             deployment: str | None = None, calendar: Sequence[str] | None = None,
+                             timeout: float | None = None, request_id: str | None = None) -> PanelForecastResponse:
+        """Triserve/ForecastPanel."""
+        request = self._core.forecast_panel_request(series, start=start, frequency=frequency, horizon=horizon,
+                                                    model=model, deployment=deployment, calendar=calendar)
+        return await self._run(self._stub.ForecastPanel, request, PanelForecastResponse, timeout, request_id)
 
     async def _run(self, method: Any, request: Any, model: type[M], timeout: float | None,
                    request_id: str | None) -> M:

@@ -6,9 +6,14 @@ inferred from the series' timestamps, regularisation (gaps imputed, duplicates a
 refused), the horizon and minimum-history checks against the model's contract, the model's item for the full history
 and, for a model the ensemble weighs, the backtest origins' histories in the same call. What batching adds: the
 classical methods of every series of a chunk are fitted in one pass (ensemble.combine_many).
+
+Covariates (the job's covariate_columns, batch/sources.py) and calendar features (the job's calendar option) go
+through the service's checks and per-series decision (regressors.py), with the service's error codes in the row: a
+series' rows after its last value carry the covariates over the horizon.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,8 +33,10 @@ from families.forecast.preprocess import (
     reads_history,
     regularize,
 )
+from families.forecast.regressors import fit_series, regressors
 from families.forecast.shifts import remove as remove_shift
 from kernel.batch import Option, Prepared, error_row
+from kernel.errors import ApiError
 from models.manifest import Manifest, preprocess_as
 
 
@@ -38,31 +45,50 @@ class Adapter:
     COMMAND = "forecast"
     CHUNK_SIZE, SHARD_SIZE = 256, 2048
     OPTIONS = (Option("frequency", "YS QS MS W D h 30min 15min min (default: inferred per series)"),
-               Option("horizon", "steps (default: the model's for the frequency)", int))
+               Option("horizon", "steps (default: the model's for the frequency)", int),
+               Option("calendar", "calendar features, comma-separated: weekday, month, holidays:<CC>[-<SUB>]"))
     SOURCE = "series"
     HEAVY_FINISH = True  # the classical fits and the backtest weigh more than the model
     COLUMNS = {"frequency": "str", "timestamps": "list<ts>", "point": "list<f64>", "lower_50": "list<f64>",
                "upper_50": "list<f64>", "lower_90": "list<f64>", "upper_90": "list<f64>",
                "quantile_levels": "list<f64>", "quantiles": "list<list<f64>>", "method": "str",
                "backtest_mase": "f64", "points": "i64", "imputed": "i64", "duplicates_merged": "i64", "used": "i64",
-               "padded": "i64"}
+               "padded": "i64", "covariates_used": "bool", "covariate_effects": "str"}
 
     def __init__(self, directory: Path, manifest: Manifest, limits: Limits, options: dict[str, Any]):
         self.pre = preprocess_as(manifest, ForecastPreprocess)
         self.limits = limits
         self.frequency: str | None = options.get("frequency")
         self.horizon: int | None = options.get("horizon")
+        self.calendar = [c.strip() for c in str(options.get("calendar") or "").split(",") if c.strip()]
         self.raw = reads_history(i.name for i in manifest.inputs)
         self.combines = combines(self.pre, self.raw)
         if self.frequency is not None and self.frequency not in self.pre.frequencies:
             raise ValueError(f"frequency {self.frequency!r} is not served by {manifest.name} "
                              f"({', '.join(self.pre.frequencies)})")
 
+    @staticmethod
+    def _split(values: np.ndarray, stamps: np.ndarray,
+               covs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, list], dict[str, list]]:
+        """(history values, history stamps, covariates over the history, over the future): the rows after the last
+        value carry the future covariates, in time order."""
+        observed = np.isfinite(values)
+        history = stamps <= (stamps[observed].max() if observed.any() else stamps.max())
+        ahead = np.argsort(stamps[~history], kind="stable")
+        past = {k: v[history].tolist() for k, v in covs.items()}
+        future = {k: v[~history][ahead].tolist() for k, v in covs.items()}
+        return values[history], stamps[history], past, future
+
     def _series(self, record: dict) -> dict:
-        """One series -> what its items and its row are made from; SeriesError says why it is refused."""
+        """One series -> what its items and its row are made from; SeriesError / ApiError say why it is refused."""
         lim, pre = self.limits, self.pre
         values = np.asarray(record["values"], dtype=np.float64)
         stamps = np.asarray(record["timestamps"], dtype="datetime64[s]")
+        covs = record.get("covariates") or {}
+        past: dict[str, list] = {}
+        future_covs: dict[str, list] = {}
+        if covs:
+            values, stamps, past, future_covs = self._split(values, stamps, covs)
         if len(values) > lim.max_points:
             raise SeriesError("series_too_long", f"{len(values)} points exceed the limit of {lim.max_points}")
         frequency = self.frequency
@@ -74,7 +100,6 @@ class Adapter:
             if frequency not in pre.frequencies:
                 raise SeriesError("unsupported_frequency", f"inferred frequency {frequency!r} is not served")
         regular, last_ts, report = regularize(values, stamps, frequency, lim.max_points, lim.max_gap_fraction)
-        regular, _ = remove_shift(regular)  # as the service: a level shift is forecast from the new level
         max_h = min(pre.max_horizon[frequency], lim.max_horizon)
         horizon = self.horizon or max_h
         if horizon > max_h:
@@ -83,12 +108,23 @@ class Adapter:
             raise SeriesError("series_too_short", f"need at least {pre.min_history} regular points, got "
                               f"{len(regular)}")
         future = future_timestamps(last_ts, frequency, horizon)
+        offset, effects, nonneg = None, None, bool(np.all(regular >= 0))
+        if covs or self.calendar:  # as the service: the covariates' effect where the series' backtest says so
+            names, x, x_future = regressors(past, future_covs, len(values), stamps, frequency, horizon,
+                                            lim.max_points, len(regular))
+            fit = fit_series(regular, last_ts, future, frequency, horizon, names, x, x_future, self.calendar)
+            regular = fit.series
+            offset = fit.offset if any(fit.used) else None
+            effects = [{"name": n, "effect": e, "t_value": t, "used": u}
+                       for n, e, t, u in zip(fit.names, fit.effects, fit.t_values, fit.used)]
+        else:
+            regular, _ = remove_shift(regular)  # as the service: a level shift is forecast from the new level
         items = [model_item(pre, regular, frequency, future[0], self.raw)]
         cuts = backtest_cuts(len(regular), horizon) if self.combines else []
         items += [model_item(pre, regular[:c], frequency, past_timestamp(last_ts, frequency, c, len(regular)),
                              self.raw) for c in cuts]
         return {"regular": regular, "frequency": frequency, "horizon": horizon, "future": future, "report": report,
-                "items": items}
+                "items": items, "offset": offset, "effects": effects, "nonneg": nonneg}
 
     def prepare(self, records: Sequence[dict]) -> Prepared:
         out = Prepared(keys=[str(r["key"]) for r in records], states=[None] * len(records))
@@ -97,6 +133,9 @@ class Adapter:
                 series = self._series(record)
             except SeriesError as exc:
                 out.errors[i] = (exc.code, str(exc))
+                continue
+            except ApiError as exc:  # the covariates' and the calendar's refusals, with the service's codes
+                out.errors[i] = (exc.code, exc.message)
                 continue
             except (ValueError, TypeError, KeyError) as exc:  # malformed timestamps or values: this series' row
                 out.errors[i] = ("invalid_series", f"{type(exc).__name__}: {exc}")
@@ -137,6 +176,9 @@ class Adapter:
                 continue
             s = prepared.states[i]
             levels, q, method, mase = forecasts[i]
+            if s["offset"] is not None:
+                q = q + s["offset"][:, None]
+                q = np.maximum(q, 0.0) if s["nonneg"] else q
             band = bands(levels, q)
             rows.append({"frequency": s["frequency"], "timestamps": [t.item() for t in s["future"]],
                          "point": q[:, levels.index(0.5)].tolist(),
@@ -144,5 +186,8 @@ class Adapter:
                          "quantile_levels": [float(x) for x in levels], "quantiles": q.tolist(), "method": method,
                          "backtest_mase": mase, "points": s["report"]["points"], "imputed": s["report"]["imputed"],
                          "duplicates_merged": s["report"]["duplicates_merged"], "used": s["used"],
-                         "padded": s["padded"], "error_code": None, "error": None})
+                         "padded": s["padded"], "covariates_used": None if s["effects"] is None else bool(
+                             s["offset"] is not None),
+                         "covariate_effects": None if s["effects"] is None else json.dumps(s["effects"]),
+                         "error_code": None, "error": None})
         return rows

@@ -1,4 +1,4 @@
-"""Covariates: known-future numeric regressors (temperature, promotions, prices, holidays, calendar dummies) as a
+"""Covariates: known-future numeric regressors (temperature, promotions, prices; calendar dummies, public holidays) as a
 regression with ensemble errors, kept per series only where the series' own backtest says it helps.
 
 Why this form: the served forecaster (ensemble.py: the global model and the classical methods, weighed by a backtest)
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from families.forecast import public_holidays
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many
 from families.forecast.features import MEDIAN_INDEX
 from families.forecast.shifts import LevelShift, remove
@@ -49,20 +50,26 @@ class CovariateFit:
     candidates: list[str] = field(default_factory=list)
 
 
-def calendar(stamps: np.ndarray, features: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """Dummies of the requested calendar features at each timestamp ([n, k]; Monday and January are the baselines):
-    'weekday' -> weekday=tue..sun, 'month' -> month=feb..dec."""
+def calendar(stamps: np.ndarray, features: Sequence[str], frequency: str = "D") -> tuple[list[str], np.ndarray]:
+    """Columns of the requested calendar features at each timestamp ([n, k]; Monday and January are the baselines):
+    'weekday' -> weekday=tue..sun, 'month' -> month=feb..dec (dummies), 'holidays:<CC>[-<SUB>]' -> one column, the
+    public holidays in each bucket (public_holidays.py); each feature once, in the order asked."""
     ts = np.asarray(stamps, dtype="datetime64[s]")
     names: list[str] = []
     cols: list[np.ndarray] = []
-    if "weekday" in features:
-        day = (ts.astype("datetime64[D]").astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday; Monday = 0
-        names += [f"weekday={d}" for d in WEEKDAYS[1:]]
-        cols += [(day == k).astype(np.float64) for k in range(1, 7)]
-    if "month" in features:
-        month = ts.astype("datetime64[M]").astype(np.int64) % 12
-        names += [f"month={m}" for m in MONTHS[1:]]
-        cols += [(month == k).astype(np.float64) for k in range(1, 12)]
+    for feature in dict.fromkeys(features):
+        if feature == "weekday":
+            day = (ts.astype("datetime64[D]").astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday; Monday = 0
+            names += [f"weekday={d}" for d in WEEKDAYS[1:]]
+            cols += [(day == k).astype(np.float64) for k in range(1, 7)]
+        elif feature == "month":
+            month = ts.astype("datetime64[M]").astype(np.int64) % 12
+            names += [f"month={m}" for m in MONTHS[1:]]
+            cols += [(month == k).astype(np.float64) for k in range(1, 12)]
+        else:
+            country, subdiv = public_holidays.parse(feature)
+            names.append(f"holidays:{country}" + (f"-{subdiv}" if subdiv else ""))
+            cols.append(public_holidays.counts(ts, frequency, feature))
     return names, (np.stack(cols, axis=1) if cols else np.zeros((len(ts), 0)))
 
 

@@ -8,11 +8,19 @@ from typing import Any
 
 import numpy as np
 
+from families.forecast import oip_fields
 from families.forecast.features import N_FEATURES
 from families.forecast.pipeline import ForecastPipeline
 from families.forecast.postprocess import check_forecast
 from families.forecast.preprocess import pack_global
-from families.forecast.schemas import ForecastRequest, ForecastResponse, PanelForecastRequest, PanelForecastResponse
+from families.forecast.schemas import (
+    BacktestRequest,
+    BacktestResponse,
+    ForecastRequest,
+    ForecastResponse,
+    PanelForecastRequest,
+    PanelForecastResponse,
+)
 from kernel.family import Family, RestRoute
 from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
 
@@ -35,10 +43,17 @@ class ForecastFamily(Family):
                         "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),
               RestRoute("/v1/forecast/panel", "application/json", PanelForecastRequest,
                         "Forecast many series in one request (a panel: ids, shared frequency and horizon)",
-                        response=PanelForecastResponse))
+                        response=PanelForecastResponse, grpc="ForecastPanel"),
+              RestRoute("/v1/forecast/backtest", "application/json", BacktestRequest,
+                        "Judge the forecaster on your own series: rolling origins, MASE/RMSSE per step, interval "
+                        "coverage, the method at each origin", response=BacktestResponse))
     oip_alias = "forecast"
     oip_pipeline_inputs = (TensorMeta("VALUES", "FP64", (-1,), also=("FP32",), field="values"),
-                           TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"))
+                           TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"),
+                           TensorMeta("COVARIATES", "FP64", (-1, -1), also=("FP32",), optional=True,
+                                      field="covariates"),
+                           TensorMeta("FUTURE_COVARIATES", "FP64", (-1, -1), also=("FP32",), optional=True,
+                                      field="future_covariates"))
     oip_pipeline_outputs = (
         TensorMeta("TIMESTAMPS", "BYTES", (-1,), value=lambda r: [p.model_dump(mode="json")["timestamp"]
                                                                    for p in r.forecast]),
@@ -99,6 +114,10 @@ class ForecastFamily(Family):
         return [pack_global(arrays["context"][i], arrays["mask"][i], int(arrays["freq"][i]), features[i],
                             float(scaling[i][0]), float(scaling[i][1]), None if history is None else history[i])
                 for i in range(n)]
+
+    def oip_request_fields(self, fields, arrays, parameters):
+        """COVARIATES / FUTURE_COVARIATES [n, k] + parameters covariate_names and calendar (oip_fields.py)."""
+        return oip_fields.request_fields(fields, arrays, parameters)
 
     def oip_extra_parameters(self, response) -> dict[str, Any]:
         return {"input": json.dumps(response.input.model_dump()), "quantile_levels": json.dumps(_levels(response))}

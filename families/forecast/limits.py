@@ -14,3 +14,5 @@ class Limits(BaseModel):
                                                                "refused (422) rather than silently invented.")
     max_series: int = Field(1_000, ge=1, description="Series per panel request (POST /v1/forecast/panel).")
     max_panel_points: int = Field(1_000_000, ge=10, description="History points over all series of a panel request.")
+    max_backtest_origins: int = Field(10, ge=1, description="Rolling origins per backtest request "
+                                                            "(POST /v1/forecast/backtest); each is one forecast.")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from families.forecast import covariates
+from families.forecast import backtest
 from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
@@ -25,8 +25,9 @@ from families.forecast.preprocess import (
     regularize,
     series_timestamps,
 )
-from families.forecast.regressors import regressors
+from families.forecast.regressors import fit_series, regressors
 from families.forecast.schemas import (
+    BacktestRequest,
     CalendarFeature,
     CovariateEffect,
     CovariateReport,
@@ -79,6 +80,8 @@ class Prepared:
     cuts: list[int]
     offset: np.ndarray | None = None  # [horizon] the covariates' effect added back to every quantile
     nonneg: bool = False  # the history is non-negative: so is the forecast (after the offset)
+    actual: np.ndarray | None = None  # a backtest origin: what followed it (backtest.py)
+    history: np.ndarray | None = None  # a backtest origin: the regular history before it
 
 
 @dataclass
@@ -145,13 +148,9 @@ class ForecastPipeline:
         future = future_timestamps(last_ts, frequency, horizon)
         offset, nonneg = None, bool(np.all(regular >= 0))
         if body.covariates or body.future_covariates or body.calendar:
-            names, x, x_future = regressors(body, stamps, frequency, horizon, lim.max_points, len(regular))
-            grid = past_timestamp(last_ts, frequency, 0, len(regular))
-            cal_names, cal = covariates.calendar(series_timestamps(grid, frequency, len(regular)), body.calendar or [])
-            _, cal_future = covariates.calendar(future, body.calendar or [])
-            fit = covariates.fit(regular, np.concatenate([x, cal], axis=1),
-                                 np.concatenate([x_future, cal_future], axis=1), names + cal_names, frequency,
-                                 horizon)
+            names, x, x_future = regressors(body.covariates or {}, body.future_covariates or {}, len(body.values),
+                                            stamps, frequency, horizon, lim.max_points, len(regular))
+            fit = fit_series(regular, last_ts, future, frequency, horizon, names, x, x_future, body.calendar or [])
             regular, shift = fit.series, fit.shift
             offset = fit.offset if any(fit.used) else None
             report["covariates"] = CovariateReport(
@@ -222,8 +221,11 @@ class ForecastPipeline:
                                                 padded=its[0].padded, **method)))
         return answers
 
-    def validate(self, body: ForecastRequest | PanelForecastRequest) -> list[Prepared]:
-        """One series, or a panel's series all validated first (a bad series refuses the request, naming it)."""
+    def validate(self, body: ForecastRequest | PanelForecastRequest | BacktestRequest) -> list[Prepared]:
+        """One series, a backtest's origins, or a panel's series all validated first (a bad series refuses the
+        request, naming it)."""
+        if isinstance(body, BacktestRequest):
+            return backtest.origins(self, body)
         if not isinstance(body, PanelForecastRequest):
             return [self.prepare(body)]
         lim = self.limits
@@ -250,7 +252,8 @@ class ForecastPipeline:
         chunk = max(1, self.view.batch_limit() // per_series)
         return [prepared[start: start + chunk] for start in range(0, len(prepared), chunk)]
 
-    def respond(self, body: ForecastRequest | PanelForecastRequest, answers: list[Answer]) -> dict[str, Any]:
+    def respond(self, body: ForecastRequest | PanelForecastRequest | BacktestRequest,
+                answers: list[Answer]) -> dict[str, Any]:
         answered = []
         for answer in answers:
             outputs, at = [], 0
@@ -259,6 +262,9 @@ class ForecastPipeline:
                 at += len(its)
             result = answer.result
             answered.append((result, self.answer(answer.part, result.served, answer.state, outputs, result.model)))
+        if isinstance(body, BacktestRequest):
+            return backtest.report([p for answer in answers for p in answer.part],
+                                   [pr for _, part in answered for pr in part], len(answers))
         if not isinstance(body, PanelForecastRequest):
             [(_, [(points, report)])] = answered
             return {"forecast": points, "input": report}

@@ -8,12 +8,13 @@ the matrix is the covariate at regular point i.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from families.forecast import covariates
 from families.forecast.covariates import MAX_COVARIATES
-from families.forecast.preprocess import regularize
-from families.forecast.schemas import ForecastRequest
+from families.forecast.preprocess import past_timestamp, regularize, series_timestamps
 from kernel.errors import ApiError
 
 
@@ -25,10 +26,11 @@ def _finite(name: str, part: str, values: list[float | None]) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def regressors(body: ForecastRequest, stamps: np.ndarray, frequency: str, horizon: int, max_points: int,
+def regressors(past: Mapping[str, Sequence[float | None]], future: Mapping[str, Sequence[float | None]],
+               n_values: int, stamps: np.ndarray, frequency: str, horizon: int, max_points: int,
                n_regular: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(names sorted, history [n_regular, k], future [horizon, k]) of the request's covariates (k may be 0)."""
-    past, future = body.covariates or {}, body.future_covariates or {}
+    """(names sorted, history [n_regular, k], future [horizon, k]) of a series' covariates (k may be 0): `past` one
+    value per point of the series (n_values, at `stamps`), `future` at least one per step of the horizon."""
     if set(past) != set(future):
         raise ApiError(422, "covariate_names_mismatch", "covariates and future_covariates must name the same "
                        "covariates", {"history_only": sorted(set(past) - set(future)),
@@ -39,17 +41,29 @@ def regressors(body: ForecastRequest, stamps: np.ndarray, frequency: str, horizo
     names = sorted(past)
     history, ahead = [], []
     for name in names:
-        if len(past[name]) != len(body.values):
+        if len(past[name]) != n_values:
             raise ApiError(422, "covariate_length_mismatch", f"covariate {name!r} has {len(past[name])} values over "
-                           f"the history; the series has {len(body.values)}",
-                           {"covariate": name, "values": len(body.values), "received": len(past[name])})
+                           f"the history; the series has {n_values}",
+                           {"covariate": name, "values": n_values, "received": len(past[name])})
         if len(future[name]) < horizon:
             raise ApiError(422, "covariate_horizon", f"covariate {name!r} has {len(future[name])} future values; the "
                            f"horizon is {horizon} steps", {"covariate": name, "horizon": horizon,
                                                             "received": len(future[name])})
-        x = _finite(name, "history", past[name])
+        x = _finite(name, "history", list(past[name]))
         history.append(regularize(x, stamps, frequency, max_points, 1.0)[0])
-        ahead.append(_finite(name, "future", future[name][:horizon]))
+        ahead.append(_finite(name, "future", list(future[name][:horizon])))
     x_hist = np.stack(history, axis=1) if names else np.zeros((n_regular, 0))
     x_future = np.stack(ahead, axis=1) if names else np.zeros((horizon, 0))
     return names, x_hist, x_future
+
+
+def fit_series(regular: np.ndarray, last_ts: np.datetime64, future: np.ndarray, frequency: str, horizon: int,
+               names: list[str], x: np.ndarray, x_future: np.ndarray,
+               features: Sequence[str]) -> covariates.CovariateFit:
+    """The per-series covariate decision (covariates.fit) on the numeric covariates and the calendar features made
+    from the regular history's timestamps and the horizon's."""
+    grid = past_timestamp(last_ts, frequency, 0, len(regular))
+    cal_names, cal = covariates.calendar(series_timestamps(grid, frequency, len(regular)), features, frequency)
+    _, cal_future = covariates.calendar(future, features, frequency)
+    return covariates.fit(regular, np.concatenate([x, cal], axis=1), np.concatenate([x_future, cal_future], axis=1),
+                          names + cal_names, frequency, horizon)

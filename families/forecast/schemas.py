@@ -1,16 +1,29 @@
 """Forecasting request/response schemas."""
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
-CalendarFeature = Literal["weekday", "month"]
+CalendarFeature = str  # 'weekday', 'month', 'holidays:<CC>[-<SUB>]' (checked by calendar_features)
+CALENDAR_FEATURE = re.compile(r"^(weekday|month|holidays:[A-Za-z]{2,3}(-[A-Za-z0-9]{1,10})?)$")
+CALENDAR_HELP = ("Calendar regressors made from the timestamps: 'weekday' (6 dummies), 'month' (11 dummies), "
+                 "'holidays:<CC>' or 'holidays:<CC>-<SUBDIVISION>' (ISO 3166 codes, e.g. 'holidays:US', "
+                 "'holidays:DE-BY': the public holidays in each step, from the `holidays` package).")
 Covariates = dict[str, list[float | None]]
+
+
+def calendar_features(features: list[str] | None) -> list[str] | None:
+    """A request's calendar: each feature one of the three forms (which country codes exist: public_holidays.py)."""
+    bad = [f for f in features or () if not CALENDAR_FEATURE.match(f)]
+    if bad:
+        raise ValueError(f"unknown calendar feature(s) {bad}: use 'weekday', 'month' or 'holidays:<CC>[-<SUB>]'")
+    return features
 
 
 def covariates_field() -> Any:
@@ -44,8 +57,8 @@ class ForecastRequest(BaseModel):
     deployment: str | None = deployment_field()
     covariates: Covariates | None = covariates_field()
     future_covariates: Covariates | None = future_covariates_field()
-    calendar: list[CalendarFeature] | None = Field(None, description="Calendar regressors made from the timestamps: "
-                                                                     "'weekday' (6 dummies), 'month' (11 dummies).")
+    calendar: list[CalendarFeature] | None = Field(None, description=CALENDAR_HELP)
+    _calendar = field_validator("calendar")(calendar_features)
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> ForecastRequest:
@@ -89,8 +102,8 @@ class PanelForecastRequest(BaseModel):
                                                          "the model's horizon for the frequency).")
     model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
     deployment: str | None = deployment_field()
-    calendar: list[CalendarFeature] | None = Field(None, description="Calendar regressors for every series: "
-                                                                     "'weekday', 'month'.")
+    calendar: list[CalendarFeature] | None = Field(None, description="For every series: " + CALENDAR_HELP)
+    _calendar = field_validator("calendar")(calendar_features)
 
     @model_validator(mode="after")
     def _ids_and_time_axis(self) -> PanelForecastRequest:
@@ -102,6 +115,39 @@ class PanelForecastRequest(BaseModel):
             if s.start is not None and self.frequency is None:
                 raise ValueError(f"series {i} ({s.id!r}): 'start' needs a 'frequency' (it can only be inferred "
                                  f"from timestamps)")
+        return self
+
+
+class BacktestRequest(BaseModel):
+    """POST /v1/forecast/backtest: the served forecaster judged on the user's own series (rolling origins)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"values": [float(10 + i % 7) for i in range(60)], "start": "2026-01-01T00:00:00", "frequency": "D",
+         "horizon": 7, "origins": 3}]})
+    values: list[float | None] = Field(min_length=1, description="The whole history; null or NaN marks a missing "
+                                                                 "point.")
+    timestamps: list[datetime] | None = Field(None, description="One per value, any order; omit to use start.")
+    start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
+    frequency: Frequency | None = Field(None, description="As in /v1/forecast; omitted: inferred from timestamps.")
+    horizon: int | None = Field(None, ge=1, description="Steps forecast from each origin (default and maximum: the "
+                                                         "model's horizon for the frequency).")
+    origins: int = Field(3, ge=1, description="Rolling origins: the last origins x horizon points are forecast, "
+                                              "one horizon at a time, each from the history before it (at most "
+                                              "limits.forecast.max_backtest_origins).")
+    model: ModelChoice = Field("auto", description="'auto' (primary, fallback if it fails), 'primary' or 'fallback'.")
+    deployment: str | None = deployment_field()
+    covariates: Covariates | None = Field(None, description="Known-future regressors over the whole history (name "
+                                                            "-> one value per point): at each origin the ones after "
+                                                            "it are its future values.")
+    calendar: list[CalendarFeature] | None = Field(None, description=CALENDAR_HELP)
+    _calendar = field_validator("calendar")(calendar_features)
+
+    @model_validator(mode="after")
+    def _one_time_axis(self) -> BacktestRequest:
+        if (self.timestamps is None) == (self.start is None):
+            raise ValueError("give exactly one of 'timestamps' or 'start'")
+        if self.start is not None and self.frequency is None:
+            raise ValueError("'start' needs a 'frequency' (it can only be inferred from timestamps)")
         return self
 
 
@@ -122,7 +168,8 @@ class LevelShiftReport(BaseModel):
 
 
 class CovariateEffect(BaseModel):
-    name: str = Field(description="The covariate ('weekday=tue', 'month=feb' for calendar dummies).")
+    name: str = Field(description="The covariate ('weekday=tue', 'month=feb', 'holidays:US' for calendar "
+                                   "features).")
     effect: float = Field(description="Change of the series per unit of the covariate (least squares on the history, "
                                       "with a level and a trend).")
     t_value: float = Field(description="Its t statistic in that fit (|t| >= 3 makes it a candidate).")
@@ -183,3 +230,29 @@ class PanelForecastResponse(ServedBy):
 
     runner_calls: int = Field(description="Runner calls the panel took (chunks of at most one runner batch).")
     series: list[SeriesForecast] = Field(description="One answer per series, in request order.")
+
+
+class BacktestOrigin(BaseModel):
+    origin: datetime = Field(description="The first forecast step of this origin (UTC): the history ends before it.")
+    method: str = Field(description="The method the service chose at this origin (as input.method).")
+    mase: float | None = Field(description="Mean absolute error over the horizon / the history's in-sample naive "
+                                           "(lag 1) mean absolute error (null: a constant history).")
+    rmsse: float | None = Field(description="Root mean squared error / the naive step's root mean square.")
+    actual: list[float] = Field(description="What happened at each step.")
+    forecast: list[ForecastPoint] = Field(description="What the service forecast from this origin.")
+
+
+class BacktestResponse(ServedBy):
+    """Rolling-origin evaluation of the served forecaster on the request's series."""
+
+    frequency: Frequency
+    horizon: int
+    runner_calls: int = Field(description="Runner calls the backtest took.")
+    mase: float | None = Field(description="Mean over origins and steps of the scaled absolute errors (below 1: "
+                                           "better than the naive step of the history).")
+    rmsse: float | None = Field(description="Root of the mean over origins and steps of the scaled squared errors.")
+    mase_by_step: list[float | None] = Field(description="MASE per step ahead (1, 2, ...), over the origins.")
+    rmsse_by_step: list[float | None] = Field(description="RMSSE per step ahead, over the origins.")
+    coverage_50: float | None = Field(description="Share of actual points inside the 50 % interval (ideal 0.5).")
+    coverage_90: float | None = Field(description="Share inside the 90 % interval (ideal 0.9).")
+    origins: list[BacktestOrigin] = Field(description="Each origin, oldest first.")

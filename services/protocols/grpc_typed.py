@@ -2,12 +2,14 @@
 fields become the family's request model (`request_model`, the same validation as REST), the family pipeline runs
 through the kernel (ServingContext.run), and the response model is copied field by field into the response message.
 
-The family declares only its method name (`grpc_method`); the messages are `<Method>Request` / `<Method>Response` in
+The family declares only its method name (`grpc_method`; a route of its own may add one, RestRoute.grpc: the
+route's body and response models); the messages are `<Method>Request` / `<Method>Response` in
 services/protocols/protos/triserve.proto (a family whose method is not there has no typed method). Field mapping:
-repeated fields when non-empty (bytes stay bytes), proto3 `optional` fields only when set (unset ones take the request
-model's defaults: top_k 3, horizon 12, ...), enums by their value's name without the enum's prefix, lower-cased
-(MODEL_CHOICE_PRIMARY -> "primary"; an unknown number stays unknown, so the request model refuses it like any other
-bad value); a map of one-field wrapper messages (map<string, Doubles>) as a dict of lists.
+repeated fields when non-empty (bytes stay bytes), proto3 `optional` fields only when set (unset ones take the
+request model's defaults: top_k 3, horizon 12, ...), enums by their value's name without the enum's prefix,
+lower-cased (MODEL_CHOICE_PRIMARY -> "primary"; an unknown number stays unknown, so the request model refuses it like
+any other bad value); a map of one-field wrapper messages (map<string, Doubles>) as a dict of lists; nested messages
+(repeated or not) by the same rules, as dicts.
 """
 from __future__ import annotations
 
@@ -43,9 +45,12 @@ def message_fields(message) -> dict[str, Any]:
                 fields[field.name] = {k: list(getattr(v, v.DESCRIPTOR.fields[0].name)) for k, v in value.items()}
         elif field.is_repeated:
             if len(value):
-                fields[field.name] = list(value)
+                nested = field.type == FieldDescriptor.TYPE_MESSAGE
+                fields[field.name] = [message_fields(v) for v in value] if nested else list(value)
         elif field.has_presence and not message.HasField(field.name):
             continue
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            fields[field.name] = message_fields(value)
         elif field.type == FieldDescriptor.TYPE_ENUM:
             fields[field.name] = _enum_value(field, value)
         else:
@@ -59,25 +64,32 @@ def to_message(response: BaseModel, message):
     return message
 
 
-def _method(family_name: str):
-    """The family's RPC: request message -> request model -> the family's pipeline -> response message."""
+def _method(family_name: str, method: str, request_model: type[BaseModel]):
+    """One RPC: request message -> request model -> the family's pipeline -> response message."""
     fam = families.family(family_name)
-    response_type = getattr(triserve_pb2, f"{fam.grpc_method}Response")
+    response_type = getattr(triserve_pb2, f"{method}Response")
 
     async def rpc(self, request, context):
         async def work(scope: RpcScope):
-            body = fam.request_model.model_validate(message_fields(request))
+            body = request_model.model_validate(message_fields(request))
             resp = await scope.ctx.run(fam.name, body, scope.call(fam.name))
             return to_message(resp, response_type())
 
-        return await handle(context, self.gateway, work, f"Triserve/{fam.grpc_method}")
+        return await handle(context, self.gateway, work, f"Triserve/{method}")
 
-    rpc.__name__ = fam.grpc_method
+    rpc.__name__ = method
     return rpc
 
 
+def methods(family_name: str) -> list[tuple[str, type[BaseModel], type[BaseModel]]]:
+    """(method, request model, response model) of every typed RPC the family declares."""
+    fam = families.family(family_name)
+    return [(fam.grpc_method, fam.request_model, fam.response_model)] + [
+        (r.grpc, r.body, r.response or fam.response_model) for r in fam.routes if r.grpc]
+
+
 class TriserveServicer(triserve_pb2_grpc.TriserveServicer):
-    """One method per family, as the family declares it (families/<family>/family.py: grpc_method)."""
+    """The methods the families declare (families/<family>/family.py: grpc_method, RestRoute.grpc)."""
 
     def __init__(self, gateway):
         self.gateway = gateway
@@ -87,5 +99,6 @@ class TriserveServicer(triserve_pb2_grpc.TriserveServicer):
 # typed method; it is served over REST, OIP (REST and gRPC) and batch like any other.
 _METHODS = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"].methods_by_name
 for _name in families.names():
-    if families.family(_name).grpc_method in _METHODS:
-        setattr(TriserveServicer, families.family(_name).grpc_method, _method(_name))
+    for _rpc, _request, _ in methods(_name):
+        if _rpc in _METHODS:
+            setattr(TriserveServicer, _rpc, _method(_name, _rpc, _request))

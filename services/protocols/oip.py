@@ -338,6 +338,7 @@ async def _infer_pipeline(ctx: ServingContext, entry: ModelEntry, req: InferRequ
     fields: dict[str, Any] = {meta.field: request_field(meta, tensors[meta.name])
                               for meta in fam.oip_pipeline_inputs if meta.name in tensors}
     fields.update(pick_params(req.parameters, fam.oip_parameters))
+    fields = fam.oip_request_fields(fields, {name: t.data for name, t in tensors.items()}, req.parameters)
     request = fam.request_model.model_validate({**fields, "deployment": dep.name})
     resp = await ctx.run(fam.name, request, call, dep)
     outputs = [output_tensor(meta, meta.value(resp)) for meta in fam.oip_pipeline_outputs if meta.value is not None]

@@ -16,6 +16,7 @@ import pytest
 from google.protobuf import descriptor_pb2, text_format
 
 from tests.conftest import free_port
+from tests.families.forecast.test_covariates import promo_series
 from tests.families.segmentation.test_serving import png as seg_png
 from tests.services.test_gateway import png_bytes
 from triserve_client import (
@@ -66,8 +67,8 @@ def test_the_client_stubs_describe_the_servers_proto():
     assert descriptor_drift(server, client) == ""
     parsed = descriptor_pb2.FileDescriptorProto.FromString(client)
     assert parsed.package == "triserve.v1" and [s.name for s in parsed.service] == ["Triserve"]
-    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast", "Pose", "Segment",
-                                                          "ClassifyImage"]
+    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast", "ForecastPanel", "Pose",
+                                                          "Segment", "ClassifyImage"]
 
 
 def test_a_drifted_client_descriptor_is_caught():
@@ -164,6 +165,31 @@ def test_forecast_answers_what_rest_answers(rest, rpc):
     same(g, rest.forecast(gappy, timestamps=stamps, horizon=3))
     theta = rpc.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=3, model="fallback")
     same(theta, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=3, model="fallback"))
+
+
+def test_forecasts_with_covariates_and_panels_answer_what_rest_answers(rest, rpc):
+    values, past, future = promo_series()
+    kw = {"start": "2024-01-01T00:00:00", "frequency": "D", "horizon": 7, "covariates": {"promo": past},
+          "future_covariates": {"promo": future}, "calendar": ["weekday", "holidays:US"]}
+    r = rpc.forecast(values, **kw)
+    assert r.input.covariates is not None and r.input.covariates.used
+    assert [e.name for e in r.input.covariates.effects][-1] == "holidays:US"
+    same(r, rest.forecast(values, **kw))
+    # a panel: each series its own start (or the call's), one with covariates
+    series = {"promo": {"values": values, "start": "2024-01-01", "covariates": {"promo": past},
+                        "future_covariates": {"promo": future}},
+              "late": {"values": SERIES, "start": "2025-03-01"}, "plain": values}
+    p = rpc.forecast_panel(series, start="2024-02-01", frequency="D", horizon=7, calendar=["weekday"])
+    assert [s.id for s in p.series] == ["promo", "late", "plain"]
+    assert p.series[0].input.covariates.used and p.series[2].input.covariates.effects[0].name == "weekday=tue"
+    assert [str(s.forecast[0].timestamp.date()) for s in p.series] == ["2024-04-30", "2025-04-18", "2024-05-31"]
+    same(p, rest.forecast_panel(series, start="2024-02-01", frequency="D", horizon=7, calendar=["weekday"]))
+    short = {**kw, "future_covariates": {"promo": future[:3]}}
+    with pytest.raises(TriserveAPIError) as g:
+        rpc.forecast(values, **short)
+    with pytest.raises(TriserveAPIError) as h:
+        rest.forecast(values, **short)
+    assert g.value.code == h.value.code == "covariate_horizon" and g.value.status == h.value.status == 422
 
 
 def test_segment_answers_what_rest_answers_but_polygons(rest, rpc):

@@ -18,11 +18,12 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
+import triserve_client.backtest as client_backtest
 import triserve_client.models as client_models
 from configs.deployments import ModelRepository
 from families.classification.schemas import ClassifyImageResponse
 from families.detection.schemas import DetectResponse
-from families.forecast.schemas import ForecastResponse, InputReport, PanelForecastResponse
+from families.forecast.schemas import BacktestResponse, ForecastResponse, InputReport, PanelForecastResponse
 from families.pose.schemas import PoseResponse
 from families.segmentation.schemas import SegmentResponse
 from families.text.schemas import ClassifyResponse
@@ -37,6 +38,7 @@ PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "SegmentResponse": (SegmentResponse, client_models.SegmentResponse),
     "ForecastResponse": (ForecastResponse, client_models.ForecastResponse),
     "PanelForecastResponse": (PanelForecastResponse, client_models.PanelForecastResponse),
+    "BacktestResponse": (BacktestResponse, client_backtest.BacktestResponse),
     "ErrorResponse": (ErrorResponse, client_models.ErrorResponse),
     # GET /admin/deployments answers the repository's model_dump (services/repository_api.py)
     "ModelRepository": (ModelRepository, client_models.ModelRepository),
@@ -47,6 +49,7 @@ ROUTES = {("post", "/v1/classify", "200"): "ClassifyResponse", ("post", "/v1/det
           ("post", "/v1/pose/upload", "200"): "PoseResponse", ("post", "/v1/segment", "200"): "SegmentResponse",
           ("post", "/v1/segment/upload", "200"): "SegmentResponse", ("post", "/v1/forecast", "200"): "ForecastResponse",
           ("post", "/v1/forecast/panel", "200"): "PanelForecastResponse",
+          ("post", "/v1/forecast/backtest", "200"): "BacktestResponse",
           ("post", "/v1/classify-image", "200"): "ClassifyImageResponse",
           ("post", "/v1/classify-image/upload", "200"): "ClassifyImageResponse",
           ("post", "/v1/classify", "422"): "ErrorResponse", ("post", "/v1/forecast", "503"): "ErrorResponse"}

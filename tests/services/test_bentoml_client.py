@@ -21,7 +21,7 @@ def test_schema_lists_the_inference_routes(server):
     apis = client_apis()
     assert apis == {"classify": "/v1/classify", "detect": "/v1/detect", "pose": "/v1/pose",
                     "segment": "/v1/segment", "forecast": "/v1/forecast", "forecast_panel": "/v1/forecast/panel",
-                    "classify_image": "/v1/classify-image"}
+                    "forecast_backtest": "/v1/forecast/backtest", "classify_image": "/v1/classify-image"}
     for name, path in apis.items():
         assert routes[name]["route"] == path
         assert routes[name]["output"]["type"] == "object" and "request_id" in routes[name]["output"]["properties"]

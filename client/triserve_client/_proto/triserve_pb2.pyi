@@ -314,6 +314,86 @@ class ForecastResponse(_message.Message):
     input: InputReport
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...
 
+class SeriesInput(_message.Message):
+    __slots__ = ("id", "values", "timestamps", "start", "covariates", "future_covariates")
+    class CovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
+    class FutureCovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    FUTURE_COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    values: _containers.RepeatedScalarFieldContainer[float]
+    timestamps: _containers.RepeatedScalarFieldContainer[str]
+    start: str
+    covariates: _containers.MessageMap[str, Doubles]
+    future_covariates: _containers.MessageMap[str, Doubles]
+    def __init__(self, id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., covariates: _Optional[_Mapping[str, Doubles]] = ..., future_covariates: _Optional[_Mapping[str, Doubles]] = ...) -> None: ...
+
+class ForecastPanelRequest(_message.Message):
+    __slots__ = ("series", "frequency", "horizon", "model", "deployment", "calendar")
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
+    series: _containers.RepeatedCompositeFieldContainer[SeriesInput]
+    frequency: str
+    horizon: int
+    model: ModelChoice
+    deployment: str
+    calendar: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, series: _Optional[_Iterable[_Union[SeriesInput, _Mapping]]] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ..., calendar: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SeriesForecast(_message.Message):
+    __slots__ = ("id", "model", "degraded", "forecast", "input")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    model: ModelInfo
+    degraded: bool
+    forecast: _containers.RepeatedCompositeFieldContainer[ForecastPoint]
+    input: InputReport
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., degraded: _Optional[bool] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...
+
+class ForecastPanelResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "runner_calls", "series")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_CALLS_FIELD_NUMBER: _ClassVar[int]
+    SERIES_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    runner_calls: int
+    series: _containers.RepeatedCompositeFieldContainer[SeriesForecast]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., runner_calls: _Optional[int] = ..., series: _Optional[_Iterable[_Union[SeriesForecast, _Mapping]]] = ...) -> None: ...
+
 class PoseRequest(_message.Message):
     __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "model", "deployment")
     IMAGES_FIELD_NUMBER: _ClassVar[int]

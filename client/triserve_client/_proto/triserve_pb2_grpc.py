@@ -49,6 +49,11 @@ class TriserveStub:
                 request_serializer=triserve__pb2.ForecastRequest.SerializeToString,
                 response_deserializer=triserve__pb2.ForecastResponse.FromString,
                 _registered_method=True)
+        self.ForecastPanel = channel.unary_unary(
+                '/triserve.v1.Triserve/ForecastPanel',
+                request_serializer=triserve__pb2.ForecastPanelRequest.SerializeToString,
+                response_deserializer=triserve__pb2.ForecastPanelResponse.FromString,
+                _registered_method=True)
         self.Pose = channel.unary_unary(
                 '/triserve.v1.Triserve/Pose',
                 request_serializer=triserve__pb2.PoseRequest.SerializeToString,
@@ -85,6 +90,13 @@ class TriserveServicer:
 
     def Forecast(self, request, context):
         """Next points of a series with 50% and 90% intervals.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForecastPanel(self, request, context):
+        """Many series in one request (as POST /v1/forecast/panel): ids, a shared frequency, horizon and calendar.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +140,11 @@ def add_TriserveServicer_to_server(servicer, server):
                     servicer.Forecast,
                     request_deserializer=triserve__pb2.ForecastRequest.FromString,
                     response_serializer=triserve__pb2.ForecastResponse.SerializeToString,
+            ),
+            'ForecastPanel': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForecastPanel,
+                    request_deserializer=triserve__pb2.ForecastPanelRequest.FromString,
+                    response_serializer=triserve__pb2.ForecastPanelResponse.SerializeToString,
             ),
             'Pose': grpc.unary_unary_rpc_method_handler(
                     servicer.Pose,
@@ -226,6 +243,33 @@ class Triserve:
             '/triserve.v1.Triserve/Forecast',
             triserve__pb2.ForecastRequest.SerializeToString,
             triserve__pb2.ForecastResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForecastPanel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/ForecastPanel',
+            triserve__pb2.ForecastPanelRequest.SerializeToString,
+            triserve__pb2.ForecastPanelResponse.FromString,
             options,
             channel_credentials,
             insecure,

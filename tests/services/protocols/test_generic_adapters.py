@@ -6,7 +6,7 @@ import pytest
 import families
 from kernel.tensors import TensorMeta
 from services.protocols.generated import triserve_pb2 as pb
-from services.protocols.grpc_typed import message_fields
+from services.protocols.grpc_typed import message_fields, methods
 from services.protocols.oip_codec import Tensor, output_tensor, request_field
 from services.protocols.rest import family_router
 
@@ -31,11 +31,11 @@ def test_an_unknown_enum_number_stays_unknown_so_validation_refuses_it():
 @pytest.mark.parametrize("family", families.names())
 def test_every_request_message_field_is_a_request_model_field(family):
     """The proto and the request model must not drift: the generic gRPC adapter maps fields by name."""
-    fam = families.family(family)
-    message = getattr(pb, f"{fam.grpc_method}Request")
-    assert {f.name for f in message.DESCRIPTOR.fields} <= set(fam.request_model.model_fields)
-    response = getattr(pb, f"{fam.grpc_method}Response")
-    assert {f.name for f in response.DESCRIPTOR.fields} <= set(fam.response_model.model_fields)
+    for method, request_model, response_model in methods(family):
+        message = getattr(pb, f"{method}Request")
+        assert {f.name for f in message.DESCRIPTOR.fields} <= set(request_model.model_fields)
+        response = getattr(pb, f"{method}Response")
+        assert {f.name for f in response.DESCRIPTOR.fields} <= set(response_model.model_fields)
 
 
 @pytest.mark.parametrize("family", families.names())
@@ -71,3 +71,12 @@ def test_rest_routes_are_built_from_the_declarations():
     upload = paths["/v1/detect/upload"]
     names = {p.name for p in upload.dependant.body_params}
     assert "images" in names  # the files' field, as declared
+
+
+def test_nested_messages_become_dicts():
+    request = pb.ForecastPanelRequest(series=[pb.SeriesInput(id="a", values=[1.0, 2.0], start="2024-01-01",
+                                                             covariates={"t": pb.Doubles(values=[3.0, 4.0])})],
+                                      frequency="D", calendar=["weekday"])
+    assert message_fields(request) == {"series": [{"id": "a", "values": [1.0, 2.0], "start": "2024-01-01",
+                                                   "covariates": {"t": [3.0, 4.0]}}],
+                                       "frequency": "D", "model": "auto", "calendar": ["weekday"]}
