@@ -38,6 +38,10 @@ _REST: tuple[tuple[str, ApiCategory], ...] = (
     (r"/(?:schema\.json|openapi\.json|docs\.json|docs(?:/.*)?|redoc)?", "metadata"),
 )
 REST_CATEGORIES: tuple[tuple[re.Pattern[str], ApiCategory], ...] = tuple((re.compile(p), c) for p, c in _REST)
+# the table as one pattern, alternatives in its order (the first that matches the whole path wins, as in the loop it
+# replaces): one regex call per request instead of up to twelve, inference paths included
+_ANY_CATEGORY = re.compile("|".join(f"(?P<c{i}>{p})" for i, (p, _) in enumerate(_REST)))
+_CATEGORY_OF_GROUP = {f"c{i}": c for i, (_, c) in enumerate(_REST)}
 
 _OIP = "/inference.GRPCInferenceService/"
 GRPC_CATEGORIES: dict[str, ApiCategory] = {
@@ -55,10 +59,8 @@ GRPC_CATEGORIES: dict[str, ApiCategory] = {
 
 def rest_category(path: str) -> ApiCategory | None:
     """The category of a REST path; None for inference, admin and anything else (their own guards apply)."""
-    for pattern, category in REST_CATEGORIES:
-        if pattern.fullmatch(path):
-            return category
-    return None
+    match = _ANY_CATEGORY.fullmatch(path)
+    return _CATEGORY_OF_GROUP[match.lastgroup] if match is not None and match.lastgroup else None
 
 
 class RestrictedApis:
