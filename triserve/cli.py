@@ -6,12 +6,13 @@
                                       ONNX Runtime's, numpy's and Python's: what a bug report needs
     triserve registry [ARGS...]       python -m models.cli         (list, show, copy, promote, rollback, pull)
     triserve import  [ARGS...]        python -m triserve.importers (publish your own model: --help lists the kinds)
-    triserve rollout [ARGS...]        python -m scripts.rollout    (against a running service)
+    triserve rollout [ARGS...]        python -m triserve.rollout   (against a running service: its admin API)
     triserve bench --list | NAME ...  python -m scripts.bench.NAME
     triserve drill --list | NAME ...  python -m scripts.drills.NAME
 
-`serve`, `registry`, `import` and `--version` work from the installed wheel; the others run modules of scripts/,
-which only a checkout has (an editable install): from a wheel they say so instead of failing with an import error.
+`serve`, `registry`, `import`, `rollout`, `batch` and `--version` work from the installed wheel; bench and drill run
+modules of scripts/, which only a checkout has (an editable install): from a wheel they say so instead of failing with
+an import error.
 
 Everything after the subcommand (and after NAME for bench/drill) is passed on unchanged, so `triserve X --help` is
 the module's own --help. The module runs with this interpreter (`sys.executable -m ...`, replacing this process):
@@ -43,7 +44,7 @@ COMMANDS = {
     "batch": ("batch.cli", "offline batch inference over files and tables: detect, classify, forecast (resumable)"),
     "import": ("triserve.importers", "import a model made elsewhere into the registry"),
     "registry": ("models.cli", "the model registry: list, show, copy, promote, rollback, pull"),
-    "rollout": ("scripts.rollout", "rollouts against a running service: status, promote, rollback, canary, shadow"),
+    "rollout": ("triserve.rollout", "rollouts against a running service: status, promote, rollback, canary, shadow"),
 }
 # subcommand -> package whose runnable modules it lists and runs
 GROUPS = {

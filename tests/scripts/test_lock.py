@@ -30,7 +30,7 @@ def test_problems_names_a_missing_requirement_and_a_disagreement(tmp_path):
     for lock in LOCKS:
         (tmp_path / "locks" / lock.path.name).write_text(lock.path.read_text())
     pyproject = (ROOT / "pyproject.toml").read_text()
-    added = pyproject.replace('"tenacity==9.2.1",', '"tenacity==9.2.1",\n  "zzz-not-locked>=1",')
+    added = pyproject.replace('"tenacity>=9.2.1,<10",', '"tenacity>=9.2.1,<10",\n  "zzz-not-locked>=1",')
     assert added != pyproject
     (tmp_path / "pyproject.toml").write_text(added)
     serving = tmp_path / "locks" / "serving-cpu.txt"

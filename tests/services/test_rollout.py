@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -311,3 +314,30 @@ def test_admin_calls_are_audited_with_who_what_before_after_and_result(rollout):
     assert ADMIN not in log and "a-wrong-key" not in log  # keys are never written
     metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
     assert 'triserve_admin_actions_total{action="POST /admin/models/{slot}/canary",outcome="refused"}' in metrics
+
+
+def test_triserve_rollout_drives_the_admin_api(rollout):
+    """The operator's command (triserve/rollout.py, in the wheel) through the installed console script against the real
+    server: status, a canary set and withdrawn, a wrong key refused with exit status 1."""
+    srv, reg = rollout
+    cand = publish_variant(reg, "forecast-global", "2.1.2-cli")
+    console_script = Path(sys.executable).parent / "triserve"
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TRISERVE_ADMIN_KEY": ADMIN, "TRISERVE_URL": srv.url}
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(console_script), "rollout", *args], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)
+
+    status = run("status")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["forecast"]["active"] == reg.resolve("forecast-global", "stable")
+    assert "forecast: active " in status.stderr and "status: HTTP 200 in " in status.stderr
+    canary = run("canary", "forecast", cand, "--weight", "0.2")
+    assert canary.returncode == 0, canary.stderr
+    assert json.loads(canary.stdout)["canary"] == {"version": cand, "weight": 0.2}
+    assert json.loads(run("status").stdout)["forecast"]["canary"] == {"version": cand, "weight": 0.2}
+    off = run("canary", "forecast", "--off")
+    assert off.returncode == 0 and json.loads(off.stdout)["canary"] is None, off.stderr
+    refused = run("status", TRISERVE_ADMIN_KEY="a-wrong-key")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["code"] == "unauthorized", refused.stdout
+    assert "status: HTTP 401 in " in refused.stderr

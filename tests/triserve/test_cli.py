@@ -66,7 +66,7 @@ def test_help_lists_every_command(tmp_path):
 
 @pytest.mark.parametrize("command, module, prog", [("import", "triserve.importers", "triserve import"),
                                                    ("registry", "models.cli", "python -m models.cli"),
-                                                   ("rollout", "scripts.rollout", "python -m scripts.rollout")])
+                                                   ("rollout", "triserve.rollout", "triserve rollout")])
 def test_subcommand_help_is_the_modules_own(command, module, prog, tmp_path):
     res = triserve(command, "--help", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

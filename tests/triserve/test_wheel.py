@@ -147,6 +147,20 @@ def test_installed_wheel_imports_a_users_model(fresh_venv, tmp_path):
     assert (registry / "user-window").is_dir()
 
 
+def test_installed_wheel_runs_rollout(fresh_venv, tmp_path):
+    """`triserve rollout` is the product's (triserve/rollout.py), not a checkout tool: from the fresh venv it answers
+    --help, and against a port nobody serves it says so in one line, exit status 1."""
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    triserve = str(fresh_venv / "bin" / "triserve")
+    helped = subprocess.run([triserve, "rollout", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: triserve rollout "), helped.stderr[-3000:]
+    down = subprocess.run([triserve, "rollout", "--url", "http://127.0.0.1:9", "status"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert down.returncode == 1 and down.stderr.startswith("triserve rollout status: GET http://127.0.0.1:9/admin/"
+                                                           "models failed: ConnectError"), down.stderr[-3000:]
+
+
 @pytest.fixture
 def http_store(tiny_registry):
     """The session's tiny registry as a static HTTP tree store (models/stores/tree.py's layout is the registry's),
