@@ -33,10 +33,12 @@ from triserve_client import AsyncTriserveClient, TriserveClient
 SURFACES = ("bentoml_schema", "grpc", "oip", "client_sync", "client_async", "client_grpc", "batch")
 
 KNOWN_GAPS = {
-    # the panel is REST (and BentoML's client) only: no ForecastPanel RPC, no OIP pipeline for a panel, no batch
-    # command (the batch forecast command takes one series per row), no gRPC client method
-    ("forecast_panel", "grpc"), ("forecast_panel", "oip"), ("forecast_panel", "client_grpc"),
-    ("forecast_panel", "batch"),
+    # the panel has REST, BentoML's client, the typed ForecastPanel RPC and every Python client; no OIP pipeline for a
+    # panel, no batch command (the batch forecast command takes one series per row, the panel is the table itself)
+    ("forecast_panel", "oip"), ("forecast_panel", "batch"),
+    # the backtest (POST /v1/forecast/backtest) is REST and the HTTP clients only: no RPC, OIP pipeline or batch command
+    ("forecast_backtest", "grpc"), ("forecast_backtest", "client_grpc"), ("forecast_backtest", "oip"),
+    ("forecast_backtest", "batch"),
     # image classification (the sixth family) has no method in the Python clients yet: HTTP (sync, async) nor gRPC
     ("classify_image", "client_sync"), ("classify_image", "client_async"), ("classify_image", "client_grpc"),
     # pose and segmentation have no offline adapter (families/<name>/batch.py): no `triserve batch pose|segment`
