@@ -3,8 +3,8 @@
 Why: loading a pickle runs whatever code it names, with the rights of the process that loads it. So the .pt
 importers' publish path (the `triserve import *-pt` commands) runs the whole read -> ONNX export -> verification in
 `python -m models.importing.sandbox_child`, which, before it reads anything (sandbox_child.py):
-  - has resource limits: address space, CPU seconds, file size, open files (Limits; TRISERVE_IMPORT_LIMITS='{"memory_mb":
-    4096, ...}' overrides them), and the parent kills its process group after `wall_s`;
+  - has resource limits: address space, CPU seconds, file size, open files (Limits;
+    TRISERVE_IMPORT_LIMITS='{"memory_mb": 4096, ...}' overrides them), and the parent kills its group after `wall_s`;
   - has no network where the OS allows it (its own user + network namespace) and no TCP under Landlock;
   - can change files only beneath its fresh work folder and the importer's cache (Landlock, Linux >= 5.13);
   - refuses, through an audit hook, to start processes or open internet sockets, naming what was tried;
@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from models.importing.provenance import git_commit
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest
 
@@ -141,7 +142,7 @@ def run_isolated(target: str, scratch: Path, kwargs: dict, *, writable: Sequence
     request.write_text(json.dumps({
         "target": target, "kwargs": _encode(kwargs), "work": str(work), "result": str(out / "result.json"),
         "writable": [str(Path(p).resolve()) for p in writable], "limits": dataclasses.asdict(limits),
-        "preload": list(preload)}))
+        "preload": list(preload), "git_commit": git_commit()}))
     log_path = scratch / "child.log"
     with open(log_path, "wb") as log_fh:
         proc = subprocess.Popen([sys.executable, "-m", "models.importing.sandbox_child", str(request)], cwd=work,
@@ -151,7 +152,8 @@ def run_isolated(target: str, scratch: Path, kwargs: dict, *, writable: Sequence
             rc = proc.wait(timeout=limits.wall_s)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            raise LimitExceeded(f"the import did not finish within its time limit ({limits.wall_s} s): stopped") from None
+            raise LimitExceeded(f"the import did not finish within its time limit ({limits.wall_s} s): "
+                                f"stopped") from None
         finally:
             _kill(proc)  # whatever it left running in its process group
     _relay(log_path)
@@ -185,10 +187,10 @@ def _read_answer(path: Path, work: Path, rc: int, limits: Limits) -> ImportResul
         raise GateFailed("the isolated import's answer is larger than any import writes: refused")
     answer = json.loads(path.read_text())
     if not answer.get("ok"):
-        kinds = {"ImportRefused": ImportRefused, "LimitExceeded": LimitExceeded}
         from models.importing.licenses import LicenseRequired
 
-        kinds["LicenseRequired"] = LicenseRequired
+        kinds: dict[str, type[GateFailed]] = {"ImportRefused": ImportRefused, "LimitExceeded": LimitExceeded,
+                                              "LicenseRequired": LicenseRequired}
         raise kinds.get(answer.get("error"), GateFailed)(answer.get("message") or "the isolated import failed")
     primary = _artifact(answer["primary"], work)
     fallback = _artifact(answer["fallback"], work) if answer.get("fallback") else None

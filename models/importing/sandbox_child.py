@@ -62,7 +62,8 @@ def _audit(event: str, args: tuple) -> None:
         if family in _INTERNET:
             what = f"open a network connection ({event} {args[1] if len(args) > 1 else ''})"
     if what is not None:
-        detail = repr(args[0])[:200] if event == "os.system" and args else ""
+        detail = repr(args[0])[:200] if event in ("os.system", "subprocess.Popen", "os.exec") and args else ""
+        traceback.print_stack(file=sys.stderr)  # in the relayed log: who tried
         raise SandboxViolation(f"refused by the import sandbox: the checkpoint or its code tried to {what}"
                                f"{' ' + detail if detail else ''}")
 
@@ -128,12 +129,16 @@ def main(request_path: str) -> int:
              "filesystem": "writes only beneath the work folder" if abi else "not fenced (no Landlock here)"}
     for name in request.get("preload", []):  # heavy, trusted imports before the audit hook watches
         importlib.import_module(name)
+    if request.get("git_commit"):  # the parent's answer: the child starts no git
+        from models.importing import provenance
+
+        provenance.KNOWN_COMMIT = request["git_commit"]
     sys.addaudithook(_audit)
     try:
         module, _, func = request["target"].partition(":")
         target = getattr(importlib.import_module(module), func)
         answer = _answer(target(work=work, **_decode(request["kwargs"])), work)
-    except BaseException as exc:  # everything becomes a written answer: the parent reads no pickle, no exit code guess
+    except BaseException as exc:  # noqa: BLE001 - every end is a written answer: the parent reads files, no pickle
         answer = _failure(exc, limits)
     answer["sandbox"] = fence
     result_path.write_text(json.dumps(answer, default=str))
