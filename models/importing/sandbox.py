@@ -141,7 +141,7 @@ def run_isolated(target: str, scratch: Path, kwargs: dict, *, writable: Sequence
     request = scratch / "request.json"
     request.write_text(json.dumps({
         "target": target, "kwargs": _encode(kwargs), "work": str(work), "result": str(out / "result.json"),
-        "writable": [str(Path(p).resolve()) for p in writable], "limits": dataclasses.asdict(limits),
+        "writable": [str(Path(p).resolve()) for p in [home, *writable]], "limits": dataclasses.asdict(limits),
         "preload": list(preload), "git_commit": git_commit()}))
     log_path = scratch / "child.log"
     with open(log_path, "wb") as log_fh:
