@@ -107,6 +107,15 @@ def absolute_specs(specs: Sequence[str]) -> list[str]:
     return out
 
 
+def prefetch_photos(images: Path | None, cache: Path | None) -> None:
+    """The package photos' wheels, downloaded here into `cache` before the child starts: it has no network, and
+    finds them cached (models/importing/photos.py). Nothing to do when the user gives --images."""
+    if images is None and cache is not None:
+        from models.importing.photos import package_photos
+
+        package_photos(Path(cache))
+
+
 def isolated_build(target: str, kwargs: dict, cache: Path | None = None) -> Callable[[Path], ImportResult]:
     """A build(work) for models/importing/publish.py's import_and_publish: `target` run by run_isolated in
     work/sandbox, the importer's `cache` writable."""

@@ -36,7 +36,7 @@ from models.importing.photos import package_photos, user_photos
 from models.importing.provenance import package_versions
 from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, quiet_stdout
 from models.importing.result import GateFailed, ImportRefused, ImportResult
-from models.importing.sandbox import isolated_build
+from models.importing.sandbox import isolated_build, prefetch_photos
 from models.manifest import Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
@@ -132,6 +132,7 @@ def isolated_import(work: Path, weights: Path, name: str, version: str, images: 
 def _cmd(args) -> int:
     from models.registry import LocalRegistry, RegistryError
 
+    prefetch_photos(Path(args.images) if args.images else None, Path(args.cache))
     build = isolated_build(f"{__name__}:isolated_import", {
         "weights": Path(args.weights), "name": args.name, "version": args.version,
         "images": Path(args.images) if args.images else None, "cache": Path(args.cache), "imgsz": args.imgsz,

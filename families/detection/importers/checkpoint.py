@@ -70,7 +70,7 @@ from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import package_versions
 from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
-from models.importing.sandbox import absolute_specs, isolated_one
+from models.importing.sandbox import absolute_specs, isolated_one, prefetch_photos
 from models.manifest import Manifest, Source, preprocess_as
 
 log = logging.getLogger("triserve.importer")
@@ -218,6 +218,8 @@ def publish_detection_pt(weights: Path, name: str, version: str, registry, *, al
     refused before any work."""
     cache = Path(cache_dir) if cache_dir else default_cache()
     kw["custom_modules"] = absolute_specs(kw.get("custom_modules") or ())
+    if kw.get("verify_ultralytics") is not False:
+        prefetch_photos(images, cache)
     return import_one_and_publish(registry, name, version, alias, "detection-pt", isolated_one(
         f"{__name__}:isolated_import", {"weights": Path(weights), "name": name, "version": version,
                                         "images": Path(images) if images else None, "cache_dir": cache, **kw}, cache))
