@@ -73,14 +73,15 @@ def server_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def sample_processes(srv: Server, t: float) -> list[dict]:
-    """RSS (MB), open fds and threads of the arbiter and each worker, named '<service>[i]'."""
+    """RSS (MB), open fds and threads of the arbiter and each worker, named '<service> <pid>' (a worker killed by a
+    fault and started again by BentoML is another process, another line)."""
     out = []
     named = [("arbiter", [srv.proc.pid])] + sorted(srv.workers().items())
     for service, pids in named:
-        for i, pid in enumerate(sorted(pids)):
+        for pid in sorted(pids):
             try:
                 p = psutil.Process(pid)
-                out.append({"t": round(t, 1), "proc": f"{service}[{i}]", "pid": pid,
+                out.append({"t": round(t, 1), "proc": f"{service} {pid}", "pid": pid,
                             "rss_mb": round(p.memory_info().rss / 2**20, 1), "fds": p.num_fds(),
                             "threads": p.num_threads()})
             except psutil.Error:
@@ -263,6 +264,7 @@ def plot(res: dict, rows: list[SoakRow], out: Path) -> bool:
     for a in res["actions"]:
         axes[0].annotate(a["event"], (a["t"], axes[0].get_ylim()[1]), rotation=90, fontsize=7, va="top")
     fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out.with_suffix(".png"), dpi=100)
     return True
 
@@ -275,7 +277,9 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
          f"- requests lost (sent, never answered by the server): **{res['lost']}** [0]",
          f"- answers from the wrong version ({res['pinned_requests']} version-pinned OIP requests): "
          f"**{res['wrong_version']}** [0]; pinned requests refused: {res['pinned_refused']}",
-         f"- by transport: {res['by_transport']}", "", "## Rates", "",
+         f"- by transport: {res['by_transport']}",
+         f"- arrivals not sent because 64 requests of a deployment were outstanding (the client's own limit): "
+         f"{res['skipped_by_client_limit'] or 'none'}", "", "## Rates", "",
          "| deployment | req/s | from |", "|---|---|---|"]
     L += [f"| {d} | {v['rate']} | {v['source']} |" for d, v in res["rates"].items()]
     L += ["", "## Schedule and recovery [<= 15 s]", "", "| t s | step | fault | outcome | recovery s |",
@@ -301,7 +305,7 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
     if plotted:
         L += ["", f"![throughput, p99 and RSS over time, changes grey and faults red]({out.name}.png)"]
     L += ["", "Not drilled here yet: Redis stop/start with limits_scope=cluster, a slow or unreachable registry during "
-          "a hot add (issue 42). A process killed by a fault is replaced by BentoML: its successor is a new line."]
+          "a hot add (issue 42). A process killed by a fault is replaced by BentoML: its successor is a new line (named by PID)."]
     return "\n".join(L)
 
 

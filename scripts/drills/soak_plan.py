@@ -135,13 +135,12 @@ def recovery_s(rows: Sequence[Row], start: float, end: float) -> float | None:
 
 
 def recoveries(rows: Sequence[Row], events: Sequence[Event], run_end: float) -> dict[str, float | None]:
-    """Recovery after each fault, each within the time until the next event (a burst: from its end)."""
+    """Recovery after each fault, each within the time until the next fault (a burst: from its end); the changes
+    between faults are meant to fail nothing, so a failure they cause counts against the fault before them."""
     out = {}
-    ordered = sorted(events, key=lambda e: e.at_s)
-    for i, e in enumerate(ordered):
-        if not e.fault:
-            continue
-        nxt = ordered[i + 1].at_s if i + 1 < len(ordered) else run_end
+    faults = sorted((e for e in events if e.fault), key=lambda e: e.at_s)
+    for i, e in enumerate(faults):
+        nxt = faults[i + 1].at_s if i + 1 < len(faults) else run_end
         out[e.name] = recovery_s(rows, e.at_s + e.duration_s, nxt)
     return out
 

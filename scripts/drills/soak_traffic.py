@@ -166,10 +166,10 @@ async def send(c: Clients, transport: str, family: str, deployment: str, t0: flo
     except grpc.aio.AioRpcError as exc:
         return row(f"grpc:{exc.code().name}", code=(exc.details() or "").split(":", 1)[0][:60] or None)
     except InferenceServerException as exc:
-        status = str(exc.status() or "")
+        status, code = str(exc.status() or ""), (exc.message() or "").split(":", 1)[0][:60] or None
         if status.startswith("StatusCode."):
-            return row(f"grpc:{status.removeprefix('StatusCode.')}", code=(exc.message() or "")[:60])
-        return row(int(status) if status.isdigit() else "oip_error", code=(exc.message() or "")[:60])
+            return row(f"grpc:{status.removeprefix('StatusCode.')}", code=code)
+        return row(int(status) if status.isdigit() else "oip_error", code=code)
     except Exception as exc:  # noqa: BLE001  # every failure is a row, none is hidden
         return row(type(exc).__name__, code=str(exc)[:120] or None)
 
