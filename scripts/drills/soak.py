@@ -305,7 +305,8 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
     if plotted:
         L += ["", f"![throughput, p99 and RSS over time, changes grey and faults red]({out.name}.png)"]
     L += ["", "Not drilled here yet: Redis stop/start with limits_scope=cluster, a slow or unreachable registry during "
-          "a hot add (issue 42). A process killed by a fault is replaced by BentoML: its successor is a new line (named by PID)."]
+          "a hot add (issue 42). A process killed by a fault is replaced by BentoML: its successor is a new line "
+          "(named by PID)."]
     return "\n".join(L)
 
 

@@ -59,13 +59,14 @@ class Clients:
     image: bytes = field(default_factory=png)
 
     @classmethod
-    async def open(cls, url: str, grpc_target: str, limit: int = 256) -> Clients:
+    async def open(cls, url: str, grpc_target: str, limit: int = 256, timeout: float = 30) -> Clients:
         assert_loopback(url)
         assert_loopback("http://" + grpc_target)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit))
         host = url.split("://", 1)[1]
         return cls(url, grpc_target, session, grpc.aio.insecure_channel(grpc_target),
-                   thttp.InferenceServerClient(host, conn_limit=limit), tgrpc.InferenceServerClient(grpc_target))
+                   thttp.InferenceServerClient(host, conn_limit=limit, conn_timeout=timeout),
+                   tgrpc.InferenceServerClient(grpc_target))
 
     async def close(self) -> None:
         await self.session.close()
@@ -123,6 +124,12 @@ def tensor_inputs(module: Any, metadata: dict) -> list:
     return out
 
 
+def _deadline(transport: str, timeout: float) -> dict:
+    """tritonclient's client-side deadline over gRPC; over HTTP it is the session's (conn_timeout in Clients.open:
+    the HTTP client's own `timeout` argument is a server-side request parameter)."""
+    return {} if transport == "oip_rest" else {"client_timeout": timeout}
+
+
 def _params(transport: str, result: Any) -> dict:
     if transport == "oip_rest":
         return result.get_response().get("parameters", {})
@@ -155,18 +162,24 @@ async def send(c: Clients, transport: str, family: str, deployment: str, t0: flo
         module = thttp if transport == "oip_rest" else tgrpc
         if pinned:
             model, version, meta = pinned
-            result = await client.infer(model, tensor_inputs(module, meta), model_version=version)
+            result = await client.infer(model, tensor_inputs(module, meta), model_version=version,
+                                        **_deadline(transport, timeout))
         else:
-            result = await client.infer(deployment, oip_inputs(module, family, c.image))
+            result = await client.infer(deployment, oip_inputs(module, family, c.image),
+                                        **_deadline(transport, timeout))
         p = _params(transport, result)
         got = result.get_response()
         answered = got.get("model_version") if isinstance(got, dict) else got.model_version
         return row(200, degraded=bool(p.get("degraded")), model=p.get("served_model"),
                    version=p.get("served_version") or answered)
     except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - t0 - sent >= timeout:
+            return row("client_deadline")  # ours, not the server's: never answered
         return row(f"grpc:{exc.code().name}", code=(exc.details() or "").split(":", 1)[0][:60] or None)
     except InferenceServerException as exc:
         status, code = str(exc.status() or ""), (exc.message() or "").split(":", 1)[0][:60] or None
+        if status == "StatusCode.DEADLINE_EXCEEDED" and time.monotonic() - t0 - sent >= timeout:
+            return row("client_deadline")
         if status.startswith("StatusCode."):
             return row(f"grpc:{status.removeprefix('StatusCode.')}", code=code)
         return row(int(status) if status.isdigit() else "oip_error", code=code)
