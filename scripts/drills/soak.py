@@ -280,8 +280,9 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
          f"- by transport: {res['by_transport']}",
          f"- arrivals not sent because 64 requests of a deployment were outstanding (the client's own limit): "
          f"{res['skipped_by_client_limit'] or 'none'}", "", "## Rates", "",
-         "| deployment | req/s | from |", "|---|---|---|"]
-    L += [f"| {d} | {v['rate']} | {v['source']} |" for d, v in res["rates"].items()]
+         "| deployment | req/s | from | without --rate |", "|---|---|---|---|"]
+    L += [f"| {d} | {v['rate']} | {v['source']} | {res['rates_by_knee'][d]['rate']} "
+          f"({res['rates_by_knee'][d]['source']}) |" for d, v in res["rates"].items()]
     L += ["", "## Schedule and recovery [<= 15 s]", "", "| t s | step | fault | outcome | recovery s |",
           "|---|---|---|---|---|"]
     for a in res["actions"]:
@@ -340,13 +341,15 @@ def main(argv: list[str] | None = None) -> dict:
             soak = Soak(srv, reg, events, seconds)
             deployments, ctx = build_context(soak, reg)
             rate = rates(deployments, knees(args.knee), args.rate)
+            by_knee = rates(deployments, knees(args.knee), None)
             t = time.monotonic()
             loops = asyncio.run(soak.run(deployments, rate, ctx, args.max_requests))
             elapsed = time.monotonic() - t
             tail = log.read_text(errors="replace")[-3000:]
         res = {"drill": NAME, "command": "python -m scripts.drills.soak " + " ".join(argv or []),
                "started_utc": started, "minutes": args.minutes, "registry": str(args.registry),
-               "server_env": extra, **analyse(soak, loops, rate, elapsed), "server_log_tail": tail}
+               "server_env": extra, "rates_by_knee": by_knee, **analyse(soak, loops, rate, elapsed),
+               "server_log_tail": tail}
     plotted = plot(res, soak.rows, args.out)
     write_report(args.out, res, markdown(res, args.out, plotted))
     return res
