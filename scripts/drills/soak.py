@@ -1,7 +1,7 @@
 """Drill: a soak. Open-loop mixed traffic through every deployment over REST, typed gRPC, OIP REST and OIP gRPC while
 the system is changed and broken under it (issue 42).
 
-    python -m scripts.drills.soak --minutes 3 [--rate 3] [--registry models/store] [--out docs/drills/soak]
+    python -m scripts.drills.soak --minutes 3 [--rate 3] [--registry models/store] [--out docs/drills/soak.json]
 
 One `bentoml serve` (scripts/drills/server.py) on a copy of the registry (the source is never touched). Each
 deployment gets its own open loop (scripts/drills/soak_traffic.py) at --rate req/s, or 60% of its family's knee
@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -32,7 +35,7 @@ import psutil
 
 from models.registry import LocalRegistry
 from scripts.bench.report import pyplot, write_report
-from scripts.drills.common import DEFAULT_REGISTRY, OUT_DIR, ROOT, by_status
+from scripts.drills.common import ROOT, base_parser, by_status, log_path, text_body
 from scripts.drills.corrupt_model import corrupt
 from scripts.drills.server import Server
 from scripts.drills.soak_plan import (
@@ -49,6 +52,7 @@ from scripts.drills.soak_plan import (
     wrong_version,
 )
 from scripts.drills.soak_traffic import Clients, open_loop
+from scripts.drills.starts import Attempt, StartOnce, check_answer, drill_main, serve_once
 
 NAME = "soak"
 ADMIN_KEY = "soak-admin"
@@ -304,22 +308,41 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
     if shm:
         L += ["", f"/dev/shm used: {shm[0]['used_mb']} MB at start, {shm[-1]['used_mb']} MB at end."]
     if plotted:
-        L += ["", f"![throughput, p99 and RSS over time, changes grey and faults red]({out.name}.png)"]
+        L += ["", f"![throughput, p99 and RSS over time, changes grey and faults red]({out.with_suffix('.png').name})"]
     L += ["", "Not drilled here yet: Redis stop/start with limits_scope=cluster, a slow or unreachable registry during "
           "a hot add (issue 42). A process killed by a fault is replaced by BentoML: its successor is a new line "
           "(named by PID)."]
     return "\n".join(L)
 
 
+STARTS = "one `bentoml serve` on the registry with the soak's admin key and settings (--env, --models-file)"
+
+
+def extra_env(args: argparse.Namespace) -> dict[str, str]:
+    extra = dict(kv.split("=", 1) for kv in args.env.split(",") if kv)
+    if args.models_file:
+        extra["TRISERVE_MODELS_FILE"] = str(args.models_file)
+    return extra
+
+
+@contextlib.contextmanager
+def start_phase(args: argparse.Namespace) -> Iterator[StartOnce]:
+    """The soak's server, ready; one text request answered."""
+    def once(attempt: Attempt) -> None:
+        def check(srv: Server) -> str:
+            return check_answer(srv.url, "/v1/classify", text_body(random.Random(attempt.number)))
+
+        serve_once(attempt, args.registry, server_env(extra_env(args)), "serve", check, ready_timeout=300)
+
+    yield once
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m scripts.drills.soak", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = base_parser(__doc__, NAME)  # --registry, --out (<out>.json, .md, .png), --log, --starts
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--rate", type=float, default=None, help="req/s per deployment (default: 0.6 x knee, or 2)")
-    ap.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY)
     ap.add_argument("--models-file", type=Path, default=None, help="TRISERVE_MODELS_FILE for the server")
     ap.add_argument("--knee", type=Path, default=ROOT / "docs" / "bench" / "knee.json")
-    ap.add_argument("--out", type=Path, default=OUT_DIR / NAME)
     ap.add_argument("--env", default="", help="comma list of VAR=VALUE for the server")
     ap.add_argument("--max-requests", type=int, default=200_000, help="per deployment")
     return ap.parse_args(argv)
@@ -327,15 +350,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.starts:
+        drill_main(NAME, args, start_phase)
+        return {}
     seconds = args.minutes * 60
     events = schedule(args.minutes)
-    extra = dict(kv.split("=", 1) for kv in args.env.split(",") if kv)
-    if args.models_file:
-        extra["TRISERVE_MODELS_FILE"] = str(args.models_file)
+    extra = extra_env(args)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    log = log_path(args, NAME)  # outside the work dir: kept when the server fails
     with tempfile.TemporaryDirectory(prefix="triserve-soak-") as d:
         reg = prepare(args.registry, Path(d))
-        log = Path(d) / "serve.log"
         with Server(reg.root, env=server_env(extra), log_path=log) as srv:
             srv.wait_ready(timeout=300)
             soak = Soak(srv, reg, events, seconds)
@@ -348,8 +372,8 @@ def main(argv: list[str] | None = None) -> dict:
             tail = log.read_text(errors="replace")[-3000:]
         res = {"drill": NAME, "command": "python -m scripts.drills.soak " + " ".join(argv or []),
                "started_utc": started, "minutes": args.minutes, "registry": str(args.registry),
-               "server_env": extra, "rates_by_knee": by_knee, **analyse(soak, loops, rate, elapsed),
-               "server_log_tail": tail}
+               "server_env": extra, "server_log": str(log), "rates_by_knee": by_knee,
+               **analyse(soak, loops, rate, elapsed), "server_log_tail": tail}
     plotted = plot(res, soak.rows, args.out)
     write_report(args.out, res, markdown(res, args.out, plotted))
     return res
