@@ -43,7 +43,7 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models variants serve test perf-guard lint docs docs-reference clean-models bento lock image smoke-image
+.PHONY: install models variants serve test test-slow perf-guard lint docs docs-reference clean-models bento lock image smoke-image
 
 $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
@@ -69,8 +69,11 @@ variants: models ## INT8/FP16 variants of the stable primaries, gated (docs/benc
 serve: models ## build the default models if missing, then `triserve serve` on HOST:PORT (127.0.0.1:3000)
 	$(VENV)/bin/triserve serve --host $(HOST) --port $(PORT)
 
-test: install ## run the test suite (tiny models built inside the test session)
-	$(PY) -m pytest -q --durations=25 tests
+test: install ## run the test suite (tiny models built inside the test session), without the tests marked slow
+	$(PY) -m pytest -q --durations=25 -m "not slow" tests
+
+test-slow: install ## only the tests marked slow (minutes each: the 3-minute soak drill)
+	$(PY) -m pytest -q --durations=25 -m slow tests
 
 # CI's performance guard (scripts/bench/perf_guard.py): CPU per request of this tree against its parent commit, both
 # served in one run (A B B A cells, 3 rounds, the tiny text model); fails on a regression beyond +15%. A measurement

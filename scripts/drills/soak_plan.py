@@ -1,0 +1,174 @@
+"""The soak drill's pure parts (scripts/drills/soak.py): the schedule of changes and faults scaled to the run, the
+rate per deployment, and the accounting of the rows (per minute, lost, wrong version, recovery, leak slopes).
+
+No I/O here, so the tests (tests/scripts/drills/test_soak.py) check the schedule and every count without a server.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from scripts.drills.common import DEGRADED, FAILED, PRIMARY, Row, pct
+
+KNEE_FRACTION = 0.6  # issue 42: each deployment loaded at ~60% of its knee
+DEFAULT_RATE = 2.0  # req/s for a deployment knee.json does not cover (a conservative guess, said in the report)
+QUIET_TAIL = 0.12  # the last share of the run has no change or fault: what the system settles to is measured
+# (name, share of the run at which it starts); the order is the story: a change, then a fault, spread evenly
+STEPS: tuple[str, ...] = ("hot_add", "canary", "promote", "rollback", "shadow_on", "runner_kill", "shadow_off",
+                          "gateway_kill", "corrupt_add", "burst", "hot_remove")
+FAULTS = frozenset({"runner_kill", "gateway_kill", "burst", "corrupt_add"})
+BURST_FACTOR = 3.0
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    at_s: float
+    duration_s: float = 0.0  # a burst lasts; every other event is an instant
+
+    @property
+    def fault(self) -> bool:
+        return self.name in FAULTS
+
+
+def schedule(minutes: float, warmup_s: float = 10.0) -> list[Event]:
+    """Every step of STEPS once, evenly spread from `warmup_s` to the start of the quiet tail; the burst lasts a third
+    of a step (at least 5 s)."""
+    total = minutes * 60
+    span = total * (1 - QUIET_TAIL) - warmup_s
+    if span <= 0:
+        raise ValueError(f"a {minutes}-minute soak leaves no time for its schedule")
+    step = span / len(STEPS)
+    return [Event(name, round(warmup_s + i * step, 2), round(max(5.0, step / 3), 2) if name == "burst" else 0.0)
+            for i, name in enumerate(STEPS)]
+
+
+def burst_factor(events: Sequence[Event], t: float) -> float:
+    """The arrival-rate multiplier at second `t` of the run."""
+    return BURST_FACTOR if any(e.name == "burst" and e.at_s <= t < e.at_s + e.duration_s for e in events) else 1.0
+
+
+def knees(path: Path) -> dict[str, float]:
+    """family -> knee (req/s) from docs/bench/knee.json (measured per family on the default models)."""
+    try:
+        tasks = json.loads(path.read_text()).get("tasks", {})
+    except (OSError, ValueError):
+        return {}
+    return {fam: float(t["knee_rps"]) for fam, t in tasks.items() if t.get("knee_rps")}
+
+
+def rates(deployments: dict[str, str], knee: dict[str, float], fixed: float | None,
+          default: float = DEFAULT_RATE) -> dict[str, dict]:
+    """deployment -> {"rate", "source"}: `fixed` when given, else KNEE_FRACTION of its family's knee, else `default`."""
+    out = {}
+    for name, family in sorted(deployments.items()):
+        if fixed is not None:
+            out[name] = {"rate": fixed, "source": "--rate"}
+        elif family in knee:
+            out[name] = {"rate": round(KNEE_FRACTION * knee[family], 2),
+                         "source": f"{KNEE_FRACTION:g} x knee {knee[family]:g} req/s (docs/bench/knee.json)"}
+        else:
+            out[name] = {"rate": default, "source": f"default {default:g} req/s (no knee measured)"}
+    return out
+
+
+@dataclass
+class SoakRow(Row):
+    """One soak request: a drills Row plus where it went and which version it asked for and got."""
+    transport: str = "rest"
+    deployment: str = ""
+    pinned: str | None = None  # the version a version-pinned request asked for
+    version: str | None = None  # the version that answered
+
+
+def lost(row: Row) -> bool:
+    """Sent and never answered by the server: a transport failure (no HTTP status, no gRPC status from the server) or
+    the client's own deadline ("client_deadline"); a gRPC status the server sent (its own deadline included) is an
+    answer."""
+    return not isinstance(row.status, int) and not row.status.startswith("grpc:")
+
+
+def wrong_version(row: SoakRow) -> bool:
+    return row.pinned is not None and row.status == 200 and row.version != row.pinned
+
+
+def status_key(row: Row) -> str:
+    return f"{row.status}" + (f":{row.code}" if row.code and isinstance(row.status, int) else "")
+
+
+def minute_table(rows: Iterable[SoakRow]) -> list[dict]:
+    """Per minute of send time: answered, failed by status/code, degraded, p50/p99 of primary answers per deployment."""
+    buckets: dict[int, list[SoakRow]] = {}
+    for r in rows:
+        buckets.setdefault(int(r.sent // 60), []).append(r)
+    out = []
+    for m in sorted(buckets):
+        b = buckets[m]
+        per_dep: dict[str, list[float]] = {}
+        for r in b:
+            if r.kind == PRIMARY:
+                per_dep.setdefault(r.deployment, []).append(r.ms)
+        out.append({"minute": m, "sent": len(b), "answered": sum(r.kind != FAILED for r in b),
+                    "degraded": sum(r.kind == DEGRADED for r in b),
+                    "failed": dict(sorted(Counter(status_key(r) for r in b if r.kind == FAILED).items())),
+                    "lost": sum(lost(r) for r in b),
+                    "latency_ms": {d: {"p50": pct(ms, 50), "p99": pct(ms, 99)} for d, ms in sorted(per_dep.items())}})
+    return out
+
+
+def recovery_s(rows: Sequence[Row], start: float, end: float) -> float | None:
+    """Seconds from `start` (a fault, or a burst's end) until the system answers again: 0 when nothing failed in
+    [start, end); else the completion of the first success sent after the last failure, less `start`; None when
+    nothing succeeded after it before `end`."""
+    window = [r for r in rows if start <= r.sent < end]
+    failed = [r.sent for r in window if r.kind == FAILED]
+    if not failed:
+        return 0.0
+    last = max(failed)
+    ok = [r.done for r in window if r.sent > last and r.kind != FAILED]
+    return round(min(ok) - start, 2) if ok else None
+
+
+def recoveries(rows: Sequence[Row], events: Sequence[Event], run_end: float) -> dict[str, float | None]:
+    """Recovery after each fault, each within the time until the next fault (a burst: from its end); the changes
+    between faults are meant to fail nothing, so a failure they cause counts against the fault before them."""
+    out = {}
+    faults = sorted((e for e in events if e.fault), key=lambda e: e.at_s)
+    for i, e in enumerate(faults):
+        nxt = faults[i + 1].at_s if i + 1 < len(faults) else run_end
+        out[e.name] = recovery_s(rows, e.at_s + e.duration_s, nxt)
+    return out
+
+
+def slope_per_min(samples: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope (units per minute) of (seconds, value) samples; None with fewer than 3."""
+    if len(samples) < 3:
+        return None
+    t = np.array([s[0] for s in samples]) / 60
+    v = np.array([s[1] for s in samples], dtype=float)
+    return round(float(np.polyfit(t, v, 1)[0]), 4)
+
+
+def leak_check(procs: Sequence[dict], run_s: float) -> dict[str, dict]:
+    """Per process and metric (rss_mb, fds, threads): slope per minute over the last half of the run, and the growth
+    from the first to the last sample of that half. `procs`: samples {"t", "proc", "rss_mb", "fds", "threads"}."""
+    half = run_s / 2
+    out: dict[str, dict] = {}
+    for name in sorted({p["proc"] for p in procs}):
+        late = [p for p in procs if p["proc"] == name and p["t"] >= half]
+        if len(late) < 3:
+            continue
+        out[name] = {}
+        for metric in ("rss_mb", "fds", "threads"):
+            vals = [(p["t"], p[metric]) for p in late if p.get(metric) is not None]
+            if len(vals) < 3:
+                continue
+            first, last = vals[0][1], vals[-1][1]
+            out[name][metric] = {"slope_per_min": slope_per_min(vals), "first": first, "last": last,
+                                 "growth": round((last - first) / first, 4) if first else None}
+    return out

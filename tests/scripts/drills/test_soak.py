@@ -1,0 +1,126 @@
+"""The soak drill: its schedule and accounting without a server (fast), and one 3-minute soak on the tiny models
+through a real `bentoml serve` (slow: `make test-slow`)."""
+from __future__ import annotations
+
+import pytest
+
+from scripts.drills.common import ROOT
+from scripts.drills.soak_plan import (
+    QUIET_TAIL,
+    STEPS,
+    Event,
+    SoakRow,
+    burst_factor,
+    knees,
+    leak_check,
+    lost,
+    minute_table,
+    rates,
+    recoveries,
+    recovery_s,
+    schedule,
+    slope_per_min,
+    wrong_version,
+)
+
+
+def row(sent: float, status: int | str = 200, done: float | None = None, **kw) -> SoakRow:
+    return SoakRow("p", sent, sent + 0.01 if done is None else done, status, **kw)
+
+
+@pytest.mark.parametrize("minutes", [3, 60])
+def test_schedule_has_every_step_once_in_order_before_the_quiet_tail(minutes):
+    events = schedule(minutes)
+    assert [e.name for e in events] == list(STEPS)
+    times = [e.at_s for e in events]
+    assert times == sorted(times) and times[0] >= 10
+    assert all(e.at_s + e.duration_s <= minutes * 60 * (1 - QUIET_TAIL) for e in events)
+    assert [e.name for e in events if e.duration_s] == ["burst"]
+    assert {e.name for e in events if e.fault} == {"runner_kill", "gateway_kill", "burst", "corrupt_add"}
+
+
+def test_a_run_too_short_for_its_schedule_is_refused():
+    with pytest.raises(ValueError, match="no time"):
+        schedule(0.1)
+
+
+def test_burst_triples_the_rate_only_while_it_lasts():
+    events = [Event("canary", 5), Event("burst", 10, 5)]
+    assert [burst_factor(events, t) for t in (9.9, 10, 14.9, 15)] == [1.0, 3.0, 3.0, 1.0]
+
+
+def test_rates_come_from_the_option_the_knee_or_the_default():
+    deps = {"intent": "text", "plates": "segmentation"}
+    by_knee = rates(deps, {"text": 100.0}, None, default=1.5)
+    assert by_knee["intent"]["rate"] == 60.0 and "knee" in by_knee["intent"]["source"]
+    assert by_knee["plates"] == {"rate": 1.5, "source": "default 1.5 req/s (no knee measured)"}
+    assert {v["rate"] for v in rates(deps, {"text": 100.0}, 4.0).values()} == {4.0}
+
+
+def test_knees_are_read_from_the_committed_measurement():
+    assert {"text", "detection", "forecast"} <= set(knees(ROOT / "docs" / "bench" / "knee.json"))
+    assert knees(ROOT / "no-such.json") == {}
+
+
+def test_lost_is_only_what_the_server_never_answered():
+    answered = (200, 503, 429, "grpc:UNAVAILABLE", "grpc:RESOURCE_EXHAUSTED", "grpc:DEADLINE_EXCEEDED")
+    assert [lost(row(0, s)) for s in answered] == [False] * 6  # the server's own deadline is an answer
+    assert lost(row(0, "ServerDisconnectedError")) and lost(row(0, "client_deadline"))
+
+
+def test_wrong_version_counts_only_pinned_answers_from_another_version():
+    assert wrong_version(row(0, pinned="1.0", version="1.1"))
+    assert not wrong_version(row(0, pinned="1.0", version="1.0"))
+    assert not wrong_version(row(0, 404, pinned="1.0"))  # refused, not answered by another version
+    assert not wrong_version(row(0, version="1.1"))  # not pinned
+
+
+def test_minute_table_counts_answered_failed_degraded_and_latency_per_deployment():
+    rows = [row(1, deployment="a"), row(2, degraded=True, deployment="a"), row(3, 503, code="overloaded"),
+            row(61, "ClientOSError"), row(62, deployment="b", done=62.5)]
+    m0, m1 = minute_table(rows)
+    assert (m0["sent"], m0["answered"], m0["degraded"], m0["failed"], m0["lost"]) == (3, 2, 1,
+                                                                                      {"503:overloaded": 1}, 0)
+    assert m0["latency_ms"]["a"]["p50"] == pytest.approx(10.0)  # primary answers only
+    assert (m1["failed"], m1["lost"], m1["latency_ms"]["b"]["p99"]) == ({"ClientOSError": 1}, 1, 500.0)
+
+
+def test_recovery_is_zero_without_failures_and_none_without_a_success_after_them():
+    assert recovery_s([row(11)], 10, 20) == 0.0
+    assert recovery_s([row(11, 503), row(12, 503), row(13, done=14.5)], 10, 20) == 4.5
+    assert recovery_s([row(11, 503), row(11.5, done=11.6), row(12, 503)], 10, 20) is None
+
+
+def test_burst_recovery_is_measured_from_its_end():
+    events = [Event("burst", 10, 5), Event("hot_remove", 30)]
+    rows = [row(11, 429), row(16, 429), row(17, done=17.5)]
+    assert recoveries(rows, events, 40) == {"burst": 2.5}
+
+
+def test_leak_check_reads_the_last_half_slope():
+    flat = [{"t": t, "proc": "runner[0]", "rss_mb": 100.0, "fds": 40, "threads": 12} for t in range(0, 600, 30)]
+    grow = [{"t": t, "proc": "gw[0]", "rss_mb": 100.0 + t / 60, "fds": 40, "threads": 12} for t in range(0, 600, 30)]
+    check = leak_check(flat + grow, 600)
+    assert check["runner[0]"]["rss_mb"]["slope_per_min"] == 0.0
+    assert check["gw[0]"]["rss_mb"]["slope_per_min"] == pytest.approx(1.0)
+    assert check["gw[0]"]["threads"]["growth"] == 0.0
+    assert slope_per_min([(0, 1.0), (60, 2.0)]) is None
+
+
+@pytest.mark.slow
+def test_three_minute_soak_on_the_tiny_models_loses_nothing(tiny_registry, tmp_path):
+    """~4 minutes: the whole drill against a real server; functional outcomes only, no timing."""
+    from scripts.drills import soak
+    from tests.conftest import TINY_MODELS
+
+    res = soak.main(["--minutes", "3", "--rate", "2", "--registry", str(tiny_registry.root),
+                     "--models-file", str(TINY_MODELS), "--out", str(tmp_path / "soak"),
+                     "--env", "TRISERVE_ACCESS__CAPACITY_LIMITS=false"])
+    steps = {a["event"]: a for a in res["actions"]}
+    assert set(steps) == set(STEPS)
+    assert res["lost"] == 0 and res["wrong_version"] == 0 and res["pinned_requests"] > 0
+    assert steps["corrupt_add"]["refused"], steps["corrupt_add"]
+    assert all(steps[s]["status"] == 200 for s in ("hot_add", "canary", "promote", "rollback", "hot_remove"))
+    assert all(v is not None for v in res["recovery_s"].values()), res["recovery_s"]  # each fault recovered from
+    assert {"rest", "grpc", "oip_rest", "oip_grpc"} <= set(res["by_transport"])
+    assert (tmp_path / "soak.md").exists() and (tmp_path / "soak.json").exists()
