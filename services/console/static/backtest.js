@@ -32,7 +32,7 @@ export function backtestPlot(answer) {
     root.append(svg("path", { class: "forecast", "data-part": "origin-forecast", "data-origin": k,
                               d: line(o.forecast.map((p, j) => [k * h + j, p.point])) }),
                 svg("line", { class: "divider", x1: x(k * h - 0.5), y1: PAD / 2, x2: x(k * h - 0.5), y2: H - PAD }),
-                svg("text", { x: x(k * h), y: PAD / 2 + 10, class: "tick" }, o.origin));
+                svg("text", { x: x(k * h), y: H - 6, class: "tick" }, o.origin));  // below the low tick
   });
   const actual = origins.flatMap((o, k) => o.actual.map((v, j) => [k * h + j, v]));
   root.append(svg("path", { class: "history", "data-part": "actual", d: line(actual) }),
