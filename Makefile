@@ -43,7 +43,7 @@ export BENTOML_DO_NOT_TRACK := True
 # BentoML keeps prometheus multiprocess files under BENTOML_HOME and wipes them at start: one home per checkout.
 export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
-.PHONY: install models variants serve test lint docs docs-reference clean-models bento lock image smoke-image
+.PHONY: install models variants serve test perf-guard lint docs docs-reference clean-models bento lock image smoke-image
 
 $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
@@ -71,6 +71,12 @@ serve: models ## build the default models if missing, then `triserve serve` on H
 
 test: install ## run the test suite (tiny models built inside the test session)
 	$(PY) -m pytest -q --durations=25 tests
+
+# CI's performance guard (scripts/bench/perf_guard.py): CPU per request of this tree against its parent commit, both
+# served in one run (A B B A cells, 3 rounds, the tiny text model); fails on a regression beyond +15%. A measurement
+# with a threshold, not a timed test (~3 min).
+perf-guard: install ## CPU per request vs the previous commit, measured side by side; fails beyond +15%
+	$(PY) -m scripts.bench.perf_guard
 
 # ruff + mypy + import-linter, zero findings (configuration in pyproject.toml); .ci/run runs it before the tests
 lint: install ## ruff + mypy + the import layers (import-linter), zero findings

@@ -20,6 +20,7 @@ class ApiKey(_Section):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 hex of the key; the key itself is not stored.")
     admin: bool = Field(False, description="May call /admin endpoints.")
     rate_per_s: float | None = Field(None, gt=0, description="Overrides the default rate for this key.")
+    burst: int | None = Field(None, ge=1, description="Overrides the default bucket size (access.burst) for this key.")
 
 
 ApiCategory = Literal["health", "metadata", "model-config", "model-repository", "statistics", "metrics"]

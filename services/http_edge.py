@@ -14,10 +14,10 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kernel.errors import ErrorBody, ErrorResponse
-from kernel.protection import queue_control
+from kernel.protection import inflight, queue_control
 from kernel.request_context import new_request_id
 from kernel.runner_call.batcher import approaching
-from observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled, observe_rss
+from observability.metrics import REJECTED, REQUESTS, labelled, observe_rss
 from observability.request_log import RequestLog
 
 
@@ -36,7 +36,7 @@ class RequestContextMiddleware:
         self.max_body_bytes = max_body_bytes
         self.log = request_log
         self.max_inflight = max_inflight_requests
-        self.inflight: dict[str, int] = {}
+        self.inflight = inflight.COUNTS  # shared with OIP REST and gRPC (kernel/protection/inflight.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -87,8 +87,8 @@ class RequestContextMiddleware:
 
         refusal: tuple[str, dict] | None = None  # (message, details) of a refusal before the body is read
         limit = self.max_inflight
-        if task and limit is not None and self.inflight.get(task, 0) >= limit:
-            refusal = (f"{task} is at its limit of {limit} requests in flight", {"limit": limit})
+        if task and inflight.full(task, limit):
+            refusal = (inflight.refusal(task, limit).message, {"limit": limit})
         elif task and self.front_door and queue_control.shedding(task):  # every slot full: refuse before the body
             refusal = (f"{task} is over capacity", {"reason": "standing_queue"})
         if task and refusal:
@@ -101,8 +101,7 @@ class RequestContextMiddleware:
                 self._log(request_log, task, scope, state, rid, 503, started, None)
             return
         if task:
-            labelled(INFLIGHT, task).inc()
-            self.inflight[task] = self.inflight.get(task, 0) + 1
+            inflight.enter(task)
             state["batch_arrival"] = approaching(task).enter()  # on its way to a batcher until it submits
         try:
             await self.app(scope, capped_receive, send_with_id)
@@ -111,8 +110,7 @@ class RequestContextMiddleware:
         finally:
             if task:
                 state["batch_arrival"]()  # no-op once the request reached its batcher
-                labelled(INFLIGHT, task).dec()
-                self.inflight[task] -= 1
+                inflight.leave(task)
                 observe_rss("gateway")
                 if request_log:
                     self._log(request_log, task, scope, state, rid, status[0], started,

@@ -39,8 +39,6 @@ KNOWN_GAPS = {
     # the backtest (POST /v1/forecast/backtest) is REST and the HTTP clients only: no RPC, OIP pipeline or batch command
     ("forecast_backtest", "grpc"), ("forecast_backtest", "client_grpc"), ("forecast_backtest", "oip"),
     ("forecast_backtest", "batch"),
-    # pose and segmentation have no offline adapter (families/<name>/batch.py): no `triserve batch pose|segment`
-    ("pose", "batch"), ("segment", "batch"),
 }
 
 

@@ -1,17 +1,24 @@
 """What the image families' offline adapters (kernel/batch.py's contract) share: each record's encoded image decoded
 with the deployment's byte and pixel caps, as the service decodes it (a corrupt, empty or oversized image is an error
-row with the service's code, never a stopped job), then made into the family's runner item."""
+row with the service's code, never a stopped job), then made into the family's runner item; and for the box families
+the letterbox, the NMS settings and the box columns."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from families.vision.decode import decode_image
-from families.vision.limits import ImageLimits
-from kernel.batch import Prepared
+from families.vision.letterbox import LetterboxMeta, boxes_to_original, letterbox
+from families.vision.limits import BoxLimits, ImageLimits
+from families.vision.manifest import LetterboxPreprocess
+from families.vision.nms import Detections, request_nms
+from families.vision.schemas import box_fields
+from kernel.batch import Option, Prepared
 from kernel.errors import ApiError
+from models.manifest import Manifest, preprocess_as
 
 
 class ImageAdapter:
@@ -47,3 +54,47 @@ class ImageAdapter:
             out.owners.append(i)
             out.states[i] = state
         return out
+
+
+BOX_COLUMNS = {"width": "i64", "height": "i64", "candidates": "i64", "boxes": "list<list<f64>>",
+               "scores": "list<f64>", "class_ids": "list<i64>", "labels": "list<str>"}
+
+
+class BoxAdapter(ImageAdapter):
+    """What the box families' adapters (detection, pose, segmentation) share: the letterboxed image as the runner
+    item, the deployment's NMS settings (or the job's), and the boxes in the image's own pixels as columns; a
+    subclass names its manifest's preprocess (`PREPROCESS`) and turns one image's head into its row (`row`)."""
+
+    PREPROCESS: type[LetterboxPreprocess]
+    OPTIONS = (Option("conf_threshold", "score threshold (default: the deployment's)", float),
+               Option("iou_threshold", "NMS IoU threshold (default: the deployment's)", float),
+               Option("max_detections", "boxes kept per image (default: the deployment's)", int))
+    COLUMNS = BOX_COLUMNS
+    limits: BoxLimits
+
+    def __init__(self, directory: Path, manifest: Manifest, limits: BoxLimits, options: dict[str, Any]):
+        self.pre = preprocess_as(manifest, self.PREPROCESS)
+        self.labels = manifest.labels
+        self.limits = limits
+        conf, iou, most = (options.get(k) for k in ("conf_threshold", "iou_threshold", "max_detections"))
+        self.params = request_nms(limits, None if conf is None else float(conf), None if iou is None else float(iou),
+                                  int(most) if most else None)
+
+    def item(self, image, index):
+        return letterbox(image, self.pre.imgsz, self.pre.pad_value)
+
+    def finish(self, prepared: Prepared, outputs: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+        return prepared.rows(outputs, self.COLUMNS, self.row)
+
+    def row(self, outs: list[np.ndarray], meta: LetterboxMeta) -> dict[str, Any]:
+        """One image's outputs -> its row (the family's COLUMNS)."""
+        raise NotImplementedError
+
+    def box_columns(self, det: Detections, meta: LetterboxMeta, candidates: int | None = None) -> dict[str, Any]:
+        """The kept boxes in the original image's pixels, as the service answers them."""
+        boxes = [box_fields(b, s, c, self.labels) for b, s, c in
+                 zip(boxes_to_original(det.boxes, meta), det.scores, det.classes)]
+        return {"width": meta.orig_w, "height": meta.orig_h,
+                "candidates": det.candidates if candidates is None else candidates,
+                "boxes": [b["box"] for b in boxes], "scores": [b["score"] for b in boxes],
+                "class_ids": [b["class_id"] for b in boxes], "labels": [b["label"] for b in boxes]}

@@ -47,6 +47,7 @@ class Client:
     admin: bool
     rate_per_s: float
     sticky_key: str = ""  # what keeps this client on one side of a canary split; "": nothing identifies it
+    burst: int | None = None  # its bucket size; None: access.burst
 
     @property
     def canary_key(self) -> str:
@@ -127,7 +128,7 @@ class AccessControl:
             raise ApiError(403, "forbidden", f"key {entry.name!r} may not call admin endpoints")
         client_id = f"key:{entry.name}"
         return Client(id=client_id, admin=entry.admin, rate_per_s=entry.rate_per_s or self.cfg.rate_per_s,
-                      sticky_key=client_id)
+                      sticky_key=client_id, burst=entry.burst)
 
     def address(self, request: Caller):
         """The client's address: the peer, or what a trusted proxy forwarded (kernel/protection/forwarded.py)."""
@@ -141,7 +142,7 @@ class AccessControl:
 
     def limit(self, client: Client, family: str) -> None:
         """The client's own rate (checked before the body is read; `family` labels the metric)."""
-        wait = self.store.take(f"client:{client.id}", client.rate_per_s, self.cfg.burst, self.clock())
+        wait = self.store.take(f"client:{client.id}", client.rate_per_s, client.burst or self.cfg.burst, self.clock())
         if wait > 0:
             REJECTED.labels(family, "", "rate_limited").inc()
             raise ApiError(429, "rate_limited", f"rate limit of {client.rate_per_s:g} requests/s exceeded",

@@ -51,9 +51,14 @@ def data_fingerprint(*arrays_or_files: object) -> str:
     return h.hexdigest()
 
 
+KNOWN_COMMIT: str | None = None  # set by the isolated import child (models/importing/sandbox_child.py): no git there
+
+
 def git_commit() -> str:
     """HEAD's sha (+ "-dirty") of the checkout this code runs from, with the system git; "unknown" without one
     (an installed wheel, no git)."""
+    if KNOWN_COMMIT is not None:
+        return KNOWN_COMMIT
     git = shutil.which("git", path=os.pathsep.join(GIT_DIRS))
     if git is None:
         return "unknown"

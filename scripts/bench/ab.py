@@ -71,7 +71,8 @@ def parse_cells(spec: str) -> list[tuple[str, int]]:
 def start(tree: Path, args, tmp: Path, tag: str) -> TriservePeer:
     """A server of the tree's code (own BENTOML_HOME), pinned to the server CPU."""
     env = {**RAISED_LIMITS, "TRISERVE_RUNNER__INTRA_OP_THREADS": str(args.intra_op), **args.env}
-    return TriservePeer(tag, env, args.server_cpu, tmp / f"{tag}.log", Path(tempfile.mkdtemp(dir=tmp)), root=tree)
+    return TriservePeer(tag, env, args.server_cpu, tmp / f"{tag}.log", Path(tempfile.mkdtemp(dir=tmp)), root=tree,
+                        registry=args.registry)
 
 
 def cell_order(index: int) -> list[str]:
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-requests", type=int, default=200_000, help="bound per cell")
     ap.add_argument("--intra-op", type=int, default=1)
     ap.add_argument("--env", default="", help="extra server environment for both sides, K=V,K=V")
+    ap.add_argument("--registry", type=Path, default=ROOT / "models" / "store", help="the registry both sides serve")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--generator", default=default_generator(), choices=("wrk", "aiohttp"))

@@ -177,15 +177,15 @@ class TriservePeer:
     """scripts/drills/server.py's Server (own BENTOML_HOME), started while this process is pinned to the server CPU
     so the serve process and every worker it spawns inherit that affinity."""
 
-    def __init__(self, name: str, env: dict, cpu: int | set[int], log: Path, home: Path, root: Path = ROOT):
+    def __init__(self, name: str, env: dict, cpu: int | set[int], log: Path, home: Path, root: Path = ROOT,
+                 registry: Path = ROOT / "models" / "store"):
         from scripts.drills.server import Server
 
         self.name = name
         mine = os.sched_getaffinity(0)
         os.sched_setaffinity(0, cpu if isinstance(cpu, set) else {cpu})
         try:
-            self.server = Server(ROOT / "models" / "store", env={**env, "BENTOML_HOME": str(home)}, log_path=log,
-                                 root=root)
+            self.server = Server(registry, env={**env, "BENTOML_HOME": str(home)}, log_path=log, root=root)
         finally:
             os.sched_setaffinity(0, mine)
         self.url = self.server.url

@@ -4,7 +4,8 @@ Per call: the request id comes from the `x-request-id` metadata (or is generated
 metadata; an already expired gRPC deadline is answered DEADLINE_EXCEEDED before any work; otherwise the remaining
 time becomes the request's Deadline (clamped to deadlines.max_ms, and never longer than an `x-request-timeout-ms`
 metadata value), so the runner drops the item once it is too late, exactly as for REST. API keys (`x-api-key` or
-`authorization: Bearer ...`) and rate limits are the REST ones (kernel/protection/access.py).
+`authorization: Bearer ...`) and rate limits are the REST ones (kernel/protection/access.py), and so is the cap on
+inference requests in flight (admission.max_inflight_requests, one count with REST's: kernel/protection/inflight.py).
 
 Errors keep the project's error model: the status message is "<code>: <message>", and trailing metadata carries
 `triserve-error-code`, `triserve-http-status` (the REST status of the same error), `triserve-error-details` (JSON)
@@ -23,6 +24,7 @@ import grpc
 
 from kernel.call import CallContext
 from kernel.errors import ApiError
+from kernel.protection import inflight
 from kernel.protection.deadlines import HEADER as TIMEOUT_HEADER
 from kernel.protection.deadlines import Deadline
 from kernel.request_context import new_request_id
@@ -106,6 +108,7 @@ class RpcScope:
 
     def __init__(self, gateway, context, metadata: dict[str, str], request_id: str):
         self._gateway, self.context, self.metadata, self.request_id = gateway, context, metadata, request_id
+        self.holding: str | None = None  # the family whose in-flight place this call holds (released by handle)
 
     @property
     def ctx(self):
@@ -118,6 +121,9 @@ class RpcScope:
         prot = gateway.protection
         client = prot.access.identify(MetadataRequest(self.metadata, self.context.peer()))
         prot.access.limit(client, family)
+        if self.holding is None:  # admission.max_inflight_requests, counted with REST's (kernel/protection/inflight)
+            inflight.admit(family, gateway.settings.admission.max_inflight_requests)
+            self.holding = family
         key = self.metadata.get(gateway.settings.rollout.canary_header) or client.canary_key
         return CallContext(self.request_id, deadline, client, route_key=key)
 
@@ -131,7 +137,12 @@ async def handle(context, gateway, work: Callable[[RpcScope], Awaitable[T]], whe
         if remaining is not None and remaining <= 0:
             raise ApiError(504, "deadline_exceeded", "the gRPC deadline had passed before the request was processed",
                            {"stage": "arrival"})
-        result = await work(RpcScope(gateway, context, metadata, request_id))
+        scope = RpcScope(gateway, context, metadata, request_id)
+        try:
+            result = await work(scope)
+        finally:
+            if scope.holding is not None:
+                inflight.leave(scope.holding)
     except Exception as exc:  # mapped to a status below; CancelledError is not an Exception
         info = describe_error(exc, where)
         await context.abort(grpc_status(info.status, info.code), f"{info.code}: {info.message}",

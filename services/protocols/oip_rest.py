@@ -31,6 +31,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from kernel.errors import ApiError
+from kernel.protection import inflight
 from services.gateway_deps import inference_guard, ready_context
 from services.http_errors import request_id_of
 from services.protocols import oip, oip_codec
@@ -287,7 +288,11 @@ async def infer(request: Request, name: str, version: str = ""):
         entry = await oip.resolve(ctx, name, version)
         call = await inference_guard(entry.family)(request, ctx)
         req = parse_infer_request(name, version, body, request.headers.get("inference-header-content-length"))
-        resp = await oip.infer(ctx, entry, req, call)
+        inflight.admit(entry.family, ctx.settings.admission.max_inflight_requests)  # the cap REST's routes have
+        try:
+            resp = await oip.infer(ctx, entry, req, call)
+        finally:
+            inflight.leave(entry.family)
         return infer_response(req, resp)
     except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
         return oip_error(request, exc)

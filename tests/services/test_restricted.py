@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 
 import grpc
 import httpx
@@ -14,10 +16,14 @@ import pytest
 import tritonclient.grpc as tgrpc  # at collection, before anything loads the gateway's OIP stubs
 from tritonclient.utils import InferenceServerException
 
+from services.protocols.grpc_common import grpc_status
 from services.restricted import GRPC_CATEGORIES, rest_category
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
-USER, OPS = "user-key", "ops-key"
+USER, OPS, SLOW = "user-key", "ops-key", "slow-key"
+MAX_BYTES = 64 * 1024  # gateway.max_body_bytes and grpc.max_message_bytes of the locked server
+SLOW_TEXT_MS = 200  # injected runner latency of the text deployment's primary: a 20 ms budget cannot be met
+HOLD_MS = 5000  # ... and of its fallback: a request for it holds its in-flight place that long
 GRPC_CODES = {200: "OK", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
 
 
@@ -47,10 +53,15 @@ def test_every_oip_rpc_but_inference_has_a_category():
 @pytest.fixture(scope="module")
 def locked(tiny_registry, tmp_path_factory):
     keys = [{"name": "user", "sha256": hashlib.sha256(USER.encode()).hexdigest()},
-            {"name": "ops", "admin": True, "sha256": hashlib.sha256(OPS.encode()).hexdigest()}]
+            {"name": "ops", "admin": True, "sha256": hashlib.sha256(OPS.encode()).hexdigest()},
+            {"name": "slow", "sha256": hashlib.sha256(SLOW.encode()).hexdigest(), "rate_per_s": 0.001, "burst": 1}]
     env = {**NO_CAPACITY_LIMITS, "TRISERVE_ACCESS__REQUIRE_KEY_FOR_INFERENCE": "true",
            "TRISERVE_ACCESS__API_KEYS": json.dumps(keys),
-           "TRISERVE_ACCESS__RESTRICTED_APIS": json.dumps({"statistics": "admin"})}
+           "TRISERVE_ACCESS__RESTRICTED_APIS": json.dumps({"statistics": "admin"}),
+           # for the limits matrix below: the access matrix's sequential calls never meet them
+           "TRISERVE_ADMISSION__MAX_INFLIGHT_REQUESTS": "1", "TRISERVE_GATEWAY__MAX_BODY_BYTES": str(MAX_BYTES),
+           "TRISERVE_GRPC__MAX_MESSAGE_BYTES": str(MAX_BYTES),
+           "TRISERVE_RUNNER__FAULTS__LATENCY_MS": json.dumps({"text": SLOW_TEXT_MS, "text_fallback": HOLD_MS})}
     with Server(tiny_registry.root, env=env, log_path=tmp_path_factory.mktemp("logs") / "locked.log") as srv:
         srv.wait_ready()
         yield srv
@@ -143,3 +154,113 @@ def test_every_transport_gives_the_same_answer(locked, key, expected):
     cells = _cells(locked, key)
     got = {row: sorted(set(by_transport.values())) for row, by_transport in cells.items()}
     assert got == {row: [status] for row, status in expected.items()}, cells
+
+
+# ---- the limits matrix: rate, in-flight capacity, size caps, deadlines; one outcome per cell on every transport ----
+def _code(status: int, code: str = "") -> str:
+    """Every outcome as the gRPC code the project maps it to (services/protocols/grpc_common.grpc_status)."""
+    return "OK" if status == 200 else grpc_status(status, code).name
+
+
+def _rest_code(srv, key, method, path, headers=None, **kw) -> str:
+    r = httpx.request(method, srv.url + path, headers={**_headers(key), **(headers or {})}, timeout=30, **kw)
+    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    error = body.get("error")  # the service's error model {error: {code, ...}}; OIP REST's {error: str, code}
+    code = error.get("code", "") if isinstance(error, dict) else body.get("code", "")
+    return f"{r.status_code}:{_code(r.status_code, code or '')}"
+
+
+def _grpc_code(call) -> str:
+    try:
+        call()
+        return "OK"
+    except InferenceServerException as exc:
+        return str(exc.status()).removeprefix("StatusCode.")
+    except grpc.RpcError as exc:
+        return exc.code().name
+
+
+def _typed_code(srv, key, text="book a flight", metadata=()) -> str:
+    from triserve_client.errors import TriserveAPIError, TriserveTimeoutError
+    from triserve_client.grpc import TriserveGrpcClient
+
+    with TriserveGrpcClient(srv.grpc_target, api_key=key, timeout=30, metadata=metadata) as typed:
+        try:
+            typed.classify(text, model="primary")
+            return "OK"
+        except TriserveAPIError as exc:
+            return _code(exc.status, exc.code)
+        except TriserveTimeoutError:
+            return "DEADLINE_EXCEEDED"
+
+
+def _row(srv, key, text="book a flight", upload=b"x", headers=None) -> dict[str, str]:
+    """One inference call per transport (text; multipart: a detection upload), REST answers as 'status:gRPC code'."""
+    triton = tgrpc.InferenceServerClient(srv.grpc_target)
+    h = {**_headers(key), **(headers or {})}
+    tensor = tgrpc.InferInput("TEXT", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([text.encode()], dtype=object))
+    try:
+        return {"rest": _rest_code(srv, key, "POST", "/v1/classify", headers,
+                                   json={"texts": [text], "model": "primary"}),
+                "multipart": _rest_code(srv, key, "POST", "/v1/detect/upload", headers,
+                                        files={"images": ("a.png", upload)}),
+                "typed-grpc": _typed_code(srv, key, text, tuple((headers or {}).items())),
+                "oip-rest": _rest_code(srv, key, "POST", "/v2/models/classify/infer", headers, json={"inputs": [
+                    {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [text]}]}),
+                "oip-grpc": _grpc_code(lambda: triton.infer("classify", [tensor], headers=h))}
+    finally:
+        triton.close()
+
+
+def _same(row: dict[str, str], rest_status: int, grpc_code: str, skip=()) -> None:
+    expected = {t: (f"{rest_status}:{grpc_code}" if t in ("rest", "multipart", "oip-rest") else grpc_code)
+                for t in row if t not in skip}
+    assert {t: v for t, v in row.items() if t not in skip} == expected, row
+
+
+def test_a_rate_limit_is_one_bucket_for_every_transport(locked):
+    """A key with burst 1 at 0.001/s: its one token spent over REST, every transport refuses it, REST included."""
+    assert _rest_code(locked, SLOW, "POST", "/v1/classify", json={"texts": ["hi"]}) == "200:OK"
+    _same(_row(locked, SLOW), 429, "RESOURCE_EXHAUSTED")
+
+
+def test_body_and_message_size_caps(locked):
+    _same(_row(locked, USER, text="x" * (2 * MAX_BYTES), upload=b"x" * (2 * MAX_BYTES)), 413, "RESOURCE_EXHAUSTED")
+
+
+def test_the_in_flight_cap_counts_every_transport(locked):
+    """admission.max_inflight_requests=1: a text request to the fallback (whose runner takes HOLD_MS) holds the
+    place; text calls on every transport are refused 503 / UNAVAILABLE meanwhile (multipart: the detection family,
+    which has its own count, is let through to its answer)."""
+    held: dict[str, int] = {}
+    sender = threading.Thread(target=lambda: held.setdefault("status", httpx.post(
+        locked.url + "/v1/classify", json={"texts": ["book a flight"], "model": "fallback"}, headers=_headers(USER),
+        timeout=60).status_code))
+    sender.start()
+    try:
+        for _ in range(200):  # until the held request has its place (bounded: 10 s); /metrics takes none
+            metrics = httpx.get(locked.url + "/metrics", headers=_headers(USER), timeout=30).text
+            if 'triserve_inflight_requests{family="text"} 1.0' in metrics:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the held request never showed in flight")
+        row = _row(locked, USER)
+    finally:
+        sender.join(60)
+    assert not row["multipart"].startswith("503"), row
+    _same(row, 503, "UNAVAILABLE", skip=("multipart",))
+    assert held["status"] == 200
+    assert _rest_code(locked, USER, "POST", "/v1/classify", json={"texts": ["x"]}) == "200:OK"  # free again
+
+
+def test_a_deadline_that_cannot_be_met(locked):
+    """A 20 ms budget on the text deployment's primary, whose runner takes 200 ms: refused for its deadline on every
+    transport (REST 504, or 503 deadline_unattainable once admission has measured the runner; gRPC DEADLINE_EXCEEDED
+    either way, as grpc_status maps them). Multipart is an image route: its deadline is the same header."""
+    row = _row(locked, USER, headers={"x-request-timeout-ms": "20"})
+    row.pop("multipart")  # an image route: its deadline is the same header
+    assert all(v.endswith("DEADLINE_EXCEEDED") for v in row.values()), row
+    assert all(v.split(":")[0] in ("504", "503") for k, v in row.items() if "rest" in k), row
+

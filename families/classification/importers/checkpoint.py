@@ -36,6 +36,7 @@ from models.importing.photos import package_photos, user_photos
 from models.importing.provenance import package_versions
 from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, quiet_stdout
 from models.importing.result import GateFailed, ImportRefused, ImportResult
+from models.importing.sandbox import isolated_build, prefetch_photos
 from models.manifest import Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
@@ -121,16 +122,21 @@ def import_classification_pt(weights: Path, name: str, version: str, work: Path,
                   ultralytics_reference(weights, pre.imgsz), recipe, fallback_name)
 
 
+def isolated_import(work: Path, weights: Path, name: str, version: str, images: Path | None, cache: Path,
+                    **kw) -> ImportResult:
+    """The isolated child's entry (models/importing/sandbox.py reads the pickle in a fenced child process)."""
+    photos = user_photos(images) if images else package_photos(cache)
+    return import_classification_pt(weights, name, version, work, photos, cache / "classification-pt", **kw)
+
+
 def _cmd(args) -> int:
     from models.registry import LocalRegistry, RegistryError
 
-    photos = user_photos(args.images) if args.images else package_photos(args.cache)
-
-    def build(work: Path) -> ImportResult:
-        return import_classification_pt(args.weights, args.name, args.version, work, photos,
-                                        Path(args.cache) / "classification-pt", args.imgsz, args.fallback_name,
-                                        args.license)
-
+    prefetch_photos(Path(args.images) if args.images else None, Path(args.cache))
+    build = isolated_build(f"{__name__}:isolated_import", {
+        "weights": Path(args.weights), "name": args.name, "version": args.version,
+        "images": Path(args.images) if args.images else None, "cache": Path(args.cache), "imgsz": args.imgsz,
+        "fallback_name": args.fallback_name, "license": args.license}, Path(args.cache))
     try:
         with quiet_stdout():
             published, report = import_and_publish(LocalRegistry(args.registry), args.name, args.version,

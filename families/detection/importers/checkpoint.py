@@ -70,6 +70,7 @@ from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import package_versions
 from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
+from models.importing.sandbox import absolute_specs, isolated_one, prefetch_photos
 from models.manifest import Manifest, Source, preprocess_as
 
 log = logging.getLogger("triserve.importer")
@@ -211,11 +212,23 @@ def _worst(parity) -> dict[str, float]:
 
 def publish_detection_pt(weights: Path, name: str, version: str, registry, *, alias: str | None = None,
                          cache_dir: Path | None = None, images: Path | None = None, **kw) -> tuple[Manifest, dict]:
-    """import_detection_pt + publish into `registry` (models.registry.LocalRegistry); (published manifest, report).
-    `images`: a folder of the model's own-domain photos for the ultralytics cross-check. Versions are immutable: an
-    existing name:version is refused before any work."""
-    return import_one_and_publish(registry, name, version, alias, "detection-pt", lambda work: import_detection_pt(
-        weights, name, version, work, photos=user_photos(images) if images else None, cache_dir=cache_dir, **kw))
+    """import_detection_pt, run isolated (models/importing/sandbox.py: the pickle is read in a fenced child process),
+    + publish into `registry` (models.registry.LocalRegistry); (published manifest, report). `images`: a folder of
+    the model's own-domain photos for the ultralytics cross-check. Versions are immutable: an existing name:version is
+    refused before any work."""
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    kw["custom_modules"] = absolute_specs(kw.get("custom_modules") or ())
+    if kw.get("verify_ultralytics") is not False:
+        prefetch_photos(images, cache)
+    return import_one_and_publish(registry, name, version, alias, "detection-pt", isolated_one(
+        f"{__name__}:isolated_import", {"weights": Path(weights), "name": name, "version": version,
+                                        "images": Path(images) if images else None, "cache_dir": cache, **kw}, cache))
+
+
+def isolated_import(work: Path, weights: Path, name: str, version: str, images: Path | None = None,
+                    **kw) -> tuple[Artifact, dict]:
+    """The isolated child's entry (models/importing/sandbox_child.py): import_detection_pt in its work folder."""
+    return import_detection_pt(weights, name, version, work, photos=user_photos(images) if images else None, **kw)
 
 
 def log_report(report: dict) -> None:

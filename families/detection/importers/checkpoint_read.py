@@ -149,11 +149,27 @@ def _missing(packages: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p for p in packages if importlib.util.find_spec(p) is None)
 
 
+def _load(weights: Path, notes: list[str]) -> dict:
+    """weights_only first (ultralytics' allow-list of its own and torch's model classes: nothing else is called);
+    a checkpoint that needs more (custom layers, old config containers) is fully unpickled, with a note. The
+    `triserve import *-pt` commands do both in the isolated child (models/importing/sandbox.py)."""
+    import pickle
+
+    from ultralytics.nn.tasks import torch_safe_load
+
+    try:
+        ckpt, _ = torch_safe_load(str(weights), safe_only=True)
+        return ckpt
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, ModuleNotFoundError, TypeError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    ckpt, _ = torch_safe_load(str(weights), safe_only=False)
+    notes.append(f"read by full unpickling: the weights_only allow-list refused it ({reason})")
+    return ckpt
+
+
 def load_checkpoint_dict(weights: Path) -> tuple[dict, list[str]]:
     """ultralytics' own checkpoint loader (legacy module renames included), with stand-ins for missing config
     packages; (checkpoint dict with plain args, notes)."""
-    from ultralytics.nn.tasks import torch_safe_load
-
     notes: list[str] = []
     missing = custom_code.missing_globals(Path(weights), ignore_packages=STUB_PACKAGES + FOREIGN_PACKAGES)
     if missing:
@@ -163,8 +179,8 @@ def load_checkpoint_dict(weights: Path) -> tuple[dict, list[str]]:
     stubs = _missing(STUB_PACKAGES)
     try:
         with _stubbed(stubs) if stubs else contextlib.nullcontext():
-            ckpt, _ = torch_safe_load(str(weights))
-    except ImportRefused:
+            ckpt = _load(weights, notes)
+    except (ImportRefused, MemoryError):
         raise
     except AttributeError as exc:  # a class the pre-scan could not see missing (an older, non-zip checkpoint)
         found = _CANT_GET.search(str(exc))

@@ -45,6 +45,7 @@ from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
 from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
+from models.importing.sandbox import absolute_specs, isolated_one, prefetch_photos
 from models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
@@ -162,9 +163,21 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
 
 def publish_pose_pt(weights: Path, name: str, version: str, registry, *, alias: str | None = None,
                     cache_dir: Path | None = None, images: Path | None = None, **kw) -> tuple[Manifest, dict]:
-    """import_pose_pt + publish into `registry`; (published manifest, report). Existing versions are refused first."""
-    return import_one_and_publish(registry, name, version, alias, "pose-pt", lambda work: import_pose_pt(
-        weights, name, version, work, photos=user_photos(images) if images else None, cache_dir=cache_dir, **kw))
+    """import_pose_pt, run isolated (models/importing/sandbox.py), + publish into `registry`; (published manifest,
+    report). Existing versions are refused first."""
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    kw["custom_modules"] = absolute_specs(kw.get("custom_modules") or ())
+    if kw.get("verify_ultralytics") is not False:
+        prefetch_photos(images, cache)
+    return import_one_and_publish(registry, name, version, alias, "pose-pt", isolated_one(
+        f"{__name__}:isolated_import", {"weights": Path(weights), "name": name, "version": version,
+                                        "images": Path(images) if images else None, "cache_dir": cache, **kw}, cache))
+
+
+def isolated_import(work: Path, weights: Path, name: str, version: str, images: Path | None = None,
+                    **kw) -> tuple[Artifact, dict]:
+    """The isolated child's entry (models/importing/sandbox_child.py): import_pose_pt in its work folder."""
+    return import_pose_pt(weights, name, version, work, photos=user_photos(images) if images else None, **kw)
 
 
 def _cmd(args) -> int:

@@ -27,6 +27,7 @@ from models.importing.licenses import add_license_option, spdx_from_text
 from models.importing.photos import PhotoSet, user_photos
 from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, ImportRefused, ImportResult
+from models.importing.sandbox import absolute_specs, isolated_build, prefetch_photos
 
 log = logging.getLogger("triserve.importer")
 OPSET = 17
@@ -65,10 +66,22 @@ def publish_segmentation_pt(weights: Path, name: str, version: str, registry, *,
                             alias: str | None = None, cache_dir: Path | None = None, images: Path | None = None,
                             custom_modules: Sequence[str] = (), verify_ultralytics: bool | None = None,
                             license: str | None = None, require_license: bool = False) -> tuple[list, dict]:
-    return import_and_publish(registry, name, version, alias, "segmentation-pt", lambda work: import_segmentation_pt(
-        weights, name, version, work, imgsz=imgsz, photos=user_photos(images) if images else None,
-        cache_dir=cache_dir, verify_ultralytics=verify_ultralytics, license=license, require_license=require_license,
-        custom_modules=custom_modules))
+    """import_segmentation_pt, run isolated (models/importing/sandbox.py: the pickle is read in a fenced child
+    process), + publish into `registry`; (published manifests, report)."""
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    prefetch_photos(Path(images) if images else None, cache)  # its checks run on photos even without verification
+    return import_and_publish(registry, name, version, alias, "segmentation-pt", isolated_build(
+        f"{__name__}:isolated_import", {
+            "weights": Path(weights), "name": name, "version": version, "imgsz": imgsz,
+            "images": Path(images) if images else None, "cache_dir": cache,
+            "verify_ultralytics": verify_ultralytics, "license": license, "require_license": require_license,
+            "custom_modules": absolute_specs(custom_modules)}, cache))
+
+
+def isolated_import(work: Path, weights: Path, name: str, version: str, images: Path | None = None,
+                    **kw) -> ImportResult:
+    """The isolated child's entry (models/importing/sandbox_child.py): import_segmentation_pt in its work folder."""
+    return import_segmentation_pt(weights, name, version, work, photos=user_photos(images) if images else None, **kw)
 
 
 def _cmd(args) -> int:

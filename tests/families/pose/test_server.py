@@ -40,6 +40,7 @@ def pose_server(tmp_path_factory):
     env = {**NO_CAPACITY_LIMITS, "TRISERVE_MODELS_FILE": str(models)}
     with Server(registry.root, env=env, log_path=root / "serve.log") as srv:
         srv.wait_ready()
+        srv.models_file, srv.registry_dir = models, registry.root  # type: ignore[attr-defined] - for the batch test
         yield srv
 
 
@@ -112,3 +113,34 @@ def test_schema_violations_are_422(pose_server):
     resp = httpx.post(f"{pose_server.url}/v1/pose", json={"images": [{"data": "eA=="}], "conf_threshold": 3},
                       timeout=30)
     assert resp.status_code == 422
+
+
+def test_batch_rows_hold_the_people_the_service_answers(pose_server, photo, tmp_path):
+    """`triserve batch pose` over the same deployment: each image's row has the boxes and keypoints /v1/pose answers
+    for it (same thresholds), a corrupt file an error row with the service's code."""
+    pytest.importorskip("pyarrow", reason="the batch extra (pyarrow) is not installed")
+    from batch import cli
+    from batch.sinks import read_rows
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "zidane.jpg").write_bytes(photo)
+    (images / "corrupt.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    args = cli._parser().parse_args(["pose", "--deployment", "people", "--input", str(images),
+                                     "--output", str(tmp_path / "out"), "--registry", str(pose_server.registry_dir),
+                                     "--models-file", str(pose_server.models_file), "--cache-dir",
+                                     str(tmp_path / "cache"), "--quiet", "--workers", "0",
+                                     "--conf-threshold", "0.001", "--max-detections", "5"])
+    summary = cli.run(args)
+    rows = {r["key"]: r for r in read_rows(tmp_path / "out")}
+    assert summary["complete"] and summary["items"] == 2 and summary["errors"] == 1
+    assert rows["corrupt.jpg"]["error_code"] == "invalid_image"
+    body = {"images": [{"data": base64.b64encode(photo).decode()}], **ASK}
+    [served] = httpx.post(f"{pose_server.url}/v1/pose", json=body, timeout=60).json()["results"]
+    row = rows["zidane.jpg"]
+    people = served["people"]
+    assert len(people) > 0 and (row["width"], row["height"]) == (1280, 720)
+    assert np.allclose(row["boxes"], [p["box"] for p in people], atol=0.02)
+    assert row["scores"] == pytest.approx([p["score"] for p in people], abs=1e-4)
+    for person, kpts in zip(people, row["keypoints"]):
+        assert np.allclose([[k["x"], k["y"]] for k in person["keypoints"]], np.asarray(kpts)[:, :2], atol=0.02)

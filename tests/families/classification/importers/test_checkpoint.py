@@ -57,6 +57,34 @@ def test_verified_against_ultralytics_predictor(cls_checkpoint, photo_dir, tmp_p
     assert m.preprocess.output == "probabilities" and m.task == "classification"
 
 
+def test_the_command_imports_in_the_isolated_child_with_the_same_result(cls_checkpoint, photo_dir, tmp_path, capsys):
+    """`triserve import classification-pt` reads the pickle in the sandbox (models/importing/sandbox.py): the
+    published graph and manifest are what the in-process import stages."""
+    import json
+
+    from families.classification.importers.checkpoint import import_classification_pt
+    from models.importing.photos import user_photos
+    from models.registry import LocalRegistry
+    from triserve.importers import main
+
+    reg = tmp_path / "registry"
+    assert main(["classification-pt", "--weights", str(cls_checkpoint), "--name", "tiny-cls", "--version", "1.0.0",
+                 "--registry", str(reg), "--images", str(photo_dir), "--cache", str(tmp_path / "cache"),
+                 "--license", "MIT"]) == 0
+    report = json.loads(capsys.readouterr().out)["report"]
+    assert report["sandbox"]["filesystem"] in ("writes only beneath the work folder", "not fenced (no Landlock here)")
+    directory, published = LocalRegistry(reg).load_verified("tiny-cls", "1.0.0")
+    local = import_classification_pt(cls_checkpoint, "tiny-cls", "1.0.0", tmp_path / "work", user_photos(photo_dir),
+                                     tmp_path / "cache" / "classification-pt", license="MIT").primary
+    assert published.labels == local.manifest.labels and published.preprocess == local.manifest.preprocess
+    assert published.metrics == local.manifest.metrics and published.parity == local.manifest.parity
+    import onnx  # the same graph; its metadata holds the export's date
+
+    graphs = [onnx.load(str(p)).graph for p in (directory / published.model_file,
+                                                local.staging / local.manifest.model_file)]
+    assert graphs[0].SerializeToString() == graphs[1].SerializeToString()
+
+
 def test_a_detection_checkpoint_is_refused_and_the_detection_importer_names_this_one(tmp_path):
     from families.detection.importers.checkpoint_read import REFUSED_TASKS
 
