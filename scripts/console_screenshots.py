@@ -161,9 +161,13 @@ def run_page(page, name: str) -> None:
         page.wait_for_selector("#tryit-status[data-state=done]")
     else:
         page.wait_for_selector("#deployment option", state="attached")
+        if name == "try/forecast":
+            page.fill("#horizon", "6")  # three backtest origins of 6 steps fit the sample's 48 points
         page.click("#run")
         page.wait_for_selector("#tryit-status[data-state=done]")
         if name == "try/forecast":
+            page.click("#backtest-run")
+            page.wait_for_selector("#backtest-status[data-state=done]")
             page.click("#panel-run")
             page.wait_for_selector("#panel-status[data-state=done]")
 

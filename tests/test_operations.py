@@ -39,8 +39,6 @@ KNOWN_GAPS = {
     # the backtest (POST /v1/forecast/backtest) is REST and the HTTP clients only: no RPC, OIP pipeline or batch command
     ("forecast_backtest", "grpc"), ("forecast_backtest", "client_grpc"), ("forecast_backtest", "oip"),
     ("forecast_backtest", "batch"),
-    # image classification (the sixth family) has no method in the Python clients yet: HTTP (sync, async) nor gRPC
-    ("classify_image", "client_sync"), ("classify_image", "client_async"), ("classify_image", "client_grpc"),
 }
 
 

@@ -11,9 +11,9 @@ extra `pip install './client[grpc]'` (grpcio, protobuf), a typed client of its g
 
 Methods (the same on AsyncTriserveClient, awaited):
 
-- tasks: classify, detect, pose and segment (images as bytes, paths or base64; JSON or multipart upload; masks come
-  as COCO RLE: triserve_client.masks decodes them), forecast, forecast_panel (many series in one request); models,
-  ready, live, wait_ready.
+- tasks: classify (text), classify_image, detect, pose and segment (images as bytes, paths or base64; JSON or
+  multipart upload; masks come as COCO RLE: triserve_client.masks decodes them), forecast, forecast_panel (many series
+  in one request), forecast_backtest; models, ready, live, wait_ready.
 - admin, with an admin key (`api_key=`, sent as X-API-Key): the model repository - deployments, put_deployment,
   delete_deployment, load_deployment / unload_deployment (on-demand deployments); rollouts per slot ('<deployment>'
   or '<deployment>_fallback') - rollouts, promote, rollback, set_canary / clear_canary, set_shadow / clear_shadow.
@@ -21,7 +21,7 @@ Methods (the same on AsyncTriserveClient, awaited):
   numpy), oip_model_metadata, oip_server_metadata, oip_server_ready, oip_model_ready.
 
 gRPC (triserve_client.grpc, imported only when used): TriserveGrpcClient / AsyncTriserveGrpcClient with classify,
-detect, pose, segment and forecast, answering the same response models as REST.
+classify_image, detect, pose, segment, forecast and forecast_panel, answering the same response models as REST.
 
 Results are pydantic models (triserve_client.models, kept in step with the service's response models by
 tests/client/test_schemas.py); errors are TriserveAPIError (status, code, message, details, request_id, retry_after)
@@ -37,6 +37,7 @@ from triserve_client.aio import AsyncTriserveClient
 from triserve_client.backtest import BacktestOrigin, BacktestResponse
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from triserve_client.models import (
+    ClassifyImageResponse,
     ClassifyResponse,
     Deployment,
     DeploymentChange,
@@ -69,6 +70,7 @@ except importlib.metadata.PackageNotFoundError:  # imported from a source tree t
 
 __all__ = ["TriserveClient", "AsyncTriserveClient", "RetryPolicy", "NO_RETRY", "DEFAULT_URL", "TriserveError",
            "TriserveAPIError", "TriserveTransportError", "TriserveTimeoutError", "ClassifyResponse", "DetectResponse",
+           "ClassifyImageResponse",
            "PoseResponse", "SegmentResponse", "ForecastResponse", "PanelForecastResponse", "ModelsListing",
            "BacktestResponse", "BacktestOrigin",
            "DeploymentStatus", "SlotStatus",

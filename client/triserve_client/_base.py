@@ -24,6 +24,7 @@ from triserve_client._forecast import Covariates, SeriesLike, Timestamp, forecas
 from triserve_client.backtest import BacktestResponse
 from triserve_client.errors import TriserveAPIError, TriserveError, TriserveTimeoutError, TriserveTransportError
 from triserve_client.models import (
+    ClassifyImageResponse,
     ClassifyResponse,
     DeploymentChange,
     DeploymentSpec,
@@ -235,6 +236,11 @@ class ClientCore:
         opts = _options(conf_threshold=conf_threshold, iou_threshold=iou_threshold, max_detections=max_detections,
                         class_aware=class_aware, model=model, deployment=deployment)
         return _image_call("/v1/detect", DetectResponse, images, opts, upload)
+
+    def classify_image_call(self, images: ImageLike | Sequence[ImageLike], *, top_k: int | None, model: str | None,
+                            deployment: str | None, upload: bool) -> Call[ClassifyImageResponse]:
+        opts = _options(top_k=top_k, model=model, deployment=deployment)
+        return _image_call("/v1/classify-image", ClassifyImageResponse, images, opts, upload)
 
     def pose_call(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
                   iou_threshold: float | None, max_detections: int | None, model: str | None,

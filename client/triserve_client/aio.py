@@ -17,6 +17,7 @@ from triserve_client._oip import InputsLike
 from triserve_client.backtest import BacktestResponse
 from triserve_client.errors import TriserveError, TriserveTimeoutError
 from triserve_client.models import (
+    ClassifyImageResponse,
     ClassifyResponse,
     DeploymentChange,
     DeploymentSpec,
@@ -74,6 +75,13 @@ class AsyncTriserveClient:
         call = self._core.detect_call(images, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
                                       max_detections=max_detections, class_aware=class_aware, model=model,
                                       deployment=deployment, upload=upload)
+        return await self._run(call, timeout, request_id)
+
+    async def classify_image(self, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
+                             model: str | None = None, deployment: str | None = None, upload: bool = False,
+                             timeout: float | None = None, request_id: str | None = None) -> ClassifyImageResponse:
+        """POST /v1/classify-image, or /v1/classify-image/upload with upload=True."""
+        call = self._core.classify_image_call(images, top_k=top_k, model=model, deployment=deployment, upload=upload)
         return await self._run(call, timeout, request_id)
 
     async def pose(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,

@@ -7,10 +7,11 @@ which adds grpcio and protobuf; `import triserve_client` never needs them).
         r = ts.classify(["cancel my reservation"], top_k=2, request_id="demo-1")
         r.results[0].label, r.request_id          # the same ClassifyResponse as TriserveClient.classify
 
-classify, detect, pose, segment, forecast and forecast_panel take the arguments of their REST counterparts
-(TriserveClient) and return the same pydantic models (ClassifyResponse, DetectResponse, PoseResponse, SegmentResponse,
-ForecastResponse, PanelForecastResponse): the service runs the same pipeline for both and copies the REST answer field
-by field into the message (services/protocols/grpc_typed.py). AsyncTriserveGrpcClient is the asyncio twin (grpc.aio).
+classify, classify_image, detect, pose, segment, forecast and forecast_panel take the arguments of their REST
+counterparts (TriserveClient) and return the same pydantic models (ClassifyResponse, ClassifyImageResponse,
+DetectResponse, PoseResponse, SegmentResponse, ForecastResponse, PanelForecastResponse): the service runs the same
+pipeline for both and copies the REST answer field by field into the message (services/protocols/grpc_typed.py).
+AsyncTriserveGrpcClient is the asyncio twin (grpc.aio).
 The stubs are the client's own copy (triserve_client/_proto, `python client/gen_protos.py`), kept identical to the
 server's by tests/client/test_grpc.py.
 
@@ -48,6 +49,7 @@ from triserve_client.errors import (
     parse_retry_after,
 )
 from triserve_client.models import (
+    ClassifyImageResponse,
     ClassifyResponse,
     DetectResponse,
     ForecastResponse,
@@ -193,6 +195,12 @@ class GrpcCore:
                                           iou_threshold=iou_threshold, max_detections=max_detections,
                                           class_aware=class_aware, model=self._choice(model), deployment=deployment)
 
+    def classify_image_request(self, images: ImageLike | Sequence[ImageLike], *, top_k: int | None,
+                               model: str | None, deployment: str | None) -> Any:
+        items = [images] if _is_one_image(images) else list(images)
+        return triserve_pb2.ClassifyImageRequest(images=[image_bytes(im)[1] for im in items], top_k=top_k,
+                                                 model=self._choice(model), deployment=deployment)
+
     def pose_request(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None,
                      iou_threshold: float | None, max_detections: int | None, model: str | None,
                      deployment: str | None) -> Any:
@@ -273,6 +281,13 @@ class TriserveGrpcClient:
                                             max_detections=max_detections, class_aware=class_aware, model=model,
                                             deployment=deployment)
         return self._run(self._stub.Detect, request, DetectResponse, timeout, request_id)
+
+    def classify_image(self, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
+                       model: str | None = None, deployment: str | None = None, timeout: float | None = None,
+                       request_id: str | None = None) -> ClassifyImageResponse:
+        """Triserve/ClassifyImage (as POST /v1/classify-image)."""
+        request = self._core.classify_image_request(images, top_k=top_k, model=model, deployment=deployment)
+        return self._run(self._stub.ClassifyImage, request, ClassifyImageResponse, timeout, request_id)
 
     def pose(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
              iou_threshold: float | None = None, max_detections: int | None = None, model: str | None = None,
@@ -380,6 +395,13 @@ class AsyncTriserveGrpcClient:
                                             max_detections=max_detections, class_aware=class_aware, model=model,
                                             deployment=deployment)
         return await self._run(self._stub.Detect, request, DetectResponse, timeout, request_id)
+
+    async def classify_image(self, images: ImageLike | Sequence[ImageLike], *, top_k: int | None = None,
+                             model: str | None = None, deployment: str | None = None, timeout: float | None = None,
+                             request_id: str | None = None) -> ClassifyImageResponse:
+        """Triserve/ClassifyImage."""
+        request = self._core.classify_image_request(images, top_k=top_k, model=model, deployment=deployment)
+        return await self._run(self._stub.ClassifyImage, request, ClassifyImageResponse, timeout, request_id)
 
     async def pose(self, images: ImageLike | Sequence[ImageLike], *, conf_threshold: float | None = None,
                    iou_threshold: float | None = None, max_detections: int | None = None, model: str | None = None,

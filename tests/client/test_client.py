@@ -13,11 +13,14 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.families.classification.test_serving import COLOURS
+from tests.families.classification.test_serving import png as colour_png
 from tests.families.segmentation.test_serving import png as seg_png
 from tests.services.test_gateway import png_bytes
 from triserve_client import (
     NO_RETRY,
     AsyncTriserveClient,
+    ClassifyImageResponse,
     ClassifyResponse,
     DetectResponse,
     ForecastResponse,
@@ -105,6 +108,40 @@ def test_detect_async(server, tmp_path):
 
     as_json, as_upload = run(go())
     assert as_json.results == as_upload.results and as_json.results[0].width == 320
+
+
+def test_classify_image_json_upload_and_fallback(ts, tmp_path):
+    """The colour classifier of the tiny models: a solid colour is its label, from bytes, a path or base64, as JSON or
+    multipart, and the fallback (requested) answers the same labels, degraded."""
+    raw = [colour_png(COLOURS["red"]), colour_png(COLOURS["blue"], 33, 90)]
+    path = tmp_path / "blue.png"
+    path.write_bytes(raw[1])
+    r = ts.classify_image([raw[0], path], top_k=2, request_id="client-classify-image-1")
+    assert isinstance(r, ClassifyImageResponse) and r.request_id == "client-classify-image-1"
+    assert r.deployment == "classification" and r.model.name == "colors-tiny" and not r.degraded
+    assert [x.label for x in r.results] == ["red", "blue"] and (r.results[1].width, r.results[1].height) == (33, 90)
+    assert all(len(x.top_k) == 2 and x.top_k[0].label == x.label and x.top_k[0].score == x.score for x in r.results)
+    assert r.results[0].top_k[0].class_id == list(COLOURS).index("red")
+    up = ts.classify_image([raw[0], base64.b64encode(raw[1]).decode()], top_k=2, upload=True)
+    assert up.results == r.results
+    lite = ts.classify_image(raw[1], model="fallback", deployment="classification")
+    assert lite.degraded and lite.degraded_reason == "requested" and lite.results[0].label == "blue"
+    with pytest.raises(TriserveAPIError) as err:
+        ts.classify_image(raw[0], top_k=0)
+    assert err.value.status == 422
+
+
+def test_classify_image_async(server, ts):
+    raw = colour_png(COLOURS["green"])
+
+    async def go():
+        async with AsyncTriserveClient(server.url, timeout=60) as client:
+            return await asyncio.gather(client.classify_image(raw, top_k=3, request_id="client-async-image-1"),
+                                        client.classify_image([raw], top_k=3, upload=True))
+
+    as_json, as_upload = run(go())
+    assert as_json.request_id == "client-async-image-1" and as_json.results[0].label == "green"
+    assert as_json.results == as_upload.results[:1] == ts.classify_image(raw, top_k=3).results
 
 
 def test_segment_json_upload_and_masks(ts):

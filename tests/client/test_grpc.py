@@ -16,10 +16,13 @@ import pytest
 from google.protobuf import descriptor_pb2, text_format
 
 from tests.conftest import free_port
+from tests.families.classification.test_serving import COLOURS
+from tests.families.classification.test_serving import png as colour_png
 from tests.families.forecast.test_covariates import promo_series
 from tests.families.segmentation.test_serving import png as seg_png
 from tests.services.test_gateway import png_bytes
 from triserve_client import (
+    ClassifyImageResponse,
     ClassifyResponse,
     DetectResponse,
     ForecastResponse,
@@ -205,6 +208,19 @@ def test_segment_answers_what_rest_answers_but_polygons(rest, rpc):
     assert r.model_dump(exclude=VOLATILE) == expected and all(i.rle for i in r.results[0].instances)
 
 
+def test_classify_image_answers_what_rest_answers(rest, rpc, tmp_path):
+    raw = [colour_png(COLOURS["black"]), colour_png(COLOURS["green"], 120, 40)]
+    path = tmp_path / "green.png"
+    path.write_bytes(raw[1])
+    r = rpc.classify_image([raw[0], path], top_k=3, request_id="grpc-classify-image-1")
+    assert isinstance(r, ClassifyImageResponse) and r.request_id == "grpc-classify-image-1"
+    assert [x.label for x in r.results] == ["black", "green"] and len(r.results[0].top_k) == 3
+    same(r, rest.classify_image([raw[0], path], top_k=3))
+    lite = rpc.classify_image(base64.b64encode(raw[0]).decode(), model="fallback", deployment="classification")
+    assert lite.degraded and lite.degraded_reason == "requested"
+    same(lite, rest.classify_image(raw[0], model="fallback", deployment="classification"))
+
+
 def test_pose_is_routed_to_the_services_pose_method(rpc):
     """No pose deployment on the test server: Triserve/Pose answers the service's error, as REST does."""
     with pytest.raises(TriserveAPIError) as err:
@@ -218,14 +234,16 @@ def test_async_grpc_client(server, rest):
             return await asyncio.gather(ts.classify(["what is my balance"], request_id="grpc-async-1"),
                                         ts.detect(png_bytes(seed=8), conf_threshold=0.001),
                                         ts.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2),
-                                        ts.segment(seg_png(), conf_threshold=0.3, mask_format="both"))
+                                        ts.segment(seg_png(), conf_threshold=0.3, mask_format="both"),
+                                        ts.classify_image(colour_png(COLOURS["red"]), top_k=2))
 
-    c, d, f, sg = asyncio.run(go())
+    c, d, f, sg, ci = asyncio.run(go())
     assert c.request_id == "grpc-async-1"
     same(c, rest.classify(["what is my balance"]))
     same(d, rest.detect(png_bytes(seed=8), conf_threshold=0.001))
     same(f, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2))
     same(sg, rest.segment(seg_png(), conf_threshold=0.3, mask_format="both"))
+    same(ci, rest.classify_image(colour_png(COLOURS["red"]), top_k=2))
 
 
 # --- errors ---------------------------------------------------------------------------------------------------------

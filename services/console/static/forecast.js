@@ -1,7 +1,9 @@
 // Try-it for forecasting: pasted values or CSV (timestamp,value lines; timestamps optional) to /v1/forecast, the
-// history, forecast and 50%/90% intervals plotted as SVG, and how the server forecast (method, weights, backtest).
+// history, forecast and 50%/90% intervals plotted as SVG, and how the server forecast (method, weights, backtest);
+// below it a backtest of the same series (backtest.js) and a panel (panel.js).
 import { api, clear, el, errorText, fmt, kv, section } from "./util.js";
 import { codeView, jsonSnippets, listDeployments, timingsView } from "./snippets.js";
+import { backtestSection } from "./backtest.js";
 import { panelSection } from "./panel.js";
 import { plot } from "./plot.js";
 
@@ -58,6 +60,15 @@ export function forecastPage(main) {
     el("label", {}, "deployment ", deployment), el("label", {}, "model ", model),
     el("label", {}, "start ", start), el("label", {}, "frequency ", frequency), el("label", {}, "horizon ", horizon),
     el("label", { class: "wide" }, "values ", values), run);
+  // the request the form describes (the backtest below sends the same series); throws on values it cannot read
+  const seriesBody = (series = parseSeries(values.value)) => {
+    const body = { values: series.values, model: model.value };
+    if (series.timestamps) body.timestamps = series.timestamps; else body.start = start.value.trim();
+    if (frequency.value) body.frequency = frequency.value;
+    if (horizon.value) body.horizon = Number(horizon.value);
+    if (deployment.value) body.deployment = deployment.value;
+    return body;
+  };
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     let series;
@@ -66,11 +77,7 @@ export function forecastPage(main) {
       status.dataset.state = "error";
       return;
     }
-    const body = { values: series.values, model: model.value };
-    if (series.timestamps) body.timestamps = series.timestamps; else body.start = start.value.trim();
-    if (frequency.value) body.frequency = frequency.value;
-    if (horizon.value) body.horizon = Number(horizon.value);
-    if (deployment.value) body.deployment = deployment.value;
+    const body = seriesBody(series);
     status.textContent = "running…";
     status.dataset.state = "running";
     const result = await api("POST", "/v1/forecast", body);
@@ -96,6 +103,7 @@ export function forecastPage(main) {
     status.dataset.state = "done";
     clear(output, plot(history, fc), report(result.body.input), table, ...parts);
   });
-  main.append(section("Try forecasting", form, status, output), panelSection(deployment));
+  main.append(section("Try forecasting", form, status, output), backtestSection(() => seriesBody()),
+              panelSection(deployment));
   listDeployments(deployment, "forecast", status);
 }

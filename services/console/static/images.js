@@ -9,8 +9,8 @@ const FAMILIES = {
   detection: { path: "/v1/detect", method: "detect", title: "Detection", items: (r) => r.detections },
   pose: { path: "/v1/pose", method: "pose", title: "Pose", items: (r) => r.people },
   segmentation: { path: "/v1/segment", method: "segment", title: "Segmentation", items: (r) => r.instances },
-  // no triserve_client method yet: its Python snippet uses httpx
-  classification: { path: "/v1/classify-image", method: null, title: "Image classification", items: (r) => r.top_k },
+  classification: { path: "/v1/classify-image", method: "classify_image", title: "Image classification",
+    items: (r) => r.top_k },
 };
 
 function topKBars(result) {

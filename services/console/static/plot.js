@@ -2,7 +2,7 @@
 import { el, fmt } from "./util.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-function svg(tag, attrs = {}, text = null) {
+export function svg(tag, attrs = {}, text = null) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
   if (text !== null) node.textContent = text;

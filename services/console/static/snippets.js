@@ -27,22 +27,11 @@ export function imageSnippets(path, method, options, fileName) {
   const fields = Object.entries(options).filter(([, v]) => v !== null && v !== undefined && v !== "")
     .map(([k, v]) => ` \\\n  -F ${quote(`${k}=${v}`)}`).join("");
   const curl = `curl -s -X POST ${ORIGIN()}${path}/upload${KEY_HEADER()} \\\n  -F images=@${quote(fileName)}${fields}`;
-  if (!method) return { curl, python: uploadWithHttpx(path, options, fileName) };
   const args = [JSON.stringify(fileName), ...kwargs(options), "upload=True"].join(", ");
   const python = `import os\nfrom triserve_client import TriserveClient\n\n` +
     `with TriserveClient(${JSON.stringify(ORIGIN())}${KEY_ARG()}) as ts:\n` +
     `    r = ts.${method}(${args})\n    print(r.model, r.timings.total_ms)\n    print(r.results[0])`;
   return { curl, python };
-}
-
-// a route the Python client has no method for (image classification): the same upload with httpx
-function uploadWithHttpx(path, options, fileName) {
-  const data = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== null && v !== undefined && v !== "")
-    .map(([k, v]) => [k, String(v)]));
-  const headers = getKey("api") || getKey("admin") ? ", headers={\"X-API-Key\": os.environ[\"TRISERVE_KEY\"]}" : "";
-  return `import os\nimport httpx\n\nwith open(${JSON.stringify(fileName)}, "rb") as f:\n` +
-    `    r = httpx.post(${JSON.stringify(`${ORIGIN()}${path}/upload`)}, files={"images": f},\n` +
-    `                   data=${pyValue(data)}${headers})\nr.raise_for_status()\nprint(r.json()["results"][0]["top_k"])`;
 }
 
 export function jsonSnippets(path, method, body, positional) {

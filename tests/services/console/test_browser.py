@@ -5,6 +5,8 @@ text, and the repository page's totals match /metrics. Rollouts from the page: t
 test_keys.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -127,7 +129,8 @@ def test_image_classification_try_it_shows_the_top_k_and_draws_the_top_1(tab):
     assert t.page.evaluate(CHANGED, [[width // 2, height - 2]]) == 0  # the rest of the image is left as it was
     snippets = t.page.locator("[data-snippet]").all_text_contents()
     assert "/v1/classify-image/upload" in snippets[0] and "-F 'top_k=3'" in snippets[0]
-    assert "httpx.post(" in snippets[1] and '"top_k": "3"' in snippets[1]  # the client has no method for it yet
+    assert ('ts.classify_image("sample.png", deployment="classification", model="auto", top_k=3, upload=True)'
+            in snippets[1])
     assert t.errors == []
 
 
@@ -168,6 +171,50 @@ def test_forecast_plots_history_forecast_intervals_csv_and_panel(tab):
     assert [shown.nth(i).locator("code").text_content() for i in range(2)] == [s["input"]["method"] for s in panel]
     assert shown.nth(0).locator("[data-part=forecast]").get_attribute("d").count("L") == 7
     assert 'ts.forecast_panel({"store-1": [12, 15,' in t.page.locator("[data-snippet=python]").last.text_content()
+    assert t.errors == []
+
+
+def shown(value, digits: int = 3) -> str:
+    """A number as the console's fmt() writes it."""
+    return "–" if value is None else re.sub(r"\.0+$", "", f"{value:.{digits}f}")
+
+
+def test_forecast_backtest_draws_and_shows_the_api_answer(tab):
+    t = tab()
+    t.page.goto("/console/#/try/forecast")
+    t.page.wait_for_selector("#deployment option", state="attached")
+    t.page.fill("#horizon", "4")
+    t.page.fill("#backtest-origins-count", "3")
+    with t.page.expect_response(lambda r: r.url.endswith("/v1/forecast/backtest")) as answer:
+        t.page.click("#backtest-run")
+    t.page.wait_for_selector("#backtest-status[data-state=done]")
+    body = answer.value.json()
+    assert body["horizon"] == 4 and len(body["origins"]) == 3
+    figure = t.page.locator("#backtest-plot")
+    lo, hi, ylo, yhi = (float(figure.get_attribute(f"data-{a}")) for a in ("lo", "hi", "ylo", "yhi"))
+
+    def drawn(selector: str) -> list[float]:  # a path's vertices read back as values
+        d = figure.locator(selector).get_attribute("d")
+        return [lo + (ylo - float(y)) / (ylo - yhi) * (hi - lo) for y in re.findall(r"[ML][\d.]+,([\d.]+)", d)]
+
+    for k, origin in enumerate(body["origins"]):
+        assert drawn(f"[data-part=origin-forecast][data-origin='{k}']") == pytest.approx(
+            [p["point"] for p in origin["forecast"]], abs=(hi - lo) * 1e-3)
+    assert drawn("[data-part=actual]") == pytest.approx([v for o in body["origins"] for v in o["actual"]],
+                                                        abs=(hi - lo) * 1e-3)
+    assert figure.locator("[data-part=origin-band]").count() == 3
+    assert t.page.text_content("#backtest-mase") == shown(body["mase"])
+    assert t.page.text_content("#backtest-rmsse") == shown(body["rmsse"])
+    for level in ("50", "90"):
+        cov = body[f"coverage_{level}"]
+        assert t.page.text_content(f"#backtest-coverage-{level}") == ("–" if cov is None else f"{shown(cov * 100, 1)}%")
+    rows = t.page.locator("#backtest-origins tr")
+    assert [rows.nth(i + 1).locator("td").all_text_contents() for i in range(3)] == [
+        [o["origin"], o["method"], shown(o["mase"]), shown(o["rmsse"])] for o in body["origins"]]
+    snippets = t.page.locator("#backtest-output [data-snippet]").all_text_contents()
+    assert "/v1/forecast/backtest" in snippets[0] and '"origins":3' in snippets[0]
+    assert "ts.forecast_backtest([" in snippets[1] and "horizon=4" in snippets[1] and "origins=3" in snippets[1]
+    assert "total" in t.page.locator("#backtest-output .timings").text_content()
     assert t.errors == []
 
 
