@@ -92,7 +92,7 @@ MODE_ENV = {"off": {"TRISERVE_ADMISSION__QUEUE_CONTROL": "false"},
             # the control in admission only: every refusal after the body is parsed and preprocessed
             "on_admission_only": {"TRISERVE_ADMISSION__QUEUE_CONTROL": "true",
                                   "TRISERVE_ADMISSION__QUEUE_FRONT_DOOR": "false"}}
-MIDDLEWARE = ROOT / "kernel" / "request_context.py"
+MIDDLEWARE = ROOT / "services" / "http_edge.py"
 FAST_REFUSALS = (429, 503)
 MIX_DEPLOYMENTS: dict[str, tuple[str, ...]] = {"text": ("intent",), "mixed": ()}  # served on the tiers (): all
 
