@@ -75,7 +75,7 @@ test: install ## run the test suite (tiny models built inside the test session),
 test-slow: install ## only the tests marked slow (minutes each: the 3-minute soak drill)
 	$(PY) -m pytest -q --durations=25 -m slow tests
 
-# CI's performance guard (scripts/bench/perf_guard.py): CPU per request of this tree against its parent commit, both
+# The performance guard (scripts/bench/perf_guard.py): CPU per request of this tree against its parent commit, both
 # served in one run (A B B A cells, 3 rounds, the tiny text model); fails on a regression beyond +15%. A measurement
 # with a threshold, not a timed test (~3 min).
 perf-guard: install ## CPU per request vs the previous commit, measured side by side; fails beyond +15%

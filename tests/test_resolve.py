@@ -109,7 +109,8 @@ def uv_lowest_direct(dist: str, tmp_path: Path, constraint: str | None = None) -
     path, extras = SETS[dist]
     cmd = [venv_tool("uv"), "pip", "compile", str(path), "--resolution", "lowest-direct", "--no-config",
            "--index-url", PYPI, "--cache-dir", str(tmp_path / "uv-cache"), "--python-version", "3.11",
-           "--no-header", "--no-annotate", "--quiet", *(a for e in extras for a in ("--extra", e))]
+           "--no-header", "--no-annotate", "--quiet", "--system-certs",
+           *(a for e in extras for a in ("--extra", e))]
     if constraint:
         (tmp_path / "constraint.txt").write_text(constraint + "\n")
         cmd += ["--constraint", str(tmp_path / "constraint.txt")]
