@@ -133,6 +133,21 @@ def isolated_one(target: str, kwargs: dict, cache: Path | None = None) -> Callab
     return one
 
 
+def publish_checkpoint_isolated(entry: str, importer: str, weights: Path, name: str, version: str, registry,
+                                alias: str | None, cache: Path, images: Path | None, kw: dict) -> tuple[Manifest, dict]:
+    """The publish path of a YOLO checkpoint importer (`triserve import <family>-pt`): --custom-modules files made
+    absolute, the package photos fetched first when the ultralytics cross-check needs them, `entry` (the family's
+    isolated_import) run in the fenced child, its one artifact published; (published manifest, report)."""
+    from models.importing.publish import import_one_and_publish
+
+    kw["custom_modules"] = absolute_specs(kw.get("custom_modules") or ())
+    if kw.get("verify_ultralytics") is not False:
+        prefetch_photos(images, cache)
+    return import_one_and_publish(registry, name, version, alias, importer, isolated_one(
+        entry, {"weights": Path(weights), "name": name, "version": version,
+                "images": Path(images) if images else None, "cache_dir": cache, **kw}, cache))
+
+
 def run_isolated(target: str, scratch: Path, kwargs: dict, *, writable: Sequence[Path] = (),
                  limits: Limits | None = None, preload: Sequence[str] = PRELOAD) -> ImportResult:
     """Run `target` ('module:function', called as function(work=WORK, **kwargs) -> ImportResult or (Artifact,

@@ -43,9 +43,9 @@ from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import package_photos, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import default_cache, import_one_and_publish, importer_parser, run_cli
+from models.importing.publish import default_cache, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused
-from models.importing.sandbox import absolute_specs, isolated_one, prefetch_photos
+from models.importing.sandbox import publish_checkpoint_isolated
 from models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
@@ -166,12 +166,8 @@ def publish_pose_pt(weights: Path, name: str, version: str, registry, *, alias: 
     """import_pose_pt, run isolated (models/importing/sandbox.py), + publish into `registry`; (published manifest,
     report). Existing versions are refused first."""
     cache = Path(cache_dir) if cache_dir else default_cache()
-    kw["custom_modules"] = absolute_specs(kw.get("custom_modules") or ())
-    if kw.get("verify_ultralytics") is not False:
-        prefetch_photos(images, cache)
-    return import_one_and_publish(registry, name, version, alias, "pose-pt", isolated_one(
-        f"{__name__}:isolated_import", {"weights": Path(weights), "name": name, "version": version,
-                                        "images": Path(images) if images else None, "cache_dir": cache, **kw}, cache))
+    return publish_checkpoint_isolated(f"{__name__}:isolated_import", "pose-pt", weights, name, version, registry,
+                                       alias, cache, images, kw)
 
 
 def isolated_import(work: Path, weights: Path, name: str, version: str, images: Path | None = None,
