@@ -15,12 +15,14 @@ DeploymentView (the deployment's name and limits, never the whole serving contex
 - optional: `keep(view, request)` (what of each output the respond hook reads, so the runner cuts the rest) and
   `parts(view, work)` (work too large for one runner call, answered in several).
 
-Declarations drive the generic transports in services/protocols/: `request_model` (built by typed gRPC, OIP and
-multipart uploads from their fields, binary payloads as bytes), `response_model`, REST `routes`, the OIP tensors
-(`oip_pipeline_inputs/outputs`: kernel/tensors.TensorMeta, `oip_parameters`, `oip_alias`) and `grpc_method`. Three
-more hooks serve the rollout machinery and raw tensors: `check_outputs` (refuse a model answer that must not reach a
-client), `agreement` (how far a shadow's raw output agrees with the served one) and `tensor_items` (a graph's own
-inputs -> runner items, validated against the model).
+One declaration, `api` (FamilyApi), drives the generic transports in services/protocols/: the request model (built
+by typed gRPC, OIP and multipart uploads from their fields, binary payloads as bytes), the response model, the REST
+routes, the typed gRPC method and the family on OIP (OipSurface: its pipeline tensors, parameters and model name,
+and the hooks for a graph's own tensors). Two more hooks serve the rollout machinery: `check_outputs` (refuse a model
+answer that must not reach a client) and `agreement` (how far a shadow's raw output agrees with the served one).
+
+So a family defines at most eight members: `name`, `api`, the three request hooks, `check_outputs`, `agreement`,
+and one of the optional `keep`/`parts` (tests/kernel/test_family.py counts them for every registered family).
 
 What stays outside a family on purpose: transport codecs, admission, breakers, batching, routing, rollouts, metrics.
 Those key on deployment and slot names taken from configs/models.yaml.
@@ -81,18 +83,53 @@ class Answer:
     state: Any
 
 
+@dataclass(frozen=True)
+class OipSurface(ABC):
+    """The family on the Open Inference Protocol v2 (services/protocols/oip.py): the tensors of its pipeline model
+    (kernel/tensors.TensorMeta), the request fields an OIP request passes as parameters, the OIP model name of the
+    family's default deployment, and how a graph's own input tensors become runner items (raw tensor models)."""
+
+    alias: str  # "detect", "classify", ...
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+    parameters: tuple[str, ...]
+
+    @abstractmethod
+    def tensor_items(self, view: DeploymentView, served: ServedModel, arrays: dict[str, np.ndarray],
+                     batch_cap: int) -> list[np.ndarray]:
+        """A graph's own input tensors (decoded, named) -> one runner item per row, validated against the model
+        (kernel/tensors: check_batch, check_finite, bad_request)."""
+
+    def request_fields(self, fields: dict[str, Any], arrays: dict[str, np.ndarray],
+                       parameters: dict[str, Any]) -> dict[str, Any]:
+        """The request fields of an OIP pipeline request, for a family whose fields are more than one flat tensor or
+        parameter each (`fields`: the declared inputs flattened and `parameters`' fields; `arrays`: the input tensors
+        by name, with their shapes; `parameters`: all the request's parameters)."""
+        return fields
+
+    def extra_parameters(self, response: Any) -> dict[str, Any]:
+        """Response parameters beyond the common envelope (request id, served model, degraded, timings)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class FamilyApi:
+    """What the transports serve of a family: the request model (what typed gRPC, OIP and multipart uploads build
+    from their fields), the response model, the REST routes, the typed gRPC method (request/response messages of
+    that name) and the family on OIP."""
+
+    request_model: type[BaseModel]
+    response_model: type[BaseModel]
+    routes: tuple[RestRoute, ...]
+    grpc_method: str  # "Detect", ...
+    oip: OipSurface
+
+
 class Family(ABC):
     """One model family. Subclasses are singletons registered in configs/families.py (FAMILIES)."""
 
     name: ClassVar[str]
-    request_model: ClassVar[type[BaseModel]]  # built from transport fields (typed gRPC, OIP, multipart uploads)
-    response_model: ClassVar[type[BaseModel]]
-    routes: ClassVar[tuple[RestRoute, ...]]
-    oip_pipeline_inputs: ClassVar[tuple[TensorMeta, ...]]
-    oip_pipeline_outputs: ClassVar[tuple[TensorMeta, ...]]
-    oip_parameters: ClassVar[tuple[str, ...]]  # request fields an OIP request passes as parameters
-    oip_alias: ClassVar[str]  # the OIP model name of the family's default deployment ("detect", "classify", ...)
-    grpc_method: ClassVar[str]  # the typed gRPC method ("Detect", ...): request/response messages of that name
+    api: ClassVar[FamilyApi]
 
     @abstractmethod
     def validate(self, view: DeploymentView, request: Any) -> Sequence[Any]:
@@ -122,20 +159,3 @@ class Family(ABC):
     @abstractmethod
     def agreement(self, manifest: Manifest, served: np.ndarray, shadow: np.ndarray) -> float:
         """Agreement in [0, 1] of a shadow version's raw output with the served one (1 = identical)."""
-
-    @abstractmethod
-    def tensor_items(self, view: DeploymentView, served: ServedModel, arrays: dict[str, np.ndarray],
-                     batch_cap: int) -> list[np.ndarray]:
-        """A graph's own input tensors (decoded, named) -> one runner item per row, validated against the model
-        (kernel/tensors: check_batch, check_finite, bad_request)."""
-
-    def oip_request_fields(self, fields: dict[str, Any], arrays: dict[str, np.ndarray],
-                           parameters: dict[str, Any]) -> dict[str, Any]:
-        """The request fields of an OIP pipeline request, for a family whose fields are more than one flat tensor or
-        parameter each (`fields`: the declared inputs flattened and `oip_parameters`; `arrays`: the input tensors by
-        name, with their shapes; `parameters`: all the request's parameters)."""
-        return fields
-
-    def oip_extra_parameters(self, response: Any) -> dict[str, Any]:
-        """Response parameters beyond the common envelope (request id, served model, degraded, timings)."""
-        return {}

@@ -21,10 +21,10 @@ from observability.metrics import ITEMS, labelled
 
 def response_model(family: Family, request: Any) -> type:
     """The response model of the route whose body the request is (a panel answers a panel), else the family's."""
-    for route in family.routes:
+    for route in family.api.routes:
         if route.response is not None and isinstance(request, route.body):
             return route.response
-    return family.response_model
+    return family.api.response_model
 
 
 async def serve(host: InferenceHost, dep: Deployment, family: Family, view: DeploymentView, request: Any,

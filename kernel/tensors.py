@@ -1,6 +1,6 @@
 """Tensor metadata and the checks every raw-tensor contract shares (transport-neutral, numpy only).
 
-A family declares its pipeline's tensors (kernel/family.py: `oip_pipeline_inputs/outputs`) as TensorMeta: the
+A family declares its pipeline's tensors (kernel/family.py: `api.oip.inputs/outputs`) as TensorMeta: the
 Open Inference Protocol adapter (services/protocols/oip.py) decodes and encodes them generically from these
 declarations, and its model metadata and Triton model config are written from them.
 """

@@ -316,8 +316,8 @@ def api_block(family: str) -> list[str]:
                     nested.append(sub)
                     collect(sub)
 
-    for route in fam.routes:
-        response = route.response or fam.response_model
+    for route in fam.api.routes:
+        response = route.response or fam.api.response_model
         multipart = route.content_type != "application/json"
         out += [f"#### `POST {route.path}`", "", _escape(route.summary, cell=False) + ".", "",
                 f"Request: `{route.content_type}`, " + ("form fields" if multipart else "body")

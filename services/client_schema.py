@@ -31,7 +31,7 @@ def client_apis() -> dict[str, str]:
     registry, third-party families included; multipart upload routes stay REST only), named as the route's FastAPI
     endpoint: /v1/forecast/panel -> forecast_panel."""
     return {operation_name(route.path): route.path for name in families.names()
-            for route in families.family(name).routes if not route.files}
+            for route in families.family(name).api.routes if not route.files}
 
 
 def _inline(node: Any, defs: Mapping[str, Any]) -> Any:

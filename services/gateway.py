@@ -60,14 +60,14 @@ app = FastAPI(title="triserve", version=distribution_version(), generate_unique_
                           "{error: {code, message, details, request_id}}. Admin operations need an admin API key "
                           "(X-API-Key or Authorization: Bearer).")
 install_error_handlers(app)
-ROUTES = [route for name in families.names() for route in families.family(name).routes]
+ROUTES = [route for name in families.names() for route in families.family(name).api.routes]
 # Starlette runs the last added middleware first: request id and body cap wrap the content-type check.
 app.add_middleware(ContentTypeMiddleware, rules={r.path: r.content_type for r in ROUTES})
 app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max_body_bytes,
                    request_log=RequestLog(settings.observability),
                    max_inflight_requests=settings.admission.max_inflight_requests,
                    front_door=settings.admission.queue_control and settings.admission.queue_front_door,
-                   family_by_path={r.path: name for name in families.names() for r in families.family(name).routes})
+                   family_by_path={r.path: name for name in families.names() for r in families.family(name).api.routes})
 FAMILY_ROUTERS = [family_router(name) for name in families.names()]
 for router in FAMILY_ROUTERS:
     app.include_router(router)

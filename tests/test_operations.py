@@ -7,7 +7,7 @@ operations over another content type. The surfaces, each read where a user meets
 
     bentoml_schema  the routes of /schema.json of the session's real server (BentoML's Sync/AsyncHTTPClient)
     grpc            the typed gRPC service's methods (triserve.v1.Triserve, the descriptor the server registers)
-    oip             the family's OIP v2 model name (its oip_alias: classify-image for classify_image), answered by the
+    oip             the family's OIP v2 model name (its api.oip.alias: classify-image for classify_image), answered by the
                     real server (GET /v2/models/<alias>) for every family it serves
     client_sync     triserve_client.TriserveClient's methods
     client_async    triserve_client.AsyncTriserveClient's methods
@@ -45,7 +45,7 @@ KNOWN_GAPS = {
 def operations() -> dict[str, str]:
     """operation -> family, for every JSON route of every registered family."""
     return {operation_name(route.path): name for name in families.names()
-            for route in families.family(name).routes if not route.files}
+            for route in families.family(name).api.routes if not route.files}
 
 
 def snake(camel: str) -> str:
@@ -67,7 +67,7 @@ def offered(server) -> dict[str, set[str]]:
     schema = httpx.get(f"{server.url}/schema.json", timeout=30).json()
     # the OIP model name each family declares for its default deployment; the server answers to it for every family
     # it serves (the tiny models file serves no pose deployment: pose is read from its declaration alone)
-    aliases = {name: families.family(name).oip_alias for name in families.names()}
+    aliases = {name: families.family(name).api.oip.alias for name in families.names()}
     served = {d["family"] for d in httpx.get(f"{server.url}/v1/models", timeout=30).json()["deployments"]}
     assert served, "the server serves no deployment"
     for name in served:

@@ -15,7 +15,7 @@ from families.classification.schemas import (
     ClassifyImageUpload,
     ClassScore,
 )
-from families.vision.family import ImageFamily, image_routes
+from families.vision.family import ImageFamily, image_api
 from families.vision.schemas import label_of
 from kernel.errors import ApiError
 from kernel.tensors import TOP_K_OUTPUTS
@@ -24,13 +24,10 @@ from models.manifest import preprocess_as
 
 class ClassificationFamily(ImageFamily):
     name = "classification"
-    request_model = ClassifyImageUpload
-    response_model = ClassifyImageResponse
-    routes = image_routes("/v1/classify-image", ClassifyImageRequest, ClassifyImageOptions,
-                          "Classify the main object (top-k labels)")
-    oip_pipeline_outputs = TOP_K_OUTPUTS
-    grpc_method = "ClassifyImage"
-    tensor_note = "cropped, normalised in the manifest's colour order"
+    api = image_api("/v1/classify-image", "Classify the main object (top-k labels)", upload=ClassifyImageUpload,
+                    body=ClassifyImageRequest, options=ClassifyImageOptions, response=ClassifyImageResponse,
+                    grpc_method="ClassifyImage", outputs=TOP_K_OUTPUTS,
+                    tensor_note="cropped, normalised in the manifest's colour order")
 
     def validate(self, view, request):
         if request.top_k > view.limits.max_top_k:

@@ -14,7 +14,7 @@ from families.detection.schemas import (
     DetectUpload,
     ImageResult,
 )
-from families.vision.family import BoxFamily, image_routes
+from families.vision.family import BoxFamily, image_api
 from families.vision.letterbox import boxes_to_original
 from families.vision.nms import NMSParams, box_agreement, check_head, decode, runner_keep
 from families.vision.schemas import box_fields
@@ -24,12 +24,10 @@ from models.manifest import preprocess_as
 
 class DetectionFamily(BoxFamily):
     name = "detection"
-    request_model = DetectUpload
-    response_model = DetectResponse
-    routes = image_routes("/v1/detect", DetectRequest, DetectOptions, "Detect objects")
-    oip_pipeline_outputs = (TensorMeta("DETECTIONS", "BYTES", (-1,),
-                                       value=lambda r: [x.model_dump_json() for x in r.results]),)
-    grpc_method = "Detect"
+    api = image_api("/v1/detect", "Detect objects", upload=DetectUpload, body=DetectRequest, options=DetectOptions,
+                    response=DetectResponse, grpc_method="Detect",
+                    outputs=(TensorMeta("DETECTIONS", "BYTES", (-1,),
+                                        value=lambda r: [x.model_dump_json() for x in r.results]),))
 
     def keep(self, view, request):
         return runner_keep(self.nms_params(view, request))

@@ -3,13 +3,14 @@ on the boxes, keypoints mapped back like the boxes, with the model's keypoint na
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
 from families.pose.manifest import PosePreprocess
 from families.pose.postprocess import check_pose_head, decode_pose, keypoints_to_original, to_keypoints
 from families.pose.schemas import Bone, Person, PoseImageResult, PoseOptions, PoseRequest, PoseResponse, PoseUpload
-from families.vision.family import BoxFamily, image_routes
+from families.vision.family import BoxFamily, ImageOip, image_api
 from families.vision.letterbox import boxes_to_original
 from families.vision.nms import NMSParams, box_agreement, runner_keep
 from families.vision.schemas import box_fields
@@ -35,13 +36,20 @@ def _keypoints_value(response: PoseResponse) -> list[str]:
     return [x.model_dump_json() for x in response.results]
 
 
+@dataclass(frozen=True)
+class PoseOip(ImageOip):
+    """Pose on OIP: the model's keypoint names and skeleton travel as response parameters."""
+
+    def extra_parameters(self, response):
+        return {"keypoint_names": json.dumps(response.keypoint_names),
+                "skeleton": json.dumps([[e.start, e.end] for e in response.skeleton])}
+
+
 class PoseFamily(BoxFamily):
     name = "pose"
-    request_model = PoseUpload
-    response_model = PoseResponse
-    routes = image_routes("/v1/pose", PoseRequest, PoseOptions, "Estimate people's poses (boxes and keypoints)")
-    oip_pipeline_outputs = (TensorMeta("POSES", "BYTES", (-1,), value=_keypoints_value),)
-    grpc_method = "Pose"
+    api = image_api("/v1/pose", "Estimate people's poses (boxes and keypoints)", upload=PoseUpload, body=PoseRequest,
+                    options=PoseOptions, response=PoseResponse, grpc_method="Pose",
+                    outputs=(TensorMeta("POSES", "BYTES", (-1,), value=_keypoints_value),), oip=PoseOip)
 
     def keep(self, view, request):
         return runner_keep(self.nms_params(view, request))
@@ -72,10 +80,6 @@ class PoseFamily(BoxFamily):
 
     def agreement(self, manifest, served, shadow):
         return pose_agreement(served, shadow, len(manifest.labels), preprocess_as(manifest, PosePreprocess).kpt_shape)
-
-    def oip_extra_parameters(self, response):
-        return {"keypoint_names": json.dumps(response.keypoint_names),
-                "skeleton": json.dumps([[e.start, e.end] for e in response.skeleton])}
 
 
 FAMILY = PoseFamily()

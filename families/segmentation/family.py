@@ -7,7 +7,7 @@ import numpy as np
 from families.segmentation.manifest import SegmentationPreprocess
 from families.segmentation.postprocess import check_row, image_result, split_row
 from families.segmentation.schemas import SegmentOptions, SegmentRequest, SegmentResponse, SegmentUpload
-from families.vision.family import BoxFamily, image_routes
+from families.vision.family import BoxFamily, image_api
 from families.vision.nms import NMSParams, box_agreement, nms
 from kernel.tensors import TensorMeta
 from models.manifest import preprocess_as
@@ -15,13 +15,10 @@ from models.manifest import preprocess_as
 
 class SegmentationFamily(BoxFamily):
     name = "segmentation"
-    request_model = SegmentUpload
-    response_model = SegmentResponse
-    routes = image_routes("/v1/segment", SegmentRequest, SegmentOptions,
-                          "Segment object instances (masks as COCO RLE or polygons)")
-    oip_pipeline_outputs = (TensorMeta("INSTANCES", "BYTES", (-1,),
-                                       value=lambda r: [x.model_dump_json(exclude_none=True) for x in r.results]),)
-    grpc_method = "Segment"
+    api = image_api("/v1/segment", "Segment object instances (masks as COCO RLE or polygons)", upload=SegmentUpload,
+                    body=SegmentRequest, options=SegmentOptions, response=SegmentResponse, grpc_method="Segment",
+                    outputs=(TensorMeta("INSTANCES", "BYTES", (-1,), value=lambda r: [
+                        x.model_dump_json(exclude_none=True) for x in r.results]),))
 
     def respond(self, view, request, work, answers):
         """Masks of the kept instances in original pixels (COCO RLE and/or polygons)."""

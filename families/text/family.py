@@ -1,6 +1,7 @@
 """The text classification family: tokenised (ragged) texts -> class probabilities -> top-k labels."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -11,7 +12,7 @@ from families.text.postprocess import check_probabilities, top_k
 from families.text.preprocess import TextTokenizer, refusal
 from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
 from kernel.errors import ApiError
-from kernel.family import Family, RestRoute
+from kernel.family import Family, FamilyApi, OipSurface, RestRoute
 from kernel.served import ServedModel
 from kernel.tensors import TOP_K_OUTPUTS, TensorMeta, bad_request, check_batch
 from models.manifest import preprocess_as
@@ -41,16 +42,44 @@ def validate_texts(limits: Limits, body: ClassifyRequest) -> list[str]:
     return list(body.texts)
 
 
+@dataclass(frozen=True)
+class TextOip(OipSurface):
+    """Text on OIP: TEXT in, top-k out; as a raw tensor model the graph's own input_ids + attention_mask, checked
+    against the served version's length and vocabulary."""
+
+    def tensor_items(self, view, served, arrays, batch_cap):
+        ids, mask = arrays["input_ids"], arrays["attention_mask"]
+        if ids.ndim != 2 or mask.shape != ids.shape:
+            raise bad_request("shape_mismatch", "input_ids and attention_mask must both be [n, L]",
+                              {"input_ids": list(ids.shape), "attention_mask": list(mask.shape)})
+        check_batch(ids.shape[0], min(batch_cap, view.limits.max_texts), "input_ids")
+        max_len = served.manifest.preprocess.max_length
+        if ids.shape[1] > max_len:
+            raise ApiError(422, "sequence_too_long", f"sequences of {ids.shape[1]} tokens exceed {max_len}",
+                           {"limit": max_len, "length": int(ids.shape[1])})
+        if not np.isin(mask, (0, 1)).all():
+            raise bad_request("invalid_attention_mask", "attention_mask values must be 0 or 1")
+        vocab = tokenizer(served).vocab_size
+        items = []
+        for i in range(ids.shape[0]):
+            row = np.ascontiguousarray(ids[i][mask[i] == 1], dtype=np.int64)
+            if row.size == 0:
+                raise ApiError(422, "empty_sequence", f"row {i} has no unmasked tokens", {"index": i})
+            if row.min() < 0 or (vocab and row.max() >= vocab):
+                raise ApiError(422, "token_id_out_of_range", f"row {i} has token ids outside [0, {vocab})",
+                               {"index": i, "vocab_size": vocab})
+            items.append(row)
+        return items
+
+
+
 class TextFamily(Family):
     name = "text"
-    request_model = ClassifyRequest
-    response_model = ClassifyResponse
-    routes = (RestRoute("/v1/classify", "application/json", ClassifyRequest, "Classify texts"),)
-    oip_alias = "classify"
-    oip_pipeline_inputs = (TensorMeta("TEXT", "BYTES", (-1,), field="texts"),)
-    oip_pipeline_outputs = TOP_K_OUTPUTS
-    oip_parameters = ("top_k", "model")
-    grpc_method = "Classify"
+    api = FamilyApi(request_model=ClassifyRequest, response_model=ClassifyResponse,
+                    routes=(RestRoute("/v1/classify", "application/json", ClassifyRequest, "Classify texts"),),
+                    grpc_method="Classify",
+                    oip=TextOip(alias="classify", inputs=(TensorMeta("TEXT", "BYTES", (-1,), field="texts"),),
+                                outputs=TOP_K_OUTPUTS, parameters=("top_k", "model")))
 
     def validate(self, view, request):
         return validate_texts(view.limits, request)
@@ -79,30 +108,6 @@ class TextFamily(Family):
 
     def agreement(self, manifest, served, shadow):
         return float(int(np.argmax(served)) == int(np.argmax(shadow)))
-
-    def tensor_items(self, view, served, arrays, batch_cap):
-        ids, mask = arrays["input_ids"], arrays["attention_mask"]
-        if ids.ndim != 2 or mask.shape != ids.shape:
-            raise bad_request("shape_mismatch", "input_ids and attention_mask must both be [n, L]",
-                              {"input_ids": list(ids.shape), "attention_mask": list(mask.shape)})
-        check_batch(ids.shape[0], min(batch_cap, view.limits.max_texts), "input_ids")
-        max_len = served.manifest.preprocess.max_length
-        if ids.shape[1] > max_len:
-            raise ApiError(422, "sequence_too_long", f"sequences of {ids.shape[1]} tokens exceed {max_len}",
-                           {"limit": max_len, "length": int(ids.shape[1])})
-        if not np.isin(mask, (0, 1)).all():
-            raise bad_request("invalid_attention_mask", "attention_mask values must be 0 or 1")
-        vocab = tokenizer(served).vocab_size
-        items = []
-        for i in range(ids.shape[0]):
-            row = np.ascontiguousarray(ids[i][mask[i] == 1], dtype=np.int64)
-            if row.size == 0:
-                raise ApiError(422, "empty_sequence", f"row {i} has no unmasked tokens", {"index": i})
-            if row.min() < 0 or (vocab and row.max() >= vocab):
-                raise ApiError(422, "token_id_out_of_range", f"row {i} has token ids outside [0, {vocab})",
-                               {"index": i, "vocab_size": vocab})
-            items.append(row)
-        return items
 
 
 FAMILY = TextFamily()

@@ -4,7 +4,8 @@ multipart upload), and for the letterboxed box families the fitted items and eac
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -13,11 +14,15 @@ from families.vision.decode import decode_images
 from families.vision.letterbox import LetterboxMeta, fit
 from families.vision.manifest import ImagePreprocess, LetterboxPreprocess
 from families.vision.nms import Detections, NMSParams, request_nms
-from kernel.family import Answer, DeploymentView, Family, RestRoute
+from kernel.family import Answer, DeploymentView, Family, FamilyApi, OipSurface, RestRoute
 from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
 from models.manifest import preprocess_as
 
 T = TypeVar("T")
+
+
+IMAGE_INPUTS = (TensorMeta("IMAGE", "BYTES", (-1,), field="images", binary=True),)
+LETTERBOXED = "letterboxed RGB scaled to [0, 1]"
 
 
 def image_routes(path: str, body: type[BaseModel], options: type[BaseModel], what: str) -> tuple[RestRoute, ...]:
@@ -28,28 +33,12 @@ def image_routes(path: str, body: type[BaseModel], options: type[BaseModel], wha
                       files="images", files_description="One or more image files."))
 
 
-class ImageFamily(Family):
-    """A family whose requests carry encoded images (`images`) and whose graphs take one [3, S, S] float tensor per
-    image."""
+@dataclass(frozen=True)
+class ImageOip(OipSurface):
+    """An image family on OIP: encoded images in (IMAGE), and as a raw tensor model the graph's own [n, 3, S, S]
+    float tensors, checked against the served version."""
 
-    oip_pipeline_inputs = (TensorMeta("IMAGE", "BYTES", (-1,), field="images", binary=True),)
-    tensor_note: ClassVar[str] = "letterboxed RGB scaled to [0, 1]"  # what a raw input tensor must hold
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """What the routes (image_routes) already say: the OIP model name is the JSON route's operation (/v1/detect
-        -> detect), the OIP parameters are the options of the upload route but the deployment (the OIP model name
-        names it)."""
-        super().__init_subclass__(**kwargs)
-        if "routes" in cls.__dict__:
-            json_route, upload = cls.routes
-            if "oip_alias" not in cls.__dict__:
-                cls.oip_alias = json_route.path.rsplit("/", 1)[-1]
-            if "oip_parameters" not in cls.__dict__:
-                cls.oip_parameters = tuple(f for f in upload.body.model_fields if f != "deployment")
-
-    def validate(self, view: DeploymentView, request: Any) -> list[np.ndarray]:
-        """Every image cap (count, bytes, pixels) before the runner; RGB arrays."""
-        return decode_images(request.images, view.limits)
+    tensor_note: str = LETTERBOXED  # what a raw input tensor must hold
 
     def tensor_items(self, view, served, arrays, batch_cap):
         spec = served.manifest.inputs[0]
@@ -62,6 +51,28 @@ class ImageFamily(Family):
         check_batch(arr.shape[0], min(batch_cap, view.limits.max_images), spec.name)
         check_finite(arr, spec.name)
         return [np.ascontiguousarray(x, dtype=np.float32) for x in arr]
+
+
+def image_api(path: str, what: str, *, upload: type[BaseModel], body: type[BaseModel], options: type[BaseModel],
+              response: type[BaseModel], grpc_method: str, outputs: tuple[TensorMeta, ...],
+              oip: type[ImageOip] = ImageOip, tensor_note: str = LETTERBOXED) -> FamilyApi:
+    """An image family's whole surface from its path: the two REST routes (image_routes), the request model built
+    from transport fields (`upload`: options + image bytes), and on OIP the model named after the JSON route's
+    operation (/v1/detect -> detect) taking the upload's options but the deployment (the OIP model name names it)
+    as parameters."""
+    return FamilyApi(request_model=upload, response_model=response, routes=image_routes(path, body, options, what),
+                     grpc_method=grpc_method,
+                     oip=oip(alias=path.rsplit("/", 1)[-1], inputs=IMAGE_INPUTS, outputs=outputs,
+                             parameters=tuple(f for f in options.model_fields if f != "deployment"),
+                             tensor_note=tensor_note))
+
+
+class ImageFamily(Family):
+    """A family whose requests carry encoded images (`images`), decoded within the deployment's limits."""
+
+    def validate(self, view: DeploymentView, request: Any) -> list[np.ndarray]:
+        """Every image cap (count, bytes, pixels) before the runner; RGB arrays."""
+        return decode_images(request.images, view.limits)
 
 
 class BoxFamily(ImageFamily):

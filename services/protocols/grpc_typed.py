@@ -1,8 +1,8 @@
 """The typed gRPC task APIs (triserve.v1.Triserve), one generic adapter for every family: the request message's
-fields become the family's request model (`request_model`, the same validation as REST), the family pipeline runs
+fields become the family's request model (`api.request_model`, the same validation as REST), the family pipeline runs
 through the kernel (ServingContext.run), and the response model is copied field by field into the response message.
 
-The family declares only its method name (`grpc_method`; a route of its own may add one, RestRoute.grpc: the
+The family declares only its method name (`api.grpc_method`; a route of its own may add one, RestRoute.grpc: the
 route's body and response models); the messages are `<Method>Request` / `<Method>Response` in
 services/protocols/protos/triserve.proto (a family whose method is not there has no typed method). Field mapping:
 repeated fields when non-empty (bytes stay bytes), proto3 `optional` fields only when set (unset ones take the
@@ -84,12 +84,12 @@ def _method(family_name: str, method: str, request_model: type[BaseModel]):
 def methods(family_name: str) -> list[tuple[str, type[BaseModel], type[BaseModel]]]:
     """(method, request model, response model) of every typed RPC the family declares."""
     fam = families.family(family_name)
-    return [(fam.grpc_method, fam.request_model, fam.response_model)] + [
-        (r.grpc, r.body, r.response or fam.response_model) for r in fam.routes if r.grpc]
+    return [(fam.api.grpc_method, fam.api.request_model, fam.api.response_model)] + [
+        (r.grpc, r.body, r.response or fam.api.response_model) for r in fam.api.routes if r.grpc]
 
 
 class TriserveServicer(triserve_pb2_grpc.TriserveServicer):
-    """The methods the families declare (families/<family>/family.py: grpc_method, RestRoute.grpc)."""
+    """The methods the families declare (families/<family>/family.py: api.grpc_method, RestRoute.grpc)."""
 
     def __init__(self, gateway):
         self.gateway = gateway

@@ -111,10 +111,10 @@ def catalog(ctx: ServingContext) -> dict[str, ModelEntry]:
         unavailable = "" if dep.name in ctx.routing.table else f"model slot {dep.name} is not loaded"
         entry = ModelEntry(name=dep.name, kind="pipeline", deployment=dep.name, family=dep.family,
                            versions=(PIPELINE_VERSION,), platform=PIPELINE_PLATFORM,
-                           inputs=fam.oip_pipeline_inputs, outputs=fam.oip_pipeline_outputs, unavailable=unavailable)
+                           inputs=fam.api.oip.inputs, outputs=fam.api.oip.outputs, unavailable=unavailable)
         entries[dep.name] = entry
         if repo.default_for(dep.family) is dep:
-            entries[fam.oip_alias] = dataclasses.replace(entry, name=fam.oip_alias)
+            entries[fam.api.oip.alias] = dataclasses.replace(entry, name=fam.api.oip.alias)
     return entries
 
 
@@ -315,7 +315,7 @@ async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: Infer
     served = ctx.catalog.get(entry.slot, entry.manifest.version)
     ctx.protection.access.capacity(dep.name, dep.family)
     arrays = {name: t.data for name, t in tensors.items()}
-    items = families.family(dep.family).tensor_items(ctx.view(dep), served, arrays, ctx.slot_batch(entry.slot))
+    items = families.family(dep.family).api.oip.tensor_items(ctx.view(dep), served, arrays, ctx.slot_batch(entry.slot))
     clock = StageClock()
     result = await run_task(ctx, dep, lambda _model: items, "primary", clock, call.deadline,
                             request_id=call.request_id, slot=entry.slot)
@@ -336,13 +336,13 @@ async def _infer_pipeline(ctx: ServingContext, entry: ModelEntry, req: InferRequ
     dep = ctx.deployment(entry.family, entry.deployment)
     tensors = _inputs(req, entry.inputs)
     fields: dict[str, Any] = {meta.field: request_field(meta, tensors[meta.name])
-                              for meta in fam.oip_pipeline_inputs if meta.name in tensors}
-    fields.update(pick_params(req.parameters, fam.oip_parameters))
-    fields = fam.oip_request_fields(fields, {name: t.data for name, t in tensors.items()}, req.parameters)
-    request = fam.request_model.model_validate({**fields, "deployment": dep.name})
+                              for meta in fam.api.oip.inputs if meta.name in tensors}
+    fields.update(pick_params(req.parameters, fam.api.oip.parameters))
+    fields = fam.api.oip.request_fields(fields, {name: t.data for name, t in tensors.items()}, req.parameters)
+    request = fam.api.request_model.model_validate({**fields, "deployment": dep.name})
     resp = await ctx.run(fam.name, request, call, dep)
-    outputs = [output_tensor(meta, meta.value(resp)) for meta in fam.oip_pipeline_outputs if meta.value is not None]
-    return outputs, {**_envelope(resp), **fam.oip_extra_parameters(resp)}
+    outputs = [output_tensor(meta, meta.value(resp)) for meta in fam.api.oip.outputs if meta.value is not None]
+    return outputs, {**_envelope(resp), **fam.api.oip.extra_parameters(resp)}
 
 
 def _envelope(resp) -> dict[str, Any]:

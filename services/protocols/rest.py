@@ -4,7 +4,7 @@ the family pipeline through the kernel (ServingContext.run).
 
 - JSON routes take the declared body model as the request body.
 - Multipart routes take the declared model's fields as form fields and the uploaded files (read as bytes) as the
-  request field the route names, and build the family's `request_model` from both, as typed gRPC and OIP do.
+  request field the route names, and build the family's `api.request_model` from both, as typed gRPC and OIP do.
 
 No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations, which name models known
 only when the route is built.
@@ -42,7 +42,7 @@ def _multipart_endpoint(fam: Family, route: RestRoute):
         options: BaseModel = params["form"]
         files: list[UploadFile] = params[route.files]
         fields = {**options.model_dump(exclude_unset=True), route.files: [await f.read() for f in files]}
-        return await current_context().run(fam.name, fam.request_model.model_validate(fields), params["call"])
+        return await current_context().run(fam.name, fam.api.request_model.model_validate(fields), params["call"])
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     endpoint.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
@@ -63,10 +63,10 @@ def family_router(family_name: str) -> APIRouter:
     """The REST endpoints a family declares."""
     fam = families.family(family_name)
     router = APIRouter(tags=[fam.name])
-    for route in fam.routes:
+    for route in fam.api.routes:
         build = _multipart_endpoint if route.files else _json_endpoint
         endpoint = build(fam, route)
         endpoint.__name__ = operation_name(route.path)  # operation ids
         router.add_api_route(route.path, endpoint, methods=["POST"], responses=ERRORS, summary=route.summary,
-                             response_model=route.response or fam.response_model)
+                             response_model=route.response or fam.api.response_model)
     return router

@@ -62,7 +62,7 @@ PACKAGE = {
         from pydantic import BaseModel, ConfigDict, Field
 
         from kernel.errors import ApiError
-        from kernel.family import Family, RestRoute
+        from kernel.family import Family, FamilyApi, OipSurface, RestRoute
         from kernel.schemas import ModelChoice, ServedBy, deployment_field
         from kernel.tensors import TensorMeta, check_batch
 
@@ -78,16 +78,21 @@ PACKAGE = {
             sums: list[float]
 
 
+        class VecSumOip(OipSurface):
+            def tensor_items(self, view, served, arrays, batch_cap):
+                arr = arrays[served.manifest.inputs[0].name]
+                check_batch(arr.shape[0], batch_cap, served.manifest.inputs[0].name)
+                return [np.asarray(x, dtype=np.float32) for x in arr]
+
+
         class VecSumFamily(Family):
             name = "vecsum"
-            request_model = SumRequest
-            response_model = SumResponse
-            routes = (RestRoute("/v1/vecsum", "application/json", SumRequest, "Weighted sums of vectors"),)
-            oip_pipeline_inputs = (TensorMeta("VECTORS", "BYTES", (-1,), field="vectors"),)
-            oip_pipeline_outputs = (TensorMeta("SUMS", "FP32", (-1,), value=lambda r: r.sums),)
-            oip_parameters = ("model",)
-            oip_alias = "vecsum"
-            grpc_method = "VecSum"
+            api = FamilyApi(request_model=SumRequest, response_model=SumResponse, grpc_method="VecSum",
+                            routes=(RestRoute("/v1/vecsum", "application/json", SumRequest,
+                                              "Weighted sums of vectors"),),
+                            oip=VecSumOip(alias="vecsum", parameters=("model",),
+                                          inputs=(TensorMeta("VECTORS", "BYTES", (-1,), field="vectors"),),
+                                          outputs=(TensorMeta("SUMS", "FP32", (-1,), value=lambda r: r.sums),)))
 
             def validate(self, view, request):
                 if len(request.vectors) > view.limits.max_vectors:
@@ -114,11 +119,6 @@ PACKAGE = {
 
             def agreement(self, manifest, served, shadow):
                 return float(np.allclose(served, shadow))
-
-            def tensor_items(self, view, served, arrays, batch_cap):
-                arr = arrays[served.manifest.inputs[0].name]
-                check_batch(arr.shape[0], batch_cap, served.manifest.inputs[0].name)
-                return [np.asarray(x, dtype=np.float32) for x in arr]
 
 
         FAMILY = VecSumFamily()

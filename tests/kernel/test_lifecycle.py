@@ -14,7 +14,7 @@ from configs.deployments import Deployment
 from kernel import lifecycle
 from kernel.call import CallContext
 from kernel.errors import ApiError
-from kernel.family import Family, RestRoute
+from kernel.family import Family, FamilyApi, OipSurface, RestRoute
 from kernel.protection.access import Client
 from kernel.protection.deadlines import Deadline
 from kernel.request_context import Timings
@@ -40,17 +40,19 @@ class PanelAnswered(Answered):
     calls: int
 
 
+class NoOip(OipSurface):
+    def tensor_items(self, view, served, arrays, batch_cap):
+        return []
+
+
 class Doubler(Family):
     """Items are the values; the 'model' doubles them; a panel goes in parts of two."""
 
     name = "doubler"
-    request_model = Body
-    response_model = Answered
-    routes = (RestRoute("/v1/double", "application/json", Body, "double"),
-              RestRoute("/v1/double/panel", "application/json", Panel, "double many", response=PanelAnswered))
-    oip_pipeline_inputs = oip_pipeline_outputs = ()
-    oip_parameters = ()
-    oip_alias = grpc_method = ""
+    api = FamilyApi(request_model=Body, response_model=Answered, grpc_method="", oip=NoOip("", (), (), ()),
+                    routes=(RestRoute("/v1/double", "application/json", Body, "double"),
+                            RestRoute("/v1/double/panel", "application/json", Panel, "double many",
+                                      response=PanelAnswered)))
 
     def __init__(self):
         self.steps: list[str] = []
@@ -79,9 +81,6 @@ class Doubler(Family):
 
     def agreement(self, manifest, served, shadow):
         return 1.0
-
-    def tensor_items(self, view, served, arrays, batch_cap):
-        return []
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def test_operation_ids_are_the_family_routes_names(spec):
     ops = operations(spec)
     assert len(ops) == sum(len(ops_) for ops_ in spec["paths"].values())  # unique
     for name in families.names():
-        for route in families.family(name).routes:
+        for route in families.family(name).api.routes:
             method, path, _ = ops[camel(operation_name(route.path))]
             assert (method, path) == ("post", route.path)
     assert {"classify", "detect", "detectUpload", "pose", "poseUpload", "segment", "segmentUpload", "forecast",
@@ -57,7 +57,7 @@ def test_admin_operations_need_the_key_and_inference_only_when_configured(app, s
     assert spec["components"]["securitySchemes"]["apiKey"] == {
         **spec["components"]["securitySchemes"]["apiKey"], "type": "apiKey", "in": "header", "name": "X-API-Key"}
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
-    inference = {camel(operation_name(r.path)) for n in families.names() for r in families.family(n).routes}
+    inference = {camel(operation_name(r.path)) for n in families.names() for r in families.family(n).api.routes}
     inference |= {"modelInfer", "modelVersionInfer"}
     for keyed in (False, True):
         doc = openapi_document(app, require_key_for_inference=keyed)

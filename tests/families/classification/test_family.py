@@ -28,8 +28,8 @@ def png(w: int, h: int, rgb=(0, 0, 0)) -> bytes:
 
 def test_registered_with_routes_grpc_method_and_batch_command():
     fam = families.family("classification")
-    assert fam.grpc_method == "ClassifyImage" and fam.oip_alias == "classify-image"
-    assert [r.path for r in fam.routes] == ["/v1/classify-image", "/v1/classify-image/upload"]
+    assert fam.api.grpc_method == "ClassifyImage" and fam.api.oip.alias == "classify-image"
+    assert [r.path for r in fam.api.routes] == ["/v1/classify-image", "/v1/classify-image/upload"]
     adapter = configs.families.batch_adapter("classification")
     assert (adapter.COMMAND, adapter.SOURCE, adapter.FAMILY) == ("classify-image", "images", "classification")
 

@@ -35,8 +35,8 @@ def test_the_family_is_registered_with_its_routes_and_checks_outputs():
     from families.pose.manifest import PosePreprocess
 
     fam = families.family("pose")
-    assert fam.grpc_method == "Pose" and fam.oip_alias == "pose"
-    assert [r.path for r in fam.routes] == ["/v1/pose", "/v1/pose/upload"]
+    assert fam.api.grpc_method == "Pose" and fam.api.oip.alias == "pose"
+    assert [r.path for r in fam.api.routes] == ["/v1/pose", "/v1/pose/upload"]
     manifest = SimpleNamespace(labels=["person"], preprocess=PosePreprocess(
         imgsz=64, **keypoint_schema([2, 3], ["person"])))
     fam.check_outputs(manifest, [raw()])

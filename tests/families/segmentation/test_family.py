@@ -24,8 +24,8 @@ def png(w: int, h: int) -> bytes:
 
 def test_registered_with_routes_and_grpc_method():
     fam = families.family("segmentation")
-    assert fam.grpc_method == "Segment" and fam.oip_alias == "segment"
-    assert [r.path for r in fam.routes] == ["/v1/segment", "/v1/segment/upload"]
+    assert fam.api.grpc_method == "Segment" and fam.api.oip.alias == "segment"
+    assert [r.path for r in fam.api.routes] == ["/v1/segment", "/v1/segment/upload"]
 
 
 def test_limits_are_typed():

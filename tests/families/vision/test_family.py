@@ -24,9 +24,9 @@ from tests.families.hooks import view
 ])
 def test_the_oip_name_and_parameters_come_from_the_routes(name, alias, parameters):
     fam = families.family(name)
-    assert fam.oip_alias == alias and set(fam.oip_parameters) == parameters
-    assert [r.content_type for r in fam.routes] == ["application/json", "multipart/form-data"]
-    assert fam.routes[1].path == fam.routes[0].path + "/upload" and fam.routes[1].files == "images"
+    assert fam.api.oip.alias == alias and set(fam.api.oip.parameters) == parameters
+    assert [r.content_type for r in fam.api.routes] == ["application/json", "multipart/form-data"]
+    assert fam.api.routes[1].path == fam.api.routes[0].path + "/upload" and fam.api.routes[1].files == "images"
 
 
 def manifest(shape: list) -> SimpleNamespace:
@@ -59,11 +59,11 @@ def test_raw_tensors_are_checked_against_the_served_input(name):
     limits = families.limits_model(name)(max_images=2)
     spec = SimpleNamespace(name="images", shape=["batch", 3, 32, 32])
     served = SimpleNamespace(manifest=SimpleNamespace(inputs=[spec], preprocess=SimpleNamespace(imgsz=32)))
-    items = fam.tensor_items(view(limits), served, {"images": np.zeros((2, 3, 32, 32))}, batch_cap=8)
+    items = fam.api.oip.tensor_items(view(limits), served, {"images": np.zeros((2, 3, 32, 32))}, batch_cap=8)
     assert len(items) == 2 and items[0].dtype == np.float32 and items[0].shape == (3, 32, 32)
     for arr, status, code in [(np.zeros((1, 3, 16, 16)), 400, "shape_mismatch"),
                               (np.zeros((3, 3, 32, 32)), 422, "too_many_items"),
                               (np.full((1, 3, 32, 32), np.nan), 422, "non_finite_value")]:
         with pytest.raises(ApiError) as err:
-            fam.tensor_items(view(limits), served, {"images": arr}, batch_cap=8)
+            fam.api.oip.tensor_items(view(limits), served, {"images": arr}, batch_cap=8)
         assert (err.value.status, err.value.code) == (status, code)

@@ -25,7 +25,7 @@ def test_an_unknown_enum_number_stays_unknown_so_validation_refuses_it():
     fields = message_fields(pb.ClassifyRequest(texts=["a"], model=7))
     assert fields["model"] == "unknown_model_choice_7"
     with pytest.raises(ValueError):
-        families.family("text").request_model.model_validate(fields)
+        families.family("text").api.request_model.model_validate(fields)
 
 
 @pytest.mark.parametrize("family", families.names())
@@ -41,9 +41,9 @@ def test_every_request_message_field_is_a_request_model_field(family):
 @pytest.mark.parametrize("family", families.names())
 def test_declared_tensors_name_request_fields_and_readers(family):
     fam = families.family(family)
-    assert all(meta.field in fam.request_model.model_fields for meta in fam.oip_pipeline_inputs)
-    assert all(meta.value is not None for meta in fam.oip_pipeline_outputs)
-    assert set(fam.oip_parameters) <= set(fam.request_model.model_fields)
+    assert all(meta.field in fam.api.request_model.model_fields for meta in fam.api.oip.inputs)
+    assert all(meta.value is not None for meta in fam.api.oip.outputs)
+    assert set(fam.api.oip.parameters) <= set(fam.api.request_model.model_fields)
 
 
 def test_request_field_decodes_by_datatype():
