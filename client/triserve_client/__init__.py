@@ -49,10 +49,6 @@ from triserve_client.models import (
     ModelRef,
     ModelRepository,
     ModelsListing,
-    OipInferResponse,
-    OipModelMetadata,
-    OipServerMetadata,
-    OipTensor,
     PanelForecastResponse,
     PoseResponse,
     Promotion,
@@ -61,6 +57,7 @@ from triserve_client.models import (
     SlotRouting,
     SlotStatus,
 )
+from triserve_client.oip_models import OipInferResponse, OipModelMetadata, OipServerMetadata, OipTensor
 from triserve_client.sync import TriserveClient
 
 try:

@@ -32,9 +32,6 @@ from triserve_client.models import (
     ForecastResponse,
     ModelRepository,
     ModelsListing,
-    OipInferResponse,
-    OipModelMetadata,
-    OipServerMetadata,
     PanelForecastResponse,
     PoseResponse,
     Promotion,
@@ -42,6 +39,7 @@ from triserve_client.models import (
     SegmentResponse,
     SlotRouting,
 )
+from triserve_client.oip_models import OipInferResponse, OipModelMetadata, OipServerMetadata
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13

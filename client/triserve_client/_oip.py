@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from triserve_client.models import OipInferResponse
+from triserve_client.oip_models import OipInferResponse
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 # datatype -> struct format character (little-endian raw tensor data)

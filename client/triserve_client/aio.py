@@ -25,9 +25,6 @@ from triserve_client.models import (
     ForecastResponse,
     ModelRepository,
     ModelsListing,
-    OipInferResponse,
-    OipModelMetadata,
-    OipServerMetadata,
     PanelForecastResponse,
     PoseResponse,
     Promotion,
@@ -35,6 +32,7 @@ from triserve_client.models import (
     SegmentResponse,
     SlotRouting,
 )
+from triserve_client.oip_models import OipInferResponse, OipModelMetadata, OipServerMetadata
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ the rest) is optional, so a server from before it still parses; no length or ran
 GET /v1/models answers a plain dict in the service (services/gateway.py list_models); ModelsListing types the fields
 it documents. The admin answers (services/repository_api.py, services/rollout_api.py) and the Open Inference Protocol
 v2 documents (services/protocols/oip_rest.py) are plain dicts in the service too: the models below type what those
-modules write.
+modules write (the OIP documents: triserve_client.oip_models).
 """
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ __all__ = ["ClassifyResponse", "TextResult", "LabelScore", "DetectResponse", "Im
            "Timings", "ErrorBody",
            "ErrorResponse", "SlotStatus", "DeploymentStatus", "ModelsListing", "Batching", "ModelRef",
            "DeploymentSpec", "Deployment", "ModelRepository", "DeploymentChange", "ResidencyChange", "CanaryRoute",
-           "SlotRouting", "Promotion", "OipTensorMeta", "OipModelMetadata", "OipServerMetadata", "OipTensor",
-           "OipInferResponse"]
+           "SlotRouting", "Promotion"]
 
 
 class Answer(BaseModel):
@@ -429,76 +428,3 @@ class Promotion(Answer):
     previous: str | None = None
     load_seconds: float | None = None
     seconds: float | None = None
-
-
-# -- Open Inference Protocol v2 over REST (/v2) ------------------------------------------------------------------------
-class OipTensorMeta(Answer):
-    name: str
-    datatype: str
-    shape: list[int] = Field(description="-1 marks a variable dimension.")
-
-
-class OipModelMetadata(Answer):
-    """GET /v2/models/{name}[/versions/{v}]."""
-
-    name: str
-    versions: list[str] = Field(default_factory=list)
-    platform: str = ""
-    inputs: list[OipTensorMeta] = Field(default_factory=list)
-    outputs: list[OipTensorMeta] = Field(default_factory=list)
-
-
-class OipServerMetadata(Answer):
-    """GET /v2."""
-
-    name: str
-    version: str
-    extensions: list[str] = Field(default_factory=list)
-
-
-class OipTensor(Answer):
-    """One output tensor; `data` is flat, row-major (`nested()` shapes it). BYTES elements are str (bytes when they
-    came as binary data and are not UTF-8)."""
-
-    name: str
-    datatype: str
-    shape: list[int]
-    data: list[Any] = Field(default_factory=list)
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-    def nested(self) -> Any:
-        """`data` as nested lists of `shape` (a scalar for shape [])."""
-        return nest(self.data, self.shape)
-
-
-class OipInferResponse(Answer):
-    """POST /v2/models/{name}[/versions/{v}]/infer. `parameters` carries request_id, served_model, served_version,
-    degraded (+ degraded_reason) and the stage timings (*_ms)."""
-
-    model_name: str
-    model_version: str = ""
-    id: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    outputs: list[OipTensor] = Field(default_factory=list)
-
-    @property
-    def request_id(self) -> str | None:
-        rid = self.parameters.get("request_id")
-        return None if rid is None else str(rid)
-
-    def output(self, name: str) -> OipTensor:
-        """The output called `name` (KeyError if the answer has none)."""
-        for t in self.outputs:
-            if t.name == name:
-                return t
-        raise KeyError(f"no output {name!r}; outputs: {[t.name for t in self.outputs]}")
-
-
-def nest(flat: list[Any], shape: list[int]) -> Any:
-    """Row-major flat values -> nested lists of `shape`."""
-    if not shape:
-        return flat[0] if flat else None
-    if len(shape) == 1:
-        return list(flat)
-    step = len(flat) // shape[0] if shape[0] else 0
-    return [nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]

@@ -24,9 +24,6 @@ from triserve_client.models import (
     ForecastResponse,
     ModelRepository,
     ModelsListing,
-    OipInferResponse,
-    OipModelMetadata,
-    OipServerMetadata,
     PanelForecastResponse,
     PoseResponse,
     Promotion,
@@ -34,6 +31,7 @@ from triserve_client.models import (
     SegmentResponse,
     SlotRouting,
 )
+from triserve_client.oip_models import OipInferResponse, OipModelMetadata, OipServerMetadata
 
 T = TypeVar("T")
 

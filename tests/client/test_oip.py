@@ -19,7 +19,8 @@ from triserve_client import (
     TriserveClient,
 )
 from triserve_client._oip import datatype_of, decode_response, encode_request, shape_of
-from triserve_client.models import ImageResult, nest
+from triserve_client.models import ImageResult
+from triserve_client.oip_models import nest
 
 SERIES = [round(340 + 3 * math.sin(i * math.pi / 6) + 0.1 * i, 3) for i in range(48)]
 TEXTS = ["what is my balance", "book a flight to paris", "cancel my reservation"]
