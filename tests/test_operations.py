@@ -7,8 +7,8 @@ operations over another content type. The surfaces, each read where a user meets
 
     bentoml_schema  the routes of /schema.json of the session's real server (BentoML's Sync/AsyncHTTPClient)
     grpc            the typed gRPC service's methods (triserve.v1.Triserve, the descriptor the server registers)
-    oip             the family's OIP v2 model name (its api.oip.alias: classify-image for classify_image), answered by the
-                    real server (GET /v2/models/<alias>) for every family it serves
+    oip             the family's OIP v2 model name (its api.oip.alias: classify-image for classify_image), answered by
+                    the real server (GET /v2/models/<alias>) for every family it serves
     client_sync     triserve_client.TriserveClient's methods
     client_async    triserve_client.AsyncTriserveClient's methods
     client_grpc     triserve_client.grpc.TriserveGrpcClient's and AsyncTriserveGrpcClient's methods (both)

@@ -8,7 +8,7 @@ from batch.sinks import read_rows
 pytest.importorskip("ray", reason="the batch-ray extra (ray[data]) is not installed")
 
 
-def test_ray_writes_the_local_rows_for_every_family(run_job, tmp_path):
+def test_ray_writes_the_local_rows_for_texts_images_and_series(run_job, tmp_path):
     for command in ("classify", "detect", "forecast"):
         run_job(command, tmp_path / command / "local", "--workers", "0")
         summary = run_job(command, tmp_path / command / "ray", "--engine", "ray", "--workers", "2")

@@ -12,7 +12,7 @@ if shutil.which("java") is None:
     pytest.skip("Spark needs Java (java not on PATH)", allow_module_level=True)
 
 
-def test_spark_writes_the_local_rows_for_every_family(run_job, tmp_path):
+def test_spark_writes_the_local_rows_for_texts_images_and_series(run_job, tmp_path):
     for command in ("classify", "detect", "forecast"):
         run_job(command, tmp_path / command / "local", "--workers", "0")
         summary = run_job(command, tmp_path / command / "spark", "--engine", "spark", "--workers", "2")

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
 
@@ -100,8 +101,10 @@ def test_list_shows_what_exists(group, folder, tmp_path):
 
 @pytest.mark.parametrize("group, package", [("bench", "scripts.bench"), ("drill", "scripts.drills")])
 def test_every_bench_and_drill_answers_help_through_the_console_script(group, package, tmp_path):
-    for name in cli.runnable(package):
-        res = triserve(group, name, "--help", cwd=tmp_path)
+    names = cli.runnable(package)
+    with ThreadPoolExecutor(max_workers=4) as pool:  # each a fresh interpreter: run a few at once
+        answers = list(pool.map(lambda name: triserve(group, name, "--help", cwd=tmp_path), names))
+    for name, res in zip(names, answers):
         assert res.returncode == 0, f"{group} {name}: {res.stdout[-400:]}{res.stderr[-800:]}"
         assert res.stdout.startswith("usage:"), f"{group} {name}: {res.stdout[:200]}"
 

@@ -1,5 +1,5 @@
 """The wheel serves (issue 28 part 1): build it from this checkout, install it into a fresh venv outside the checkout,
-start `triserve serve` from there against a registry store and answer all three families over HTTP.
+start `triserve serve` from there against a registry store and answer every family it serves over HTTP.
 
 The fresh venv borrows its third-party packages from the project's environment (a .pth line naming that
 site-packages: its own .pth files, the editable hook of this checkout among them, are not processed), so the test
