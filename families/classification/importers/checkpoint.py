@@ -19,7 +19,6 @@ Steps (nothing is published unless all pass):
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from models.importing.result import ImportRefused, ImportResult
 from models.importing.sandbox import isolated_build, prefetch_photos
 from models.manifest import Source, sha256_file
 
-log = logging.getLogger("triserve.importer")
 OPSET = 17
 
 

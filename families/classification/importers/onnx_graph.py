@@ -21,7 +21,6 @@ sibling gated on top-1 agreement (finish.py). Then publish (immutable name:versi
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +38,6 @@ from models.importing.provenance import package_versions
 from models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
 from models.importing.result import ImportResult
 from models.manifest import Source, sha256_file
-
-log = logging.getLogger("triserve.importer")
 
 
 def reference_input(image: np.ndarray, pre: ClassificationPreprocess) -> np.ndarray:
