@@ -93,11 +93,11 @@ def build_task(task: str, profile: str, registry: LocalRegistry, cache_root: Pat
 def import_default_detector(registry: LocalRegistry, cache_root: Path) -> dict:
     """The default profile's detector is not trained here: the official COCO YOLOv8n ONNX shipped in a PyPI wheel,
     imported with its INT8 fallback by the detection family's importer (families/detection/importers/coco.py)."""
-    from families.detection.importers.coco import build_default_coco, coco_source, coco_version
+    from families.detection.importers.coco import COCO, build_default_coco
 
     started = time.monotonic()
     published = build_default_coco(registry, cache_root / "detection-coco")
-    version = coco_version(coco_source(cache_root / "detection-coco"))
+    version = COCO.version(COCO.fetch(cache_root / "detection-coco"))
     return {"task": "detection", "version": version, "status": "built" if published else "cached",
             "seconds": time.monotonic() - started}
 
@@ -106,11 +106,11 @@ def import_default_pose(registry: LocalRegistry, cache_root: Path) -> dict:
     """The `people` deployment's models: the official YOLO11n-pose .pt shipped in a PyPI wheel, imported with its
     keypoint branch and an INT8 fallback by the pose family's importer (families/pose/importers/people.py). The
     only pose recipe: every profile imports it."""
-    from families.pose.importers.people import build_default_people, people_source, people_version
+    from families.pose.importers.people import PEOPLE, build_default_people
 
     started = time.monotonic()
     published = build_default_people(registry, cache_root / "pose-people")
-    version = people_version(people_source(cache_root / "pose-people"))
+    version = PEOPLE.version(PEOPLE.fetch(cache_root / "pose-people"))
     return {"task": "pose", "version": version, "status": "built" if published else "cached",
             "seconds": time.monotonic() - started}
 
@@ -118,11 +118,11 @@ def import_default_pose(registry: LocalRegistry, cache_root: Path) -> dict:
 def import_default_segmenter(registry: LocalRegistry, cache_root: Path) -> dict:
     """The default segmenter is not trained here either: platedet's YOLOv8s-seg ONNX from its PyPI wheel, imported
     by the segmentation family's importer (families/segmentation/importers/plates.py)."""
-    from families.segmentation.importers.plates import build_default_plates, plates_source, plates_version
+    from families.segmentation.importers.plates import PLATES, build_default_plates
 
     started = time.monotonic()
     published = build_default_plates(registry, cache_root / "segmentation-plates")
-    version = plates_version(plates_source(cache_root / "segmentation-plates"))
+    version = PLATES.version(PLATES.fetch(cache_root / "segmentation-plates"))
     return {"task": "segmentation", "version": version, "status": "built" if published else "cached",
             "seconds": time.monotonic() - started}
 

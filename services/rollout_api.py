@@ -85,6 +85,14 @@ async def _call(ctx: ServingContext, method: str, **kwargs):
         raise ApiError(409, "rollout_failed", f"{method} failed: {exc}"[:500], {"slot": kwargs.get("slot")}) from exc
 
 
+async def _route(ctx: ServingContext, method: str, **kwargs) -> dict:
+    """A routing change on the runner (canary, shadow), then the gateway's routing table re-read so the next request
+    already follows it."""
+    result = await _call(ctx, method, **kwargs)
+    await ctx.routing.refresh(ctx.runner)
+    return result
+
+
 async def _stage(ctx: ServingContext, slot: str, ref: str) -> dict:
     staged = await _call(ctx, "stage", slot=slot, ref=ref)
     if "error" in staged:
@@ -161,31 +169,23 @@ async def canary(slot: str, body: CanaryRequest, _: Client = Depends(admin_guard
                  ctx: ServingContext = Depends(loaded_context)) -> dict:
     staged = await _stage(ctx, _slot(ctx, slot), body.ref)
     ctx.canary.reset(slot)
-    result = await _call(ctx, "set_canary", slot=slot, version=staged["version"], weight=body.weight)
-    await ctx.routing.refresh(ctx.runner)
-    return result
+    return await _route(ctx, "set_canary", slot=slot, version=staged["version"], weight=body.weight)
 
 
 @router.delete("/{slot}/canary", summary="Withdraw the canary")
 async def drop_canary(slot: str, _: Client = Depends(admin_guard),
                       ctx: ServingContext = Depends(loaded_context)) -> dict:
-    result = await _call(ctx, "set_canary", slot=_slot(ctx, slot), version=None)
-    await ctx.routing.refresh(ctx.runner)
-    return result
+    return await _route(ctx, "set_canary", slot=_slot(ctx, slot), version=None)
 
 
 @router.post("/{slot}/shadow", summary="Mirror traffic to a candidate version (answers compared, never returned)")
 async def shadow(slot: str, body: ShadowRequest, _: Client = Depends(admin_guard),
                  ctx: ServingContext = Depends(loaded_context)) -> dict:
     staged = await _stage(ctx, _slot(ctx, slot), body.ref)
-    result = await _call(ctx, "set_shadow", slot=slot, version=staged["version"])
-    await ctx.routing.refresh(ctx.runner)
-    return result
+    return await _route(ctx, "set_shadow", slot=slot, version=staged["version"])
 
 
 @router.delete("/{slot}/shadow", summary="Stop mirroring")
 async def drop_shadow(slot: str, _: Client = Depends(admin_guard),
                       ctx: ServingContext = Depends(loaded_context)) -> dict:
-    result = await _call(ctx, "set_shadow", slot=_slot(ctx, slot), version=None)
-    await ctx.routing.refresh(ctx.runner)
-    return result
+    return await _route(ctx, "set_shadow", slot=_slot(ctx, slot), version=None)

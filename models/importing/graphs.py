@@ -26,15 +26,20 @@ def ort_session(model_path: Path, threads: int = 0):
     return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
 
 
-def read_export(path: Path):
-    """A user's ONNX export and its metadata (key -> value); any parse failure is a refusal."""
+def read_export(path: Path, task: str | None = None, elsewhere: str = ""):
+    """A user's ONNX export and its metadata (key -> value); any parse failure is a refusal, and so is an ultralytics
+    export whose metadata records another task than `task` (`elsewhere`: which importer takes that one)."""
     import onnx
 
     try:
         model = onnx.load(str(path))
     except Exception as exc:  # any parse failure is a refusal
         raise ImportRefused(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
-    return model, {p.key: p.value for p in model.metadata_props}
+    meta = {p.key: p.value for p in model.metadata_props}
+    found = meta.get("task", "").strip().lower()
+    if task is not None and found and found != task:
+        raise ImportRefused(f"{Path(path).name}: metadata task {found!r}, not {task!r} ({elsewhere})")
+    return model, meta
 
 
 def metadata_literal(meta: Mapping[str, str], key: str):

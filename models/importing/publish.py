@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from models.importing.licenses import add_license_option
 from models.importing.result import Artifact, GateFailed, ImportResult
 from models.manifest import Manifest
 
@@ -171,6 +172,21 @@ def importer_parser(subparsers, command: str, help: str, doc: str | None, source
         p.add_argument("--version", required=True, help=version_help)
     add_registry_option(p)
     return p
+
+
+def add_import_options(p, func: Callable[[Any], int], *, fallback: bool = False, verify: bool = False) -> None:
+    """The options the user image importers share after their own, in one order with one meaning: --alias,
+    --fallback-name (with `fallback`), --images, --cache, --no-verify (with `verify`), --license; `func` runs it."""
+    p.add_argument("--alias", default=None, help="also point this alias at the new version")
+    if fallback:
+        p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling")
+    p.add_argument("--images", type=Path, default=None,
+                   help="photos of the model's own domain for the checks (default: the package photos)")
+    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
+    if verify:
+        p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")
+    add_license_option(p)
+    p.set_defaults(func=func)
 
 
 def default_build_parser(subparsers, command: str, help: str, doc: str | None, name: str, fallback_name: str,

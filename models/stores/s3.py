@@ -123,10 +123,11 @@ class S3Store(TreeStore):
                 if head.get("Metadata", {}).get("sha256") != sha256:  # someone else's bytes: not ours to overwrite
                     raise VersionExists(f"{self.uri}: {key} already exists with other content") from exc
 
-    def _common_prefixes(self, prefix: str) -> list[str]:
-        out, token = [], None
+    def _listing(self, **kwargs) -> list[dict]:
+        """Every page of a list_objects_v2 listing (followed through its continuation tokens); none when the bucket
+        is missing."""
+        pages, token = [], None
         while True:
-            kwargs = {"Prefix": self._key(prefix), "Delimiter": "/"}
             if token:
                 kwargs["ContinuationToken"] = token
             try:
@@ -135,35 +136,29 @@ class S3Store(TreeStore):
                 if self._missing(exc):
                     return []
                 raise RegistryError(f"{self.uri}: {exc}") from exc
-            out += [p["Prefix"][len(self._key(prefix)):].rstrip("/") for p in page.get("CommonPrefixes", [])]
+            pages.append(page)
             if not page.get("IsTruncated"):
-                return out
+                return pages
             token = page["NextContinuationToken"]
+
+    def _common_prefixes(self, prefix: str) -> list[str]:
+        base = self._key(prefix)
+        return [p["Prefix"][len(base):].rstrip("/") for page in self._listing(Prefix=base, Delimiter="/")
+                for p in page.get("CommonPrefixes", [])]
 
     def models(self) -> list[str]:
         return sorted(n for n in self._common_prefixes("") if re.match(NAME_PATTERN, n) and self.versions(n))
 
     def versions(self, name: str) -> list[str]:
         """Versions with a manifest, oldest manifest first."""
-        found, token = [], None
+        found = []
         base = self._key(f"{name}/versions/")
-        while True:
-            kwargs = {"Prefix": base}
-            if token:
-                kwargs["ContinuationToken"] = token
-            try:
-                page = self._call(self.client.list_objects_v2, **kwargs)
-            except ClientError as exc:
-                if self._missing(exc):
-                    return []
-                raise RegistryError(f"{self.uri}: {exc}") from exc
+        for page in self._listing(Prefix=base):
             for obj in page.get("Contents", []):
                 rest = obj["Key"][len(base):].split("/")
                 if len(rest) == 2 and rest[1] == "manifest.json":
                     found.append((obj["LastModified"], rest[0]))
-            if not page.get("IsTruncated"):
-                return [v for _, v in sorted(found)]
-            token = page["NextContinuationToken"]
+        return [v for _, v in sorted(found)]
 
 
 class _CountingReader:

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.starts:
         drill_main(NAME, args, start_phase)
         return 0
-    from families.detection.importers.coco import coco_source
+    from families.detection.importers.coco import COCO
     from families.text.importers.hf import pipeline_probabilities
     from families.text.importers.sklearn_head import st_probabilities
     from models.importing.photos import package_photos
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 "deployments": [{"name": d.name, "family": d.family, "default": d.default,
                                  "model": d.model.name if d.model is not None else None}
                                 for d in models],
-                "detection": [check_detection(srv, "coco", coco_source(CACHE), photos, 640),
+                "detection": [check_detection(srv, "coco", COCO.fetch(CACHE), photos, 640),
                               check_detection(srv, "plates", Path(imports["plates"]["weights"]), photos, 640)],
                 "text": [check_text(srv, "intent", INTENT_TEXTS, intent_ref, list(intent.labels)),
                          check_text(srv, "reviews", review_texts, review_ref, list(reviews.labels))],

@@ -22,8 +22,10 @@ project's machine-readable `code`, `details` and `request_id` beside it; statuse
 """
 from __future__ import annotations
 
+import functools
 import json
 import zlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import bentoml
@@ -57,6 +59,18 @@ def oip_error(request: Request, exc: BaseException) -> JSONResponse:
     return JSONResponse(body, status_code=info.status, headers={"X-Request-ID": rid, **info.headers})
 
 
+def _answers_errors(endpoint: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """An endpoint whose every failure is answered in the protocol's error format (oip_error), not FastAPI's."""
+    @functools.wraps(endpoint)  # FastAPI reads the endpoint's own signature through __wrapped__
+    async def answer(request: Request, **kwargs: Any) -> Any:
+        try:
+            return await endpoint(request, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
+            return oip_error(request, exc)
+
+    return answer
+
+
 # ---- health and metadata ------------------------------------------------------------------------------------------
 @router.get("", summary="OIP v2 server metadata", operation_id="serverMetadata")
 async def server_metadata() -> dict:
@@ -78,46 +92,38 @@ async def server_ready() -> JSONResponse:
 @router.get("/models/{name}/stats", summary="Triton inference statistics of one model", operation_id="modelStatistics")
 @router.get("/models/{name}/versions/{version}/stats", summary="Triton inference statistics of one model version",
             operation_id="modelVersionStatistics")
+@_answers_errors
 async def model_statistics(request: Request, name: str = "", version: str = ""):
     # declared before /models/{name}: "stats" would otherwise be read as a model name
-    try:
-        return {"model_stats": await oip.statistics(_ctx(), name, version)}
-    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
-        return oip_error(request, exc)
+    return {"model_stats": await oip.statistics(_ctx(), name, version)}
 
 
 @router.get("/models/{name}", summary="OIP v2 model metadata", operation_id="modelMetadata")
 @router.get("/models/{name}/versions/{version}", summary="OIP v2 model metadata of one version",
             operation_id="modelVersionMetadata")
+@_answers_errors
 async def model_metadata(request: Request, name: str, version: str = ""):
-    try:
-        return oip.model_metadata(await oip.resolve(_ctx(), name, version))
-    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
-        return oip_error(request, exc)
+    return oip.model_metadata(await oip.resolve(_ctx(), name, version))
 
 
 @router.get("/models/{name}/ready", summary="OIP v2 model readiness (200 = ready, 400 = not ready)",
             operation_id="modelReady")
 @router.get("/models/{name}/versions/{version}/ready", summary="OIP v2 model readiness of one version",
             operation_id="modelVersionReady")
+@_answers_errors
 async def model_ready(request: Request, name: str, version: str = ""):
-    try:
-        entry = await oip.resolve(_ctx(), name, version)
-        ready = await oip.model_ready(_gateway(), entry)
-        return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
-    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
-        return oip_error(request, exc)
+    entry = await oip.resolve(_ctx(), name, version)
+    ready = await oip.model_ready(_gateway(), entry)
+    return JSONResponse({"name": entry.name, "ready": ready}, status_code=200 if ready else 400)
 
 
 @router.get("/models/{name}/config", summary="Triton model configuration", operation_id="modelConfig")
 @router.get("/models/{name}/versions/{version}/config", summary="Triton model configuration of one version",
             operation_id="modelVersionConfig")
+@_answers_errors
 async def model_config(request: Request, name: str, version: str = ""):
-    try:
-        ctx = _ctx()
-        return oip.model_config(ctx, await oip.resolve(ctx, name, version))
-    except Exception as exc:  # noqa: BLE001 - every failure is written in the protocol's error format
-        return oip_error(request, exc)
+    ctx = _ctx()
+    return oip.model_config(ctx, await oip.resolve(ctx, name, version))
 
 
 def _index_body(body: bytes) -> bool:

@@ -224,3 +224,25 @@ def test_unsupported_uri_and_read_only_errors_are_clear(http_root):
     _, url = http_root
     with pytest.raises(ReadOnlyStore, match="read-only"):
         open_store(url).set_alias("toy-model", "stable", V1)
+
+
+def test_s3_listings_follow_every_page(s3_endpoint, monkeypatch):
+    """Model names and versions come from every page of a listing (S3 pages at 1,000 keys: here at one)."""
+    prefix = unique_name("pages")
+    store = open_store(f"s3://models/{prefix}?endpoint_url={s3_endpoint}")
+    for name in ("alpha", "beta", "gamma"):
+        for version in (V1, V2):
+            key = f"{prefix}/{name}/versions/{version}/manifest.json"
+            store.client.put_object(Bucket="models", Key=key, Body=b"{}")
+    listed = store.client.list_objects_v2
+    pages = []
+
+    def one_key_pages(**kwargs):
+        pages.append(kwargs.get("ContinuationToken"))
+        return listed(**kwargs, MaxKeys=1)
+
+    monkeypatch.setattr(store.client, "list_objects_v2", one_key_pages)
+    assert store.versions("beta") == [V1, V2]
+    assert len(pages) == 2 and pages[0] is None and pages[1]  # the second page asked with the first's token
+    assert store.models() == ["alpha", "beta", "gamma"]
+    assert open_store(f"s3://no-such-bucket/x?endpoint_url={s3_endpoint}").models() == []  # missing bucket: none

@@ -19,8 +19,6 @@ Steps (nothing is published unless all pass):
 """
 from __future__ import annotations
 
-import argparse
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +29,14 @@ from families.classification.manifest import ClassificationPreprocess
 from families.detection.importers.checkpoint_read import load_checkpoint_dict
 from families.detection.importers.export import class_names, export_onnx
 from families.detection.importers.ultralytics_env import setup_ultralytics
-from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from models.importing.licenses import resolve_license, spdx_from_text
 from models.importing.photos import package_photos, user_photos
 from models.importing.provenance import package_versions
-from models.importing.publish import add_registry_option, default_cache, import_and_publish, print_result, quiet_stdout
-from models.importing.result import GateFailed, ImportRefused, ImportResult
+from models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
+from models.importing.result import ImportRefused, ImportResult
 from models.importing.sandbox import isolated_build, prefetch_photos
 from models.manifest import Source, sha256_file
 
-log = logging.getLogger("triserve.importer")
 OPSET = 17
 
 
@@ -130,38 +127,22 @@ def isolated_import(work: Path, weights: Path, name: str, version: str, images: 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry, RegistryError
+    from models.registry import LocalRegistry
 
     prefetch_photos(Path(args.images) if args.images else None, Path(args.cache))
     build = isolated_build(f"{__name__}:isolated_import", {
         "weights": Path(args.weights), "name": args.name, "version": args.version,
         "images": Path(args.images) if args.images else None, "cache": Path(args.cache), "imgsz": args.imgsz,
         "fallback_name": args.fallback_name, "license": args.license}, Path(args.cache))
-    try:
-        with quiet_stdout():
-            published, report = import_and_publish(LocalRegistry(args.registry), args.name, args.version,
-                                                   args.alias, "classification-pt", build)
-    except (GateFailed, RegistryError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: import_and_publish(LocalRegistry(args.registry), args.name, args.version, args.alias,
+                                              "classification-pt", build))
 
 
 def add_parser(subparsers) -> None:
     """Register `classification-pt` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("classification-pt", help="import an ultralytics -cls checkpoint (.pt)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--weights", type=Path, required=True, help="the .pt checkpoint")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
+    p = importer_parser(subparsers, "classification-pt", "import an ultralytics -cls checkpoint (.pt)", __doc__,
+                        ("--weights", "the .pt checkpoint"), version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--imgsz", type=int, default=None, help="input size (default: the training size)")
-    add_registry_option(p)
-    p.add_argument("--alias", default=None, help="also point this alias at the new version")
-    p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling")
-    p.add_argument("--images", type=Path, default=None, help="photos for the checks (default: the package photos)")
-    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    add_license_option(p)
-    p.set_defaults(func=_cmd)
+    add_import_options(p, _cmd, fallback=True)
 
 

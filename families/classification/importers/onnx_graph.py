@@ -21,7 +21,6 @@ sibling gated on top-1 agreement (finish.py). Then publish (immutable name:versi
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -33,20 +32,12 @@ from families.classification.preprocess import FILTERS
 from families.vision.letterbox import letterbox
 from models.importing.graphs import ort_session
 from models.importing.labels import read_labels
-from models.importing.licenses import add_license_option, onnx_license, resolve_license
+from models.importing.licenses import onnx_license, resolve_license
 from models.importing.photos import PhotoSet, package_photos, user_photos
 from models.importing.provenance import package_versions
-from models.importing.publish import (
-    add_registry_option,
-    default_cache,
-    import_and_publish,
-    print_result,
-    quiet_stdout,
-)
-from models.importing.result import GateFailed, ImportResult
+from models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
+from models.importing.result import ImportResult
 from models.manifest import Source, sha256_file
-
-log = logging.getLogger("triserve.importer")
 
 
 def reference_input(image: np.ndarray, pre: ClassificationPreprocess) -> np.ndarray:
@@ -125,26 +116,14 @@ def preprocess_from_args(args) -> ClassificationPreprocess:
 
 
 def _cmd(args) -> int:
-    from models.registry import RegistryError
-
-    try:
-        with quiet_stdout():
-            published, report = publish_classification_onnx(args)
-    except (GateFailed, RegistryError, ValueError) as exc:
-        log.error("nothing published: %s", exc)
-        return 2
-    print_result(published, report)
-    return 0
+    return run_cli(lambda: publish_classification_onnx(args), refused=(ValueError,))
 
 
 def add_parser(subparsers) -> None:
     """Register `classification-onnx` on the `triserve import` parser (triserve/importers.py)."""
-    p = subparsers.add_parser("classification-onnx", help="import an ONNX image classifier with its labels",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
+    p = importer_parser(subparsers, "classification-onnx", "import an ONNX image classifier with its labels", __doc__,
+                        ("--model", "the .onnx file"), version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--labels", type=Path, required=True, help="class names: JSON list or text, one per line")
-    p.add_argument("--name", required=True, help="registry model name")
-    p.add_argument("--version", required=True, help="immutable version, e.g. 1.0.0")
     p.add_argument("--imgsz", type=int, required=True, help="square network input side")
     p.add_argument("--resize", choices=["center_crop", "letterbox"], default="center_crop")
     p.add_argument("--resize-size", type=int, default=None, help="short side before the crop (default: imgsz)")
@@ -155,10 +134,4 @@ def add_parser(subparsers) -> None:
     p.add_argument("--color-order", choices=["RGB", "BGR"], default="RGB")
     p.add_argument("--output", choices=["probabilities", "logits"], default="probabilities",
                    help="what the graph outputs (logits: the service applies softmax)")
-    add_registry_option(p)
-    p.add_argument("--alias", default=None, help="also point this alias at the new version")
-    p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling")
-    p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
-    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    add_license_option(p)
-    p.set_defaults(func=_cmd)
+    add_import_options(p, _cmd, fallback=True)

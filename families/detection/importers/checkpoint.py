@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,15 +60,15 @@ from families.detection.importers.evaluate import detection_references
 from families.detection.importers.export import export_user_model
 from families.detection.importers.params import PARAMS, ImportParams
 from families.detection.importers.pipeline import nms_params, run_detector
-from families.detection.importers.verify import verify_against_ultralytics
+from families.detection.importers.verify import require_agreement, verify_against_ultralytics
 from families.detection.manifest import DetectionPreprocess
 from models.importing import custom_modules as custom_code
 from models.importing.graphs import ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
-from models.importing.photos import package_photos, read_rgb, user_photos
+from models.importing.photos import photos_to_verify, read_rgb, user_photos
 from models.importing.provenance import package_versions
 from models.importing.publish import default_cache, importer_parser, run_cli
-from models.importing.result import Artifact, GateFailed, ImportRefused
+from models.importing.result import Artifact, ImportRefused, Laps
 from models.importing.sandbox import publish_checkpoint_isolated
 from models.manifest import Manifest, Source, preprocess_as
 
@@ -119,12 +118,7 @@ def _import_detection_pt(weights: Path, name: str, version: str, work_dir: Path,
                          head: str, data: Path | None, photos, cache_dir: Path | None,
                          verify_ultralytics: bool | None, params: PtParams, license: str | None,
                          require_license: bool, loaded: list[custom_code.CustomModule]) -> tuple[Artifact, dict]:
-    t0 = time.monotonic()
-    timings: dict[str, float] = {}
-
-    def lap(key: str) -> None:
-        timings[key] = round(time.monotonic() - t0 - sum(timings.values()), 2)
-
+    lap = Laps()
     cache_dir = Path(cache_dir) if cache_dir else default_cache()
     work_dir = Path(work_dir)
     info = inspect_checkpoint(weights, work_dir / "checkpoint", cache_dir / "detection-pt")
@@ -154,20 +148,12 @@ def _import_detection_pt(weights: Path, name: str, version: str, work_dir: Path,
     ultra = None
     photo_set = None
     if verify_ultralytics is not False:
-        photo_set = photos if photos is not None else package_photos(cache_dir)
-        images = _photo_paths(photo_set)
-        if not images:
-            raise GateFailed("no photos to verify against ultralytics: need the package photos or --images DIR")
+        photo_set, images = photos_to_verify(photos, cache_dir)
         ultra = verify_against_ultralytics(onnx_path, images, m.preprocess, m.labels, conf=c.ultralytics_conf,
                                            iou=c.ultralytics_iou, min_iou=c.ultralytics_min_iou,
                                            max_score_diff=c.ultralytics_max_score_diff,
                                            cache_dir=cache_dir / "detection-pt", reference=info.reference)
-        if not ultra.passed:
-            raise GateFailed(f"{name}: triserve's pipeline on the exported graph disagrees with ultralytics' "
-                             f"predictor on {info.path.name}: {ultra.describe()}")
-        if ultra.agreement.reference_boxes == 0:
-            log.warning("%s: ultralytics found no box on the %d photos: the cross-check is vacuous; pass --images "
-                        "with photos of the model's own domain", name, len(images))
+        require_agreement(ultra, name, info.path.name, len(images))
     lap("ultralytics")
 
     metrics = dict(m.metrics)
@@ -198,7 +184,7 @@ def _import_detection_pt(weights: Path, name: str, version: str, work_dir: Path,
               "imgsz": pre.imgsz, "classes": len(m.labels), "dynamic_batch": gates.get("dynamic_batch"),
               "parity_worst": _worst(m.parity), "ultralytics": ultra.report() if ultra is not None else "skipped",
               "photos_missing": photo_set.missing if photo_set is not None else [],
-              "custom_modules": [c.describe() for c in loaded], "timings_s": timings}
+              "custom_modules": [c.describe() for c in loaded], "timings_s": lap.timings}
     return Artifact(staging=art.staging, manifest=manifest), report
 
 

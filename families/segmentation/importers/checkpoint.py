@@ -23,9 +23,9 @@ from families.detection.importers.checkpoint_read import inspect_checkpoint
 from families.detection.importers.export import export_onnx
 from families.segmentation.importers.onnx_graph import import_segmentation_onnx
 from models.importing import custom_modules as custom_code
-from models.importing.licenses import add_license_option, spdx_from_text
+from models.importing.licenses import spdx_from_text
 from models.importing.photos import PhotoSet, user_photos
-from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
+from models.importing.publish import add_import_options, default_cache, import_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, ImportRefused, ImportResult
 from models.importing.sandbox import absolute_specs, isolated_build, prefetch_photos
 
@@ -102,9 +102,4 @@ def add_parser(subparsers) -> None:
     p.add_argument("--custom-modules", action="append", default=[], metavar="[PICKLED_NAME=]MODULE_OR_FILE",
                    help="a module or .py file with the training code's own layers the checkpoint pickles "
                         "(repeatable; it runs as code)")
-    p.add_argument("--alias", default=None, help="also point this alias at the new version")
-    p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
-    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")
-    add_license_option(p)
-    p.set_defaults(func=_cmd)
+    add_import_options(p, _cmd, verify=True)

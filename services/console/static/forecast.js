@@ -1,8 +1,8 @@
 // Try-it for forecasting: pasted values or CSV (timestamp,value lines; timestamps optional) to /v1/forecast, the
 // history, forecast and 50%/90% intervals plotted as SVG, and how the server forecast (method, weights, backtest);
 // below it a backtest of the same series (backtest.js) and a panel (panel.js).
-import { api, clear, el, errorText, fmt, kv, section } from "./util.js";
-import { codeView, jsonSnippets, listDeployments, timingsView } from "./snippets.js";
+import { clear, el, fmt, kv, section } from "./util.js";
+import { jsonSnippets, listDeployments, readInput, sendTryIt, tryItForm } from "./snippets.js";
 import { backtestSection } from "./backtest.js";
 import { panelSection } from "./panel.js";
 import { plot } from "./plot.js";
@@ -53,13 +53,10 @@ export function forecastPage(main) {
   const frequency = el("select", { id: "frequency" }, FREQUENCIES.map((f) => el("option",
     { value: f, text: f || "infer (timestamps)", selected: f === "MS" })));
   const horizon = el("input", { id: "horizon", type: "number", min: 1, value: 12, step: 1 });
-  const run = el("button", { id: "run", type: "submit", text: "Forecast" });
-  const status = el("p", { id: "tryit-status", class: "muted" });
-  const output = el("div", { id: "tryit-output" });
-  const form = el("form", { class: "controls", id: "tryit-form" },
+  const { status, output, form } = tryItForm("tryit", "Forecast", [
     el("label", {}, "deployment ", deployment), el("label", {}, "model ", model),
     el("label", {}, "start ", start), el("label", {}, "frequency ", frequency), el("label", {}, "horizon ", horizon),
-    el("label", { class: "wide" }, "values ", values), run);
+    el("label", { class: "wide" }, "values ", values)], { runId: "run" });
   // the request the form describes (the backtest below sends the same series); throws on values it cannot read
   const seriesBody = (series = parseSeries(values.value)) => {
     const body = { values: series.values, model: model.value };
@@ -71,37 +68,24 @@ export function forecastPage(main) {
   };
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    let series;
-    try { series = parseSeries(values.value); } catch (err) {
-      status.textContent = String(err.message || err);
-      status.dataset.state = "error";
-      return;
-    }
+    const series = readInput(status, () => parseSeries(values.value));
+    if (!series) return;
     const body = seriesBody(series);
-    status.textContent = "running…";
-    status.dataset.state = "running";
-    const result = await api("POST", "/v1/forecast", body);
-    const parts = [timingsView(result), codeView(jsonSnippets("/v1/forecast", "forecast", body, "values"))];
-    if (!result.ok) {
-      status.textContent = errorText(result);
-      status.dataset.state = "error";
-      clear(output, el("p", { class: "bad", id: "tryit-error", text: errorText(result) }), ...parts);
-      return;
-    }
+    const sent = await sendTryIt(status, output, "tryit-error", "/v1/forecast", body,
+                                 jsonSnippets("/v1/forecast", "forecast", body, "values"));
+    if (!sent) return;
     let history = series.values;
     if (series.timestamps) {  // the server sorts by time: plot in that order
       history = series.timestamps.map((t, i) => [Date.parse(t), series.values[i]]).sort((a, b) => a[0] - b[0])
         .map(([, v]) => v);
     }
-    const fc = result.body.forecast;
+    const fc = sent.result.body.forecast;
     const table = el("details", {}, el("summary", { text: `${fc.length} forecast points` }),
       el("table", { class: "points" }, el("tr", {}, ["timestamp", "point", "50%", "90%"].map((h) => el("th",
         { text: h }))), fc.map((p) => el("tr", {}, el("td", { text: p.timestamp }), el("td", { text: fmt(p.point, 3) }),
         el("td", { text: `${fmt(p.lower_50, 3)} – ${fmt(p.upper_50, 3)}` }),
         el("td", { text: `${fmt(p.lower_90, 3)} – ${fmt(p.upper_90, 3)}` })))));
-    status.textContent = `answered in ${fmt(result.ms)} ms`;
-    status.dataset.state = "done";
-    clear(output, plot(history, fc), report(result.body.input), table, ...parts);
+    clear(output, plot(history, fc), report(sent.result.body.input), table, ...sent.parts);
   });
   main.append(section("Try forecasting", form, status, output), backtestSection(() => seriesBody()),
               panelSection(deployment));

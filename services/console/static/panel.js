@@ -1,7 +1,7 @@
 // Try-it for a forecast panel: many series in one request to /v1/forecast/panel (one per line, "id: values"), each
 // answer plotted with its intervals and method, in request order.
-import { api, clear, el, errorText, fmt, section } from "./util.js";
-import { codeView, jsonSnippets, pythonSnippet, pyValue, timingsView } from "./snippets.js";
+import { clear, el, fmt, section } from "./util.js";
+import { jsonSnippets, pythonSnippet, pyValue, readInput, sendTryIt, tryItForm } from "./snippets.js";
 import { plot } from "./plot.js";
 
 const SHOWN = 12;  // series drawn; the rest are listed by id only
@@ -29,50 +29,34 @@ export function panelSection(deployment) {
   const frequency = el("select", { id: "panel-frequency" }, ["D", "W", "MS", "QS", "YS", "h", "30min", "15min", "min"]
     .map((f) => el("option", { value: f, text: f })));
   const horizon = el("input", { id: "panel-horizon", type: "number", min: 1, value: 7, step: 1 });
-  const run = el("button", { id: "panel-run", type: "submit", text: "Forecast the panel" });
-  const status = el("p", { id: "panel-status", class: "muted" });
-  const output = el("div", { id: "panel-output" });
-  const form = el("form", { class: "controls", id: "panel-form" },
+  const { status, output, form } = tryItForm("panel", "Forecast the panel", [
     el("label", {}, "start ", start), el("label", {}, "frequency ", frequency), el("label", {}, "horizon ", horizon),
-    el("label", { class: "wide" }, "series ", series), run);
+    el("label", { class: "wide" }, "series ", series)]);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    let parsed;
-    try { parsed = parsePanel(series.value); } catch (err) {
-      status.textContent = String(err.message || err);
-      status.dataset.state = "error";
-      return;
-    }
+    const parsed = readInput(status, () => parsePanel(series.value));
+    if (!parsed) return;
     const body = { series: parsed.map((s) => ({ ...s, start: start.value.trim() })), frequency: frequency.value,
                    horizon: Number(horizon.value) || null };
     if (deployment.value) body.deployment = deployment.value;
-    status.textContent = "running…";
-    status.dataset.state = "running";
-    const result = await api("POST", "/v1/forecast/panel", body);
     const snippets = jsonSnippets("/v1/forecast/panel", "forecast_panel", body, "series");
     // the client takes the panel as {id: values} with one start
     const mapping = `{${parsed.map((s) => `${JSON.stringify(s.id)}: ${pyValue(s.values)}`).join(", ")}}`;
     const kw = [["start", start.value.trim()], ["frequency", body.frequency], ["horizon", body.horizon],
                 ["deployment", body.deployment]].filter(([, v]) => v).map(([k, v]) => `${k}=${pyValue(v)}`);
     snippets.python = pythonSnippet(`ts.forecast_panel(${[mapping, ...kw].join(", ")})`);
-    const parts = [timingsView(result), codeView(snippets)];
-    if (!result.ok) {
-      status.textContent = errorText(result);
-      status.dataset.state = "error";
-      clear(output, el("p", { class: "bad", id: "panel-error", text: errorText(result) }), ...parts);
-      return;
-    }
-    const answers = result.body.series;
+    const sent = await sendTryIt(status, output, "panel-error", "/v1/forecast/panel", body, snippets);
+    if (!sent) return;
+    const answers = sent.result.body.series;
     const figures = answers.slice(0, SHOWN).map((s, i) => el("div", { class: "panel-series", "data-series": s.id },
       el("h4", {}, el("span", { text: s.id }), " ", el("code", { text: s.input.method }),
          s.degraded ? el("span", { class: "badge warn", text: "degraded" }) : null),
       plot(parsed[i].values, s.forecast, `panel-plot-${i}`)));
     const rest = answers.length > SHOWN ? el("p", { class: "muted",
       text: `and ${answers.length - SHOWN} more: ${answers.slice(SHOWN).map((s) => s.id).join(", ")}` }) : null;
-    status.textContent = `${answers.length} series in ${result.body.runner_calls} runner call(s), ` +
-      `${fmt(result.ms)} ms`;
-    status.dataset.state = "done";
-    clear(output, el("div", { class: "panel-grid" }, figures), rest, ...parts);
+    status.textContent = `${answers.length} series in ${sent.result.body.runner_calls} runner call(s), ` +
+      `${fmt(sent.result.ms)} ms`;
+    clear(output, el("div", { class: "panel-grid" }, figures), rest, ...sent.parts);
   });
   return section("Try a forecast panel", form, status, output);
 }

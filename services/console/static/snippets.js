@@ -58,6 +58,46 @@ export function codeView(snippets) {
             block("Python client", snippets.python, "python"));
 }
 
+// a try-it's scaffold: a form of `fields` (labelled inputs) ending in its run button, its status line and its output
+// box, with the ids `${prefix}-form`, `-status` and `-output` (`runId`: the button's, default `${prefix}-run`)
+export function tryItForm(prefix, runText, fields, { runId = `${prefix}-run`, statusText } = {}) {
+  const run = el("button", { id: runId, type: "submit", text: runText });
+  const status = el("p", { id: `${prefix}-status`, class: "muted", text: statusText });
+  const output = el("div", { id: `${prefix}-output` });
+  const form = el("form", { class: "controls", id: `${prefix}-form` }, fields, run);
+  return { status, output, form };
+}
+
+// a try-it's status line: its text and its state ("running", "error", "done"; the stylesheet and the tests read it)
+export function setStatus(status, text, state) {
+  status.textContent = text;
+  status.dataset.state = state;
+}
+
+// a form's input as read by `read()`; when that throws, the status line says why and the answer is undefined
+export function readInput(status, read) {
+  try { return read(); } catch (err) {
+    setStatus(status, String(err.message || err), "error");
+    return undefined;
+  }
+}
+
+// POST a try-it's request, the status line following it. A refusal is shown in `output` (the server's error as
+// <p id=errorId>, the timings, the code snippets) and answers null; else {result, parts}: the answer, and the
+// timings and snippet views for the page to show beside what it draws.
+export async function sendTryIt(status, output, errorId, path, body, snippets) {
+  setStatus(status, "running…", "running");
+  const result = await api("POST", path, body);
+  const parts = [timingsView(result), codeView(snippets)];
+  if (!result.ok) {
+    setStatus(status, errorText(result), "error");
+    clear(output, el("p", { class: "bad", id: errorId, text: errorText(result) }), ...parts);
+    return null;
+  }
+  setStatus(status, `answered in ${fmt(result.ms)} ms`, "done");
+  return { result, parts };
+}
+
 export function timingsView(result) {
   const body = result.body || {};
   const t = body.timings || {};

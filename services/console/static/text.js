@@ -1,7 +1,7 @@
 // Try-it for text classification: one text per line to /v1/classify, each answer's top-k as bars, with the
 // truncation (tokens used, characters received).
-import { api, clear, el, errorText, fmt, section } from "./util.js";
-import { codeView, jsonSnippets, listDeployments, timingsView } from "./snippets.js";
+import { clear, el, section } from "./util.js";
+import { jsonSnippets, listDeployments, sendTryIt, tryItForm } from "./snippets.js";
 
 function bars(result, i) {
   const rows = result.top_k.map((ls) => {
@@ -24,30 +24,18 @@ export function textPage(main) {
   const topK = el("input", { id: "top-k", type: "number", min: 1, value: 3, step: 1 });
   const texts = el("textarea", { id: "texts", rows: 4, placeholder: "one text per line" });
   texts.value = "what is my account balance\nbook a flight to paris";
-  const run = el("button", { id: "run", type: "submit", text: "Classify" });
-  const status = el("p", { id: "tryit-status", class: "muted" });
-  const output = el("div", { id: "tryit-output" });
-  const form = el("form", { class: "controls", id: "tryit-form" },
+  const { status, output, form } = tryItForm("tryit", "Classify", [
     el("label", {}, "deployment ", deployment), el("label", {}, "model ", model), el("label", {}, "top k ", topK),
-    el("label", { class: "wide" }, "texts ", texts), run);
+    el("label", { class: "wide" }, "texts ", texts)], { runId: "run" });
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const lines = texts.value.split("\n").filter((t) => t.trim());
     const body = { texts: lines, top_k: Number(topK.value) || 3, model: model.value };
     if (deployment.value) body.deployment = deployment.value;
-    status.textContent = "running…";
-    status.dataset.state = "running";
-    const result = await api("POST", "/v1/classify", body);
-    const parts = [timingsView(result), codeView(jsonSnippets("/v1/classify", "classify", body, "texts"))];
-    if (!result.ok) {
-      status.textContent = errorText(result);
-      status.dataset.state = "error";
-      clear(output, el("p", { class: "bad", id: "tryit-error", text: errorText(result) }), ...parts);
-      return;
-    }
-    status.textContent = `answered in ${fmt(result.ms)} ms`;
-    status.dataset.state = "done";
-    clear(output, el("div", { id: "tryit-results" }, result.body.results.map(bars)), ...parts);
+    const sent = await sendTryIt(status, output, "tryit-error", "/v1/classify", body,
+                                 jsonSnippets("/v1/classify", "classify", body, "texts"));
+    if (!sent) return;
+    clear(output, el("div", { id: "tryit-results" }, sent.result.body.results.map(bars)), ...sent.parts);
   });
   main.append(section("Try text classification", form, status, output));
   listDeployments(deployment, "text", status);
