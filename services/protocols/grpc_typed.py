@@ -13,7 +13,6 @@ any other bad value); a map of one-field wrapper messages (map<string, Doubles>)
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from google.protobuf import json_format
@@ -60,11 +59,12 @@ def message_fields(message) -> dict[str, Any]:
 
 
 def _nan_for_null(value: Any) -> Any:
-    """JSON's null inside a list (a per-step metric without a scale) -> NaN: a repeated double has no null."""
+    """JSON's null inside a list (a per-step metric without a scale) -> NaN, quoted as protobuf's JSON parser takes
+    it: a repeated double has no null."""
     if isinstance(value, dict):
         return {k: _nan_for_null(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [math.nan if v is None else _nan_for_null(v) for v in value]
+        return ["NaN" if v is None else _nan_for_null(v) for v in value]
     return value
 
 
