@@ -36,9 +36,8 @@ KNOWN_GAPS = {
     # the panel has REST, BentoML's client, the typed ForecastPanel RPC and every Python client; no OIP pipeline for a
     # panel, no batch command (the batch forecast command takes one series per row, the panel is the table itself)
     ("forecast_panel", "oip"), ("forecast_panel", "batch"),
-    # the backtest (POST /v1/forecast/backtest) is REST and the HTTP clients only: no RPC, OIP pipeline or batch command
-    ("forecast_backtest", "grpc"), ("forecast_backtest", "client_grpc"), ("forecast_backtest", "oip"),
-    ("forecast_backtest", "batch"),
+    # the backtest (POST /v1/forecast/backtest, Triserve/ForecastBacktest) has no OIP pipeline or batch command
+    ("forecast_backtest", "oip"), ("forecast_backtest", "batch"),
 }
 
 

@@ -25,7 +25,7 @@ ROUTES = (RestRoute("/v1/forecast", "application/json", ForecastRequest,
                     response=PanelForecastResponse, grpc="ForecastPanel"),
           RestRoute("/v1/forecast/backtest", "application/json", BacktestRequest,
                     "Judge the forecaster on your own series: rolling origins, MASE/RMSSE per step, interval "
-                    "coverage, the method at each origin", response=BacktestResponse))
+                    "coverage, the method at each origin", response=BacktestResponse, grpc="ForecastBacktest"))
 
 
 class ForecastFamily(Family):

@@ -58,9 +58,21 @@ def message_fields(message) -> dict[str, Any]:
     return fields
 
 
+def _nan_for_null(value: Any) -> Any:
+    """JSON's null inside a list (a per-step metric without a scale) -> NaN, quoted as protobuf's JSON parser takes
+    it: a repeated double has no null."""
+    if isinstance(value, dict):
+        return {k: _nan_for_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return ["NaN" if v is None else _nan_for_null(v) for v in value]
+    return value
+
+
 def to_message(response: BaseModel, message):
-    """A REST response model -> the proto message with the same field names (None fields left unset)."""
-    json_format.ParseDict(response.model_dump(mode="json", exclude_none=True), message, ignore_unknown_fields=True)
+    """A REST response model -> the proto message with the same field names (None fields left unset, None inside a
+    list NaN)."""
+    json_format.ParseDict(_nan_for_null(response.model_dump(mode="json", exclude_none=True)), message,
+                          ignore_unknown_fields=True)
     return message
 
 

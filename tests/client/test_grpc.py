@@ -22,6 +22,7 @@ from tests.families.forecast.test_covariates import promo_series
 from tests.families.segmentation.test_serving import png as seg_png
 from tests.services.test_gateway import png_bytes
 from triserve_client import (
+    BacktestResponse,
     ClassifyImageResponse,
     ClassifyResponse,
     DetectResponse,
@@ -70,8 +71,8 @@ def test_the_client_stubs_describe_the_servers_proto():
     assert descriptor_drift(server, client) == ""
     parsed = descriptor_pb2.FileDescriptorProto.FromString(client)
     assert parsed.package == "triserve.v1" and [s.name for s in parsed.service] == ["Triserve"]
-    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast", "ForecastPanel", "Pose",
-                                                          "Segment", "ClassifyImage"]
+    assert [m.name for m in parsed.service[0].method] == ["Detect", "Classify", "Forecast", "ForecastPanel",
+                                                          "ForecastBacktest", "Pose", "Segment", "ClassifyImage"]
 
 
 def test_a_drifted_client_descriptor_is_caught():
@@ -195,6 +196,24 @@ def test_forecasts_with_covariates_and_panels_answer_what_rest_answers(rest, rpc
     assert g.value.code == h.value.code == "covariate_horizon" and g.value.status == h.value.status == 422
 
 
+def test_a_backtest_answers_what_rest_answers(rest, rpc):
+    """Triserve/ForecastBacktest: the same origins, metrics and forecasts as POST /v1/forecast/backtest; a step
+    without a scale (a constant history: REST's null) comes back as None too (NaN on the wire)."""
+    kw = {"start": "1990-01-01T00:00:00", "frequency": "MS", "horizon": 3, "origins": 2}
+    r = rpc.forecast_backtest(SERIES, **kw)
+    assert isinstance(r, BacktestResponse) and len(r.origins) == 2 and len(r.mase_by_step) == 3
+    assert all(len(o.forecast) == len(o.actual) == 3 for o in r.origins)
+    same(r, rest.forecast_backtest(SERIES, **kw))
+    flat = rpc.forecast_backtest([5.0] * 40, **kw)
+    assert flat.mase is None and flat.mase_by_step == [None, None, None]
+    same(flat, rest.forecast_backtest([5.0] * 40, **kw))
+    with pytest.raises(TriserveAPIError) as g:
+        rpc.forecast_backtest(SERIES[:5], **kw)
+    with pytest.raises(TriserveAPIError) as h:
+        rest.forecast_backtest(SERIES[:5], **kw)
+    assert (g.value.code, g.value.status) == (h.value.code, h.value.status) and g.value.status == 422
+
+
 def test_segment_answers_what_rest_answers_but_polygons(rest, rpc):
     raw = seg_png()
     opts = {"conf_threshold": 0.3, "max_detections": 10}
@@ -235,15 +254,17 @@ def test_async_grpc_client(server, rest):
                                         ts.detect(png_bytes(seed=8), conf_threshold=0.001),
                                         ts.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2),
                                         ts.segment(seg_png(), conf_threshold=0.3, mask_format="both"),
-                                        ts.classify_image(colour_png(COLOURS["red"]), top_k=2))
+                                        ts.classify_image(colour_png(COLOURS["red"]), top_k=2),
+                                        ts.forecast_backtest(SERIES, start="1990-01-01", frequency="MS", horizon=2))
 
-    c, d, f, sg, ci = asyncio.run(go())
+    c, d, f, sg, ci, bt = asyncio.run(go())
     assert c.request_id == "grpc-async-1"
     same(c, rest.classify(["what is my balance"]))
     same(d, rest.detect(png_bytes(seed=8), conf_threshold=0.001))
     same(f, rest.forecast(SERIES, start="1990-01-01T00:00:00", frequency="MS", horizon=2))
     same(sg, rest.segment(seg_png(), conf_threshold=0.3, mask_format="both"))
     same(ci, rest.classify_image(colour_png(COLOURS["red"]), top_k=2))
+    same(bt, rest.forecast_backtest(SERIES, start="1990-01-01", frequency="MS", horizon=2))
 
 
 # --- errors ---------------------------------------------------------------------------------------------------------

@@ -394,6 +394,89 @@ class ForecastPanelResponse(_message.Message):
     series: _containers.RepeatedCompositeFieldContainer[SeriesForecast]
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., runner_calls: _Optional[int] = ..., series: _Optional[_Iterable[_Union[SeriesForecast, _Mapping]]] = ...) -> None: ...
 
+class ForecastBacktestRequest(_message.Message):
+    __slots__ = ("values", "timestamps", "start", "frequency", "horizon", "origins", "model", "deployment", "covariates", "calendar")
+    class CovariatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Doubles
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    timestamps: _containers.RepeatedScalarFieldContainer[str]
+    start: str
+    frequency: str
+    horizon: int
+    origins: int
+    model: ModelChoice
+    deployment: str
+    covariates: _containers.MessageMap[str, Doubles]
+    calendar: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., origins: _Optional[int] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., deployment: _Optional[str] = ..., covariates: _Optional[_Mapping[str, Doubles]] = ..., calendar: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BacktestOrigin(_message.Message):
+    __slots__ = ("origin", "method", "mase", "rmsse", "actual", "forecast")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    MASE_FIELD_NUMBER: _ClassVar[int]
+    RMSSE_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    method: str
+    mase: float
+    rmsse: float
+    actual: _containers.RepeatedScalarFieldContainer[float]
+    forecast: _containers.RepeatedCompositeFieldContainer[ForecastPoint]
+    def __init__(self, origin: _Optional[str] = ..., method: _Optional[str] = ..., mase: _Optional[float] = ..., rmsse: _Optional[float] = ..., actual: _Optional[_Iterable[float]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ...) -> None: ...
+
+class ForecastBacktestResponse(_message.Message):
+    __slots__ = ("request_id", "model", "deployment", "degraded", "degraded_reason", "timings", "frequency", "horizon", "runner_calls", "mase", "rmsse", "mase_by_step", "rmsse_by_step", "coverage_50", "coverage_90", "origins")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MASE_FIELD_NUMBER: _ClassVar[int]
+    RMSSE_FIELD_NUMBER: _ClassVar[int]
+    MASE_BY_STEP_FIELD_NUMBER: _ClassVar[int]
+    RMSSE_BY_STEP_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_50_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_90_FIELD_NUMBER: _ClassVar[int]
+    ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: ModelInfo
+    deployment: str
+    degraded: bool
+    degraded_reason: str
+    timings: Timings
+    frequency: str
+    horizon: int
+    runner_calls: int
+    mase: float
+    rmsse: float
+    mase_by_step: _containers.RepeatedScalarFieldContainer[float]
+    rmsse_by_step: _containers.RepeatedScalarFieldContainer[float]
+    coverage_50: float
+    coverage_90: float
+    origins: _containers.RepeatedCompositeFieldContainer[BacktestOrigin]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., frequency: _Optional[str] = ..., horizon: _Optional[int] = ..., runner_calls: _Optional[int] = ..., mase: _Optional[float] = ..., rmsse: _Optional[float] = ..., mase_by_step: _Optional[_Iterable[float]] = ..., rmsse_by_step: _Optional[_Iterable[float]] = ..., coverage_50: _Optional[float] = ..., coverage_90: _Optional[float] = ..., origins: _Optional[_Iterable[_Union[BacktestOrigin, _Mapping]]] = ...) -> None: ...
+
 class PoseRequest(_message.Message):
     __slots__ = ("images", "conf_threshold", "iou_threshold", "max_detections", "model", "deployment")
     IMAGES_FIELD_NUMBER: _ClassVar[int]

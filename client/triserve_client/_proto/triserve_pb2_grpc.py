@@ -54,6 +54,11 @@ class TriserveStub:
                 request_serializer=triserve__pb2.ForecastPanelRequest.SerializeToString,
                 response_deserializer=triserve__pb2.ForecastPanelResponse.FromString,
                 _registered_method=True)
+        self.ForecastBacktest = channel.unary_unary(
+                '/triserve.v1.Triserve/ForecastBacktest',
+                request_serializer=triserve__pb2.ForecastBacktestRequest.SerializeToString,
+                response_deserializer=triserve__pb2.ForecastBacktestResponse.FromString,
+                _registered_method=True)
         self.Pose = channel.unary_unary(
                 '/triserve.v1.Triserve/Pose',
                 request_serializer=triserve__pb2.PoseRequest.SerializeToString,
@@ -102,6 +107,13 @@ class TriserveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForecastBacktest(self, request, context):
+        """The forecaster judged on the caller's own series over rolling origins (as POST /v1/forecast/backtest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Pose(self, request, context):
         """People's poses in encoded images: boxes and keypoints in original image pixels, with the keypoint schema.
         """
@@ -145,6 +157,11 @@ def add_TriserveServicer_to_server(servicer, server):
                     servicer.ForecastPanel,
                     request_deserializer=triserve__pb2.ForecastPanelRequest.FromString,
                     response_serializer=triserve__pb2.ForecastPanelResponse.SerializeToString,
+            ),
+            'ForecastBacktest': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForecastBacktest,
+                    request_deserializer=triserve__pb2.ForecastBacktestRequest.FromString,
+                    response_serializer=triserve__pb2.ForecastBacktestResponse.SerializeToString,
             ),
             'Pose': grpc.unary_unary_rpc_method_handler(
                     servicer.Pose,
@@ -270,6 +287,33 @@ class Triserve:
             '/triserve.v1.Triserve/ForecastPanel',
             triserve__pb2.ForecastPanelRequest.SerializeToString,
             triserve__pb2.ForecastPanelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForecastBacktest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/triserve.v1.Triserve/ForecastBacktest',
+            triserve__pb2.ForecastBacktestRequest.SerializeToString,
+            triserve__pb2.ForecastBacktestResponse.FromString,
             options,
             channel_credentials,
             insecure,
