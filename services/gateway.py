@@ -35,7 +35,7 @@ from runners.service import ModelRunner, fallback_host
 from services.bentoml_metrics import install as bentoml_metrics
 from services.client_schema import SchemaRoutes, client_routes
 from services.console import mount as mount_console
-from services.gateway_deps import admin_guard, loaded_context
+from services.gateway_deps import admin_guard, loaded_context, worker_access
 from services.http_edge import ContentTypeMiddleware, RequestContextMiddleware
 from services.http_errors import install_error_handlers
 from services.openapi import distribution_version, operation_id
@@ -67,6 +67,7 @@ app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.gateway.max
                    request_log=RequestLog(settings.observability),
                    max_inflight_requests=settings.admission.max_inflight_requests,
                    front_door=settings.admission.queue_control and settings.admission.queue_front_door,
+                   access=worker_access,
                    family_by_path={r.path: name for name in families.names() for r in families.family(name).api.routes})
 FAMILY_ROUTERS = [family_router(name) for name in families.names()]
 for router in FAMILY_ROUTERS:

@@ -10,8 +10,9 @@ from fastapi import Depends, Request
 from kernel.call import CallContext
 from kernel.context import ServingContext
 from kernel.errors import ApiError
-from kernel.protection.access import Client
+from kernel.protection.access import AccessControl, Client
 from kernel.protection.deadlines import HEADER, Deadline
+from services.http_edge import ADMITTED
 
 
 def ready_context(gateway: Any) -> ServingContext:
@@ -33,13 +34,21 @@ async def loaded_context() -> ServingContext:
     return current_context()
 
 
+def worker_access() -> AccessControl | None:
+    """This API worker's access control for the HTTP edge (services/http_edge.py), None until its serving context is
+    loaded (the route then answers 503 not_ready, as before)."""
+    gateway = bentoml.get_current_service()
+    ctx = getattr(gateway, "ctx", None) if getattr(gateway, "loaded", False) else None
+    return ctx.protection.access if ctx is not None else None
+
+
 def inference_guard(family: str):
-    """Dependency for inference routes: authenticate (if configured), rate-limit, fix the deadline."""
+    """Dependency for inference routes: authenticate (if configured), rate-limit, fix the deadline. The families'
+    REST routes were admitted at the HTTP edge before their body was read (its Client is in the request state): that
+    decision is used, not taken again (a second token); OIP REST, which the edge does not know, is admitted here."""
 
     async def guard(request: Request, ctx: ServingContext = Depends(loaded_context)) -> CallContext:
-        prot = ctx.protection
-        client = prot.access.identify(request)
-        prot.access.limit(client, family)
+        client = request.scope.get("state", {}).get(ADMITTED) or ctx.protection.access.admit(request, family)
         deadline = Deadline.from_header(request.headers.get(HEADER), ctx.settings.deadlines,
                                         getattr(request.state, "arrived", None))
         # the canary's route key: X-Canary-Key, else the API key or forwarded address, else a per-request draw

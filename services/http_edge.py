@@ -1,7 +1,8 @@
-"""The HTTP edge of the gateway, pure ASGI (no request object, no body read): request ids, the body-size cap (413
-before the body is read into memory), 415 for a wrong Content-Type, the in-flight limit and queue control's front
-door (503 before the body is read), request metrics and one JSON log line (plus, sampled, the payload) per task
-request.
+"""The HTTP edge of the gateway, pure ASGI (no body read): request ids, the body-size cap (413 before the body is
+read into memory), the task routes' access decision (API key 401, per-client rate limit 429), the in-flight limit and
+queue control's front door (503), 415 for a wrong Content-Type, request metrics and one JSON log line (plus, sampled,
+the payload) per task request. Each refusal is decided from the headers alone and answered before the body is read:
+it costs no body transfer, parsing or validation.
 
 Why here and not in the kernel: the kernel serves every transport (typed gRPC, OIP) and knows no web framework; this
 is what HTTP alone needs around it.
@@ -10,15 +11,21 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kernel.errors import ErrorBody, ErrorResponse
+from kernel.errors import ApiError, ErrorBody, ErrorResponse
 from kernel.protection import inflight, queue_control
+from kernel.protection.access import AccessControl
 from kernel.request_context import new_request_id
 from kernel.runner_call.batcher import approaching
 from observability.metrics import REJECTED, REQUESTS, labelled, observe_rss
 from observability.request_log import RequestLog
+from services.http_errors import error_response
+
+ADMITTED = "access_client"  # the request state's key of the Client the edge admitted (read by the route's guard)
 
 
 class RequestContextMiddleware:
@@ -27,10 +34,13 @@ class RequestContextMiddleware:
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, request_log: RequestLog | None = None,
                  max_inflight_requests: int | None = None, family_by_path: dict[str, str] | None = None,
-                 front_door: bool = False):
+                 front_door: bool = False, access: Callable[[], AccessControl | None] | None = None):
         """front_door: refuse a task's requests before reading their body while every slot of the task is full
-        under queue control (admission.queue_front_door; kernel/protection/queue_control.shedding)."""
+        under queue control (admission.queue_front_door; kernel/protection/queue_control.shedding). access: this
+        worker's access control (None while it is not loaded: the route's guard decides), which admits each task
+        request once, here, before its body is read."""
         self.app = app
+        self.access = access
         self.front_door = front_door
         self.family_by_path = family_by_path or {}  # inference path -> model family (families' REST routes)
         self.max_body_bytes = max_body_bytes
@@ -85,6 +95,17 @@ class RequestContextMiddleware:
                     body_parts.append(message.get("body", b""))
             return message
 
+        if task and self.access is not None and (control := self.access()) is not None:
+            caller = Request(scope)  # headers and peer only
+            try:
+                state[ADMITTED] = control.admit(caller, task)
+            except ApiError as exc:  # the error model's answer, byte for byte what the route's guard answered
+                await error_response(caller, exc.status, exc.code, exc.message, exc.details, exc.headers)(
+                    scope, receive, send_with_id)
+                await _drain(receive, self.max_body_bytes)
+                if request_log:
+                    self._log(request_log, task, scope, state, rid, exc.status, started, None)
+                return
         refusal: tuple[str, dict] | None = None  # (message, details) of a refusal before the body is read
         limit = self.max_inflight
         if task and inflight.full(task, limit):
@@ -92,10 +113,9 @@ class RequestContextMiddleware:
         elif task and self.front_door and queue_control.shedding(task):  # every slot full: refuse before the body
             refusal = (f"{task} is over capacity", {"reason": "standing_queue"})
         if task and refusal:
-            REJECTED.labels(task, "", "overloaded").inc()
-            REQUESTS.labels(task, "", "503").inc()
-            await _drain(receive, self.max_body_bytes)  # unread bodies would cost the client its keep-alive connection
+            REJECTED.labels(task, "", "overloaded").inc()  # triserve_requests_total: send_with_id counts it
             await _send_error(send_with_id, 503, "overloaded", *refusal, rid, {b"retry-after": b"1"})
+            await _drain(receive, self.max_body_bytes)
             if request_log:
                 state["error_code"] = "overloaded"
                 self._log(request_log, task, scope, state, rid, 503, started, None)
@@ -134,7 +154,9 @@ class RequestContextMiddleware:
 
 
 async def _drain(receive: Receive, limit: int) -> None:
-    """Discard the request body (no parsing) so the connection can be reused."""
+    """Discard the request body (no parsing) so the connection can be reused. After the answer: a client that is
+    slow to send (or never sends) its body has its refusal at once. Uvicorn discards the rest of a body itself once
+    the response is complete (its receive then says http.disconnect): this is for servers that do not."""
     seen = 0
     while seen <= limit:
         message = await receive()

@@ -130,6 +130,14 @@ class AccessControl:
         return Client(id=client_id, admin=entry.admin, rate_per_s=entry.rate_per_s or self.cfg.rate_per_s,
                       sticky_key=client_id, burst=entry.burst)
 
+    def admit(self, request: Caller, family: str) -> Client:
+        """An inference call's whole access decision, made once per request whatever its transport (REST's edge,
+        OIP REST's handler, gRPC's handlers): who is calling (401 without a valid key where one is required), then
+        one token of its bucket (429). Callers must not call it twice for one request: each call takes a token."""
+        client = self.identify(request)
+        self.limit(client, family)
+        return client
+
     def address(self, request: Caller):
         """The client's address: the peer, or what a trusted proxy forwarded (kernel/protection/forwarded.py)."""
         peer = request.client.host if request.client else None

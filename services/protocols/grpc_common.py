@@ -119,8 +119,7 @@ class RpcScope:
         gateway = self.ctx
         deadline = deadline_of(self.context, self.metadata, gateway.settings.deadlines)
         prot = gateway.protection
-        client = prot.access.identify(MetadataRequest(self.metadata, self.context.peer()))
-        prot.access.limit(client, family)
+        client = prot.access.admit(MetadataRequest(self.metadata, self.context.peer()), family)
         if self.holding is None:  # admission.max_inflight_requests, counted with REST's (kernel/protection/inflight)
             inflight.admit(family, gateway.settings.admission.max_inflight_requests)
             self.holding = family

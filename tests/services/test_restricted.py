@@ -5,7 +5,9 @@ outcome on every transport, the status mapped to the transport's code; an unknow
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
+import socket
 import threading
 import time
 
@@ -20,7 +22,7 @@ from services.protocols.grpc_common import grpc_status
 from services.restricted import GRPC_CATEGORIES, rest_category
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 
-USER, OPS, SLOW = "user-key", "ops-key", "slow-key"
+USER, OPS, SLOW, EDGE = "user-key", "ops-key", "slow-key", "edge-key"
 MAX_BYTES = 64 * 1024  # gateway.max_body_bytes and grpc.max_message_bytes of the locked server
 SLOW_TEXT_MS = 200  # injected runner latency of the text deployment's primary: a 20 ms budget cannot be met
 HOLD_MS = 5000  # ... and of its fallback: a request for it holds its in-flight place that long
@@ -54,7 +56,8 @@ def test_every_oip_rpc_but_inference_has_a_category():
 def locked(tiny_registry, tmp_path_factory):
     keys = [{"name": "user", "sha256": hashlib.sha256(USER.encode()).hexdigest()},
             {"name": "ops", "admin": True, "sha256": hashlib.sha256(OPS.encode()).hexdigest()},
-            {"name": "slow", "sha256": hashlib.sha256(SLOW.encode()).hexdigest(), "rate_per_s": 0.001, "burst": 1}]
+            {"name": "slow", "sha256": hashlib.sha256(SLOW.encode()).hexdigest(), "rate_per_s": 0.001, "burst": 1},
+            {"name": "edge", "sha256": hashlib.sha256(EDGE.encode()).hexdigest(), "rate_per_s": 0.001, "burst": 3}]
     env = {**NO_CAPACITY_LIMITS, "TRISERVE_ACCESS__REQUIRE_KEY_FOR_INFERENCE": "true",
            "TRISERVE_ACCESS__API_KEYS": json.dumps(keys),
            "TRISERVE_ACCESS__RESTRICTED_APIS": json.dumps({"statistics": "admin"}),
@@ -223,6 +226,37 @@ def test_a_rate_limit_is_one_bucket_for_every_transport(locked):
     """A key with burst 1 at 0.001/s: its one token spent over REST, every transport refuses it, REST included."""
     assert _rest_code(locked, SLOW, "POST", "/v1/classify", json={"texts": ["hi"]}) == "200:OK"
     _same(_row(locked, SLOW), 429, "RESOURCE_EXHAUSTED")
+
+
+def _stalled(srv, key: str | None) -> tuple[int, dict, socket.socket]:
+    """A task request whose headers announce a body that is never sent: the answer, and the open connection."""
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)  # a server that waits for the body: timeout
+    head = ("POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {MAX_BYTES - 1}\r\n" + (f"X-API-Key: {key}\r\n" if key else "") + "\r\n")
+    sock.sendall(head.encode())
+    resp = http.client.HTTPResponse(sock)
+    resp.begin()
+    return resp.status, json.loads(resp.read()), sock
+
+
+def test_refusals_come_before_the_body_and_a_request_is_charged_once(locked):
+    """The families' REST routes are admitted at the HTTP edge (services/http_edge.py), from the headers: a key with a
+    burst of 3 has exactly 3 of 6 requests admitted (one token each, not one at the edge and one in the route), and a
+    rate-limited or key-less request whose body never comes is refused all the same (the body is not awaited); the
+    connection then serves the next request once the announced body has gone by."""
+    codes = [_rest(locked, EDGE, "POST", "/v1/classify", json={"texts": ["hi"]}) for _ in range(6)]
+    assert codes == [200, 200, 200, 429, 429, 429]
+    for key, status, code in ((EDGE, 429, "rate_limited"), ("wrong", 401, "unauthorized"), (None, 401, "unauthorized")):
+        got, body, sock = _stalled(locked, key)
+        with sock:
+            assert (got, body["error"]["code"]) == (status, code), body
+            request = json.dumps({"texts": ["hi"]})
+            sock.sendall(b" " * (MAX_BYTES - 1) + (  # the body it announced (discarded), then a request on the same
+                "POST /v1/classify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"X-API-Key: {USER}\r\nContent-Length: {len(request)}\r\n\r\n{request}").encode())
+            again = http.client.HTTPResponse(sock)
+            again.begin()
+            assert again.status == 200, again.read()
 
 
 def test_body_and_message_size_caps(locked):
