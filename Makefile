@@ -22,6 +22,7 @@ SYSTEM_PYTHON ?= $(shell command -v python3)
 GIT ?= $(firstword $(wildcard /usr/local/bin/git /usr/bin/git /bin/git) git)
 GREP ?= $(firstword $(wildcard /usr/bin/grep /bin/grep) grep)
 AWK ?= $(firstword $(wildcard /usr/bin/awk /bin/awk) awk)
+TR ?= $(firstword $(wildcard /usr/bin/tr /bin/tr) tr)
 ORT ?= cpu
 ifeq ($(filter $(ORT),cpu gpu),)
 $(error ORT must be cpu or gpu, not '$(ORT)')
@@ -32,8 +33,6 @@ ORT_OTHER := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 # any of these files reinstalls
 LOCK := locks/dev-$(ORT).txt
 STAMP := $(VENV)/.installed-$(ORT)-$(shell cat pyproject.toml client/pyproject.toml $(LOCK) | sha256sum | cut -c1-12)
-# pip's find-links (pip.conf / PIP_FIND_LINKS), handed to uv, which reads no pip configuration
-UV_FIND_LINKS := $(foreach d,$(sort $(shell $(SYSTEM_PYTHON) -m pip config get global.find-links 2>/dev/null) $(PIP_FIND_LINKS)),--find-links $(d))
 HOST ?= 127.0.0.1
 PORT ?= 3000
 BENTOFILE ?= bentofile.yaml
@@ -54,10 +53,10 @@ $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	# every third-party package at its locked version (torch==2.14.1 included: never an unpinned CUDA download),
 	# then the project and the API client (triserve-client: scripts/drills and the tests use it) on top, editable.
 	# uv installs the lock (51 s against pip's 3m52s for the same 248 packages, identical `pip freeze`: docs/development.md);
-	# it takes pip's find-links (where torch lies on this machine); pip installs it and stays the fallback.
+	# it takes pip's configured find-links (where torch lies on this machine; uv reads no pip configuration);
+	# pip installs uv and stays the fallback.
 	$(PIP) install -q $$($(GREP) -E '^uv==' $(LOCK) | $(AWK) '{print $$1}')
-	$(VENV)/bin/uv pip install -q --python $(PY) --system-certs $(UV_FIND_LINKS) -r $(LOCK) \
-	  || $(PIP) install -q -r $(LOCK)
+	UV_FIND_LINKS=$$($(PIP) config get global.find-links 2>/dev/null | $(TR) -s ' \n' ',') $(VENV)/bin/uv pip install -q --python $(PY) --system-certs -r $(LOCK) || $(PIP) install -q -r $(LOCK)
 	$(PIP) install -q --no-deps -e . -e ./client
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
