@@ -15,6 +15,7 @@ benchmarks' building blocks (naive, seasonal naive, SES, Holt/damped Holt, Theta
   theta            the standard Theta method       theta.py, the M3 winner
   seasonal_mean    mean of the last seasons        noisy season (average profile, not the last noisy copy)
   tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros): the mean demand rate
+  arima            ARIMA(p,d,0), KPSS d, AICc p     persistent growth rates and cycles (arima.py; seasonally adjusted)
 Every method returns a point forecast [steps] in the series' units; which ones apply depends only on the series'
 length, sign and zeros (`applicable`), so a backtest origin and the final fit use the same set. The fits are
 bounded: exponential smoothing reads the last FIT_POINTS points (a few milliseconds per series in all).
@@ -25,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from families.forecast import arima as _arima
 from families.forecast.theta import seasonal_adjust
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
@@ -145,9 +147,16 @@ def tsb(y: np.ndarray, steps: int, m: int) -> np.ndarray:
     return np.full(steps, p * z)
 
 
+def arima(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """ARIMA(p, d, 0) by KPSS and AICc (arima.py) on the seasonally adjusted last arima.FIT_POINTS points."""
+    adj, reseason = seasonal_adjust(np.asarray(y, np.float64)[-_arima.FIT_POINTS:], m)
+    return reseason(_arima.forecast(adj, steps), steps)
+
+
 SIMPLE: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
     "naive": naive, "seasonal_naive": seasonal_naive, "drift": drift, "damped_drift": damped_drift,
-    "seasonal_drift": seasonal_drift, "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb}
+    "seasonal_drift": seasonal_drift, "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb,
+    "arima": arima}
 SMOOTHING = ("ses", "damped_holt", "theta")
 
 
@@ -156,6 +165,7 @@ def intermittent(y: np.ndarray) -> bool:
     return bool(np.all(y >= 0) and np.mean(y == 0) >= 0.3)
 
 
+ARIMA_MIN_POINTS = 8  # fewer: the KPSS test and an AR fit have nothing to stand on
 MEAN_METHODS = ("tsb", "ses", "seasonal_mean", "seasonal_mean2")
 
 
@@ -172,6 +182,8 @@ def applicable(y: np.ndarray, m: int, m2: int, demand: bool = False) -> list[tup
         out += [("seasonal_drift", m), ("seasonal_mean", m)]
     if m2 > m and n >= 2 * m2:
         out += [("seasonal_naive2", m2), ("seasonal_mean2", m2)]
+    if n >= ARIMA_MIN_POINTS:
+        out.append(("arima", m))
     if np.all(y > 0):
         out.append(("log_drift", m))  # the shortest history decides: guard the longer ones in log_drift too
     return out
