@@ -16,6 +16,7 @@ benchmarks' building blocks (naive, seasonal naive, SES, Holt/damped Holt, Theta
   seasonal_mean    mean of the last seasons        noisy season (average profile, not the last noisy copy)
   tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros): the mean demand rate
   arima            ARIMA(p,d,0), KPSS d, AICc p     persistent growth rates and cycles (arima.py; seasonally adjusted)
+  mstl             daily x weekly profile + level   two seasons at sub-daily steps, MSTL-style (closed form)
 Every method returns a point forecast [steps] in the series' units; which ones apply depends only on the series'
 length, sign and zeros (`applicable`), so a backtest origin and the final fit use the same set. The fits are
 bounded: exponential smoothing reads the last FIT_POINTS points (a few milliseconds per series in all).
@@ -95,6 +96,27 @@ def seasonal_mean(y: np.ndarray, steps: int, m: int) -> np.ndarray:
     block = y[len(y) - seasons * m:].reshape(seasons, m)
     profile = block.mean(axis=0) - block.mean() + block[-1].mean()
     return profile[np.arange(steps) % m]
+
+
+def mstl(y: np.ndarray, steps: int, m: int, m2: int) -> np.ndarray:
+    """Two seasons (daily x weekly at sub-daily steps), MSTL-style but closed-form, over the last K <= 4 long
+    seasons: the long season is the short season's profile (averaged over every short cycle: low noise) + a level per
+    short cycle of the long one (day of week) + what remains of the long season's own profile, shrunk by K / (K + 2)
+    (each position of it is an average of only K values); the level is the seasonally adjusted mean of the last short
+    cycle. Exact on a daily x weekly double season; steadier than the last long season's mean (seasonal_mean2)."""
+    k = min(4, len(y) // m2)
+    x = np.asarray(y[len(y) - k * m2:], np.float64)
+    per = m2 // m
+    days = x.reshape(k, per, m)
+    short = days.mean(axis=(0, 1))
+    short = short - short.mean()
+    dow = days.mean(axis=(0, 2))
+    dow = dow - dow.mean()
+    base = (dow[:, None] + short[None, :]).ravel()  # [m2]
+    rest = x.reshape(k, m2).mean(axis=0) - x.mean() - base
+    season = base + rest * k / (k + 2.0)
+    level = float(np.mean(x[-m:] - season[-m:]))
+    return level + season[np.arange(steps) % m2]
 
 
 def smoothing(histories: list[np.ndarray], steps: list[int], seasons: list[int]) -> list[dict[str, np.ndarray]]:
@@ -182,6 +204,8 @@ def applicable(y: np.ndarray, m: int, m2: int, demand: bool = False) -> list[tup
         out += [("seasonal_drift", m), ("seasonal_mean", m)]
     if m2 > m and n >= 2 * m2:
         out += [("seasonal_naive2", m2), ("seasonal_mean2", m2)]
+        if m > 1 and m2 % m == 0 and m2 // m <= 7:  # daily x weekly (not weeks x a year at D)
+            out.append(("mstl", m2))
     if n >= ARIMA_MIN_POINTS:
         out.append(("arima", m))
     if np.all(y > 0):
@@ -199,5 +223,11 @@ def forecasts(histories: list[np.ndarray], steps: list[int],
     smoothed: list[dict[str, np.ndarray]] = [{} for _ in histories]
     for i, fit in zip(smooth, fits):
         smoothed[i] = fit
-    return [{name: smoothed[i][name] if name in SMOOTHING else SIMPLE[name.removesuffix("2")](y, steps[i], m)
+    return [{name: smoothed[i][name] if name in SMOOTHING else _simple(name, y, steps[i], m, methods[i])
              for name, m in methods[i]} for i, y in enumerate(histories)]
+
+
+def _simple(name: str, y: np.ndarray, steps: int, m: int, methods: list[tuple[str, int]]) -> np.ndarray:
+    if name == "mstl":  # its season is the long one; the short one is the series' first method's
+        return mstl(y, steps, methods[0][1], m)
+    return SIMPLE[name.removesuffix("2")](y, steps, m)
