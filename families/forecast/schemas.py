@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
@@ -69,9 +69,15 @@ class ForecastRequest(BaseModel):
         return self
 
 
-StaticName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-StaticValue = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 MAX_STATICS = 16
+
+
+def static_categoricals(given: dict[str, str] | None) -> dict[str, str] | None:
+    """Names of 1-64 characters, categories of 1-256."""
+    bad = [k for k, v in (given or {}).items() if not (0 < len(k) <= 64 and 0 < len(v) <= 256)]
+    if bad:
+        raise ValueError(f"static categorical(s) {bad}: names need 1-64 characters, categories 1-256")
+    return given
 
 
 class SeriesInput(BaseModel):
@@ -84,12 +90,13 @@ class SeriesInput(BaseModel):
     start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
     covariates: Covariates | None = covariates_field()
     future_covariates: Covariates | None = future_covariates_field()
-    static: dict[StaticName, StaticValue] | None = Field(
+    static: dict[str, str] | None = Field(
         None, max_length=MAX_STATICS,
         description="Static categoricals of this series (name -> category, e.g. {'store_type': 'A'}); when one "
                     "series has them, every series of the panel must give the same names. Series sharing a "
                     "category pool their methods' backtest scores where the panel's backtest says it helps "
                     "(input.static reports it).")
+    _static = field_validator("static")(static_categoricals)
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> SeriesInput:

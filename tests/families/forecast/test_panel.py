@@ -120,13 +120,13 @@ def test_static_categoricals_are_checked_and_reported(server):
     assert all(a["input"]["static"] is None for a in plain["series"])
 
 
-@pytest.mark.parametrize("statics, code", [
-    ([{"store_type": "A"}, None], "static_missing"),  # one series lacks the categorical the others give
-    ([{"store_type": "A"}, {"region": "north"}], "static_missing"),
-    ([{"store_type": ["A"]}, {"store_type": "B"}], "validation_error"),  # not a name -> category mapping
-    ([{"store_type": 3}, {"store_type": "B"}], "validation_error"),
+@pytest.mark.parametrize("statics, code, index", [
+    ([{"store_type": "A"}, None], "static_missing", 1),  # one series lacks the categorical the others give
+    ([{"store_type": "A"}, {"region": "north"}], "static_missing", 0),  # the first series lacks 'region'
+    ([{"store_type": ["A"]}, {"store_type": "B"}], "validation_error", None),  # not a name -> category mapping
+    ([{"store_type": 3}, {"store_type": "B"}], "validation_error", None),
 ])
-def test_bad_static_categoricals_are_refused(server, statics, code):
+def test_bad_static_categoricals_are_refused(server, statics, code, index):
     panel = series(2)
     for s, st in zip(panel, statics):
         if st is not None:
@@ -136,7 +136,8 @@ def test_bad_static_categoricals_are_refused(server, statics, code):
     error = resp.json()["error"]
     assert error["code"] == code
     if code == "static_missing":
-        assert error["details"]["index"] == 1 and error["details"]["id"] == "sku-1" and error["details"]["missing"]
+        details = error["details"]
+        assert details["index"] == index and details["id"] == f"sku-{index}" and details["missing"]
 
 
 def test_the_python_client_sends_static_categoricals(server):
