@@ -45,7 +45,7 @@ from scripts.bench.report import pyplot, write_report
 from scripts.drills.common import ROOT, base_parser, by_status, log_path, text_body
 from scripts.drills.corrupt_model import corrupt
 from scripts.drills.server import Server
-from scripts.drills.soak_faults import RedisServer, RegistryHttp
+from scripts.drills.soak_faults import Mode, RedisServer, RegistryHttp
 from scripts.drills.soak_plan import (
     Event,
     SoakRow,
@@ -66,7 +66,9 @@ from scripts.drills.starts import Attempt, StartOnce, check_answer, drill_main, 
 NAME = "soak"
 ADMIN_KEY = "soak-admin"
 ADDED = "soak-added"  # the deployment hot-added and later removed
-REGISTRY_ADDS = {"registry_slow_add": ("soak-reg-slow", "slow"), "registry_down_add": ("soak-reg-down", "down")}
+# step -> (the deployment and model it hot-adds, the registry's mode meanwhile)
+REGISTRY_ADDS: dict[str, tuple[str, Mode]] = {"registry_slow_add": ("soak-reg-slow", "slow"),
+                                              "registry_down_add": ("soak-reg-down", "down")}
 SAMPLE_S = 5.0
 RATE_PER_S = 100_000  # per client: one load generator is one client address; checked on every request, refuses none
 
