@@ -58,6 +58,7 @@ from scripts.drills.soak_plan import (
     recoveries,
     schedule,
     step_problems,
+    window_p99,
     wrong_version,
 )
 from scripts.drills.soak_traffic import Clients, open_loop
@@ -195,11 +196,24 @@ class Soak:
             return {"killed": self.redis.kill(), "bucket_checks_before": calls}
         return {"pid": self.redis.start(), "shared_again_s": self.redis.wait_for_calls()}
 
+    def settle(self, timeout: float = 90) -> float | None:
+        """Seconds until /readyz answers 200 (None: not within `timeout`). A registry fault starts on a server whose
+        workers are up: an API worker restarting (after gateway_kill) reads every model from the registry again, and
+        through a slow registry that takes minutes with no answer meanwhile (seen in a run; the report says so)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.srv.url + "/readyz", timeout=2).status_code == 200:
+                    return round(time.monotonic() - started, 2)
+            time.sleep(0.5)
+        return None
+
     def _registry_add(self, name: str, ctx: dict) -> dict:
         """Hot add a deployment of a model not pulled yet while the registry is slow or down; then the registry
         restored, whether the deployment is listed, and (served) one answer from it before it is removed again."""
         assert self.registry is not None
         dep, mode = REGISTRY_ADDS[name]
+        settle_s = self.settle()
         before = self.registry.served[mode]
         self.registry.set(mode)
         started = time.monotonic()
@@ -211,7 +225,7 @@ class Soak:
             self.registry.set("ok")
         body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
         error = (body.get("error") or {}) if isinstance(body, dict) else {}
-        out = {"status": r.status_code, "code": error.get("code"), "seconds": took,
+        out = {"status": r.status_code, "code": error.get("code"), "seconds": took, "settle_s": settle_s,
                "registry_requests": self.registry.served[mode] - before, "listed": dep in self.repository()}
         if r.status_code == 200:
             answer = httpx.post(self.srv.url + "/v1/classify", json={"texts": ["hello"], "deployment": dep}, timeout=30)
@@ -302,6 +316,7 @@ def analyse(soak: Soak, loops: dict, rate: dict, elapsed: float) -> dict:
         "skipped_by_client_limit": {d: v["skipped"] for d, v in loops.items() if v["skipped"]},
         "rates": rate, "schedule": [e.__dict__ for e in soak.events], "actions": soak.actions,
         "recovery_s": recoveries(rows, soak.events, elapsed), "step_problems": step_problems(soak.actions),
+        "p99_ms_after_fault": window_p99(rows, soak.events, elapsed),
         "per_minute": minute_table(rows),
         "leak_check_last_half": leaks, "dev_shm": soak.shm, "processes": soak.procs,
     }
@@ -356,12 +371,13 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
          "| deployment | req/s | from | without --rate |", "|---|---|---|---|"]
     L += [f"| {d} | {v['rate']} | {v['source']} | {res['rates_by_knee'][d]['rate']} "
           f"({res['rates_by_knee'][d]['source']}) |" for d, v in res["rates"].items()]
-    L += ["", "## Schedule and recovery [<= 15 s]", "", "| t s | step | fault | outcome | recovery s |",
-          "|---|---|---|---|---|"]
+    L += ["", "## Schedule and recovery [<= 15 s]", "", "p99 ms: of the answers to requests sent from the fault until "
+          "the next one.", "", "| t s | step | fault | outcome | recovery s | p99 ms |", "|---|---|---|---|---|---|"]
     for a in res["actions"]:
         outcome = {k: v for k, v in a.items() if k not in ("event", "t", "fault")}
         L.append(f"| {a['t']} | {a['event']} | {'yes' if a['fault'] else ''} | `{json.dumps(outcome)[:160]}` | "
-                 f"{res['recovery_s'].get(a['event'], '') if a['fault'] else ''} |")
+                 f"{res['recovery_s'].get(a['event'], '') if a['fault'] else ''} | "
+                 f"{res['p99_ms_after_fault'].get(a['event'], '') if a['fault'] else ''} |")
     L += ["", "## Per minute", "", "| minute | sent | answered | degraded | lost | failed | p99 ms per deployment |",
           "|---|---|---|---|---|---|---|"]
     for m in res["per_minute"]:
@@ -382,7 +398,10 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
           "redis_stop/redis_start: the API workers limit on their own while Redis is down (kernel/protection/"
           "redis_buckets.py); shared_again_s is the time from the restart until a bucket check reached Redis. "
           "registry_*_add: the hot add of a model no process had pulled, while the registry answered "
-          f"{res['registry_http']['slow_s']} s late or refused connections; restored right after."]
+          f"{res['registry_http']['slow_s']} s late or refused connections; restored right after. Each starts once "
+          "/readyz "
+          "answers (settle_s): an API worker restarting while the registry is slow re-reads every model from it at "
+          "startup and answers nothing for minutes (a run of 2026-12-07 lost 656 requests that way)."]
     return "\n".join(L)
 
 

@@ -22,6 +22,7 @@ from scripts.drills.soak_plan import (
     schedule,
     slope_per_min,
     step_problems,
+    window_p99,
     wrong_version,
 )
 
@@ -109,6 +110,15 @@ def test_burst_recovery_is_measured_from_its_end():
     events = [Event("burst", 10, 5), Event("hot_remove", 30)]
     rows = [row(11, 429), row(16, 429), row(17, done=17.5)]
     assert recoveries(rows, events, 40) == {"burst": 2.5}
+
+
+def test_window_p99_shows_a_stall_that_failed_nothing():
+    events = [Event("redis_stop", 10), Event("canary", 15), Event("registry_slow_add", 20)]
+    rows = [row(11, done=11.01), row(12, done=18.0), row(13, 503), row(21, done=21.05)]
+    p99 = window_p99(rows, events, 30)
+    assert p99["redis_stop"] == pytest.approx(6000, rel=0.05)  # up to the next fault, changes included; failures not
+    assert p99["registry_slow_add"] == pytest.approx(50)
+    assert window_p99(rows, [Event("burst", 25, 1)], 30) == {"burst": None}
 
 
 def test_step_problems_name_each_fault_step_that_did_not_show_its_outcome():
