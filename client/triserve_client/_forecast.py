@@ -2,7 +2,8 @@
 (None = missing), timestamps as ISO 8601 strings, a panel's series each with its own time axis and covariates.
 
 A panel's series is either its values (then the call's `start` applies) or a mapping of the REST SeriesInput fields:
-{"values": [...], "start" | "timestamps": ..., "covariates": {...}, "future_covariates": {...}}.
+{"values": [...], "start" | "timestamps": ..., "covariates": {...}, "future_covariates": {...}, "static": {...}}
+(static: the series' categoricals, name -> category, e.g. {"store_type": "A"}; every series gives the same names).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 Timestamp = str | datetime | date
 Covariates = Mapping[str, Iterable[float | None]]
 SeriesLike = Iterable[float | None] | Mapping[str, Any]
-SERIES_FIELDS = ("values", "timestamps", "start", "covariates", "future_covariates")
+SERIES_FIELDS = ("values", "timestamps", "start", "covariates", "future_covariates", "static")
 
 
 def number(v: Any) -> float | None:
@@ -75,6 +76,8 @@ def panel_series(series: Mapping[str, SeriesLike], start: Timestamp | None) -> l
             body = series_body(spec["values"], timestamps=spec.get("timestamps"),
                                start=spec.get("start") if own else start, covariates_=spec.get("covariates"),
                                future_covariates=spec.get("future_covariates"))
+            if spec.get("static") is not None:
+                body["static"] = {str(k): str(v) for k, v in spec["static"].items()}
         else:
             body = series_body(spec, start=start)
         out.append({"id": str(key), **body})

@@ -222,6 +222,21 @@ class CovariateReport(Answer):
     effects: list[CovariateEffect]
 
 
+class StaticCategorical(Answer):
+    name: str
+    categories: int = Field(description="Distinct categories over the panel.")
+    used: bool = Field(description="True when the panel's series were pooled by it.")
+    backtest_error_own: float | None = None
+    backtest_error_pooled: float | None = None
+
+
+class StaticReport(Answer):
+    used: bool = Field(description="True when this series' method weights came from scores pooled with its category.")
+    pooled_by: str | None = None
+    series_in_category: int | None = None
+    categoricals: list[StaticCategorical]
+
+
 class InputReport(Answer):
     """How the service read the series, and what forecast it (docs/families/forecast.md)."""
 
@@ -240,6 +255,7 @@ class InputReport(Answer):
     interval_calibration: str | None = Field(None, description="'conformal' or 'model'.")
     level_shift: LevelShift | None = Field(None, description="A persistent step to a new level, or None.")
     covariates: CovariateReport | None = Field(None, description="What the covariates did (None: none given).")
+    static: StaticReport | None = Field(None, description="What a panel's static categoricals did (None: none given).")
 
 
 class ForecastResponse(ServedBy):

@@ -134,7 +134,8 @@ class TriserveClient:
                        calendar: Sequence[str] | None = None) -> PanelForecastResponse:
         """POST /v1/forecast/panel: many series in one request, answered in the mapping's order. Each series is
         its values (they start at `start`) or a mapping of its own fields: {"values": [...], "start" or
-        "timestamps": ..., "covariates": {...}, "future_covariates": {...}} (triserve_client._forecast)."""
+        "timestamps": ..., "covariates": {...}, "future_covariates": {...}, "static": {"store_type": "A"}}
+        (triserve_client._forecast; static categoricals: the same names on every series)."""
         call = self._core.forecast_panel_call(series, start=start, frequency=frequency, horizon=horizon,
                                               model=model, deployment=deployment, calendar=calendar)
         return self._run(call, timeout, request_id)

@@ -15,6 +15,8 @@ benchmarks' building blocks (naive, seasonal naive, SES, Holt/damped Holt, Theta
   theta            the standard Theta method       theta.py, the M3 winner
   seasonal_mean    mean of the last seasons        noisy season (average profile, not the last noisy copy)
   tsb              Teunter-Syntetos-Babai          intermittent demand (many zeros): the mean demand rate
+  arima            ARIMA(p,d,0), KPSS d, AICc p     persistent growth rates and cycles (arima.py; seasonally adjusted)
+  mstl             daily x weekly profile + level   two seasons at sub-daily steps, MSTL-style (closed form)
 Every method returns a point forecast [steps] in the series' units; which ones apply depends only on the series'
 length, sign and zeros (`applicable`), so a backtest origin and the final fit use the same set. The fits are
 bounded: exponential smoothing reads the last FIT_POINTS points (a few milliseconds per series in all).
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from families.forecast import arima as _arima
 from families.forecast.theta import seasonal_adjust
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
@@ -95,6 +98,27 @@ def seasonal_mean(y: np.ndarray, steps: int, m: int) -> np.ndarray:
     return profile[np.arange(steps) % m]
 
 
+def mstl(y: np.ndarray, steps: int, m: int, m2: int) -> np.ndarray:
+    """Two seasons (daily x weekly at sub-daily steps), MSTL-style but closed-form, over the last K <= 4 long
+    seasons: the long season is the short season's profile (averaged over every short cycle: low noise) + a level per
+    short cycle of the long one (day of week) + what remains of the long season's own profile, shrunk by K / (K + 2)
+    (each position of it is an average of only K values); the level is the seasonally adjusted mean of the last short
+    cycle. Exact on a daily x weekly double season; steadier than the last long season's mean (seasonal_mean2)."""
+    k = min(4, len(y) // m2)
+    x = np.asarray(y[len(y) - k * m2:], np.float64)
+    per = m2 // m
+    days = x.reshape(k, per, m)
+    short = days.mean(axis=(0, 1))
+    short = short - short.mean()
+    dow = days.mean(axis=(0, 2))
+    dow = dow - dow.mean()
+    base = (dow[:, None] + short[None, :]).ravel()  # [m2]
+    rest = x.reshape(k, m2).mean(axis=0) - x.mean() - base
+    season = base + rest * k / (k + 2.0)
+    level = float(np.mean(x[-m:] - season[-m:]))
+    return level + season[np.arange(steps) % m2]
+
+
 def smoothing(histories: list[np.ndarray], steps: list[int], seasons: list[int]) -> list[dict[str, np.ndarray]]:
     """ses, damped_holt and theta of each history from ONE pass over its seasonally adjusted last FIT_POINTS points:
     the grid holds ETS(A,Ad,N) (alpha x beta x phi) and SES (beta 0) side by side, each picked by least one-step
@@ -145,9 +169,16 @@ def tsb(y: np.ndarray, steps: int, m: int) -> np.ndarray:
     return np.full(steps, p * z)
 
 
+def arima(y: np.ndarray, steps: int, m: int) -> np.ndarray:
+    """ARIMA(p, d, 0) by KPSS and AICc (arima.py) on the seasonally adjusted last arima.FIT_POINTS points."""
+    adj, reseason = seasonal_adjust(np.asarray(y, np.float64)[-_arima.FIT_POINTS:], m)
+    return reseason(_arima.forecast(adj, steps), steps)
+
+
 SIMPLE: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
     "naive": naive, "seasonal_naive": seasonal_naive, "drift": drift, "damped_drift": damped_drift,
-    "seasonal_drift": seasonal_drift, "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb}
+    "seasonal_drift": seasonal_drift, "log_drift": log_drift, "seasonal_mean": seasonal_mean, "tsb": tsb,
+    "arima": arima}
 SMOOTHING = ("ses", "damped_holt", "theta")
 
 
@@ -156,6 +187,7 @@ def intermittent(y: np.ndarray) -> bool:
     return bool(np.all(y >= 0) and np.mean(y == 0) >= 0.3)
 
 
+ARIMA_MIN_POINTS = 8  # fewer: the KPSS test and an AR fit have nothing to stand on
 MEAN_METHODS = ("tsb", "ses", "seasonal_mean", "seasonal_mean2")
 
 
@@ -172,6 +204,10 @@ def applicable(y: np.ndarray, m: int, m2: int, demand: bool = False) -> list[tup
         out += [("seasonal_drift", m), ("seasonal_mean", m)]
     if m2 > m and n >= 2 * m2:
         out += [("seasonal_naive2", m2), ("seasonal_mean2", m2)]
+        if m > 1 and m2 % m == 0 and m2 // m <= 7:  # daily x weekly (not weeks x a year at D)
+            out.append(("mstl", m2))
+    if n >= ARIMA_MIN_POINTS:
+        out.append(("arima", m))
     if np.all(y > 0):
         out.append(("log_drift", m))  # the shortest history decides: guard the longer ones in log_drift too
     return out
@@ -187,5 +223,11 @@ def forecasts(histories: list[np.ndarray], steps: list[int],
     smoothed: list[dict[str, np.ndarray]] = [{} for _ in histories]
     for i, fit in zip(smooth, fits):
         smoothed[i] = fit
-    return [{name: smoothed[i][name] if name in SMOOTHING else SIMPLE[name.removesuffix("2")](y, steps[i], m)
+    return [{name: smoothed[i][name] if name in SMOOTHING else _simple(name, y, steps[i], m, methods[i])
              for name, m in methods[i]} for i, y in enumerate(histories)]
+
+
+def _simple(name: str, y: np.ndarray, steps: int, m: int, methods: list[tuple[str, int]]) -> np.ndarray:
+    if name == "mstl":  # its season is the long one; the short one is the series' first method's
+        return mstl(y, steps, methods[0][1], m)
+    return SIMPLE[name.removesuffix("2")](y, steps, m)

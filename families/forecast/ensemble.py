@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from families.forecast import classical
+from families.forecast import classical, pooling
 from families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
 from families.forecast.manifest import ForecastPreprocess
 
@@ -35,6 +35,7 @@ MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two
 TOP_K = 3
 POWER = 2.0  # weights 1 / error^POWER
 GLOBAL_TRUST = 0.6  # the global model's backtest error is multiplied by this before weighing (prior trust; README)
+TRUST = {"global": GLOBAL_TRUST}  # backtest scores multiplied by this before weighing (ARIMA at 0.8 or 0.6: worse)
 PRIOR_WEIGHT = 100.0  # pseudo-residuals at the model's own spread the per-series scale is shrunk toward (log space)
 # Each interval is widened by this factor per central coverage (0.5, 0.8, 0.9): the split-conformal step, fitted on
 # the validation windows of the TRAINING series (never the held-out ones; docs/families/forecast.md "The method").
@@ -51,6 +52,15 @@ class Forecast:
     backtest_mase: float | None = None  # the combination's scaled error over the backtest (None: no backtest)
     origins: int = 0
     calibration: str = "model"  # "conformal" (backtest errors) or "model" (no backtest: the model's own)
+    static: StaticUse | None = None  # a panel with static categoricals: what pooling did for this series
+
+
+@dataclass
+class StaticUse:
+    used: bool  # this series' weights came from pooled scores
+    pooled_by: str | None  # the categorical pooled by
+    group_size: int | None  # series in its category (itself included)
+    categoricals: list[pooling.Categorical]
 
 
 def combines(pre: ForecastPreprocess, raw_history: bool) -> bool:
@@ -123,9 +133,12 @@ def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | N
     return combine_many([history], [frequency], [horizon], [model_q])[0]
 
 
-def combine_many(histories, frequencies, horizons, model_qs=None) -> list[Forecast]:
+def combine_many(histories, frequencies, horizons, model_qs=None,
+                 statics: list[dict[str, str]] | None = None) -> list[Forecast]:
     """combine() of many series at once: the classical fits of every series and backtest origin run together (the
-    smoothing recursion over all rows of one window length at a time), which is what makes a batch cheap."""
+    smoothing recursion over all rows of one window length at a time), which is what makes a batch cheap.
+    statics: a panel's static categoricals per series; series sharing a category pool their backtest scores where
+    the panel's backtest says it helps (pooling.py; each Forecast's `static` says what was done)."""
     plans = [_plan(h, f, hz) for h, f, hz in zip(histories, frequencies, horizons)]
     model_qs = list(model_qs) if model_qs is not None else [None] * len(plans)
     for plan, mq in zip(plans, model_qs):
@@ -133,45 +146,95 @@ def combine_many(histories, frequencies, horizons, model_qs=None) -> list[Foreca
             raise ValueError(f"model_q holds {len(mq)} forecasts; expected {1 + len(plan.cuts)}")
     rows = [(h, st, plan.methods) for plan in plans for h, st in plan.rows]
     fitted = classical.forecasts([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
-    out, at = [], 0
-    for plan, mq in zip(plans, model_qs):
-        out.append(_weigh(plan, fitted[at: at + 1 + len(plan.cuts)], mq))
+    per_series, at = [], 0
+    for plan in plans:
+        per_series.append(fitted[at: at + 1 + len(plan.cuts)])
         at += 1 + len(plan.cuts)
+    if not statics or not any(statics):
+        return [_weigh(plan, fit, mq) for plan, fit, mq in zip(plans, per_series, model_qs)]
+    scored = [_score(plan, fit, mq) for plan, fit, mq in zip(plans, per_series, model_qs)]
+    poolable = [sc if sc is not None and not plan.demand else None for sc, plan in zip(scored, plans)]
+    key, report = pooling.choose([sc.by_origin if sc else None for sc in poolable],
+                                 [sc.errors if sc else None for sc in poolable],
+                                 [sc.scale if sc else 1.0 for sc in poolable], statics, weights_of)
+    groups = [s.get(key) if key is not None else None for s in statics]
+    blended = pooling.pooled([sc.scores if sc else None for sc in poolable], groups)
+    out = []
+    for plan, fit, mq, sc, pool, group in zip(plans, per_series, model_qs, scored, blended, groups):
+        fc = _weigh(plan, fit, mq, sc, pool)
+        fc.static = StaticUse(pool is not None, key if pool is not None else None,
+                              groups.count(group) if pool is not None else None, report)
+        out.append(fc)
     return out
 
 
-def _weigh(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.ndarray] | None) -> Forecast:
-    """One series' forecast from its methods' fits (final, then each origin) and the model's quantiles."""
-    y, horizon, cuts, steps, demand = plan.y, plan.horizon, plan.cuts, plan.steps, plan.demand
+@dataclass
+class _Scored:
+    """One backtested series' candidates: the final fits, each method's backtest errors [origins, steps] and their
+    scaled scores (the lower the better), overall and per origin (pooling, pooling.py, reads those)."""
+
+    final: dict[str, np.ndarray]
+    errors: dict[str, np.ndarray]
+    scale: float
+    scores: dict[str, float]
+    by_origin: dict[str, np.ndarray]
+
+
+def _score(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.ndarray] | None) -> _Scored | None:
+    """The backtest scores of one series' methods; None when there is nothing to weigh (a constant, no origin)."""
+    y, steps, demand = plan.y, plan.steps, plan.demand
+    if np.ptp(y) == 0 or not plan.cuts:
+        return None
+    final = fitted[0]
+    if model_q is not None:
+        final["global"] = _model_point(model_q[0], plan.horizon, demand)
+        for j, past in enumerate(fitted[1:]):
+            past["global"] = _model_point(model_q[1 + j], steps, demand)
+    scale = _scale(y, plan.m)
+    targets = np.stack([y[c: c + steps] for c in plan.cuts])  # [origins, steps]
+    errors = {name: targets - np.stack([past[name] for past in fitted[1:]]) for name in final}  # [origins, steps]
+    ok = [name for name, e in errors.items() if np.all(np.isfinite(e)) and np.all(np.isfinite(final[name]))]
+    if demand:
+        by_origin = {name: np.sqrt(np.mean(errors[name] ** 2, axis=1)) / scale for name in ok}
+        scores = {name: float(np.sqrt(np.mean(errors[name] ** 2))) / scale for name in ok}
+    else:
+        by_origin = {name: np.mean(np.abs(errors[name]), axis=1) / scale for name in ok}
+        scores = {name: float(np.mean(v)) for name, v in by_origin.items()}
+        for name, trust in TRUST.items():  # (the model's mean for demand is an approximation: no extra trust)
+            if name in scores:
+                scores[name] *= trust
+                by_origin[name] = by_origin[name] * trust
+    return _Scored(final, errors, scale, scores, by_origin)
+
+
+def weights_of(scores: dict[str, float]) -> dict[str, float]:
+    """The TOP_K best methods by score, weighted 1 / score^POWER (negligible weights dropped), summing to 1."""
+    best = sorted(scores, key=lambda k: (scores[k], k))[:TOP_K]
+    inv = {k: 1.0 / max(scores[k], 1e-12) ** POWER for k in best}
+    kept = {k: v for k, v in inv.items() if v >= 1e-6 * sum(inv.values())}
+    return {k: v / sum(kept.values()) for k, v in kept.items()}
+
+
+def _weigh(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.ndarray] | None,
+           scored: _Scored | None = None, scores: dict[str, float] | None = None) -> Forecast:
+    """One series' forecast from its methods' fits (final, then each origin) and the model's quantiles; `scores`
+    replaces the series' own backtest scores (a panel's pooled scores, pooling.py)."""
+    y, horizon, cuts, steps = plan.y, plan.horizon, plan.cuts, plan.steps
     if np.ptp(y) == 0:  # a constant: every method agrees; no spread
         return Forecast(np.full((horizon, len(QUANTILES)), y[-1]), "naive", {"naive": 1.0}, 0.0 if cuts else None,
                         len(cuts), "conformal" if cuts else "model")
-    final = fitted[0]
-    if model_q is not None:
-        final["global"] = _model_point(model_q[0], horizon, demand)
     if not cuts:  # too short to backtest: the model if there is one, else drift
-        name = "global" if "global" in final else "drift"
-        point = final[name]
+        final = fitted[0]
+        name = "global" if model_q is not None else "drift"
+        point = _model_point(model_q[0], horizon, plan.demand) if model_q is not None else final[name]
         q = (np.asarray(model_q[0], np.float64)[:horizon] if model_q is not None
              else np.repeat(point[:, None], len(QUANTILES), axis=1))
         return _finish(y, q - q[:, MEDIAN_INDEX:MEDIAN_INDEX + 1] + point[:, None], name, {name: 1.0}, None, 0,
                        "model")
-
-    scale = _scale(y, plan.m)
-    targets = np.stack([y[c: c + steps] for c in cuts])  # [origins, steps]
-    if model_q is not None:
-        for j, past in enumerate(fitted[1:]):
-            past["global"] = _model_point(model_q[1 + j], steps, demand)
-    errors = {name: targets - np.stack([past[name] for past in fitted[1:]]) for name in final}  # [origins, steps]
-    loss = (lambda e: float(np.sqrt(np.mean(e * e)))) if demand else (lambda e: float(np.mean(np.abs(e))))
-    scores = {name: loss(e) / scale for name, e in errors.items()
-              if np.all(np.isfinite(e)) and np.all(np.isfinite(final[name]))}
-    if "global" in scores and not demand:  # (its mean for demand is an approximation: no extra trust)
-        scores["global"] *= GLOBAL_TRUST
-    best = sorted(scores, key=lambda k: (scores[k], k))[:TOP_K]
-    inv = {k: 1.0 / max(scores[k], 1e-12) ** POWER for k in best}
-    kept = {k: v for k, v in inv.items() if v >= 1e-6 * sum(inv.values())}  # negligible weights dropped
-    weights = {k: v / sum(kept.values()) for k, v in kept.items()}
+    scored = scored or _score(plan, fitted, model_q)
+    assert scored is not None
+    final, errors, scale = scored.final, scored.errors, scored.scale
+    weights = weights_of(scored.scores if scores is None else scores)
     point = np.sum([v * final[k] for k, v in weights.items()], axis=0)
     combined = np.sum([v * errors[k] for k, v in weights.items()], axis=0)
     mase = float(np.mean(np.abs(combined))) / scale

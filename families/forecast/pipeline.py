@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from families.forecast import backtest
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
+from families.forecast.ensemble import StaticUse, backtest_cuts, backtest_steps, combine_many, combines
 from families.forecast.features import QUANTILES, infer_frequency
 from families.forecast.limits import Limits
 from families.forecast.manifest import ForecastPreprocess
@@ -38,6 +38,8 @@ from families.forecast.schemas import (
     PanelForecastRequest,
     SeriesForecast,
     SeriesInput,
+    StaticCategorical,
+    StaticReport,
 )
 from families.forecast.shifts import remove as remove_shift
 from kernel.errors import ApiError
@@ -82,6 +84,7 @@ class Prepared:
     nonneg: bool = False  # the history is non-negative: so is the forecast (after the offset)
     actual: np.ndarray | None = None  # a backtest origin: what followed it (backtest.py)
     history: np.ndarray | None = None  # a backtest origin: the regular history before it
+    static: dict[str, str] | None = None  # a panel series' static categoricals (pooling.py)
 
 
 @dataclass
@@ -183,7 +186,8 @@ class ForecastPipeline:
     def answer(self, prepared: list[Prepared], served: ServedModel, items: list[list[Item]],
                outputs: list[list[np.ndarray]], model: str) -> list[tuple[list[ForecastPoint], InputReport]]:
         """Model outputs -> each series' forecast: combined with the classical methods (all series in one pass,
-        ensemble.combine_many) when the served model is one the ensemble weighs, else the model alone."""
+        ensemble.combine_many, a panel's static categoricals pooled) when the served model is one the ensemble
+        weighs, else the model alone."""
         pre = preprocess_as(served.manifest, ForecastPreprocess)
         raw = reads_history(i.name for i in served.manifest.inputs)
         scaled = []
@@ -193,11 +197,14 @@ class ForecastPipeline:
             scaled.append([quantile_forecast(out, pre, it.loc, it.scale, series.horizon if k == 0 else steps)
                            for k, (out, it) in enumerate(zip(outs, its))])
         if combines(pre, raw):  # the served forecaster: the model and the classical methods
+            statics = [s.static or {} for s in prepared]
             fcs = combine_many([s.regular for s in prepared], [s.frequency for s in prepared],
-                               [s.horizon for s in prepared], [[o[1] for o in outs] for outs in scaled])
+                               [s.horizon for s in prepared], [[o[1] for o in outs] for outs in scaled],
+                               statics if any(statics) else None)
             results = [(fc.quantiles, list(QUANTILES),
                         {"method": fc.method, "method_weights": fc.weights, "backtest_mase": fc.backtest_mase,
-                         "backtest_origins": fc.origins, "interval_calibration": fc.calibration}) for fc in fcs]
+                         "backtest_origins": fc.origins, "interval_calibration": fc.calibration,
+                         "static": _static_report(fc.static)}) for fc in fcs]
         else:  # a model alone: the degraded fallback, or a model whose output the ensemble cannot read
             name = "theta" if raw else "model"
             results = [(outs[0][1], outs[0][0], {"method": name, "method_weights": {name: 1.0},
@@ -236,6 +243,7 @@ class ForecastPipeline:
         if points_total > lim.max_panel_points:
             raise ApiError(422, "panel_too_large", f"{points_total} points in all exceed the limit of "
                            f"{lim.max_panel_points}", {"limit": lim.max_panel_points, "received": points_total})
+        _check_statics(body)
         prepared = []
         for index, s in enumerate(body.series):
             try:
@@ -243,6 +251,7 @@ class ForecastPipeline:
             except ApiError as exc:
                 raise ApiError(exc.status, exc.code, f"series {index} ({s.id!r}): {exc.message}",
                                {"index": index, "id": s.id, **(exc.details or {})}) from exc
+            prepared[-1].static = s.static
         return prepared
 
     def parts(self, prepared: list[Prepared]) -> list[list[Prepared]]:
@@ -254,14 +263,28 @@ class ForecastPipeline:
 
     def respond(self, body: ForecastRequest | PanelForecastRequest | BacktestRequest,
                 answers: list[Answer]) -> dict[str, Any]:
-        answered = []
+        unpacked = []
         for answer in answers:
             outputs, at = [], 0
             for its in answer.state:
                 outputs.append(answer.result.outputs[at: at + len(its)])
                 at += len(its)
-            result = answer.result
-            answered.append((result, self.answer(answer.part, result.served, answer.state, outputs, result.model)))
+            unpacked.append(outputs)
+        answered = []
+        if _pooled_panel(body, answers):  # static categoricals: the panel's chunks answered together (pooling)
+            result = answers[0].result
+            together = self.answer([p for a in answers for p in a.part], result.served,
+                                   [s for a in answers for s in a.state], [o for outs in unpacked for o in outs],
+                                   result.model)
+            at = 0
+            for answer in answers:
+                answered.append((answer.result, together[at: at + len(answer.part)]))
+                at += len(answer.part)
+        else:
+            for answer, outputs in zip(answers, unpacked):
+                result = answer.result
+                answered.append((result, self.answer(answer.part, result.served, answer.state, outputs,
+                                                     result.model)))
         if isinstance(body, BacktestRequest):
             return backtest.report([p for answer in answers for p in answer.part],
                                    [pr for _, part in answered for pr in part], len(answers))
@@ -274,3 +297,37 @@ class ForecastPipeline:
             series += [SeriesForecast(id=next(ids), model=info, degraded=result.degraded, forecast=points,
                                       input=report) for points, report in part]
         return {"runner_calls": len(answers), "series": series}
+
+
+def _check_statics(body: PanelForecastRequest) -> None:
+    """A panel's static categoricals name the same categoricals on every series (or on none)."""
+    given = [s.static for s in body.series]
+    if all(st is None for st in given):
+        return
+    names = sorted(set().union(*(set(st or {}) for st in given)))
+    for index, (s, st) in enumerate(zip(body.series, given)):
+        missing = [name for name in names if name not in (st or {})]
+        if missing:
+            raise ApiError(422, "static_missing", f"series {index} ({s.id!r}) lacks the static categorical(s) "
+                           f"{missing} that other series of the panel give: give every series the same names",
+                           {"index": index, "id": s.id, "missing": missing, "expected": names})
+
+
+def _pooled_panel(body: Any, answers: list[Answer]) -> bool:
+    """A panel with static categoricals whose chunks were all answered by the same model version: answered in one
+    pass so categories pool across chunks (a chunk answered by another model, e.g. degraded, pools apart)."""
+    if not isinstance(body, PanelForecastRequest) or not any(s.static for s in body.series) or len(answers) < 2:
+        return False
+    first = answers[0].result
+    return all((a.result.model, a.result.version, a.result.degraded) == (first.model, first.version,
+                                                                        first.degraded) for a in answers)
+
+
+def _static_report(use: StaticUse | None) -> StaticReport | None:
+    if use is None:
+        return None
+    return StaticReport(used=use.used, pooled_by=use.pooled_by, series_in_category=use.group_size,
+                        categoricals=[StaticCategorical(name=c.name, categories=c.groups, used=c.used,
+                                                        backtest_error_own=c.error_own,
+                                                        backtest_error_pooled=c.error_pooled)
+                                      for c in use.categoricals])

@@ -69,6 +69,17 @@ class ForecastRequest(BaseModel):
         return self
 
 
+MAX_STATICS = 16
+
+
+def static_categoricals(given: dict[str, str] | None) -> dict[str, str] | None:
+    """Names of 1-64 characters, categories of 1-256."""
+    bad = [k for k, v in (given or {}).items() if not (0 < len(k) <= 64 and 0 < len(v) <= 256)]
+    if bad:
+        raise ValueError(f"static categorical(s) {bad}: names need 1-64 characters, categories 1-256")
+    return given
+
+
 class SeriesInput(BaseModel):
     """One series of a panel: its id and its points (the panel's frequency and horizon apply)."""
 
@@ -79,6 +90,13 @@ class SeriesInput(BaseModel):
     start: datetime | None = Field(None, description="Timestamp of values[0] when timestamps are omitted.")
     covariates: Covariates | None = covariates_field()
     future_covariates: Covariates | None = future_covariates_field()
+    static: dict[str, str] | None = Field(
+        None, max_length=MAX_STATICS,
+        description="Static categoricals of this series (name -> category, e.g. {'store_type': 'A'}); when one "
+                    "series has them, every series of the panel must give the same names. Series sharing a "
+                    "category pool their methods' backtest scores where the panel's backtest says it helps "
+                    "(input.static reports it).")
+    _static = field_validator("static")(static_categoricals)
 
     @model_validator(mode="after")
     def _one_time_axis(self) -> SeriesInput:
@@ -185,6 +203,26 @@ class CovariateReport(BaseModel):
     effects: list[CovariateEffect]
 
 
+class StaticCategorical(BaseModel):
+    name: str = Field(description="The categorical, as sent in 'static'.")
+    categories: int = Field(description="Distinct categories over the panel.")
+    used: bool = Field(description="True when the series were pooled by it: pooling lowered the panel's error on "
+                                   "its last backtest origin, and more than any other categorical.")
+    backtest_error_own: float | None = Field(description="Mean scaled error on the last backtest origin with each "
+                                                         "series' own method scores (weights from the earlier "
+                                                         "origins; null: no series with two origins).")
+    backtest_error_pooled: float | None = Field(description="The same with the scores pooled by this categorical.")
+
+
+class StaticReport(BaseModel):
+    used: bool = Field(description="True when this series' method weights came from scores pooled with its "
+                                   "category.")
+    pooled_by: str | None = Field(description="The categorical its scores were pooled by (null: none).")
+    series_in_category: int | None = Field(description="Series of the panel in its category, itself included.")
+    categoricals: list[StaticCategorical] = Field(description="Every categorical of the panel, and whether it was "
+                                                              "used.")
+
+
 class InputReport(BaseModel):
     frequency: Frequency = Field(description="The frequency forecast at.")
     frequency_inferred: bool = Field(description="True if it was inferred from the timestamps.")
@@ -209,6 +247,8 @@ class InputReport(BaseModel):
     level_shift: LevelShiftReport | None = Field(None, description="A step to a new level that persists (detected "
                                                                    "on the history), or null.")
     covariates: CovariateReport | None = Field(None, description="What the covariates did (null: none given).")
+    static: StaticReport | None = Field(None, description="What the panel's static categoricals did for this "
+                                                          "series (null: none given).")
 
 
 class ForecastResponse(ServedBy):

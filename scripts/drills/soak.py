@@ -8,10 +8,17 @@ deployment gets its own open loop (scripts/drills/soak_traffic.py) at --rate req
 from docs/bench/knee.json, or a conservative default (the report says which); every 8th arrival of the text
 deployment is an OIP tensor request pinned to its model's version (answers from another version are counted).
 The schedule (scripts/drills/soak_plan.py), spread over the run with a quiet tail: hot add of a deployment (admin
-API), canary -> promote -> rollback of the forecast slot, shadow on, runner worker SIGKILL, shadow off, gateway API
-worker SIGKILL, a corrupt artefact hot-added (must be refused), a burst at 3x, hot remove. Every 5 s: RSS, fds and
-threads of each server process and /dev/shm use. Writes <out>.json, <out>.md and <out>.png.
-Not covered yet: Redis stop/start with limits_scope=cluster, slow/unreachable registry (issue 42 asks for both).
+API), canary -> promote -> rollback of the forecast slot, shadow on, runner worker SIGKILL, Redis SIGKILL, shadow off,
+Redis started again, gateway API worker SIGKILL, a hot add while the registry answers 3 s late, one while it is
+unreachable (must be refused, nothing half added), a corrupt artefact hot-added (must be refused), a burst at 3x, hot
+remove. Every 5 s: RSS, fds and threads of each server process and /dev/shm use. Writes <out>.json, .md and .png.
+
+The rate limits are shared through a redis-server the drill starts (access.limits_scope=cluster; the per-client rate
+far above the soak's traffic: checked on every request, refusing none), and the server reads its registry over HTTP
+(registry_uri) from a server the drill makes slow or unreachable (scripts/drills/soak_faults.py): the code has one
+registry setting for startup and hot adds alike, so the startup pull goes through it too (into a model cache in the
+work directory), and since an HTTP registry is read-only the promote moves no alias (alias null; the rollback returns
+by the runner's promote record).
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ from scripts.bench.report import pyplot, write_report
 from scripts.drills.common import ROOT, base_parser, by_status, log_path, text_body
 from scripts.drills.corrupt_model import corrupt
 from scripts.drills.server import Server
+from scripts.drills.soak_faults import Mode, RedisServer, RegistryHttp
 from scripts.drills.soak_plan import (
     Event,
     SoakRow,
@@ -49,6 +57,8 @@ from scripts.drills.soak_plan import (
     rates,
     recoveries,
     schedule,
+    step_problems,
+    window_p99,
     wrong_version,
 )
 from scripts.drills.soak_traffic import Clients, open_loop
@@ -57,7 +67,11 @@ from scripts.drills.starts import Attempt, StartOnce, check_answer, drill_main, 
 NAME = "soak"
 ADMIN_KEY = "soak-admin"
 ADDED = "soak-added"  # the deployment hot-added and later removed
+# step -> (the deployment and model it hot-adds, the registry's mode meanwhile)
+REGISTRY_ADDS: dict[str, tuple[str, Mode]] = {"registry_slow_add": ("soak-reg-slow", "slow"),
+                                              "registry_down_add": ("soak-reg-down", "down")}
 SAMPLE_S = 5.0
+RATE_PER_S = 100_000  # per client: one load generator is one client address; checked on every request, refuses none
 
 
 def republish(reg: LocalRegistry, name: str, version: str, new_name: str | None = None) -> Path:
@@ -69,11 +83,18 @@ def republish(reg: LocalRegistry, name: str, version: str, new_name: str | None 
     return reg.path(new_name or name, version)
 
 
-def server_env(extra: dict[str, str]) -> dict[str, str]:
+def server_env(extra: dict[str, str], redis: RedisServer | None = None, registry: RegistryHttp | None = None,
+               cache: Path | None = None) -> dict[str, str]:
+    """The soak's settings; with `redis`, limits shared through it; with `registry`, models read from it over HTTP
+    into `cache`."""
     keys = [{"name": "soak-ops", "admin": True, "sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest()}]
-    return {"TRISERVE_ACCESS__API_KEYS": json.dumps(keys), "TRISERVE_ROLLOUT__REFRESH_S": "0.5",
-            "TRISERVE_ACCESS__RATE_PER_S": "100000",  # one load generator is one client address
-            **extra}
+    env = {"TRISERVE_ACCESS__API_KEYS": json.dumps(keys), "TRISERVE_ROLLOUT__REFRESH_S": "0.5",
+           "TRISERVE_ACCESS__RATE_PER_S": str(RATE_PER_S)}
+    if redis is not None:
+        env |= {"TRISERVE_ACCESS__LIMITS_SCOPE": "cluster", "TRISERVE_ACCESS__REDIS_URL": redis.url}
+    if registry is not None and cache is not None:
+        env |= {"TRISERVE_REGISTRY_URI": registry.url, "TRISERVE_MODEL_CACHE_DIR": str(cache)}
+    return {**env, **extra}
 
 
 def sample_processes(srv: Server, t: float) -> list[dict]:
@@ -96,8 +117,10 @@ def sample_processes(srv: Server, t: float) -> list[dict]:
 class Soak:
     """One run: the server, its deployments, the schedule's actions, and what was recorded."""
 
-    def __init__(self, srv: Server, reg: LocalRegistry, events: list[Event], seconds: float):
+    def __init__(self, srv: Server, reg: LocalRegistry, events: list[Event], seconds: float,
+                 redis: RedisServer | None = None, registry: RegistryHttp | None = None):
         self.srv, self.reg, self.events, self.seconds = srv, reg, events, seconds
+        self.redis, self.registry = redis, registry
         self.rows: list[SoakRow] = []
         self.procs: list[dict] = []
         self.shm: list[dict] = []
@@ -135,8 +158,8 @@ class Soak:
         if name == "canary":
             r = self.admin("POST", f"/admin/models/{fc}/canary", {"ref": ctx["candidate"], "weight": 0.2})
             return {"status": r.status_code, "canary": ctx["candidate"]}
-        if name == "promote":
-            r = self.admin("POST", f"/admin/models/{fc}/promote", {"ref": ctx["candidate"]})
+        if name == "promote":  # alias null: a registry read over HTTP cannot move one
+            r = self.admin("POST", f"/admin/models/{fc}/promote", {"ref": ctx["candidate"], "alias": None})
             return {"status": r.status_code, "previous": r.json().get("previous") if r.status_code == 200 else r.text}
         if name == "rollback":
             r = self.admin("POST", f"/admin/models/{fc}/rollback")
@@ -158,7 +181,59 @@ class Soak:
                     "code": (body.get("error") or {}).get("code") if isinstance(body, dict) else None}
         if name == "burst":
             return {"factor": burst_factor(self.events, time.monotonic() - self.t0)}
+        if name in ("redis_stop", "redis_start"):
+            return self._redis(name)
+        if name in REGISTRY_ADDS:
+            return self._registry_add(name, ctx)
         raise ValueError(f"unknown step {name!r}")
+
+    def _redis(self, name: str) -> dict:
+        """SIGKILL the limits' Redis (the API workers fall back to buckets of their own), or start it again on its
+        port and time until a bucket check reaches it."""
+        assert self.redis is not None
+        if name == "redis_stop":
+            calls = self.redis.bucket_calls()
+            return {"killed": self.redis.kill(), "bucket_checks_before": calls}
+        return {"pid": self.redis.start(), "shared_again_s": self.redis.wait_for_calls()}
+
+    def settle(self, timeout: float = 90) -> float | None:
+        """Seconds until /readyz answers 200 (None: not within `timeout`). A registry fault starts on a server whose
+        workers are up: an API worker restarting (after gateway_kill) reads every model from the registry again, and
+        through a slow registry that takes minutes with no answer meanwhile (seen in a run; the report says so)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.srv.url + "/readyz", timeout=2).status_code == 200:
+                    return round(time.monotonic() - started, 2)
+            time.sleep(0.5)
+        return None
+
+    def _registry_add(self, name: str, ctx: dict) -> dict:
+        """Hot add a deployment of a model not pulled yet while the registry is slow or down; then the registry
+        restored, whether the deployment is listed, and (served) one answer from it before it is removed again."""
+        assert self.registry is not None
+        dep, mode = REGISTRY_ADDS[name]
+        settle_s = self.settle()
+        before = self.registry.served[mode]
+        self.registry.set(mode)
+        started = time.monotonic()
+        try:
+            r = self.admin("PUT", f"/admin/deployments/{dep}", {"family": "text", "model": {"name": dep,
+                                                                                            "ref": ctx["reg_version"]}})
+        finally:
+            took = round(time.monotonic() - started, 2)
+            self.registry.set("ok")
+        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+        error = (body.get("error") or {}) if isinstance(body, dict) else {}
+        out = {"status": r.status_code, "code": error.get("code"), "seconds": took, "settle_s": settle_s,
+               "registry_requests": self.registry.served[mode] - before, "listed": dep in self.repository()}
+        if r.status_code == 200:
+            answer = httpx.post(self.srv.url + "/v1/classify", json={"texts": ["hello"], "deployment": dep}, timeout=30)
+            removed = self.admin("DELETE", f"/admin/deployments/{dep}")
+            out |= {"answer": answer.status_code, "removed": removed.status_code}
+        else:
+            out["message"] = str(error.get("message", r.text))[:120]
+        return out
 
     async def sampler(self) -> None:
         while (t := time.monotonic() - self.t0) < self.seconds:
@@ -208,6 +283,9 @@ def build_context(soak: Soak, reg: LocalRegistry) -> tuple[dict[str, str], dict]
     fc_model = fc["model"]["name"]
     candidate = f"{reg.resolve(fc_model, 'stable')}-soak"
     republish(reg, fc_model, candidate)
+    reg_version = "0.0.2-soak-reg"
+    for dep, _ in REGISTRY_ADDS.values():  # models no process has pulled: their hot add reads the registry
+        republish(reg, text["model"]["name"], reg_version, new_name=dep)
     corrupt_version = "0.0.1-soak-corrupt"
     stored = republish(reg, text["model"]["name"], corrupt_version, new_name="soak-corrupt")
     manifest = reg.manifest("soak-corrupt", corrupt_version)
@@ -216,7 +294,8 @@ def build_context(soak: Soak, reg: LocalRegistry) -> tuple[dict[str, str], dict]
     version = reg.resolve(text_model, text["model"].get("ref") or "stable")
     meta = httpx.get(f"{soak.srv.url}/v2/models/{text_model}", timeout=30).json()
     ctx = {"text": {"name": text["name"], "model": text_model}, "forecast_slot": fc["name"], "candidate": candidate,
-           "corrupt_version": corrupt_version, "corrupted": corrupted, "pinned": (text_model, version, meta)}
+           "corrupt_version": corrupt_version, "reg_version": reg_version, "corrupted": corrupted,
+           "pinned": (text_model, version, meta)}
     return deployments, ctx
 
 
@@ -236,7 +315,9 @@ def analyse(soak: Soak, loops: dict, rate: dict, elapsed: float) -> dict:
                          for t in sorted({r.transport for r in rows})},
         "skipped_by_client_limit": {d: v["skipped"] for d, v in loops.items() if v["skipped"]},
         "rates": rate, "schedule": [e.__dict__ for e in soak.events], "actions": soak.actions,
-        "recovery_s": recoveries(rows, soak.events, elapsed), "per_minute": minute_table(rows),
+        "recovery_s": recoveries(rows, soak.events, elapsed), "step_problems": step_problems(soak.actions),
+        "p99_ms_after_fault": window_p99(rows, soak.events, elapsed),
+        "per_minute": minute_table(rows),
         "leak_check_last_half": leaks, "dev_shm": soak.shm, "processes": soak.procs,
     }
 
@@ -283,16 +364,20 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
          f"**{res['wrong_version']}** [0]; pinned requests refused: {res['pinned_refused']}",
          f"- by transport: {res['by_transport']}",
          f"- arrivals not sent because 64 requests of a deployment were outstanding (the client's own limit): "
-         f"{res['skipped_by_client_limit'] or 'none'}", "", "## Rates", "",
+         f"{res['skipped_by_client_limit'] or 'none'}",
+         f"- fault steps that did not show what they must: {res['step_problems'] or 'none'}", "",
+         f"Rate limits shared through Redis ({res['limits']}); the registry read over HTTP from the drill's own server "
+         f"({res['registry_http']}).", "", "## Rates", "",
          "| deployment | req/s | from | without --rate |", "|---|---|---|---|"]
     L += [f"| {d} | {v['rate']} | {v['source']} | {res['rates_by_knee'][d]['rate']} "
           f"({res['rates_by_knee'][d]['source']}) |" for d, v in res["rates"].items()]
-    L += ["", "## Schedule and recovery [<= 15 s]", "", "| t s | step | fault | outcome | recovery s |",
-          "|---|---|---|---|---|"]
+    L += ["", "## Schedule and recovery [<= 15 s]", "", "p99 ms: of the answers to requests sent from the fault until "
+          "the next one.", "", "| t s | step | fault | outcome | recovery s | p99 ms |", "|---|---|---|---|---|---|"]
     for a in res["actions"]:
         outcome = {k: v for k, v in a.items() if k not in ("event", "t", "fault")}
         L.append(f"| {a['t']} | {a['event']} | {'yes' if a['fault'] else ''} | `{json.dumps(outcome)[:160]}` | "
-                 f"{res['recovery_s'].get(a['event'], '') if a['fault'] else ''} |")
+                 f"{res['recovery_s'].get(a['event'], '') if a['fault'] else ''} | "
+                 f"{res['p99_ms_after_fault'].get(a['event'], '') if a['fault'] else ''} |")
     L += ["", "## Per minute", "", "| minute | sent | answered | degraded | lost | failed | p99 ms per deployment |",
           "|---|---|---|---|---|---|---|"]
     for m in res["per_minute"]:
@@ -309,9 +394,14 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
         L += ["", f"/dev/shm used: {shm[0]['used_mb']} MB at start, {shm[-1]['used_mb']} MB at end."]
     if plotted:
         L += ["", f"![throughput, p99 and RSS over time, changes grey and faults red]({out.with_suffix('.png').name})"]
-    L += ["", "Not drilled here yet: Redis stop/start with limits_scope=cluster, a slow or unreachable registry during "
-          "a hot add (issue 42). A process killed by a fault is replaced by BentoML: its successor is a new line "
-          "(named by PID)."]
+    L += ["", "A process killed by a fault is replaced by BentoML: its successor is a new line (named by PID). "
+          "redis_stop/redis_start: the API workers limit on their own while Redis is down (kernel/protection/"
+          "redis_buckets.py); shared_again_s is the time from the restart until a bucket check reached Redis. "
+          "registry_*_add: the hot add of a model no process had pulled, while the registry answered "
+          f"{res['registry_http']['slow_s']} s late or refused connections; restored right after. Each starts once "
+          "/readyz "
+          "answers (settle_s): an API worker restarting while the registry is slow re-reads every model from it at "
+          "startup and answers nothing for minutes (a run of 2026-12-07 lost 656 requests that way)."]
     return "\n".join(L)
 
 
@@ -360,9 +450,10 @@ def main(argv: list[str] | None = None) -> dict:
     log = log_path(args, NAME)  # outside the work dir: kept when the server fails
     with tempfile.TemporaryDirectory(prefix="triserve-soak-") as d:
         reg = prepare(args.registry, Path(d))
-        with Server(reg.root, env=server_env(extra), log_path=log) as srv:
+        with (RedisServer(Path(d)) as redis, RegistryHttp(reg.root) as registry,
+              Server(reg.root, env=server_env(extra, redis, registry, Path(d) / "model-cache"), log_path=log) as srv):
             srv.wait_ready(timeout=300)
-            soak = Soak(srv, reg, events, seconds)
+            soak = Soak(srv, reg, events, seconds, redis, registry)
             deployments, ctx = build_context(soak, reg)
             rate = rates(deployments, knees(args.knee), args.rate)
             by_knee = rates(deployments, knees(args.knee), None)
@@ -373,6 +464,8 @@ def main(argv: list[str] | None = None) -> dict:
         res = {"drill": NAME, "command": "python -m scripts.drills.soak " + " ".join(argv or []),
                "started_utc": started, "minutes": args.minutes, "registry": str(args.registry),
                "server_env": extra, "server_log": str(log), "rates_by_knee": by_knee,
+               "limits": {"limits_scope": "cluster", "redis_port": redis.port, "rate_per_s": RATE_PER_S},
+               "registry_http": {"url": registry.url, "slow_s": registry.slow_s, "served": dict(registry.served)},
                **analyse(soak, loops, rate, elapsed), "server_log_tail": tail}
     plotted = plot(res, soak.rows, args.out)
     write_report(args.out, res, markdown(res, args.out, plotted))

@@ -18,10 +18,16 @@ from scripts.drills.common import DEGRADED, FAILED, PRIMARY, Row, pct
 KNEE_FRACTION = 0.6  # issue 42: each deployment loaded at ~60% of its knee
 DEFAULT_RATE = 2.0  # req/s for a deployment knee.json does not cover (a conservative guess, said in the report)
 QUIET_TAIL = 0.12  # the last share of the run has no change or fault: what the system settles to is measured
-# (name, share of the run at which it starts); the order is the story: a change, then a fault, spread evenly
-STEPS: tuple[str, ...] = ("hot_add", "canary", "promote", "rollback", "shadow_on", "runner_kill", "shadow_off",
-                          "gateway_kill", "corrupt_add", "burst", "hot_remove")
-FAULTS = frozenset({"runner_kill", "gateway_kill", "burst", "corrupt_add"})
+# the order is the story: changes and faults in turn, spread over the run by their weights (below)
+STEPS: tuple[str, ...] = ("hot_add", "canary", "promote", "rollback", "shadow_on", "runner_kill", "redis_stop",
+                          "shadow_off", "redis_start", "gateway_kill", "registry_slow_add", "registry_down_add",
+                          "corrupt_add", "burst", "hot_remove")
+FAULTS = frozenset({"runner_kill", "redis_stop", "redis_start", "gateway_kill", "registry_slow_add",
+                    "registry_down_add", "corrupt_add", "burst"})
+# room a step gets, in steps: a killed process is back in 5-10 s here (recovery is measured until the next fault), a
+# hot add through a registry that answers 3 s late makes ~7 slow requests (runner and gateway), one through an
+# unreachable registry waits out the pull's retries (~8 s): the next step does not start while they are still going
+WEIGHTS = {"runner_kill": 2.0, "gateway_kill": 2.0, "registry_slow_add": 3.5, "registry_down_add": 2.0}
 BURST_FACTOR = 3.0
 
 
@@ -37,15 +43,18 @@ class Event:
 
 
 def schedule(minutes: float, warmup_s: float = 10.0) -> list[Event]:
-    """Every step of STEPS once, evenly spread from `warmup_s` to the start of the quiet tail; the burst lasts a third
-    of a step (at least 5 s)."""
+    """Every step of STEPS once, in order from `warmup_s` to the start of the quiet tail, each followed by room in
+    proportion to its weight (WEIGHTS, else 1); the burst lasts a third of a step (at least 5 s)."""
     total = minutes * 60
     span = total * (1 - QUIET_TAIL) - warmup_s
     if span <= 0:
         raise ValueError(f"a {minutes}-minute soak leaves no time for its schedule")
-    step = span / len(STEPS)
-    return [Event(name, round(warmup_s + i * step, 2), round(max(5.0, step / 3), 2) if name == "burst" else 0.0)
-            for i, name in enumerate(STEPS)]
+    step = span / sum(WEIGHTS.get(name, 1.0) for name in STEPS)
+    events, at = [], warmup_s
+    for name in STEPS:
+        events.append(Event(name, round(at, 2), round(max(5.0, step / 3), 2) if name == "burst" else 0.0))
+        at += step * WEIGHTS.get(name, 1.0)
+    return events
 
 
 def burst_factor(events: Sequence[Event], t: float) -> float:
@@ -145,6 +154,17 @@ def recoveries(rows: Sequence[Row], events: Sequence[Event], run_end: float) -> 
     return out
 
 
+def window_p99(rows: Sequence[Row], events: Sequence[Event], run_end: float) -> dict[str, float | None]:
+    """p99 latency (ms) of the answers to requests sent from each fault until the next one (a stall shows here when
+    nothing fails: e.g. an event loop blocked while a hot add reads a slow registry); None without answers."""
+    out = {}
+    faults = sorted((e for e in events if e.fault), key=lambda e: e.at_s)
+    for i, e in enumerate(faults):
+        nxt = faults[i + 1].at_s if i + 1 < len(faults) else run_end
+        out[e.name] = pct([r.ms for r in rows if e.at_s <= r.sent < nxt and r.kind != FAILED], 99)
+    return out
+
+
 def slope_per_min(samples: Sequence[tuple[float, float]]) -> float | None:
     """Least-squares slope (units per minute) of (seconds, value) samples; None with fewer than 3."""
     if len(samples) < 3:
@@ -171,4 +191,23 @@ def leak_check(procs: Sequence[dict], run_s: float) -> dict[str, dict]:
             first, last = vals[0][1], vals[-1][1]
             out[name][metric] = {"slope_per_min": slope_per_min(vals), "first": first, "last": last,
                                  "growth": round((last - first) / first, 4) if first else None}
+    return out
+
+
+def step_problems(actions: Sequence[dict]) -> dict[str, str]:
+    """What the new fault steps must show, per step that did not (empty: all did): a hot add through a slow registry
+    serves (200) or is refused with an error code; one through an unreachable registry is refused with a 4xx/5xx and
+    an error code and leaves no deployment behind; Redis restarted, its buckets are used again."""
+    out = {}
+    for a in actions:
+        name, status = a["event"], a.get("status")
+        if name == "registry_slow_add" and status != 200 and not (isinstance(status, int) and a.get("code")):
+            out[name] = f"neither served nor refused with a code: {status} {a.get('error', '')}".strip()
+        if name == "registry_down_add":
+            if not (isinstance(status, int) and status >= 400 and a.get("code")):
+                out[name] = f"not refused with a 4xx/5xx and a code: {status} {a.get('error', '')}".strip()
+            elif a.get("listed"):
+                out[name] = "refused, but the deployment is listed (half added)"
+        if name == "redis_start" and a.get("shared_again_s") is None:
+            out[name] = f"the shared buckets were not used again: {a.get('error', 'no bucket check reached Redis')}"
     return out

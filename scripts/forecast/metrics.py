@@ -3,6 +3,8 @@
 Conventions (M4 / GluonTS):
   MASE   mean |y - yhat| over the horizon / in-sample seasonal-naive MAE of the history (lag m; lag 1 when the
          history has m points or fewer). Undefined (nan) when that denominator is 0.
+  RMSSE  root mean squared error over the horizon / root in-sample mean squared seasonal-naive step of the
+         history (lag as MASE; M5's RMSSE with the seasonal lag, so it reads like MASE but punishes large misses)
   sMAPE  mean of 200 |y - yhat| / (|y| + |yhat|) in percent, a step where both are 0 counts 0.
   WQL    weighted quantile loss of one series: sum over quantiles and steps of 2 * pinball_q / sum |y|, averaged over
          the quantiles (nan when sum |y| is 0).
@@ -26,6 +28,18 @@ def mase(y, yhat, history, m: int) -> float:
     if not np.isfinite(d) or d <= 0:
         return float("nan")
     return float(np.mean(np.abs(np.asarray(y, np.float64) - np.asarray(yhat, np.float64))) / d)
+
+
+def rmsse(y, yhat, history, m: int) -> float:
+    h = np.asarray(history, dtype=np.float64)
+    lag = m if len(h) > m else 1
+    if len(h) <= lag:
+        return float("nan")
+    d = float(np.mean((h[lag:] - h[:-lag]) ** 2))
+    if d <= 0:
+        return float("nan")
+    err = np.asarray(y, np.float64) - np.asarray(yhat, np.float64)
+    return float(np.sqrt(np.mean(err * err) / d))
 
 
 def smape(y, yhat) -> float:

@@ -101,3 +101,52 @@ def test_the_python_client_sends_a_panel(server):
     assert [s.id for s in answer.series] == ["up", "down"]
     assert np.allclose([p.point for p in answer.series[0].forecast], [7, 8], rtol=0.01)
     assert np.allclose([p.point for p in answer.series[1].forecast], [0, 0], atol=0.5)  # non-negative history
+
+
+def test_static_categoricals_are_checked_and_reported(server):
+    panel = series(6)
+    for i, s in enumerate(panel):
+        s["static"] = {"store_type": "AB"[i % 2], "region": "north"}
+    resp = post(server, "/v1/forecast/panel", {"series": panel, "frequency": "D", "horizon": 5})
+    assert resp.status_code == 200, resp.text
+    for a in resp.json()["series"]:
+        static = a["input"]["static"]
+        cats = {c["name"]: c for c in static["categoricals"]}
+        assert set(cats) == {"store_type", "region"} and cats["store_type"]["categories"] == 2
+        assert static["used"] == (static["pooled_by"] is not None) and sum(c["used"] for c in cats.values()) <= 1
+        for c in cats.values():
+            assert c["used"] == (c["name"] == static["pooled_by"])
+    plain = post(server, "/v1/forecast/panel", {"series": series(2), "frequency": "D", "horizon": 5}).json()
+    assert all(a["input"]["static"] is None for a in plain["series"])
+
+
+@pytest.mark.parametrize("statics, code, index", [
+    ([{"store_type": "A"}, None], "static_missing", 1),  # one series lacks the categorical the others give
+    ([{"store_type": "A"}, {"region": "north"}], "static_missing", 0),  # the first series lacks 'region'
+    ([{"store_type": ["A"]}, {"store_type": "B"}], "validation_error", None),  # not a name -> category mapping
+    ([{"store_type": 3}, {"store_type": "B"}], "validation_error", None),
+])
+def test_bad_static_categoricals_are_refused(server, statics, code, index):
+    panel = series(2)
+    for s, st in zip(panel, statics):
+        if st is not None:
+            s["static"] = st
+    resp = post(server, "/v1/forecast/panel", {"series": panel, "frequency": "D"})
+    assert resp.status_code == 422, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == code
+    if code == "static_missing":
+        details = error["details"]
+        assert details["index"] == index and details["id"] == f"sku-{index}" and details["missing"]
+
+
+def test_the_python_client_sends_static_categoricals(server):
+    from triserve_client import TriserveClient
+
+    panel = {s["id"]: {"values": s["values"], "static": {"store_type": "AB"[i % 2]}}
+             for i, s in enumerate(series(4))}
+    with TriserveClient(server.url) as client:
+        answer = client.forecast_panel(panel, start=START, frequency="D", horizon=3)
+    assert [s.id for s in answer.series] == list(panel)
+    assert all(s.input.static is not None and s.input.static.categoricals[0].name == "store_type"
+               for s in answer.series)

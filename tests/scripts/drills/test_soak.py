@@ -8,6 +8,7 @@ from scripts.drills.common import ROOT
 from scripts.drills.soak_plan import (
     QUIET_TAIL,
     STEPS,
+    WEIGHTS,
     Event,
     SoakRow,
     burst_factor,
@@ -20,6 +21,8 @@ from scripts.drills.soak_plan import (
     recovery_s,
     schedule,
     slope_per_min,
+    step_problems,
+    window_p99,
     wrong_version,
 )
 
@@ -36,7 +39,19 @@ def test_schedule_has_every_step_once_in_order_before_the_quiet_tail(minutes):
     assert times == sorted(times) and times[0] >= 10
     assert all(e.at_s + e.duration_s <= minutes * 60 * (1 - QUIET_TAIL) for e in events)
     assert [e.name for e in events if e.duration_s] == ["burst"]
-    assert {e.name for e in events if e.fault} == {"runner_kill", "gateway_kill", "burst", "corrupt_add"}
+    assert {e.name for e in events if e.fault} == {"runner_kill", "redis_stop", "redis_start", "gateway_kill",
+                                                   "registry_slow_add", "registry_down_add", "corrupt_add", "burst"}
+    names = [e.name for e in events]
+    assert names.index("redis_stop") < names.index("redis_start")  # Redis is down between the two, then back
+
+
+def test_registry_adds_get_the_room_their_weight_gives():
+    events = schedule(3)
+    gap = {a.name: b.at_s - a.at_s for a, b in zip(events, events[1:], strict=False)}
+    unit = gap["hot_add"]
+    for name, weight in WEIGHTS.items():
+        assert gap[name] == pytest.approx(weight * unit, abs=0.05)
+    assert gap["canary"] == pytest.approx(unit, abs=0.02)
 
 
 def test_a_run_too_short_for_its_schedule_is_refused():
@@ -97,6 +112,30 @@ def test_burst_recovery_is_measured_from_its_end():
     assert recoveries(rows, events, 40) == {"burst": 2.5}
 
 
+def test_window_p99_shows_a_stall_that_failed_nothing():
+    events = [Event("redis_stop", 10), Event("canary", 15), Event("registry_slow_add", 20)]
+    rows = [row(11, done=11.01), row(12, done=18.0), row(13, 503), row(21, done=21.05)]
+    p99 = window_p99(rows, events, 30)
+    assert p99["redis_stop"] == pytest.approx(6000, rel=0.05)  # up to the next fault, changes included; failures not
+    assert p99["registry_slow_add"] == pytest.approx(50)
+    assert window_p99(rows, [Event("burst", 25, 1)], 30) == {"burst": None}
+
+
+def test_step_problems_name_each_fault_step_that_did_not_show_its_outcome():
+    good = [{"event": "registry_slow_add", "status": 200, "listed": True},
+            {"event": "registry_down_add", "status": 409, "code": "deployment_refused", "listed": False},
+            {"event": "redis_start", "shared_again_s": 1.2}, {"event": "canary", "status": 500}]
+    assert step_problems(good) == {}
+    assert step_problems([{"event": "registry_slow_add", "status": 504, "code": "deadline_exceeded"}]) == {}
+    bad = step_problems([{"event": "registry_slow_add", "error": "ReadTimeout: timed out"},
+                         {"event": "registry_down_add", "status": 200, "listed": True},
+                         {"event": "redis_start", "shared_again_s": None}])
+    assert set(bad) == {"registry_slow_add", "registry_down_add", "redis_start"}
+    assert "ReadTimeout" in bad["registry_slow_add"]
+    half = step_problems([{"event": "registry_down_add", "status": 409, "code": "deployment_refused", "listed": True}])
+    assert "half added" in half["registry_down_add"]
+
+
 def test_leak_check_reads_the_last_half_slope():
     flat = [{"t": t, "proc": "runner[0]", "rss_mb": 100.0, "fds": 40, "threads": 12} for t in range(0, 600, 30)]
     grow = [{"t": t, "proc": "gw[0]", "rss_mb": 100.0 + t / 60, "fds": 40, "threads": 12} for t in range(0, 600, 30)]
@@ -121,6 +160,9 @@ def test_three_minute_soak_on_the_tiny_models_loses_nothing(tiny_registry, tmp_p
     assert res["lost"] == 0 and res["wrong_version"] == 0 and res["pinned_requests"] > 0
     assert steps["corrupt_add"]["refused"], steps["corrupt_add"]
     assert all(steps[s]["status"] == 200 for s in ("hot_add", "canary", "promote", "rollback", "hot_remove"))
+    assert res["step_problems"] == {}, res["step_problems"]  # registry adds served or refused cleanly, Redis back
+    assert steps["registry_down_add"]["status"] >= 400 and not steps["registry_down_add"]["listed"]
+    assert steps["redis_stop"]["bucket_checks_before"] > 0  # the limits were checked in Redis before it died
     assert all(v is not None for v in res["recovery_s"].values()), res["recovery_s"]  # each fault recovered from
     assert {"rest", "grpc", "oip_rest", "oip_grpc"} <= set(res["by_transport"])
     assert (tmp_path / "soak.md").exists() and (tmp_path / "soak.json").exists()

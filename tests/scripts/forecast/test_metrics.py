@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from scripts.bench.forecast_accuracy import score_window, summarise
-from scripts.forecast.metrics import coverage, gmean, mase, seasonal_naive_forecast, smape, wql
+from scripts.forecast.metrics import coverage, gmean, mase, rmsse, seasonal_naive_forecast, smape, wql
 
 
 def test_mase_hand_computed():
@@ -14,6 +14,13 @@ def test_mase_hand_computed():
     assert mase([0.0], [1.0], [0.0, 2.0, 0.0, 2.0, 1.0], 2) == pytest.approx(3.0)
     assert mase([0.0], [1.0], [0.0, 2.0], 2) == pytest.approx(0.5)  # 2 points <= m: lag 1
     assert np.isnan(mase([1.0], [1.0], [3.0, 3.0, 3.0], 1))
+
+
+def test_rmsse_hand_computed():
+    history = np.array([1.0, 2.0, 3.0, 5.0])  # lag-1 in-sample mean squared step = (1 + 1 + 4) / 3 = 2
+    assert rmsse([6.0, 7.0], [5.0, 5.0], history, 1) == pytest.approx(np.sqrt((1 + 4) / 2 / 2))
+    assert rmsse([0.0], [1.0], [0.0, 2.0, 0.0, 2.0, 1.0], 2) == pytest.approx(np.sqrt(1 / (1 / 3)))  # lag 2
+    assert np.isnan(rmsse([1.0], [1.0], [3.0, 3.0, 3.0], 1))
 
 
 def test_smape_hand_computed():
@@ -42,8 +49,10 @@ def test_score_and_summary():
     y = np.array([1.0, 2.0])
     perfect = np.repeat(y[:, None], len(qs), axis=1)
     s = score_window(hist, y, perfect, 1, qs)
-    assert s["mase"] == 0 and s["smape"] == 0 and s["wql"] == 0 and s["cov90"] == 1 and s["cov50"] == 1
+    assert s["mase"] == 0 and s["rmsse"] == 0 and s["smape"] == 0 and s["wql"] == 0
+    assert s["cov90"] == 1 and s["cov50"] == 1
     naive = score_window(hist, y, np.repeat(np.array([[2.0], [2.0]]), len(qs), axis=1), 1, qs)
     better = score_window(hist, y, np.repeat(np.array([[1.5], [2.0]]), len(qs), axis=1), 1, qs)
     summ = summarise([better], [naive])
     assert summ["gmean_mase_ratio"] == pytest.approx(0.5)
+    assert summ["gmean_rmsse_ratio"] == pytest.approx(0.5)  # squared errors (0.25, 0) vs (1, 0)
