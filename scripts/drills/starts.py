@@ -43,7 +43,8 @@ DRILLS = ("kill_runner", "overload", "slow_model", "corrupt_model", "memory_budg
 NO_SERVER = {"batch_resume": "runs `triserve batch` (python -m batch.cli) subprocesses: no server, no port",
              "api_checks": "the schemathesis checks schemathesis_run loads: no process of its own",
              "soak_plan": "the soak drill's schedule and accounting (pure): no process of its own",
-             "soak_traffic": "the soak drill's requests over four transports: no process of its own"}
+             "soak_traffic": "the soak drill's requests over four transports: no process of its own",
+             "soak_faults": "the soak drill's Redis and HTTP registry (no triserve server): started by soak.py"}
 LOG_ROOT = ROOT / ".cache" / "drills" / "starts"
 
 

@@ -125,7 +125,8 @@ def test_forecast_matches_in_process_pipeline(server, tiny_registry):
                              "imputed": 0, "points": n, "used": n, "padded": pre.context - n,
                              "method": expected.method, "method_weights": pytest.approx(expected.weights),
                              "backtest_mase": pytest.approx(expected.backtest_mase), "backtest_origins": len(cuts),
-                             "interval_calibration": "conformal", "level_shift": None, "covariates": None}
+                             "interval_calibration": "conformal", "level_shift": None, "covariates": None,
+                             "static": None}
 
 
 @pytest.mark.parametrize("frequency,step", [("YS", None), ("QS", None), ("MS", None), ("W", 7 * 86400),

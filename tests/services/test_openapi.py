@@ -91,8 +91,8 @@ def generator() -> Path:
         try:
             subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(TOOL_ENV)], check=True,
                            timeout=120)
-            subprocess.run([str(UV), "pip", "install", "-q", "--python", str(TOOL_ENV / "bin" / "python"), "-r",
-                            str(TOOL_LOCK)], check=True, timeout=300)
+            subprocess.run([str(UV), "pip", "install", "-q", "--system-certs", "--python",
+                            str(TOOL_ENV / "bin" / "python"), "-r", str(TOOL_LOCK)], check=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as exc:
             pytest.skip(f"cannot create the generator's environment from {TOOL_LOCK.name} (PyPI unreachable?): {exc}")
     return exe

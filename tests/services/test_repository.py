@@ -134,7 +134,7 @@ def test_imported_window_forecaster_serves_its_contract_and_falls_back_to_theta(
                             "imputed": 0, "points": 30, "used": 24, "padded": 0, "method": "model",
                             "method_weights": {"model": 1.0}, "backtest_mase": None, "backtest_origins": 0,
                             "interval_calibration": "model", "level_shift": None,
-                            "covariates": None}  # a user's window model answers alone
+                            "covariates": None, "static": None}  # a user's window model answers alone
     refused = post(served, "/v1/forecast", json={**body, "frequency": "MS"}).json()["error"]
     assert refused["code"] == "unsupported_frequency" and refused["details"]["supported"] == ["h", "D"]
     short = post(served, "/v1/forecast", json={**body, "values": values[:10]}).json()["error"]
