@@ -3,7 +3,7 @@ on their data before trusting it.
 
 Rolling origins: the series is regularised as /v1/forecast does, then its last origins x horizon points are forecast
 one horizon at a time, each from the history before it (with the covariates' values after the origin as their
-future values). Every origin is an ordinary forecast request (ForecastPipeline.prepare: the same checks, level
+future values). Every origin is an ordinary forecast request (SeriesForecaster.prepare: the same checks, level
 shifts, covariate decision and ensemble), all answered together like a panel. The errors are scaled per origin by
 the history's in-sample naive step (lag 1, as MASE and RMSSE define it), so they compare across series and scales.
 Bounded work: at most limits.forecast.max_backtest_origins origins, the series within max_points.
@@ -26,7 +26,7 @@ def _datetime(t: np.datetime64) -> datetime:
 
 
 def origins(pipeline: Any, body: BacktestRequest) -> list[Any]:
-    """One prepared forecast per origin (pipeline.ForecastPipeline.prepare, passed in: pipeline.py imports this
+    """One prepared forecast per origin (series.SeriesForecaster.prepare, passed in: series.py imports this
     module), oldest first; each knows what followed it (`actual`) and its raw history."""
     lim, contract = pipeline.limits, pipeline.contract
     if body.origins > lim.max_backtest_origins:

@@ -1,7 +1,7 @@
 """Offline adapter of the forecast family (kernel/batch.py's contract): one series of a long table (id, timestamp,
 value) -> regular history -> the model's items -> the served forecast, as a row.
 
-The same steps as /v1/forecast (families/forecast/pipeline.py), per series: the frequency as given to the job or
+The same steps as /v1/forecast (families/forecast/series.py), per series: the frequency as given to the job or
 inferred from the series' timestamps, regularisation (gaps imputed, duplicates averaged, too many missing points
 refused), the horizon and minimum-history checks against the model's contract, the model's item for the full history
 and, for a model the ensemble weighs, the backtest origins' histories in the same call. What batching adds: the

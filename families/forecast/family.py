@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from families.forecast.oip import OIP_INPUTS, OIP_OUTPUTS, ForecastOip
-from families.forecast.pipeline import ForecastPipeline
 from families.forecast.postprocess import check_forecast
 from families.forecast.schemas import (
     BacktestRequest,
@@ -16,6 +15,7 @@ from families.forecast.schemas import (
     PanelForecastRequest,
     PanelForecastResponse,
 )
+from families.forecast.series import SeriesForecaster
 from kernel.family import Family, FamilyApi, RestRoute
 
 ROUTES = (RestRoute("/v1/forecast", "application/json", ForecastRequest,
@@ -36,17 +36,17 @@ class ForecastFamily(Family):
                                     parameters=("start", "frequency", "horizon", "model")))
 
     def validate(self, view, request):
-        return ForecastPipeline(view).validate(request)
+        return SeriesForecaster(view).validate(request)
 
     def parts(self, view, work):
-        return ForecastPipeline(view).parts(work)
+        return SeriesForecaster(view).parts(work)
 
     def items(self, view, work, model):
-        items = [ForecastPipeline.items(series, model) for series in work]
+        items = [SeriesForecaster.items(series, model) for series in work]
         return [item.x for its in items for item in its], items
 
     def respond(self, view, request, work, answers):
-        return ForecastPipeline(view).respond(request, answers)
+        return SeriesForecaster(view).respond(request, answers)
 
     def check_outputs(self, manifest, outputs):
         for out in outputs:

@@ -1,6 +1,6 @@
 """Offline adapter of the text family (kernel/batch.py's contract): one text -> token ids -> top-k labels, as a row.
 
-The same steps as the /v1/classify pipeline (families/text/pipeline.py), per text instead of per request: the hard
+The same steps as the /v1/classify pipeline (families/text/family.py), per text instead of per request: the hard
 length limit and blank texts refuse that text only (an error row); longer texts are cut at the character budget and
 tokens at the model's max length (TextTokenizer.encode_received), and the row says `truncated` with the `chars`
 received. The runner items are the ragged id arrays the service sends; runtime.feeds pads them per call.

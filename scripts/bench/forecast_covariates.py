@@ -94,7 +94,7 @@ def datasets() -> dict[str, dict[str, Any]]:
 
 def served(session, windows: list[dict]) -> list[tuple[np.ndarray, dict | None]]:
     """The service's forecaster for each window (history y, optional x / x_future): (median [h], covariate fit
-    summary or None), as families/forecast/pipeline.py does it."""
+    summary or None), as families/forecast/series.py does it."""
     from families.forecast import covariates
     from families.forecast.features import MEDIAN_INDEX, step_timestamps
     from scripts.bench.forecast_accuracy import run_served

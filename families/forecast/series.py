@@ -88,7 +88,7 @@ class Prepared:
 
 
 @dataclass
-class ForecastPipeline:
+class SeriesForecaster:
     """One forecast deployment: its limits, and the contract (frequencies, horizons, minimum history) of the primary
     it serves."""
 
