@@ -13,6 +13,7 @@ any other bad value); a map of one-field wrapper messages (map<string, Doubles>)
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from google.protobuf import json_format
@@ -58,6 +59,18 @@ def message_fields(message) -> dict[str, Any]:
     return fields
 
 
+_FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
+
+
+@functools.cache
+def _has_float_list(descriptor) -> bool:
+    """Whether a message (or one nested in it) has a repeated double/float field: only those answers can carry a
+    null inside a list, so every other answer skips the walk below (asked once per message type)."""
+    return any((f.is_repeated and f.type in _FLOATS)
+               or (f.message_type is not None and f.message_type is not descriptor and _has_float_list(f.message_type))
+               for f in descriptor.fields)
+
+
 def _nan_for_null(value: Any) -> Any:
     """JSON's null inside a list (a per-step metric without a scale) -> NaN, quoted as protobuf's JSON parser takes
     it: a repeated double has no null."""
@@ -70,8 +83,9 @@ def _nan_for_null(value: Any) -> Any:
 
 def to_message(response: BaseModel, message):
     """A REST response model -> the proto message with the same field names (None fields left unset, None inside a
-    list NaN)."""
-    json_format.ParseDict(_nan_for_null(response.model_dump(mode="json", exclude_none=True)), message,
+    list of numbers NaN)."""
+    doc = response.model_dump(mode="json", exclude_none=True)
+    json_format.ParseDict(_nan_for_null(doc) if _has_float_list(message.DESCRIPTOR) else doc, message,
                           ignore_unknown_fields=True)
     return message
 
