@@ -70,7 +70,7 @@ models: install ## build/import the default models into models/store when missin
 variants: models ## INT8/FP16 variants of the stable primaries, gated (docs/bench/quantization)
 	$(PY) -m scripts.variants build --out docs/bench/quantization
 
-# `triserve serve` (triserve/cli.py) is bentoml serve services.gateway:Gateway with this file's environment defaults
+# `triserve serve` (triserve/cli.py): bentoml serve triserve.services.gateway:Gateway with this file's environment defaults
 serve: models ## build the default models if missing, then `triserve serve` on HOST:PORT (127.0.0.1:3000)
 	$(VENV)/bin/triserve serve --host $(HOST) --port $(PORT)
 

@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batch import model as batch_model
-from batch.engine import progress_bar, run_local
-from batch.job import JobDir, JobMismatch, JobSpec
-from batch.sources import OPTIONS as SOURCE_OPTIONS
-from batch.sources import open_source
-from batch.work import Plan
-from configs import families
+from triserve.batch import model as batch_model
+from triserve.batch.engine import progress_bar, run_local
+from triserve.batch.job import JobDir, JobMismatch, JobSpec
+from triserve.batch.sources import OPTIONS as SOURCE_OPTIONS
+from triserve.batch.sources import open_source
+from triserve.batch.work import Plan
+from triserve.configs import families
 
 
 def commands() -> dict[str, Any]:
@@ -50,7 +50,7 @@ def options_of(adapter: Any) -> tuple:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from configs.settings import get_settings
+    from triserve.configs.settings import get_settings
 
     settings = get_settings()
     ap = argparse.ArgumentParser(prog="triserve batch", description=__doc__,
@@ -130,11 +130,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.engine == "local":
             run_local(plan, descriptors, pending, args.workers, on_items)
         elif args.engine == "ray":
-            from batch.ray_engine import run_ray
+            from triserve.batch.ray_engine import run_ray
 
             run_ray(plan, descriptors, pending, actors=args.workers, address=args.ray_address, on_items=on_items)
         else:
-            from batch.spark_engine import run_spark
+            from triserve.batch.spark_engine import run_spark
 
             run_spark(plan, descriptors, pending, master=args.spark_master, slots=args.workers, on_items=on_items)
     finally:

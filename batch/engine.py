@@ -20,10 +20,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from batch import model as batch_model
-from batch.job import ShardRecord
-from batch.work import Plan, Preparer, ShardWorker, commit_shard
-from kernel.batch import Prepared
+from triserve.batch import model as batch_model
+from triserve.batch.job import ShardRecord
+from triserve.batch.work import Plan, Preparer, ShardWorker, commit_shard
+from triserve.kernel.batch import Prepared
 
 _PREPARER: Preparer | None = None
 

@@ -12,7 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+import triserve
+
+PROJECT_ROOT = str(Path(triserve.__file__).resolve().parent.parent)
+"""The directory that holds the `triserve` package: the checkout, a Bento's src/ or site-packages."""
 
 
 @contextmanager

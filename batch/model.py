@@ -3,7 +3,8 @@
 The deployment comes from the model repository file (configs/models.yaml, or TRISERVE_MODELS_FILE, or --models-file),
 its limits from serving.yaml `limits.<family>` with the deployment's overrides (what the service applies). The model
 is resolved once by the job's driver (alias -> version: every worker and every resume runs that version), pulled with
-models.cache.fetch_verified (the service's startup pull: every file's sha256 checked) and loaded by the runner's own
+triserve.models.cache.fetch_verified (the service's startup pull: every file's sha256 checked) and loaded by the
+runner's own
 ModelPool (runners/pool.py: provider choice, warm-up, the measured memory footprint that caps the batch within the
 memory budget). Items become feeds through the family's runtime (runners/compute.feeds), ragged items grouped by
 length as the runner groups them (runners/ragged.py).
@@ -16,17 +17,17 @@ from typing import Any
 
 import numpy as np
 
-import configs.families
-from configs.deployments import load_repository
-from configs.settings import get_settings
-from kernel.batch import Adapter
-from models.cache import fetch_verified
-from models.manifest import Manifest
-from models.registry import LocalRegistry
-from models.stores import open_store
-from runners.compute import feeds
-from runners.pool import LoadedModel, ModelPool, fixed_batch
-from runners.ragged import length_buckets, token_groups
+import triserve.configs.families
+from triserve.configs.deployments import load_repository
+from triserve.configs.settings import get_settings
+from triserve.kernel.batch import Adapter
+from triserve.models.cache import fetch_verified
+from triserve.models.manifest import Manifest
+from triserve.models.registry import LocalRegistry
+from triserve.models.stores import open_store
+from triserve.runners.compute import feeds
+from triserve.runners.pool import LoadedModel, ModelPool, fixed_batch
+from triserve.runners.ragged import length_buckets, token_groups
 
 ROLES = ("primary", "fallback")
 
@@ -72,14 +73,14 @@ def resolve(deployment: str, registry: str, role: str = "primary", models_file: 
 
 def adapter_class(family: str) -> Any:
     """The family's offline adapter, found through the family registry (a third-party family's too)."""
-    adapter = configs.families.batch_adapter(family)
+    adapter = triserve.configs.families.batch_adapter(family)
     if adapter is None:
         raise ValueError(f"the {family} family has no batch adapter (<package>.batch.Adapter)")
     return adapter
 
 
 def limits_of(target: Target):
-    return configs.families.limits_model(target.family).model_validate(target.limits)
+    return triserve.configs.families.limits_model(target.family).model_validate(target.limits)
 
 
 def pull(target: Target, cache_dir: Path) -> tuple[Path, Manifest]:

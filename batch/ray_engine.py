@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from batch.environment import started_with
-from batch.job import ShardRecord
-from batch.work import Plan, ShardWorker
+from triserve.batch.environment import started_with
+from triserve.batch.job import ShardRecord
+from triserve.batch.work import Plan, ShardWorker
 
 
 class ShardActor:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kernel.batch import COMMON_COLUMNS
+from triserve.kernel.batch import COMMON_COLUMNS
 
 _SCALARS = {"str": "string", "f64": "float64", "i64": "int64", "bool": "bool_"}
 

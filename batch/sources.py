@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from kernel.batch import Option
+from triserve.kernel.batch import Option
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 TABLE_SUFFIXES = {".jsonl", ".ndjson", ".csv", ".parquet", ".pq"}

@@ -18,9 +18,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from batch.environment import started_with
-from batch.job import ShardRecord
-from batch.work import Plan, ShardWorker
+from triserve.batch.environment import started_with
+from triserve.batch.job import ShardRecord
+from triserve.batch.work import Plan, ShardWorker
 
 _WORKERS: dict[bytes, ShardWorker] = {}  # per Python worker process: the plan's session, built on first use
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batch import model as batch_model
-from batch import sinks
-from batch.job import JobDir, JobSpec, ShardRecord
-from batch.sources import Loader
-from kernel.batch import Adapter, Prepared
+from triserve.batch import model as batch_model
+from triserve.batch import sinks
+from triserve.batch.job import JobDir, JobSpec, ShardRecord
+from triserve.batch.sources import Loader
+from triserve.kernel.batch import Adapter, Prepared
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from configs.section import Section as _Section
+from triserve.configs.section import Section as _Section
 
 
 class ApiKey(_Section):

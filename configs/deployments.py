@@ -24,8 +24,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-import configs.families
-from configs.settings import PACKAGE_ROOT, Batching, ModelSlot, SlotOverride
+import triserve.configs.families
+from triserve.configs.settings import PACKAGE_ROOT, Batching, ModelSlot, SlotOverride
 
 DEFAULT_MODELS_FILE = PACKAGE_ROOT / "configs" / "models.yaml"
 DEPLOYMENT_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"  # no '_' or '.': slot keys append "_fallback"
@@ -38,7 +38,7 @@ class Deployment(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=DEPLOYMENT_NAME, description="What requests name (`deployment`), URL-safe.")
-    family: str = Field(description="Model family: " + ", ".join(configs.families.names()) + ".")
+    family: str = Field(description="Model family: " + ", ".join(triserve.configs.families.names()) + ".")
     model: ModelSlot = Field(description="The primary model: registry name, alias or version, batching.")
     fallback: ModelSlot | None = Field(None, description="Degraded, cheaper model of the same family and label set "
                                                          "('auto' requests fall back to it). None: no fallback.")
@@ -57,13 +57,13 @@ class Deployment(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Deployment:
-        if self.family not in configs.families.names():
+        if self.family not in triserve.configs.families.names():
             raise ValueError(f"deployment {self.name!r}: unknown family {self.family!r}; known: "
-                             f"{', '.join(configs.families.names())}")
+                             f"{', '.join(triserve.configs.families.names())}")
         if self.fallback is not None and (self.fallback.name, self.fallback.ref) == (self.model.name, self.model.ref):
             raise ValueError(f"deployment {self.name!r}: the fallback is the primary model itself")
         # unknown keys and bad values fail here
-        configs.families.limits_model(self.family).model_validate(self.limits)
+        triserve.configs.families.limits_model(self.family).model_validate(self.limits)
         return self
 
     @property
@@ -97,7 +97,7 @@ class ModelRepository(BaseModel):
                 raise ValueError(f"deployment {d.name!r} is listed twice")
             seen.add(d.name)
         for fam, name in self.defaults.items():
-            if fam not in configs.families.names():
+            if fam not in triserve.configs.families.names():
                 raise ValueError(f"defaults: unknown family {fam!r}")
             dep = self.find(name)
             if dep is None or dep.family != fam:
@@ -150,7 +150,7 @@ class ModelRepository(BaseModel):
         return ModelRepository(deployments=[d for d in self.deployments if d.name != name], defaults=self.defaults)
 
     def describe(self) -> list[dict]:
-        defaults = {f: d.name for f in configs.families.names() if (d := self.default_for(f)) is not None}
+        defaults = {f: d.name for f in triserve.configs.families.names() if (d := self.default_for(f)) is not None}
         return [{**d.model_dump(mode="json"), "default": defaults.get(d.family) == d.name} for d in self.deployments]
 
 

@@ -31,12 +31,12 @@ from pydantic import BaseModel
 
 # The built-in families: name -> package. A new family in this repository is one line here.
 FAMILIES: dict[str, str] = {
-    "detection": "families.detection",
-    "text": "families.text",
-    "forecast": "families.forecast",
-    "pose": "families.pose",
-    "segmentation": "families.segmentation",
-    "classification": "families.classification",
+    "detection": "triserve.families.detection",
+    "text": "triserve.families.text",
+    "forecast": "triserve.families.forecast",
+    "pose": "triserve.families.pose",
+    "segmentation": "triserve.families.segmentation",
+    "classification": "triserve.families.classification",
 }
 ENTRY_POINT_GROUP = "triserve.families"
 
@@ -108,7 +108,8 @@ def runtime(family_name: str) -> ModuleType:
 
 @cache
 def family(family_name: str) -> Any:
-    """The gateway-side contract object of a family (`<package>.family.FAMILY`, a kernel.family.Family: typed as
+    """The gateway-side contract object of a family (`<package>.family.FAMILY`, a triserve.kernel.family.Family: typed
+    as
     such by families.family() and kernel/context.py; this layer does not import the kernel)."""
     return _module(family_name, "family").FAMILY
 

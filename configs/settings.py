@@ -15,19 +15,19 @@ import yaml
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-import configs.families  # the registry: family modules load by name, on first use
-from configs.access import AccessSettings, TlsSettings
-from configs.section import Section as _Section
+import triserve.configs.families  # the registry: family modules load by name, on first use
+from triserve.configs.access import AccessSettings, TlsSettings
+from triserve.configs.section import Section as _Section
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 """Where the product's packages and their data files (configs/serving.yaml, configs/models.yaml) are: the checkout, a
-Bento's src/ or, for an installed wheel, site-packages. Read-only as far as the server is concerned."""
+Bento's src/ or, for an installed wheel, site-packages/triserve. Read-only as far as the server is concerned."""
 DEFAULT_CONFIG = PACKAGE_ROOT / "configs" / "serving.yaml"
 
 
 def installed_as_wheel() -> bool:
-    """True when the packages run from an installed wheel (site-packages), not a checkout or a Bento."""
-    return PACKAGE_ROOT.name in ("site-packages", "dist-packages")
+    """True when the packages run from an installed wheel (site-packages/triserve), not a checkout or a Bento."""
+    return PACKAGE_ROOT.parent.name in ("site-packages", "dist-packages")
 
 
 def state_root() -> Path:
@@ -397,13 +397,13 @@ class Settings(BaseSettings):
     def _known_family_limits(self) -> Settings:
         for name, values in self.limits.items():
             # unknown family or field: fails at startup
-            configs.families.limits_model(name).model_validate(values)
+            triserve.configs.families.limits_model(name).model_validate(values)
         return self
 
     def family_limits(self, family: str, overrides: dict[str, Any] | None = None):
         """The typed limits of a family, with a deployment's overrides applied."""
         merged = {**self.limits.get(family, {}), **(overrides or {})}
-        return configs.families.limits_model(family).model_validate(merged)
+        return triserve.configs.families.limits_model(family).model_validate(merged)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

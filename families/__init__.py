@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from configs import families as _registry
-from configs.families import (
+from triserve.configs import families as _registry
+from triserve.configs.families import (
     ENTRY_POINT_GROUP,
     FAMILIES,
     limits_model,
@@ -44,7 +44,7 @@ from configs.families import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kernel.family import Family
+    from triserve.kernel.family import Family
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "family", "limits_model", "names", "preprocess_model", "rediscover",
            "registered", "runtime"]

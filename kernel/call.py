@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.protection.access import Client
-from kernel.protection.deadlines import Deadline
-from observability.metrics import observe_timings
+from triserve.kernel.protection.access import Client
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.observability.metrics import observe_timings
 
 
 @dataclass

@@ -13,21 +13,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import configs.families
-from configs.deployments import FALLBACK_SUFFIX, Deployment
-from configs.settings import Settings
-from kernel.call import CallContext
-from kernel.errors import ApiError
-from kernel.family import DeploymentView, Family
-from kernel.lifecycle import serve
-from kernel.routing.drift import QualityMonitor
-from kernel.routing.inference import Protection
-from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from kernel.runner_call.runner_client import RunnerClient
-from kernel.served import ServedModel
-from models.manifest import Manifest
-from models.registry import LocalRegistry
-from observability.metrics import deployment_failed
+import triserve.configs.families
+from triserve.configs.deployments import FALLBACK_SUFFIX, Deployment
+from triserve.configs.settings import Settings
+from triserve.kernel.call import CallContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.family import DeploymentView, Family
+from triserve.kernel.lifecycle import serve
+from triserve.kernel.routing.drift import QualityMonitor
+from triserve.kernel.routing.inference import Protection
+from triserve.kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
+from triserve.kernel.runner_call.runner_client import RunnerClient
+from triserve.kernel.served import ServedModel
+from triserve.models.manifest import Manifest
+from triserve.models.registry import LocalRegistry
+from triserve.observability.metrics import deployment_failed
 
 log = logging.getLogger("triserve.context")
 
@@ -35,7 +35,7 @@ log = logging.getLogger("triserve.context")
 @dataclass
 class ServingContext:
     settings: Settings
-    runner: Any  # BentoML's RemoteProxy to the runner tier, or runners.local.LocalRunner
+    runner: Any  # BentoML's RemoteProxy to the runner tier, or triserve.runners.local.LocalRunner
     registry: LocalRegistry
     routing: RoutingTable
     catalog: ModelCatalog
@@ -43,7 +43,7 @@ class ServingContext:
     canary: CanaryGuard
     shadow: ShadowMirror
     quality: QualityMonitor | None = None
-    fallback_runner: Any = None  # runner.fallbacks='gateway': the fallbacks' in-process host (runners.local)
+    fallback_runner: Any = None  # runner.fallbacks='gateway': the fallbacks' in-process host (triserve.runners.local)
     _views: dict[str, tuple[Deployment, DeploymentView]] = field(default_factory=dict)
     _runner_client: RunnerClient | None = None
     _fallback_client: RunnerClient | None = None
@@ -107,7 +107,7 @@ class ServingContext:
 
     def family(self, dep: Deployment) -> Family:
         """The deployment's family, found by name in the registry (configs/families.py: discovery, not an import)."""
-        return configs.families.family(dep.family)
+        return triserve.configs.families.family(dep.family)
 
     def view(self, dep: Deployment) -> DeploymentView:
         """What the family's hooks may know of a deployment, rebuilt when the deployment's configuration changes."""

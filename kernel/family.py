@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel
 
-from kernel.served import RunnerResult, ServedModel
-from kernel.tensors import TensorMeta
-from models.manifest import Manifest
+from triserve.kernel.served import RunnerResult, ServedModel
+from triserve.kernel.tensors import TensorMeta
+from triserve.models.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Family(ABC):
     @abstractmethod
     def validate(self, view: DeploymentView, request: Any) -> Sequence[Any]:
         """The request checked against the deployment's limits and decoded: the work, one entry per item (images,
-        texts, series); raise kernel.errors.ApiError (4xx) for what must not reach the runner."""
+        texts, series); raise triserve.kernel.errors.ApiError (4xx) for what must not reach the runner."""
 
     @abstractmethod
     def items(self, view: DeploymentView, work: Any, model: ServedModel) -> tuple[list[np.ndarray], Any]:
@@ -142,7 +142,8 @@ class Family(ABC):
 
     @abstractmethod
     def respond(self, view: DeploymentView, request: Any, work: Any, answers: list[Answer]) -> dict[str, Any]:
-        """The family's fields of the response; the kernel adds the common envelope (kernel.schemas.ServedBy)."""
+        """The family's fields of the response; the kernel adds the common envelope
+        (triserve.kernel.schemas.ServedBy)."""
 
     def keep(self, view: DeploymentView, request: Any) -> dict | None:
         """What of each output `respond` will read, for the family's runtime to cut the rest at the runner."""
@@ -154,7 +155,7 @@ class Family(ABC):
 
     @abstractmethod
     def check_outputs(self, manifest: Manifest, outputs: list[np.ndarray]) -> None:
-        """Raise kernel.errors.InvalidOutput when a model's raw outputs must not reach a client."""
+        """Raise triserve.kernel.errors.InvalidOutput when a model's raw outputs must not reach a client."""
 
     @abstractmethod
     def agreement(self, manifest: Manifest, served: np.ndarray, shadow: np.ndarray) -> float:

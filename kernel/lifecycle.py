@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from configs.deployments import Deployment
-from kernel.call import CallContext, bind, finish
-from kernel.family import Answer, DeploymentView, Family
-from kernel.request_context import StageClock
-from kernel.routing.inference import InferenceHost, run_task
-from kernel.schemas import ModelInfo
-from kernel.served import ServedModel
-from observability.metrics import ITEMS, labelled
+from triserve.configs.deployments import Deployment
+from triserve.kernel.call import CallContext, bind, finish
+from triserve.kernel.family import Answer, DeploymentView, Family
+from triserve.kernel.request_context import StageClock
+from triserve.kernel.routing.inference import InferenceHost, run_task
+from triserve.kernel.schemas import ModelInfo
+from triserve.kernel.served import ServedModel
+from triserve.observability.metrics import ITEMS, labelled
 
 
 def response_model(family: Family, request: Any) -> type:

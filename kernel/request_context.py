@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from opentelemetry import trace
 from pydantic import BaseModel, Field
 
-from observability.tracing import stage_tracer
+from triserve.observability.tracing import stage_tracer
 
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 

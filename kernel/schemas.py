@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from kernel.request_context import Timings
+from triserve.kernel.request_context import Timings
 
 ModelChoice = Literal["auto", "primary", "fallback"]
 

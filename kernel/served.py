@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.manifest import Manifest
+from triserve.models.manifest import Manifest
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kernel.errors import ApiError
+from triserve.kernel.errors import ApiError
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from models.manifest import Manifest, utcnow
-from models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, verify_artifact
-from models.stores import RegistryStore, RegistryUnavailable, open_store
-from models.stores.local import LocalStore
+from triserve.models.manifest import Manifest, utcnow
+from triserve.models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, verify_artifact
+from triserve.models.stores import RegistryStore, RegistryUnavailable, open_store
+from triserve.models.stores.local import LocalStore
 
 log = logging.getLogger("triserve.models.cache")
 CACHE_BY = "cache"  # alias-log 'by' prefix of moves recorded by the cache

@@ -1,13 +1,13 @@
 """Registry CLI: inspect, publish, copy between stores, promote, roll back and pull models.
 
-    python -m models.cli list
-    python -m models.cli show minilm-intent:stable
-    python -m models.cli publish STAGING_DIR --manifest manifest.json [--alias stable]
-    python -m models.cli copy --all --aliases --from models/store --to oci://127.0.0.1:5000/triserve
-    python -m models.cli copy yolo-shapes:stable --from models/store --to s3://bucket/triserve
-    python -m models.cli promote minilm-intent 1.0.1-abcdef12 --alias stable --by alice
-    python -m models.cli rollback minilm-intent --alias stable
-    python -m models.cli pull minilm-intent:stable --cache .cache/models
+    python -m triserve.models.cli list
+    python -m triserve.models.cli show minilm-intent:stable
+    python -m triserve.models.cli publish STAGING_DIR --manifest manifest.json [--alias stable]
+    python -m triserve.models.cli copy --all --aliases --from models/store --to oci://127.0.0.1:5000/triserve
+    python -m triserve.models.cli copy yolo-shapes:stable --from models/store --to s3://bucket/triserve
+    python -m triserve.models.cli promote minilm-intent 1.0.1-abcdef12 --alias stable --by alice
+    python -m triserve.models.cli rollback minilm-intent --alias stable
+    python -m triserve.models.cli pull minilm-intent:stable --cache .cache/models
 
 --registry URI (default: $TRISERVE_REGISTRY_URI, else $TRISERVE_REGISTRY_DIR, else models/store) picks the store:
 a path or file://, oci://host:port/prefix, http(s):// (read-only), s3://bucket/prefix. Transfers draw tqdm bars.
@@ -24,15 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from models.manifest import Manifest
-from models.registry import IntegrityError, RegistryError
-from models.stores import RegistryStore, RegistryUnavailable, VersionExists, open_store
+from triserve.models.manifest import Manifest
+from triserve.models.registry import IntegrityError, RegistryError
+from triserve.models.stores import RegistryStore, RegistryUnavailable, VersionExists, open_store
 
 
 def default_registry() -> str:
     """The registry the server would serve: TRISERVE_REGISTRY_URI, TRISERVE_REGISTRY_DIR, else the settings' default
     local registry (the checkout's models/store; ~/.triserve/models for an installed wheel)."""
-    from configs.settings import registry_root
+    from triserve.configs.settings import registry_root
 
     return (os.environ.get("TRISERVE_REGISTRY_URI") or os.environ.get("TRISERVE_REGISTRY_DIR")
             or str(registry_root()))
@@ -181,7 +181,7 @@ def cmd_rollback(store: RegistryStore, args) -> None:
 
 
 def cmd_pull(store: RegistryStore, args) -> None:
-    from models.cache import fetch_verified
+    from triserve.models.cache import fetch_verified
 
     name, ref = split_ref(args.model)
     started = time.monotonic()
@@ -191,14 +191,14 @@ def cmd_pull(store: RegistryStore, args) -> None:
 
 
 def _user() -> str:
-    from models.stores.base import whoami
+    from triserve.models.stores.base import whoami
 
     return whoami()
 
 
 # -- entry point ---------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m models.cli", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m triserve.models.cli", description=__doc__.split("\n\n")[0])
     p.add_argument("--registry", default=None, help="store URI or path (default: $TRISERVE_REGISTRY_URI, "
                                                     "$TRISERVE_REGISTRY_DIR, models/store)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from models.cache import NotReady
+    from triserve.models.cache import NotReady
 
     store = None
     try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal, TypeAlias, TypeVar,
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-import configs.families
+import triserve.configs.families
 
 SCHEMA_VERSION: Final = 1
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # also a valid OCI tag
@@ -45,7 +45,8 @@ class TensorSpec(_Strict):
 
 # Every family's preprocessing record (families/<family>/manifest.py `Preprocess`), told apart by its `kind` (the family
 # name). The registry (configs/families.py) loads them by name: this layer imports no family.
-_PREPROCESS = {cls.__name__: cls for cls in (configs.families.preprocess_model(n) for n in configs.families.names())}
+_PREPROCESS = {cls.__name__: cls for cls in (triserve.configs.families.preprocess_model(n) for n in
+triserve.configs.families.names())}
 if TYPE_CHECKING:
     # The type checker sees a pydantic model: a family's code narrows it to its own record with preprocess_as().
     Preprocess: TypeAlias = BaseModel
@@ -62,9 +63,11 @@ def preprocess_as(manifest: Manifest, record: type[P]) -> P:
 
 
 def __getattr__(name: str) -> type[BaseModel]:
-    """`from models.manifest import DetectionPreprocess` keeps working at run time (found through the registry, by
+    """`from triserve.models.manifest import DetectionPreprocess` keeps working at run time (found through the
+    registry, by
     name): the classes live in their families, and the project imports them from there
-    (`from families.detection.manifest import DetectionPreprocess`; the type checker sees only that spelling)."""
+    (`from triserve.families.detection.manifest import DetectionPreprocess`; the type checker sees only that
+    spelling)."""
     try:
         return _PREPROCESS[name]
     except KeyError:
@@ -161,8 +164,8 @@ class Manifest(_Strict):
     @field_validator("task")
     @classmethod
     def _known_family(cls, task: str) -> str:
-        if task not in configs.families.names():
-            raise ValueError(f"unknown model family {task!r}; known: {', '.join(configs.families.names())}")
+        if task not in triserve.configs.families.names():
+            raise ValueError(f"unknown model family {task!r}; known: {', '.join(triserve.configs.families.names())}")
         return task
 
     @field_validator("files")
@@ -217,5 +220,5 @@ def json_schema() -> dict:
     return Manifest.model_json_schema()
 
 
-if __name__ == "__main__":  # python -m models.manifest > models/manifest.schema.json
+if __name__ == "__main__":  # python -m triserve.models.manifest > models/manifest.schema.json
     print(json.dumps(json_schema(), indent=2, sort_keys=True))

@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from observability.request_log import stdout_json_logger
+from triserve.observability.request_log import stdout_json_logger
 
 ADMIN_ACTIONS = Counter("triserve_admin_actions_total", "Admin calls by action (method and route template) and "
                         "outcome (ok, refused: a 4xx, error: a 5xx).", ["action", "outcome"])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from configs.settings import Observability
+from triserve.configs.settings import Observability
 
 PAYLOADS = Counter("triserve_payloads_sampled_total", "Request bodies written to the payload log, or skipped.",
                    ["task", "outcome"])

@@ -14,18 +14,18 @@ from typing import Any
 
 import numpy as np
 
-import families
-from configs.deployments import FALLBACK_SUFFIX
-from configs.settings import get_settings
-from observability.metrics import observe_rss
-from observability.request_log import stdout_json_logger
-from runners.faults import inject_faults
-from runners.memory import MB
-from runners.metrics import BATCH_SECONDS, BATCH_SIZE, EXECUTIONS, EXPIRED, MEMORY_SPLITS, MODEL_MEMORY
-from runners.pool import LoadedModel, ModelPool
-from runners.ragged import length_buckets, token_groups
-from runners.repository_state import RepositoryState
-from runners.residency import REFUSED, Residency
+from triserve import families
+from triserve.configs.deployments import FALLBACK_SUFFIX
+from triserve.configs.settings import get_settings
+from triserve.observability.metrics import observe_rss
+from triserve.observability.request_log import stdout_json_logger
+from triserve.runners.faults import inject_faults
+from triserve.runners.memory import MB
+from triserve.runners.metrics import BATCH_SECONDS, BATCH_SIZE, EXECUTIONS, EXPIRED, MEMORY_SPLITS, MODEL_MEMORY
+from triserve.runners.pool import LoadedModel, ModelPool
+from triserve.runners.ragged import length_buckets, token_groups
+from triserve.runners.repository_state import RepositoryState
+from triserve.runners.residency import REFUSED, Residency
 
 batch_log = stdout_json_logger("triserve.runner.batches")  # a JSON line per batch
 settings = get_settings()

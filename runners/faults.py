@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import time
 
-from configs.settings import FaultInjection
+from triserve.configs.settings import FaultInjection
 
 
 class InjectedFault(RuntimeError):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from runners.metrics import GATHER_SECONDS, MERGED_CALLS
+from triserve.runners.metrics import GATHER_SECONDS, MERGED_CALLS
 
 Compute = Callable[[list[dict]], list[dict]]
 SMOOTHING = 0.2  # weight of the newest computation in the moving means

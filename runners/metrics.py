@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, Summary
 
-from runners.memory import MB
+from triserve.runners.memory import MB
 
 if TYPE_CHECKING:
-    from runners.memory import MemoryBudget
-    from runners.pool import LoadedModel
+    from triserve.runners.memory import MemoryBudget
+    from triserve.runners.pool import LoadedModel
 
 # the runner's models: compute (runners/compute.py), loads and residency (runners/repository_state.py,
 # runners/on_demand.py)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 
-from configs.deployments import Deployment
-from runners.memory import MB
-from runners.metrics import (
+from triserve.configs.deployments import Deployment
+from triserve.runners.memory import MB
+from triserve.runners.metrics import (
     LOAD_DURATION,
     MODEL_EVICTIONS,
     MODEL_LOADS,
@@ -21,9 +21,9 @@ from runners.metrics import (
     memory_gauges,
     model_info,
 )
-from runners.pool import LoadedModel
-from runners.repository_state import RepositoryState, reserved_batch
-from runners.residency import REFUSED, RESIDENT, UNLOADED, Residency
+from triserve.runners.pool import LoadedModel
+from triserve.runners.repository_state import RepositoryState, reserved_batch
+from triserve.runners.residency import REFUSED, RESIDENT, UNLOADED, Residency
 
 
 class OnDemand:

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-import families
-from configs.settings import RunnerSettings
-from models.manifest import Manifest, TensorSpec
-from models.registry import LocalRegistry
-from runners.memory import MB, Footprint, MemoryBudget, derived_budget_mb, rss_mb, share_caps
+from triserve import families
+from triserve.configs.settings import RunnerSettings
+from triserve.models.manifest import Manifest, TensorSpec
+from triserve.models.registry import LocalRegistry
+from triserve.runners.memory import MB, Footprint, MemoryBudget, derived_budget_mb, rss_mb, share_caps
 
 log = logging.getLogger("triserve.runner")
 

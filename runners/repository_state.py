@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from configs.deployments import Deployment, ModelRepository, save_state
-from configs.settings import ModelSlot, get_settings
-from models.manifest import Manifest
-from runners.metrics import LOAD_DURATION, MODEL_LOADS, MODEL_RESIDENT, memory_gauges, model_info
-from runners.pool import LoadedModel, ModelPool, fixed_batch
+from triserve.configs.deployments import Deployment, ModelRepository, save_state
+from triserve.configs.settings import ModelSlot, get_settings
+from triserve.models.manifest import Manifest
+from triserve.runners.metrics import LOAD_DURATION, MODEL_LOADS, MODEL_RESIDENT, memory_gauges, model_info
+from triserve.runners.pool import LoadedModel, ModelPool, fixed_batch
 
 log = logging.getLogger("triserve.runner")
 settings = get_settings()

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from configs.deployments import Deployment, ModelRepository
+from triserve.configs.deployments import Deployment, ModelRepository
 
 log = logging.getLogger("triserve.residency")
 

@@ -25,19 +25,19 @@ from typing import Any, ClassVar, cast
 
 import bentoml
 
-from configs.deployments import load_repository
-from configs.settings import get_settings
-from models.cache import open_serving_registry
-from observability import heapdump, memory
-from observability.device import start_device_sampler
-from observability.metrics import settle_heap
-from observability.tracing import service_tracing
-from runners.compute import ComputeHost
-from runners.merge import CallMerger
-from runners.on_demand import OnDemand
-from runners.pool import ModelPool
-from runners.repository_state import STAGING, IncompatibleFallback, Manifested, RepositoryState, check_pair
-from runners.wire import pickled_response, sent_pickle
+from triserve.configs.deployments import load_repository
+from triserve.configs.settings import get_settings
+from triserve.models.cache import open_serving_registry
+from triserve.observability import heapdump, memory
+from triserve.observability.device import start_device_sampler
+from triserve.observability.metrics import settle_heap
+from triserve.observability.tracing import service_tracing
+from triserve.runners.compute import ComputeHost
+from triserve.runners.merge import CallMerger
+from triserve.runners.on_demand import OnDemand
+from triserve.runners.pool import ModelPool
+from triserve.runners.repository_state import STAGING, IncompatibleFallback, Manifested, RepositoryState, check_pair
+from triserve.runners.wire import pickled_response, sent_pickle
 
 # the names other modules have imported from here (the repository's checks now live in runners/repository_state.py)
 __all__ = ["STAGING", "STARTUP_REPOSITORY", "IncompatibleFallback", "Manifested", "ModelRunner", "check_pair",

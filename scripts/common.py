@@ -16,16 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from models.importing.graphs import ort_session as ort_session
-from models.importing.parity import parity_gate as parity_gate
-from models.importing.provenance import data_fingerprint as data_fingerprint
-from models.importing.provenance import git_commit as git_commit
-from models.importing.provenance import package_versions as package_versions
-from models.importing.provenance import source_digest as source_digest
-from models.importing.provenance import stable_hash as stable_hash
-from models.importing.references import histogram_reference as histogram_reference
-from models.importing.result import Artifact as Artifact
-from models.importing.result import GateFailed as GateFailed
+from triserve.models.importing.graphs import ort_session as ort_session
+from triserve.models.importing.parity import parity_gate as parity_gate
+from triserve.models.importing.provenance import data_fingerprint as data_fingerprint
+from triserve.models.importing.provenance import git_commit as git_commit
+from triserve.models.importing.provenance import package_versions as package_versions
+from triserve.models.importing.provenance import source_digest as source_digest
+from triserve.models.importing.provenance import stable_hash as stable_hash
+from triserve.models.importing.references import histogram_reference as histogram_reference
+from triserve.models.importing.result import Artifact as Artifact
+from triserve.models.importing.result import GateFailed as GateFailed
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # where `python -m scripts.pipeline build` publishes and caches by default (scripts/pipeline.py, detection/build.py)
@@ -60,7 +60,7 @@ def recipe_hash(task: str, recipe: Mapping, code_paths: Iterable[Path]) -> str:
 def default_deployment(family: str) -> str:
     """The deployment configs/models.yaml serves `family` with by default (what a request naming none reaches):
     the runner slot benchmarks and drills measure or slow down."""
-    from configs.deployments import load_repository
+    from triserve.configs.deployments import load_repository
 
     deployment = load_repository().default_for(family)
     if deployment is None:
@@ -70,7 +70,7 @@ def default_deployment(family: str) -> str:
 
 def default_model(family: str) -> str:
     """The primary model's name of the family's default deployment (what benchmarks of 'the default' measure)."""
-    from configs.deployments import load_repository
+    from triserve.configs.deployments import load_repository
 
     deployment = load_repository().default_for(family)
     if deployment is None:

@@ -65,7 +65,7 @@ def _pose_model(registry, work: Path) -> bool:
         from ultralytics import YOLO
     except ImportError:
         return False
-    from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
+    from triserve.families.pose.importers.checkpoint import PosePtParams, import_pose_pt
 
     torch.manual_seed(0)
     user = YOLO("yolo11n-pose.yaml")
@@ -86,7 +86,7 @@ def _pose_model(registry, work: Path) -> bool:
 def prepare(root: Path, tiny_registry: Path | None = None) -> tuple[Path, Path]:
     """A registry under root (a copy of tiny_registry, else built here) with the console's demo models added, and the
     models file serving it: (registry dir, models file)."""
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     registry_dir = root / "registry"
     if tiny_registry is not None:

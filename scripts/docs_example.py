@@ -6,7 +6,8 @@
 Three panels side by side, each the server's real answer drawn with PIL: COCO detection (deployment `coco`) and pose
 (`people`) on ultralytics' bus.jpg (inside the installed ultralytics package), licence-plate segmentation (`plates`)
 on a crop of the Bangkok motorcyclists photo of the gradio-yolov8-det wheel (a photo the plates import is checked
-on, fetched and cached by models.importing.photos; or --plates-photo). The crop (--plates-crop) is what is sent: in the
+on, fetched and cached by triserve.models.importing.photos; or --plates-photo). The crop (--plates-crop) is what is
+sent: in the
 whole 1024 px street photo a plate is ~25 px wide before the model's 640 px letterbox, and the model finds the
 pickup's plate at 0.43 in the crop (0, 250, 512, 681), 0.71 in the default crop, at 0.21 only in the
 whole photo (there its best guess, 0.41, is the radiator grille's badge). Boxes with labels and scores, keypoints
@@ -43,7 +44,7 @@ def bus_photo() -> Path:
 
 
 def plates_photo(cache: Path) -> Path:
-    from models.importing.photos import package_photos
+    from triserve.models.importing.photos import package_photos
 
     photos = {p.name: p.path for p in package_photos(cache).all()}
     if BANGKOK not in photos:

@@ -4,7 +4,7 @@
     python -m scripts.gen_protos --check  # exit 1 if the committed stubs differ from a fresh generation (CI)
 
 Needs grpcio-tools (dev extra). protoc writes `import x_pb2` in the *_grpc.py files; they are rewritten to package-
-relative imports so the stubs work as services.protocols.generated.* without touching sys.path.
+relative imports so the stubs work as triserve.services.protocols.generated.* without touching sys.path.
 """
 from __future__ import annotations
 

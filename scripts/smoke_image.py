@@ -7,7 +7,7 @@ Steps (each printed with its time):
   1. tools: podman + runc + skopeo + docker-registry (apt-get installs missing ones, and says so);
   2. the OCI registry on 127.0.0.1:5000 (started if not answering, as in scripts/containerize.py);
   3. publish the default models into the same registry as OCI artifacts:
-     `python -m models.cli copy --all --aliases --from models/store --to oci://127.0.0.1:5000/triserve-models`;
+     `python -m triserve.models.cli copy --all --aliases --from models/store --to oci://127.0.0.1:5000/triserve-models`;
   4. `podman pull` the image from the registry into a separate, empty containers-storage (so what runs is what was
      pushed, not the builder's local copy) and compare its digest with the registry's (skopeo inspect);
   5. `podman run` it (host network; HTTP and gRPC bound to 127.0.0.1 on free ports) with
@@ -58,7 +58,7 @@ from scripts.imagetools import (
 )
 
 # binary -> Debian package; resolved to absolute paths in the system directories, never on the caller's PATH
-# (scripts/imagetools.py "tool resolution"); models.cli runs as `sys.executable -m models.cli`
+# (scripts/imagetools.py "tool resolution"); triserve.models.cli runs as `sys.executable -m triserve.models.cli`
 TOOLS = {"podman": "podman", "runc": "runc", "skopeo": "skopeo", "docker-registry": "docker-registry"}
 
 
@@ -122,7 +122,7 @@ def grpc_checks(port: int) -> dict:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from services.protocols.generated import triserve_pb2, triserve_pb2_grpc
+    from triserve.services.protocols.generated import triserve_pb2, triserve_pb2_grpc
 
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> None:
         src = PROJECT_ROOT / args.models_from
         if not src.is_dir():
             raise StepFailed(f"{src} missing: build the models first (make models)")
-        run([sys.executable, "-m", "models.cli", "copy", "--all", "--aliases", "--from", args.models_from,
+        run([sys.executable, "-m", "triserve.models.cli", "copy", "--all", "--aliases", "--from", args.models_from,
              "--to", models_uri], cwd=PROJECT_ROOT, tail=8, timeout=1800)
-        run([sys.executable, "-m", "models.cli", "--registry", models_uri, "list"], cwd=PROJECT_ROOT, tail=10,
+        run([sys.executable, "-m", "triserve.models.cli", "--registry", models_uri, "list"], cwd=PROJECT_ROOT, tail=10,
             timeout=300)
 
     with steps.step(f"podman pull {image} (separate storage)"):

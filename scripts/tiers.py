@@ -7,12 +7,12 @@
 Each tier is started the way BentoCloud and Yatai start one service of a Bento (the image entrypoint's
 `start-http-server --service-name <name>`), each in its own process tree, on its own port, with its own BENTOML_HOME:
 
-    runner replica  python -m bentoml_cli._internal.start start-http-server services.gateway:Gateway \\
+    runner replica  python -m bentoml_cli._internal.start start-http-server triserve.services.gateway:Gateway \\
                         --service-name triserve-runner --host 127.0.0.1 --port <P_i>
     load balancer   haproxy on 127.0.0.1:<LB>, HTTP health checks on each replica's /readyz, L7 retries and redispatch
                     on connection failures (the stand-in for a Kubernetes Service in front of the runner pods)
     gateway         BENTOML_SERVE_DEPENDS="triserve-runner=http://127.0.0.1:<LB>" \\
-                    python -m bentoml_cli._internal.start start-http-server services.gateway:Gateway \\
+                    python -m bentoml_cli._internal.start start-http-server triserve.services.gateway:Gateway \\
                         --service-name triserve --host 127.0.0.1 --port <G_j>
 
 BENTOML_SERVE_DEPENDS (whitespace-separated `<service name>=<url>` pairs; the `--depends` option) is the key
@@ -21,7 +21,8 @@ BENTOML_RUNNER_MAP, so `bentoml.depends(ModelRunner)` resolves to a remote clien
 between the services of one `bentoml serve`), and no runner process is started next to the gateway.
 
 Three BentoML facts decide this shape (BentoML 1.4.40; see the report in docs/drills/split_tiers.md):
-  * `bentoml serve runners.service:ModelRunner` does serve the runner alone, but as an *entry* service, and BentoML
+  * `bentoml serve triserve.runners.service:ModelRunner` does serve the runner alone, but as an *entry* service, and
+  BentoML
     refuses pickle bodies on an entry service ("application/vnd.bentoml+pickle is not allowed in main server"): the
     gateway's calls fail. Served as a dependency (`--service-name triserve-runner`) it accepts them.
   * Setting BENTOML_RUNNER_MAP by hand does not work: the serving process overwrites it for its workers.
@@ -56,7 +57,7 @@ from scripts.drills.ports import BIND_RETRY_MARK, PortPool, ReservedPort, addres
 from scripts.drills.server import ENTRY_SERVICE, QUIET_ENV, ROOT, RUNNER_SERVICE
 from scripts.imagetools import SYSTEM_BIN_DIRS
 
-BENTO = "services.gateway:Gateway"  # the Bento's entry; each tier is one of its services
+BENTO = "triserve.services.gateway:Gateway"  # the Bento's entry; each tier is one of its services
 DEPENDS_ENV = "BENTOML_SERVE_DEPENDS"  # the key the gateway finds its runner tier by (configs/deploy/k8s/split/)
 MODELS_FILE = ROOT / "configs" / "models.yaml"
 HAPROXY_PACKAGE = "haproxy"

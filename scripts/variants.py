@@ -52,13 +52,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from families.detection.importers.quantize import detect_decode_nodes
-from families.detection.manifest import DetectionPreprocess
-from families.forecast.manifest import ForecastPreprocess
-from families.text.manifest import TextPreprocess
-from models.importing.graphs import io_specs, opset_of, quantize_qdq, time_interleaved
-from models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
-from models.registry import LocalRegistry
 from scripts.common import (
     PROJECT_ROOT,
     data_fingerprint,
@@ -68,6 +61,13 @@ from scripts.common import (
     source_digest,
     stable_hash,
 )
+from triserve.families.detection.importers.quantize import detect_decode_nodes
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.text.manifest import TextPreprocess
+from triserve.models.importing.graphs import io_specs, opset_of, quantize_qdq, time_interleaved
+from triserve.models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
+from triserve.models.registry import LocalRegistry
 
 log = logging.getLogger("triserve.variants")
 
@@ -310,8 +310,8 @@ class DetectionTask(Task):
 
     def calibration(self, n: int) -> list[dict[str, np.ndarray]]:
         """Letterboxed TRAIN images (never the test split the gate scores), one per calibration step."""
-        from families.vision.letterbox import preprocess_image
-        from models.importing.photos import read_rgb
+        from triserve.families.vision.letterbox import preprocess_image
+        from triserve.models.importing.photos import read_rgb
 
         name = self.base.inputs[0].name
         return [{name: preprocess_image(read_rgb(p), self.imgsz)[0][None]}
@@ -319,15 +319,15 @@ class DetectionTask(Task):
 
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         # the builder's own evaluation settings and drift references (same code path as the base's mAP)
-        from families.detection.importers.evaluate import evaluate, reference_distribution
         from scripts.detection.build import eval_nms_params
+        from triserve.families.detection.importers.evaluate import evaluate, reference_distribution
 
         res = evaluate(ort_session(path, self.threads), self.test, self.imgsz, eval_nms=eval_nms_params(self.recipe),
                        progress=False)
         return Evaluation({"map50": res.map50, "map50_95": res.map50_95}, reference=reference_distribution(res))
 
     def speed_feeds(self) -> dict[str, dict[str, np.ndarray]]:
-        from families.detection.importers.export import parity_images
+        from triserve.families.detection.importers.export import parity_images
 
         name, n = self.base.inputs[0].name, self.profile.batch[self.name]
         return {"b1": {name: parity_images(1, self.imgsz, self.imgsz)},
@@ -347,8 +347,8 @@ class TextTask(Task):
 
     def __init__(self, registry: LocalRegistry, profile: Profile, threads: int, data_cache: Path = PIPELINE_CACHE):
         super().__init__(registry, profile, threads)
-        from families.text.importers.utterances import evaluation_utterances
         from scripts.text.build import RECIPES
+        from triserve.families.text.importers.utterances import evaluation_utterances
 
         n = profile.text_eval or int(self.recipe.get("n_eval", RECIPES["default"]["n_eval"]))
         seed = self.base.source.seed if self.base.source.seed is not None else 0
@@ -359,9 +359,9 @@ class TextTask(Task):
 
     def evaluate(self, path: Path, tokenizer_file: Path | None = None, max_length: int | None = None) -> Evaluation:
         """Probabilities through the serving tokenizer (the base's unless given), pad-to-longest batches."""
-        from families.text.importers.finish import top1_references
-        from families.text.preprocess import TextTokenizer
         from scripts.text.build import predict
+        from triserve.families.text.importers.finish import top1_references
+        from triserve.families.text.preprocess import TextTokenizer
 
         tok = TextTokenizer(tokenizer_file or self.tokenizer_file, max_length or self.pre.max_length)
         probs = predict(ort_session(path, self.threads), tok, self.texts, self.eval_batch, f"text eval {path.name}")
@@ -375,7 +375,7 @@ class TextTask(Task):
 
     def speed_feeds(self) -> dict[str, dict[str, np.ndarray]]:
         """A median-length utterance alone, and the first N utterances padded to their longest."""
-        from families.text.preprocess import TextTokenizer
+        from triserve.families.text.preprocess import TextTokenizer
 
         tok = TextTokenizer(self.tokenizer_file, self.pre.max_length)
         n = self.profile.batch[self.name]
@@ -422,12 +422,12 @@ class ForecastTask(Task):
         self.output_name = self.base.outputs[0].name
 
     def _item(self, series, history):
-        from families.forecast.preprocess import model_item
+        from triserve.families.forecast.preprocess import model_item
 
         return model_item(self.pre, history, series.frequency, series.next_timestamp(len(history))).x
 
     def _feeds(self, items) -> dict[str, np.ndarray]:
-        import families
+        from triserve import families
 
         return families.runtime("forecast").feeds(self.base, self.input_names, list(items))
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from fastapi import Request
 
-from kernel.context import ServingContext
-from kernel.errors import ApiError
-from observability.audit import record
-from services.gateway_deps import current_context
+from triserve.kernel.context import ServingContext
+from triserve.kernel.errors import ApiError
+from triserve.observability.audit import record
+from triserve.services.gateway_deps import current_context
 
 
 def _state(ctx: ServingContext | None, target: dict[str, str]) -> Any:

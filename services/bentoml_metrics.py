@@ -29,7 +29,7 @@ from bentoml._internal.server.http import instruments
 from starlette.routing import BaseRoute, Mount, compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from observability.process_metrics import server_registry
+from triserve.observability.process_metrics import server_registry
 
 UNMATCHED = "unmatched"  # the one label value of every path that no route takes
 _RAW_PATH = "triserve.raw_path"  # the real path, carried past BentoML's middleware in the scope

@@ -20,8 +20,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
-import families
-from services.protocols.rest import operation_name
+from triserve import families
+from triserve.services.protocols.rest import operation_name
 
 SCHEMA_PATH = "/schema.json"
 

@@ -1,6 +1,6 @@
 """The API tier: one BentoML service exposing every model family's API over the shared runner tier.
 
-    bentoml serve services.gateway:Gateway        # REST on :3000, OpenAPI at /docs, /readyz, /livez, /metrics
+    bentoml serve triserve.services.gateway:Gateway        # REST on :3000, OpenAPI at /docs, /readyz, /livez, /metrics
 
 Each model family lives in its own package (families/: schemas, limits, preprocess, postprocess, REST router, OIP and
 gRPC adapters); this module mounts their routers, builds the serving context the pipelines use (routing, catalogue,
@@ -17,37 +17,37 @@ import bentoml
 from bentoml.exceptions import BentoMLException
 from fastapi import Depends, FastAPI
 
-import families
-from configs.deployments import load_repository
-from configs.settings import get_settings
-from kernel.context import ServingContext
-from kernel.protection.buckets import remove_own_table
-from kernel.routing.drift import QualityMonitor
-from kernel.routing.inference import Protection
-from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from models.cache import open_serving_registry
-from observability import heapdump, memory
-from observability.metrics import settle_heap
-from observability.request_log import RequestLog
-from observability.tracing import service_tracing
-from runners.local import LocalRunner
-from runners.service import ModelRunner, fallback_host
-from services.bentoml_metrics import install as bentoml_metrics
-from services.client_schema import SchemaRoutes, client_routes
-from services.console import mount as mount_console
-from services.gateway_deps import admin_guard, loaded_context, worker_access
-from services.http_edge import ContentTypeMiddleware, RequestContextMiddleware
-from services.http_errors import install_error_handlers
-from services.openapi import distribution_version, operation_id
-from services.openapi import install as install_openapi
-from services.ports import PortInUse, ensure_grpc_free
-from services.protocols.grpc_server import start_grpc
-from services.protocols.oip_rest import router as oip_router
-from services.protocols.rest import family_router
-from services.repository_api import router as repository_router
-from services.restricted import RestrictedApis, RestrictedRpcs
-from services.rollout_api import router as rollout_router
-from services.tls import bentoml_ssl, grpc_credentials
+from triserve import families
+from triserve.configs.deployments import load_repository
+from triserve.configs.settings import get_settings
+from triserve.kernel.context import ServingContext
+from triserve.kernel.protection.buckets import remove_own_table
+from triserve.kernel.routing.drift import QualityMonitor
+from triserve.kernel.routing.inference import Protection
+from triserve.kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
+from triserve.models.cache import open_serving_registry
+from triserve.observability import heapdump, memory
+from triserve.observability.metrics import settle_heap
+from triserve.observability.request_log import RequestLog
+from triserve.observability.tracing import service_tracing
+from triserve.runners.local import LocalRunner
+from triserve.runners.service import ModelRunner, fallback_host
+from triserve.services.bentoml_metrics import install as bentoml_metrics
+from triserve.services.client_schema import SchemaRoutes, client_routes
+from triserve.services.console import mount as mount_console
+from triserve.services.gateway_deps import admin_guard, loaded_context, worker_access
+from triserve.services.http_edge import ContentTypeMiddleware, RequestContextMiddleware
+from triserve.services.http_errors import install_error_handlers
+from triserve.services.openapi import distribution_version, operation_id
+from triserve.services.openapi import install as install_openapi
+from triserve.services.ports import PortInUse, ensure_grpc_free
+from triserve.services.protocols.grpc_server import start_grpc
+from triserve.services.protocols.oip_rest import router as oip_router
+from triserve.services.protocols.rest import family_router
+from triserve.services.repository_api import router as repository_router
+from triserve.services.restricted import RestrictedApis, RestrictedRpcs
+from triserve.services.rollout_api import router as rollout_router
+from triserve.services.tls import bentoml_ssl, grpc_credentials
 
 log = logging.getLogger("triserve.gateway")
 settings = get_settings()

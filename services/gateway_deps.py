@@ -7,12 +7,12 @@ from typing import Any
 import bentoml
 from fastapi import Depends, Request
 
-from kernel.call import CallContext
-from kernel.context import ServingContext
-from kernel.errors import ApiError
-from kernel.protection.access import AccessControl, Client
-from kernel.protection.deadlines import HEADER, Deadline
-from services.http_edge import ADMITTED
+from triserve.kernel.call import CallContext
+from triserve.kernel.context import ServingContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.access import AccessControl, Client
+from triserve.kernel.protection.deadlines import HEADER, Deadline
+from triserve.services.http_edge import ADMITTED
 
 
 def ready_context(gateway: Any) -> ServingContext:

@@ -16,14 +16,14 @@ from collections.abc import Callable
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kernel.errors import ApiError, ErrorBody, ErrorResponse
-from kernel.protection import inflight, queue_control
-from kernel.protection.access import AccessControl
-from kernel.request_context import new_request_id
-from kernel.runner_call.batcher import approaching
-from observability.metrics import REJECTED, REQUESTS, labelled, observe_rss
-from observability.request_log import RequestLog
-from services.http_errors import error_response
+from triserve.kernel.errors import ApiError, ErrorBody, ErrorResponse
+from triserve.kernel.protection import inflight, queue_control
+from triserve.kernel.protection.access import AccessControl
+from triserve.kernel.request_context import new_request_id
+from triserve.kernel.runner_call.batcher import approaching
+from triserve.observability.metrics import REJECTED, REQUESTS, labelled, observe_rss
+from triserve.observability.request_log import RequestLog
+from triserve.services.http_errors import error_response
 
 ADMITTED = "access_client"  # the request state's key of the Client the edge admitted (read by the route's guard)
 

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kernel.errors import ApiError, ErrorBody, ErrorResponse
+from triserve.kernel.errors import ApiError, ErrorBody, ErrorResponse
 
 log = logging.getLogger("triserve.errors")
 

@@ -107,10 +107,10 @@ SERVER_PATHS = {  # BentoML's own routes (bentoml._internal.server.base_app), an
 
 def component_name(name: str) -> str:
     """A readable, unique component name for FastAPI's made-up ones: two families' ImageResult become
-    families__detection__schemas__ImageResult (a generator's duplicate class) -> DetectionImageResult; a multipart
-    body Body_detectUpload -> DetectUploadForm."""
+    triserve__families__detection__schemas__ImageResult (a generator's duplicate class) -> DetectionImageResult; a
+    multipart body Body_detectUpload -> DetectUploadForm."""
     if "__" in name:
-        parts = name.split("__")
+        parts = name.removeprefix("triserve__").split("__")
         owner = parts[1] if parts[0] == "families" and len(parts) > 2 else parts[-2]
         return owner[:1].upper() + owner[1:] + parts[-1]
     if name.startswith("Body_"):

@@ -15,7 +15,7 @@ import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from configs.settings import GrpcSettings
+    from triserve.configs.settings import GrpcSettings
 
 # how to choose another gRPC port, said with a taken one
 GRPC_HINT = "give this server another one: grpc.port (TRISERVE_GRPC__PORT, triserve serve --grpc-port)"

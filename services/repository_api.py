@@ -23,13 +23,13 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from configs.deployments import Deployment
-from configs.settings import ModelSlot
-from kernel.context import ServingContext
-from kernel.errors import ApiError
-from kernel.protection.access import Client
-from services.audit import audit
-from services.gateway_deps import admin_guard, loaded_context
+from triserve.configs.deployments import Deployment
+from triserve.configs.settings import ModelSlot
+from triserve.kernel.context import ServingContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.access import Client
+from triserve.services.audit import audit
+from triserve.services.gateway_deps import admin_guard, loaded_context
 
 router = APIRouter(prefix="/admin/deployments", tags=["operations"], dependencies=[Depends(audit)])
 

@@ -16,11 +16,11 @@ import grpc
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from configs.access import AccessSettings, ApiCategory
-from kernel.errors import ApiError
-from kernel.protection.access import AccessControl
-from services.http_errors import error_response
-from services.protocols.grpc_common import MetadataRequest
+from triserve.configs.access import AccessSettings, ApiCategory
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.access import AccessControl
+from triserve.services.http_errors import error_response
+from triserve.services.protocols.grpc_common import MetadataRequest
 
 _MODEL = r"/v2/models/[^/]+(?:/versions/[^/]+)?"
 _REST: tuple[tuple[str, ApiCategory], ...] = (

@@ -26,13 +26,13 @@ import time
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel.context import ServingContext
-from kernel.errors import ApiError
-from kernel.protection.access import Client
-from models.registry import RegistryError
-from models.stores import open_store
-from services.audit import audit
-from services.gateway_deps import admin_guard, loaded_context
+from triserve.kernel.context import ServingContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.access import Client
+from triserve.models.registry import RegistryError
+from triserve.models.stores import open_store
+from triserve.services.audit import audit
+from triserve.services.gateway_deps import admin_guard, loaded_context
 
 router = APIRouter(prefix="/admin/models", tags=["operations"], dependencies=[Depends(audit)])
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from configs.access import TlsSettings
+from triserve.configs.access import TlsSettings
 
 
 def bentoml_ssl(tls: TlsSettings) -> dict[str, Any]:

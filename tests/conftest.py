@@ -26,8 +26,8 @@ NO_CAPACITY_LIMITS = {"TRISERVE_ACCESS__CAPACITY_LIMITS": "false"}
 @pytest.fixture(scope="session")
 def tiny_registry(tmp_path_factory):
     """Every task built with the 'tiny' recipes into a throw-away registry (aliases 'stable' set)."""
-    from models.registry import LocalRegistry
     from scripts.pipeline import build_task
+    from triserve.models.registry import LocalRegistry
 
     root = tmp_path_factory.mktemp("registry")
     cache = tmp_path_factory.mktemp("cache")
@@ -57,3 +57,19 @@ def server(tiny_registry, tmp_path_factory):
     with Server(tiny_registry.root, env=NO_CAPACITY_LIMITS, log_path=log_path) as srv:
         srv.wait_ready()
         yield srv
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_import_name():
+    """After the whole session: no module of the checkout was loaded under a folder's bare name (`services.gateway`
+    beside `triserve.services.gateway`: two copies of its state), whatever imported it (a string, a subprocess's
+    pickle, a test)."""
+    import sys
+
+    yield
+    root = str(Path(__file__).resolve().parents[1])
+    twice = sorted(name for name, module in list(sys.modules.items())
+                   if name.split(".")[0] in ("kernel", "services", "families", "observability", "runners", "models",
+                                             "configs", "batch")
+                   and str(getattr(module, "__file__", "") or "").startswith(root))
+    assert not twice, f"modules imported under a bare folder name instead of triserve.<folder>: {twice[:20]}"

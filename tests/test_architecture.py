@@ -33,19 +33,20 @@ def test_known_upward_imports_only_shrink():
 def test_nothing_below_the_families_imports_upward():
     """Read from the code (not from the contract): no module of kernel/ names the families package (nor a family
     folder), services/ or runners/; no module of models/, observability/ or configs/ names the families package."""
-    above = {"kernel": ("families", "services", "runners", "triserve", "scripts"),
-             "models": ("families", "kernel", "services", "runners", "triserve", "scripts"),
-             "observability": ("families", "kernel", "services", "runners", "triserve", "scripts"),
-             "configs": ("families", "kernel", "models", "observability", "services", "runners", "triserve",
-                         "scripts")}
+    top = ("triserve.cli", "triserve.importers", "triserve.rollout")  # the distribution's own commands
+    above = {"kernel": ("triserve.families", "triserve.services", "triserve.runners", *top, "scripts"),
+             "models": ("triserve.families", "triserve.kernel", "triserve.services", "triserve.runners", *top,
+                        "scripts"),
+             "observability": ("triserve.families", "triserve.kernel", "triserve.services", "triserve.runners", *top,
+                               "scripts"),
+             "configs": ("triserve.families", "triserve.kernel", "triserve.models", "triserve.observability",
+                         "triserve.services", "triserve.runners", *top, "scripts")}
     offenders = []
     for package, forbidden in above.items():
         for path in sorted((ROOT / package).rglob("*.py")):
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                text = line.strip()
-                if any(text == f"import {p}" or text.startswith((f"import {p}.", f"import {p} ", f"from {p}.",
-                                                                 f"from {p} ")) for p in forbidden):
-                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {text}")
+            for number, module in _imports(path):
+                if any(module == p or module.startswith(p + ".") for p in forbidden):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {module}")
     assert not offenders, offenders
 
 
@@ -66,7 +67,7 @@ def test_the_kernel_and_the_families_know_no_web_framework():
     assert not offenders, offenders
 
 
-PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
+PRODUCT = ("triserve",)
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -131,15 +132,23 @@ def test_the_product_has_no_import_circle():
 FAMILY_BASES = ("vision",)
 
 
-def _family_imports(path: Path) -> list[tuple[int, str]]:
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every absolute import of a file; `from triserve import families` names triserve.families."""
     import ast
 
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
-        out += [(node.lineno, n) for n in names if n.startswith("families.")]
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out += [(node.lineno, node.module)]
+            if node.module == "triserve":
+                out += [(node.lineno, f"triserve.{a.name}") for a in node.names]
     return out
+
+
+def _family_imports(path: Path) -> list[tuple[int, str]]:
+    return [(line, n) for line, n in _imports(path) if n.startswith("triserve.families.")]
 
 
 def test_no_family_imports_another_family():
@@ -154,19 +163,34 @@ def test_no_family_imports_another_family():
             if "importers" in path.relative_to(folder).parts:
                 continue
             for line, module in _family_imports(path):
-                if module.split(".")[1] not in allowed:
+                if module.split(".")[2] not in allowed:
                     offenders.append(f"{path.relative_to(ROOT)}:{line}: {module}")
     assert not offenders, offenders
 
 
 def test_the_image_families_stand_on_the_vision_base():
-    """The bar it keeps: detection, pose, segmentation and classification each import families.vision (one
+    """The bar it keeps: detection, pose, segmentation and classification each import triserve.families.vision (one
     decoding, one letterbox, one set of runtime feeds/warm-up sizes), and the base's runtime is theirs."""
-    import families
+    from triserve import families
 
     for name in ("detection", "pose", "segmentation", "classification"):
         modules = {m for p in (ROOT / "families" / name).glob("*.py") for _, m in _family_imports(p)}
-        assert any(m.startswith("families.vision.") for m in modules), name
-        assert families.runtime(name).warmup_sizes.__module__ == "families.vision.runtime", name
+        assert any(m.startswith("triserve.families.vision.") for m in modules), name
+        assert families.runtime(name).warmup_sizes.__module__ == "triserve.families.vision.runtime", name
     assert {families.runtime(n).feeds.__module__ for n in ("detection", "pose", "segmentation")} == {
-        "families.vision.runtime"}
+        "triserve.families.vision.runtime"}
+
+
+FOLDERS = ("kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
+
+
+def test_every_import_uses_the_one_name():
+    """The product imports as `triserve.<folder>` (what the wheel installs): an import of a folder's bare name
+    (`from services.gateway import ...`) would load a second copy of the module from a checkout and fail from the
+    wheel. Read from every Python file of the repository (client/ is its own distribution)."""
+    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=ROOT, capture_output=True,
+                             text=True, check=True, timeout=60).stdout.split()
+    offenders = [f"{name}:{line}: {module}" for name in tracked if not name.startswith(("client/", "triserve/"))
+                 or name.count("/") == 1
+                 for line, module in _imports(ROOT / name) if module.split(".")[0] in FOLDERS]
+    assert not offenders, offenders

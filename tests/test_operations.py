@@ -2,7 +2,8 @@
 it, built from the family registry, so that a family's new operation, or a surface that drops one, fails here.
 
 An operation is a family's JSON REST route, named as its OpenAPI operation and BentoML client method
-(services.protocols.rest.operation_name: /v1/forecast/panel -> forecast_panel); multipart upload routes are the same
+(triserve.services.protocols.rest.operation_name: /v1/forecast/panel -> forecast_panel); multipart upload routes are the
+same
 operations over another content type. The surfaces, each read where a user meets it:
 
     bentoml_schema  the routes of /schema.json of the session's real server (BentoML's Sync/AsyncHTTPClient)
@@ -12,7 +13,7 @@ operations over another content type. The surfaces, each read where a user meets
     client_sync     triserve_client.TriserveClient's methods
     client_async    triserve_client.AsyncTriserveClient's methods
     client_grpc     triserve_client.grpc.TriserveGrpcClient's and AsyncTriserveGrpcClient's methods (both)
-    batch           `triserve batch` commands (batch.cli.commands(): the families' offline adapters)
+    batch           `triserve batch` commands (triserve.batch.cli.commands(): the families' offline adapters)
 
 KNOWN_GAPS is today's exact set of (operation, surface) pairs without an implementation: closing a gap fails the test
 until the pair is removed here, a new gap fails it until it is added with its reason.
@@ -24,10 +25,10 @@ import re
 
 import httpx
 
-import families
-from batch.cli import commands
-from services.protocols.generated import triserve_pb2
-from services.protocols.rest import operation_name
+from triserve import families
+from triserve.batch.cli import commands
+from triserve.services.protocols.generated import triserve_pb2
+from triserve.services.protocols.rest import operation_name
 from triserve_client import AsyncTriserveClient, TriserveClient
 
 SURFACES = ("bentoml_schema", "grpc", "oip", "client_sync", "client_async", "client_grpc", "batch")

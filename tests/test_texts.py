@@ -8,8 +8,8 @@ import re
 import tomllib
 from pathlib import Path
 
-import families
 import triserve_client
+from triserve import families
 
 ROOT = Path(__file__).resolve().parents[1]
 API = (ROOT / "docs" / "api.md").read_text()

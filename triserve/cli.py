@@ -1,10 +1,11 @@
 """`triserve`: one command for the project's tools (console script from pyproject.toml [project.scripts]).
 
     triserve serve [--host H] [--port P] [--grpc-port P] [--registry PATH_OR_URL] [--config-dir DIR] [--build-missing]
-                                      the server `make serve` starts (python -m bentoml serve services.gateway:Gateway)
+                                      the server `make serve` starts (python -m bentoml serve
+                                      triserve.services.gateway:Gateway)
     triserve --version                triserve's version (+ the git commit in a checkout) and the client's, BentoML's,
                                       ONNX Runtime's, numpy's and Python's: what a bug report needs
-    triserve registry [ARGS...]       python -m models.cli         (list, show, copy, promote, rollback, pull)
+    triserve registry [ARGS...]       python -m triserve.models.cli         (list, show, copy, promote, rollback, pull)
     triserve import  [ARGS...]        python -m triserve.importers (publish your own model: --help lists the kinds)
     triserve rollout [ARGS...]        python -m triserve.rollout   (against a running service: its admin API)
     triserve bench --list | NAME ...  python -m scripts.bench.NAME
@@ -36,14 +37,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
 PROG = "triserve"
 # subcommand -> module run with `python -m`
 COMMANDS = {
-    "batch": ("batch.cli", "offline batch inference over files and tables: detect, classify, forecast (resumable)"),
+    "batch": ("triserve.batch.cli",
+              "offline batch inference over files and tables: detect, classify, forecast (resumable)"),
     "import": ("triserve.importers", "import a model made elsewhere into the registry"),
-    "registry": ("models.cli", "the model registry: list, show, copy, promote, rollback, pull"),
+    "registry": ("triserve.models.cli", "the model registry: list, show, copy, promote, rollback, pull"),
     "rollout": ("triserve.rollout", "rollouts against a running service: status, promote, rollback, canary, shadow"),
 }
 # subcommand -> package whose runnable modules it lists and runs
@@ -52,7 +54,7 @@ GROUPS = {
     "drill": ("scripts.drills", "fault drills against a real bentoml serve (scripts/drills/)"),
 }
 # `triserve serve`: the BentoML service it serves
-SERVICE = "services.gateway:Gateway"
+SERVICE = "triserve.services.gateway:Gateway"
 # What the Makefile exports for `make serve` (and make exports them before running `triserve serve`): defaults here,
 # the caller's environment wins.
 # where `--version` looks for git (system directories only, like the Makefile: no PATH lookup)
@@ -142,7 +144,8 @@ def run_module(module: str, args: list[str]) -> int:
 # -- triserve serve ---------------------------------------------------------------------------------------------------
 SERVE_EPILOG = """\
 The same server as `make serve` (which runs this after `make models`): `python -m bentoml serve
-services.gateway:Gateway` with this interpreter, replacing this process (signals and exit status pass through), in
+triserve.services.gateway:Gateway` with this interpreter, replacing this process (signals and exit status pass
+through), in
 the directory that holds the project's packages (--working-dir), with the Makefile's environment defaults
 (YOLO_OFFLINE, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE=1, BENTOML_DO_NOT_TRACK=True; in a checkout
 BENTOML_HOME=<checkout>/.cache/bentoml). Every setting of configs/settings.py still reads its TRISERVE_* variable;
@@ -151,14 +154,9 @@ this is run in. Arguments after `--` go to `bentoml serve` unchanged (e.g. -- --
 
 
 def source_root() -> Path:
-    """The directory that holds the project's top-level packages: the checkout for an editable install, site-packages
-    for a wheel. Found without importing the server."""
-    spec = importlib.util.find_spec("services")
-    if spec is None:
-        raise RuntimeError("the triserve server package `services` is not importable from this interpreter")
-    if spec.origin and spec.origin != "namespace":
-        return Path(spec.origin).resolve().parent.parent
-    return Path(next(iter(spec.submodule_search_locations or []))).resolve().parent
+    """The directory that holds the `triserve` package: the checkout for an editable install, site-packages for a
+    wheel. Found without importing the server."""
+    return Path(__file__).resolve().parent.parent
 
 
 def is_checkout(root: Path) -> bool:
@@ -226,7 +224,7 @@ def server_settings(env: dict[str, str]) -> Settings:
     """The settings the server will read: configs/settings.py under `env`."""
     from unittest import mock
 
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     with mock.patch.dict(os.environ, env, clear=True):
         return Settings()
@@ -238,9 +236,9 @@ def missing_models(env: dict[str, str]) -> tuple[Path, list[str]]:
     from unittest import mock
 
     with mock.patch.dict(os.environ, env, clear=True):
-        from configs.deployments import load_repository
-        from configs.settings import Settings
-        from models.registry import LocalRegistry, RegistryError
+        from triserve.configs.deployments import load_repository
+        from triserve.configs.settings import Settings
+        from triserve.models.registry import LocalRegistry, RegistryError
 
         settings = Settings()
         if settings.registry_uri:
@@ -258,7 +256,7 @@ def missing_models(env: dict[str, str]) -> tuple[Path, list[str]]:
 
 
 def serve(args: list[str]) -> int:
-    from services.ports import ensure_free, ensure_grpc_free  # the server's package: imported by `serve` alone
+    from triserve.services.ports import ensure_free, ensure_grpc_free  # the server's package: imported by `serve` alone
 
     extra: list[str] = []
     if "--" in args:

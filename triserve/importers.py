@@ -19,7 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
-import families
+from triserve import families
 
 
 def importer_modules() -> list[str]:
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models.importing.deploy import deploy_published
+    from triserve.models.importing.deploy import deploy_published
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from families.classification.limits import Limits
-from families.classification.manifest import ClassificationPreprocess
-from families.classification.postprocess import probabilities, top_k
-from families.classification.preprocess import crop
-from families.vision.batch import ImageAdapter
-from families.vision.schemas import label_of
-from kernel.batch import Option, Prepared
-from models.manifest import Manifest, preprocess_as
+from triserve.families.classification.limits import Limits
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.classification.postprocess import probabilities, top_k
+from triserve.families.classification.preprocess import crop
+from triserve.families.vision.batch import ImageAdapter
+from triserve.families.vision.schemas import label_of
+from triserve.kernel.batch import Option, Prepared
+from triserve.models.manifest import Manifest, preprocess_as
 
 
 class Adapter(ImageAdapter):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.classification.manifest import ClassificationPreprocess
-from families.classification.postprocess import check_scores, probabilities, top_k
-from families.classification.preprocess import crop
-from families.classification.schemas import (
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.classification.postprocess import check_scores, probabilities, top_k
+from triserve.families.classification.preprocess import crop
+from triserve.families.classification.schemas import (
     ClassifiedImage,
     ClassifyImageOptions,
     ClassifyImageRequest,
@@ -15,11 +15,11 @@ from families.classification.schemas import (
     ClassifyImageUpload,
     ClassScore,
 )
-from families.vision.family import ImageFamily, image_api
-from families.vision.schemas import label_of
-from kernel.errors import ApiError
-from kernel.tensors import TOP_K_OUTPUTS
-from models.manifest import preprocess_as
+from triserve.families.vision.family import ImageFamily, image_api
+from triserve.families.vision.schemas import label_of
+from triserve.kernel.errors import ApiError
+from triserve.kernel.tensors import TOP_K_OUTPUTS
+from triserve.models.manifest import preprocess_as
 
 
 class ClassificationFamily(ImageFamily):

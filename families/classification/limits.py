@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from families.vision.limits import ImageLimits
+from triserve.families.vision.limits import ImageLimits
 
 
 class Limits(ImageLimits):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from families.vision.manifest import ImagePreprocess
+from triserve.families.vision.manifest import ImagePreprocess
 
 
 class ClassificationPreprocess(ImagePreprocess):

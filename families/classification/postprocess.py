@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel.errors import InvalidOutput
+from triserve.kernel.errors import InvalidOutput
 
 
 def probabilities(row: np.ndarray, output: str) -> np.ndarray:

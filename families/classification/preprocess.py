@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from families.classification.manifest import ClassificationPreprocess
-from families.vision.letterbox import fit
-from kernel.errors import ApiError
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.vision.letterbox import fit
+from triserve.kernel.errors import ApiError
 
 FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.classification.manifest import ClassificationPreprocess
-from families.vision.letterbox import pad_offsets
-from families.vision.runtime import warmup_sizes  # the square side on the dynamic spatial axes
-from models.manifest import Manifest, preprocess_as
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.vision.letterbox import pad_offsets
+from triserve.families.vision.runtime import warmup_sizes  # the square side on the dynamic spatial axes
+from triserve.models.manifest import Manifest, preprocess_as
 
 
 def network_batch(items: list[np.ndarray], pre: ClassificationPreprocess) -> np.ndarray:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.vision.schemas import Base64Images, EncodedImages, ImageOptions
-from kernel.schemas import ServedBy
+from triserve.families.vision.schemas import Base64Images, EncodedImages, ImageOptions
+from triserve.kernel.schemas import ServedBy
 
 
 class ClassifyImageOptions(ImageOptions):

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from families.detection.manifest import DetectionPreprocess
-from families.vision.batch import BoxAdapter
-from families.vision.letterbox import LetterboxMeta
-from families.vision.nms import decode
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.families.vision.batch import BoxAdapter
+from triserve.families.vision.letterbox import LetterboxMeta
+from triserve.families.vision.nms import decode
 
 
 class Adapter(BoxAdapter):

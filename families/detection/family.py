@@ -5,8 +5,8 @@ Its hooks: encoded images (base64 or bytes) -> decoded within the limits -> fitt
 pads and tensorises) -> capped NMS on what the runner kept of each head -> boxes in the original image's pixels."""
 from __future__ import annotations
 
-from families.detection.manifest import DetectionPreprocess
-from families.detection.schemas import (
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.families.detection.schemas import (
     Detection,
     DetectOptions,
     DetectRequest,
@@ -14,12 +14,12 @@ from families.detection.schemas import (
     DetectUpload,
     ImageResult,
 )
-from families.vision.family import BoxFamily, image_api
-from families.vision.letterbox import boxes_to_original
-from families.vision.nms import NMSParams, box_agreement, check_head, decode, runner_keep
-from families.vision.schemas import box_fields
-from kernel.tensors import TensorMeta
-from models.manifest import preprocess_as
+from triserve.families.vision.family import BoxFamily, image_api
+from triserve.families.vision.letterbox import boxes_to_original
+from triserve.families.vision.nms import NMSParams, box_agreement, check_head, decode, runner_keep
+from triserve.families.vision.schemas import box_fields
+from triserve.kernel.tensors import TensorMeta
+from triserve.models.manifest import preprocess_as
 
 
 class DetectionFamily(BoxFamily):

@@ -2,7 +2,7 @@
 base's image caps and NMS defaults."""
 from __future__ import annotations
 
-from families.vision.limits import BoxLimits
+from triserve.families.vision.limits import BoxLimits
 
 
 class Limits(BoxLimits):

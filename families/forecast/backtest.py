@@ -15,10 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from families.forecast.preprocess import SeriesError, past_timestamp, regularize, series_timestamps
-from families.forecast.regressors import regressors
-from families.forecast.schemas import BacktestOrigin, BacktestRequest, ForecastPoint, ForecastRequest, InputReport
-from kernel.errors import ApiError
+from triserve.families.forecast.preprocess import SeriesError, past_timestamp, regularize, series_timestamps
+from triserve.families.forecast.regressors import regressors
+from triserve.families.forecast.schemas import (
+    BacktestOrigin,
+    BacktestRequest,
+    ForecastPoint,
+    ForecastRequest,
+    InputReport,
+)
+from triserve.kernel.errors import ApiError
 
 
 def _datetime(t: np.datetime64) -> datetime:

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
-from families.forecast.features import QUANTILES, infer_frequency
-from families.forecast.limits import Limits
-from families.forecast.manifest import ForecastPreprocess
-from families.forecast.postprocess import bands, quantile_forecast
-from families.forecast.preprocess import (
+from triserve.families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
+from triserve.families.forecast.features import QUANTILES, infer_frequency
+from triserve.families.forecast.limits import Limits
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.postprocess import bands, quantile_forecast
+from triserve.families.forecast.preprocess import (
     SeriesError,
     future_timestamps,
     model_item,
@@ -33,11 +33,11 @@ from families.forecast.preprocess import (
     reads_history,
     regularize,
 )
-from families.forecast.regressors import fit_series, regressors
-from families.forecast.shifts import remove as remove_shift
-from kernel.batch import Option, Prepared, error_row
-from kernel.errors import ApiError
-from models.manifest import Manifest, preprocess_as
+from triserve.families.forecast.regressors import fit_series, regressors
+from triserve.families.forecast.shifts import remove as remove_shift
+from triserve.kernel.batch import Option, Prepared, error_row
+from triserve.kernel.errors import ApiError
+from triserve.models.manifest import Manifest, preprocess_as
 
 
 class Adapter:

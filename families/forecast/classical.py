@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from families.forecast import arima as _arima
-from families.forecast.theta import seasonal_adjust
+from triserve.families.forecast import arima as _arima
+from triserve.families.forecast.theta import seasonal_adjust
 
 FIT_POINTS = 240  # points the smoothing fits read (a trend or level is local; older points only cost time)
 # One smoothing grid: damped Holt (alpha x beta* x phi, beta = alpha * beta*) and SES (alpha alone, no trend)

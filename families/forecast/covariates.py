@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from families.forecast import public_holidays
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many
-from families.forecast.features import MEDIAN_INDEX
-from families.forecast.shifts import LevelShift, remove
+from triserve.families.forecast import public_holidays
+from triserve.families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many
+from triserve.families.forecast.features import MEDIAN_INDEX
+from triserve.families.forecast.shifts import LevelShift, remove
 
 MAX_COVARIATES = 32
 MIN_T = 3.0

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from families.forecast import classical, pooling
-from families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
-from families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast import classical, pooling
+from triserve.families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
+from triserve.families.forecast.manifest import ForecastPreprocess
 
 ORIGINS = 3
 MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two; 3 points still get a backtest)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.forecast.oip import OIP_INPUTS, OIP_OUTPUTS, ForecastOip
-from families.forecast.postprocess import check_forecast
-from families.forecast.schemas import (
+from triserve.families.forecast.oip import OIP_INPUTS, OIP_OUTPUTS, ForecastOip
+from triserve.families.forecast.postprocess import check_forecast
+from triserve.families.forecast.schemas import (
     BacktestRequest,
     BacktestResponse,
     ForecastRequest,
@@ -15,8 +15,8 @@ from families.forecast.schemas import (
     PanelForecastRequest,
     PanelForecastResponse,
 )
-from families.forecast.series import SeriesForecaster
-from kernel.family import Family, FamilyApi, RestRoute
+from triserve.families.forecast.series import SeriesForecaster
+from triserve.kernel.family import Family, FamilyApi, RestRoute
 
 ROUTES = (RestRoute("/v1/forecast", "application/json", ForecastRequest,
                     "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from families.forecast.features import FREQUENCIES
+from triserve.families.forecast.features import FREQUENCIES
 
 
 class ForecastPreprocess(BaseModel):

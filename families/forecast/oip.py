@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from families.forecast import oip_fields
-from families.forecast.features import N_FEATURES
-from families.forecast.preprocess import pack_global
-from families.forecast.schemas import ForecastResponse
-from kernel.family import OipSurface
-from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
+from triserve.families.forecast import oip_fields
+from triserve.families.forecast.features import N_FEATURES
+from triserve.families.forecast.preprocess import pack_global
+from triserve.families.forecast.schemas import ForecastResponse
+from triserve.kernel.family import OipSurface
+from triserve.kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
 
 BANDS = ("lower_50", "upper_50", "lower_90", "upper_90")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kernel.errors import ApiError
+from triserve.kernel.errors import ApiError
 
 TENSORS = {"COVARIATES": "covariates", "FUTURE_COVARIATES": "future_covariates"}
 

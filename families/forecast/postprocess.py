@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.forecast.manifest import ForecastPreprocess
-from kernel.errors import InvalidOutput
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.kernel.errors import InvalidOutput
 
 # A scaled forecast this many scale units (mean absolute deviations of the history) from the history's mean is
 # garbage, not a forecast: the global model's inputs are clipped at 50.

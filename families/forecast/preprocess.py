@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.forecast.features import FREQUENCIES, N_FEATURES, prepare_batch, scaling_stats, step_timestamps
-from families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.features import FREQUENCIES, N_FEATURES, prepare_batch, scaling_stats, step_timestamps
+from triserve.families.forecast.manifest import ForecastPreprocess
 
 _MONTHS_PER_STEP = {"YS": 12, "QS": 3, "MS": 1}
 _FIXED_STEPS = {"W": np.timedelta64(7, "D"), "D": np.timedelta64(1, "D"), "h": np.timedelta64(1, "h"),

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from kernel.errors import ApiError
+from triserve.kernel.errors import ApiError
 
 FEATURE = re.compile(r"^holidays:([A-Za-z]{2,3})(?:-([A-Za-z0-9]{1,10}))?$")
 _MONTHS_PER_STEP = {"YS": 12, "QS": 3, "MS": 1}

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from families.forecast import covariates
-from families.forecast.covariates import MAX_COVARIATES
-from families.forecast.preprocess import past_timestamp, regularize, series_timestamps
-from kernel.errors import ApiError
+from triserve.families.forecast import covariates
+from triserve.families.forecast.covariates import MAX_COVARIATES
+from triserve.families.forecast.preprocess import past_timestamp, regularize, series_timestamps
+from triserve.kernel.errors import ApiError
 
 
 def _finite(name: str, part: str, values: list[float | None]) -> np.ndarray:

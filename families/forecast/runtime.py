@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.forecast.features import FREQUENCIES
-from families.forecast.manifest import ForecastPreprocess
-from families.forecast.preprocess import unpack_global
-from families.forecast.theta import fallback_forecast
-from models.manifest import Manifest, preprocess_as
+from triserve.families.forecast.features import FREQUENCIES
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.preprocess import unpack_global
+from triserve.families.forecast.theta import fallback_forecast
+from triserve.models.manifest import Manifest, preprocess_as
 
 NUMPY_METHODS = ("theta",)
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
+from triserve.kernel.schemas import ModelChoice, ModelInfo, ServedBy, deployment_field
 
 Frequency = Literal["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"]
 CalendarFeature = str  # 'weekday', 'month', 'holidays:<CC>[-<SUB>]' (checked by calendar_features)

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from families.forecast import backtest
-from families.forecast.ensemble import StaticUse, backtest_cuts, backtest_steps, combine_many, combines
-from families.forecast.features import QUANTILES, infer_frequency
-from families.forecast.limits import Limits
-from families.forecast.manifest import ForecastPreprocess
-from families.forecast.postprocess import bands, quantile_forecast
-from families.forecast.preprocess import (
+from triserve.families.forecast import backtest
+from triserve.families.forecast.ensemble import StaticUse, backtest_cuts, backtest_steps, combine_many, combines
+from triserve.families.forecast.features import QUANTILES, infer_frequency
+from triserve.families.forecast.limits import Limits
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.postprocess import bands, quantile_forecast
+from triserve.families.forecast.preprocess import (
     Item,
     SeriesError,
     future_timestamps,
@@ -25,8 +25,8 @@ from families.forecast.preprocess import (
     regularize,
     series_timestamps,
 )
-from families.forecast.regressors import fit_series, regressors
-from families.forecast.schemas import (
+from triserve.families.forecast.regressors import fit_series, regressors
+from triserve.families.forecast.schemas import (
     BacktestRequest,
     CalendarFeature,
     CovariateEffect,
@@ -41,12 +41,12 @@ from families.forecast.schemas import (
     StaticCategorical,
     StaticReport,
 )
-from families.forecast.shifts import remove as remove_shift
-from kernel.errors import ApiError
-from kernel.family import Answer, DeploymentView
-from kernel.schemas import ModelInfo
-from kernel.served import ServedModel
-from models.manifest import preprocess_as
+from triserve.families.forecast.shifts import remove as remove_shift
+from triserve.kernel.errors import ApiError
+from triserve.kernel.family import Answer, DeploymentView
+from triserve.kernel.schemas import ModelInfo
+from triserve.kernel.served import ServedModel
+from triserve.models.manifest import preprocess_as
 
 
 def _utc(t: datetime) -> np.datetime64:

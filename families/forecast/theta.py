@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from families.forecast.features import QUANTILES, SEASON
+from triserve.families.forecast.features import QUANTILES, SEASON
 
 # standard normal quantiles of QUANTILES (no scipy on the serving path)
 _Z = {0.05: -1.6448536, 0.1: -1.2815516, 0.25: -0.6744898, 0.5: 0.0, 0.75: 0.6744898, 0.9: 1.2815516,

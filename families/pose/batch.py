@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from families.pose.manifest import PosePreprocess
-from families.pose.postprocess import decode_pose, keypoints_to_original
-from families.vision.batch import BOX_COLUMNS, BoxAdapter
-from families.vision.letterbox import LetterboxMeta
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.families.pose.postprocess import decode_pose, keypoints_to_original
+from triserve.families.vision.batch import BOX_COLUMNS, BoxAdapter
+from triserve.families.vision.letterbox import LetterboxMeta
 
 
 class Adapter(BoxAdapter):

@@ -7,15 +7,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.pose.manifest import PosePreprocess
-from families.pose.postprocess import check_pose_head, decode_pose, keypoints_to_original, to_keypoints
-from families.pose.schemas import Bone, Person, PoseImageResult, PoseOptions, PoseRequest, PoseResponse, PoseUpload
-from families.vision.family import BoxFamily, ImageOip, image_api
-from families.vision.letterbox import boxes_to_original
-from families.vision.nms import NMSParams, box_agreement, runner_keep
-from families.vision.schemas import box_fields
-from kernel.tensors import TensorMeta
-from models.manifest import preprocess_as
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.families.pose.postprocess import check_pose_head, decode_pose, keypoints_to_original, to_keypoints
+from triserve.families.pose.schemas import (
+    Bone,
+    Person,
+    PoseImageResult,
+    PoseOptions,
+    PoseRequest,
+    PoseResponse,
+    PoseUpload,
+)
+from triserve.families.vision.family import BoxFamily, ImageOip, image_api
+from triserve.families.vision.letterbox import boxes_to_original
+from triserve.families.vision.nms import NMSParams, box_agreement, runner_keep
+from triserve.families.vision.schemas import box_fields
+from triserve.kernel.tensors import TensorMeta
+from triserve.models.manifest import preprocess_as
 
 
 def pose_agreement(served: np.ndarray, shadow: np.ndarray, nc: int, kpt_shape: tuple[int, int],

@@ -45,7 +45,7 @@ def _names_from_metadata(kpt_names: Any, k: int) -> list[str] | None:
 def keypoint_schema(kpt_shape: Sequence[int], labels: Sequence[str], kpt_names: Any = None,
                     flip_idx: Sequence[int] | None = None) -> dict[str, Any]:
     """(kpt_shape, class labels, metadata names) -> {kpt_shape, keypoint_names, skeleton, flip_idx, names_from}
-    (the fields of families.pose.manifest.PosePreprocess). ValueError for a malformed schema."""
+    (the fields of triserve.families.pose.manifest.PosePreprocess). ValueError for a malformed schema."""
     if len(kpt_shape) != 2 or int(kpt_shape[0]) < 1 or int(kpt_shape[1]) not in (2, 3):
         raise ValueError(f"kpt_shape {list(kpt_shape)} is not [K >= 1, 2 or 3]")
     k, dims = int(kpt_shape[0]), int(kpt_shape[1])

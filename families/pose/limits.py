@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from families.vision.limits import BoxLimits
+from triserve.families.vision.limits import BoxLimits
 
 
 class Limits(BoxLimits):

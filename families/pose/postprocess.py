@@ -1,4 +1,4 @@
-"""Pose heads: capped NMS on the boxes (families.vision.nms, the same code as detection), then the kept
+"""Pose heads: capped NMS on the boxes (triserve.families.vision.nms, the same code as detection), then the kept
 anchors' keypoints, mapped back through the letterbox like the boxes.
 
 Head layout per image: [4 + nc + K * dims, anchors] = cx, cy, w, h, nc class scores, then for each keypoint x, y in
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.pose.schemas import Keypoint
-from families.vision.letterbox import LetterboxMeta
-from families.vision.nms import Detections, NMSParams, check_head, nms
-from kernel.errors import InvalidOutput
+from triserve.families.pose.schemas import Keypoint
+from triserve.families.vision.letterbox import LetterboxMeta
+from triserve.families.vision.nms import Detections, NMSParams, check_head, nms
+from triserve.kernel.errors import InvalidOutput
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,6 @@
 anchor-head cut (the keypoint rows ride along with the box columns)."""
 from __future__ import annotations
 
-from families.vision.runtime import compact, feeds, warmup_sizes
+from triserve.families.vision.runtime import compact, feeds, warmup_sizes
 
 __all__ = ["compact", "feeds", "warmup_sizes"]

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from families.segmentation.limits import Limits
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.postprocess import image_result
-from families.vision.batch import BOX_COLUMNS, BoxAdapter
-from families.vision.letterbox import LetterboxMeta
+from triserve.families.segmentation.limits import Limits
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.postprocess import image_result
+from triserve.families.vision.batch import BOX_COLUMNS, BoxAdapter
+from triserve.families.vision.letterbox import LetterboxMeta
 
 
 class Adapter(BoxAdapter):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.postprocess import check_row, image_result, split_row
-from families.segmentation.schemas import SegmentOptions, SegmentRequest, SegmentResponse, SegmentUpload
-from families.vision.family import BoxFamily, image_api
-from families.vision.nms import NMSParams, box_agreement, nms
-from kernel.tensors import TensorMeta
-from models.manifest import preprocess_as
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.postprocess import check_row, image_result, split_row
+from triserve.families.segmentation.schemas import SegmentOptions, SegmentRequest, SegmentResponse, SegmentUpload
+from triserve.families.vision.family import BoxFamily, image_api
+from triserve.families.vision.nms import NMSParams, box_agreement, nms
+from triserve.kernel.tensors import TensorMeta
+from triserve.models.manifest import preprocess_as
 
 
 class SegmentationFamily(BoxFamily):

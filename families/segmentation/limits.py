@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from families.vision.limits import BoxLimits
+from triserve.families.vision.limits import BoxLimits
 
 MaskFormat = Literal["rle", "polygons", "both"]
 

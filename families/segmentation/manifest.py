@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from families.vision.manifest import LetterboxPreprocess
+from triserve.families.vision.manifest import LetterboxPreprocess
 
 
 class SegmentationPreprocess(LetterboxPreprocess):

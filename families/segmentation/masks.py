@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from families.vision.letterbox import LetterboxMeta
+from triserve.families.vision.letterbox import LetterboxMeta
 
 _CHUNK = 8  # large windows' logits computed this many instances at a time (one pass over the prototypes)
 

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.masks import InstanceMask, iter_instance_masks, polygons
-from families.segmentation.rle import counts_to_strings, crop_counts
-from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon
-from families.vision.letterbox import LetterboxMeta, boxes_to_original
-from families.vision.nms import Detections, NMSParams, nms
-from families.vision.schemas import box_fields
-from kernel.errors import InvalidOutput
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.masks import InstanceMask, iter_instance_masks, polygons
+from triserve.families.segmentation.rle import counts_to_strings, crop_counts
+from triserve.families.segmentation.schemas import RLE, ImageResult, Instance, Polygon
+from triserve.families.vision.letterbox import LetterboxMeta, boxes_to_original
+from triserve.families.vision.nms import Detections, NMSParams, nms
+from triserve.families.vision.schemas import box_fields
+from triserve.kernel.errors import InvalidOutput
 
 
 def row_size(pre: SegmentationPreprocess, num_classes: int) -> int:

@@ -2,6 +2,6 @@
 (its packed output row is not cut at the runner)."""
 from __future__ import annotations
 
-from families.vision.runtime import feeds, warmup_sizes
+from triserve.families.vision.runtime import feeds, warmup_sizes
 
 __all__ = ["feeds", "warmup_sizes"]

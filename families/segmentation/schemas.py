@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from families.segmentation.limits import MaskFormat
-from families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
-from kernel.schemas import ServedBy
+from triserve.families.segmentation.limits import MaskFormat
+from triserve.families.vision.schemas import Base64Images, BoxOptions, DetectedBox, EncodedImages
+from triserve.kernel.schemas import ServedBy
 
 
 class SegmentOptions(BoxOptions):

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from families.text.limits import Limits
-from families.text.manifest import TextPreprocess
-from families.text.postprocess import top_k
-from families.text.preprocess import TextTokenizer, refusal
-from kernel.batch import Option, Prepared
-from models.manifest import Manifest, preprocess_as
+from triserve.families.text.limits import Limits
+from triserve.families.text.manifest import TextPreprocess
+from triserve.families.text.postprocess import top_k
+from triserve.families.text.preprocess import TextTokenizer, refusal
+from triserve.kernel.batch import Option, Prepared
+from triserve.models.manifest import Manifest, preprocess_as
 
 
 class Adapter:

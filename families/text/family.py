@@ -6,16 +6,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from families.text.limits import Limits
-from families.text.manifest import TextPreprocess
-from families.text.postprocess import check_probabilities, top_k
-from families.text.preprocess import TextTokenizer, refusal
-from families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
-from kernel.errors import ApiError
-from kernel.family import Family, FamilyApi, OipSurface, RestRoute
-from kernel.served import ServedModel
-from kernel.tensors import TOP_K_OUTPUTS, TensorMeta, bad_request, check_batch
-from models.manifest import preprocess_as
+from triserve.families.text.limits import Limits
+from triserve.families.text.manifest import TextPreprocess
+from triserve.families.text.postprocess import check_probabilities, top_k
+from triserve.families.text.preprocess import TextTokenizer, refusal
+from triserve.families.text.schemas import ClassifyRequest, ClassifyResponse, LabelScore, TextResult
+from triserve.kernel.errors import ApiError
+from triserve.kernel.family import Family, FamilyApi, OipSurface, RestRoute
+from triserve.kernel.served import ServedModel
+from triserve.kernel.tensors import TOP_K_OUTPUTS, TensorMeta, bad_request, check_batch
+from triserve.models.manifest import preprocess_as
 
 
 @lru_cache(maxsize=64)

@@ -1,7 +1,7 @@
 """Tokenisation for the intent model: the one implementation used by export, parity checks and serving.
 
 Texts are tokenised to ragged id sequences (special tokens added, truncated to max_length); padding to the longest item
-and the attention mask come from kernel.ragged.pad_sequences, applied per batch.
+and the attention mask come from triserve.kernel.ragged.pad_sequences, applied per batch.
 
 Over-long texts are truncated, never refused below the hard limit (families/text/limits.py): first by characters,
 cheaply and before cleaning and tokenising (`prepare_text`, at `char_budget` characters), then by tokens at the
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from kernel.ragged import pad_sequences
+from triserve.kernel.ragged import pad_sequences
 
 
 def clean_text(text: str) -> str:

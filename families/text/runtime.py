@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.text.manifest import TextPreprocess
-from kernel.ragged import pad_sequences
-from models.manifest import Manifest, preprocess_as
+from triserve.families.text.manifest import TextPreprocess
+from triserve.kernel.ragged import pad_sequences
+from triserve.models.manifest import Manifest, preprocess_as
 
 # Items are token-id sequences of their own length: the runner groups them by length (runners/ragged.py) and
 # feeds() pads each group to its longest.

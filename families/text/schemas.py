@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel.schemas import ModelChoice, ServedBy, deployment_field
+from triserve.kernel.schemas import ModelChoice, ServedBy, deployment_field
 
 
 class ClassifyRequest(BaseModel):

@@ -10,15 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from families.vision.decode import decode_image
-from families.vision.letterbox import LetterboxMeta, boxes_to_original, letterbox
-from families.vision.limits import BoxLimits, ImageLimits
-from families.vision.manifest import LetterboxPreprocess
-from families.vision.nms import Detections, request_nms
-from families.vision.schemas import box_fields
-from kernel.batch import Option, Prepared
-from kernel.errors import ApiError
-from models.manifest import Manifest, preprocess_as
+from triserve.families.vision.decode import decode_image
+from triserve.families.vision.letterbox import LetterboxMeta, boxes_to_original, letterbox
+from triserve.families.vision.limits import BoxLimits, ImageLimits
+from triserve.families.vision.manifest import LetterboxPreprocess
+from triserve.families.vision.nms import Detections, request_nms
+from triserve.families.vision.schemas import box_fields
+from triserve.kernel.batch import Option, Prepared
+from triserve.kernel.errors import ApiError
+from triserve.models.manifest import Manifest, preprocess_as
 
 
 class ImageAdapter:

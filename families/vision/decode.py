@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image, ImageOps
 
-from kernel.errors import ApiError
+from triserve.kernel.errors import ApiError
 
 ALLOWED_FORMATS = {"JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF"}
 Image.MAX_IMAGE_PIXELS = None  # our own cap below applies first, per request config

@@ -10,13 +10,13 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from families.vision.decode import decode_images
-from families.vision.letterbox import LetterboxMeta, fit
-from families.vision.manifest import ImagePreprocess, LetterboxPreprocess
-from families.vision.nms import Detections, NMSParams, request_nms
-from kernel.family import Answer, DeploymentView, Family, FamilyApi, OipSurface, RestRoute
-from kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
-from models.manifest import preprocess_as
+from triserve.families.vision.decode import decode_images
+from triserve.families.vision.letterbox import LetterboxMeta, fit
+from triserve.families.vision.manifest import ImagePreprocess, LetterboxPreprocess
+from triserve.families.vision.nms import Detections, NMSParams, request_nms
+from triserve.kernel.family import Answer, DeploymentView, Family, FamilyApi, OipSurface, RestRoute
+from triserve.kernel.tensors import TensorMeta, bad_request, check_batch, check_finite
+from triserve.models.manifest import preprocess_as
 
 T = TypeVar("T")
 

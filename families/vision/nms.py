@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kernel.errors import InvalidOutput
+from triserve.kernel.errors import InvalidOutput
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class NMSParams:
 
 
 class NMSLimits(Protocol):
-    """The limits NMS reads (families.vision.limits.BoxLimits: every box family's limits extend it)."""
+    """The limits NMS reads (triserve.families.vision.limits.BoxLimits: every box family's limits extend it)."""
 
     conf_threshold: float
     iou_threshold: float

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.vision.letterbox import network_batch
-from families.vision.manifest import ImagePreprocess, LetterboxPreprocess
-from families.vision.nms import prefilter
-from models.manifest import Manifest, preprocess_as
+from triserve.families.vision.letterbox import network_batch
+from triserve.families.vision.manifest import ImagePreprocess, LetterboxPreprocess
+from triserve.families.vision.nms import prefilter
+from triserve.models.manifest import Manifest, preprocess_as
 
 
 def feeds(manifest: Manifest, input_names: list[str], xs: list[np.ndarray]) -> dict[str, np.ndarray]:

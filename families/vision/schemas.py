@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel.schemas import ModelChoice, deployment_field
+from triserve.kernel.schemas import ModelChoice, deployment_field
 
 
 class ImageInput(BaseModel):

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from configs.access import AccessSettings, ApiKey
-from kernel.errors import ApiError
-from kernel.protection.buckets import BucketStore, LocalBuckets, SharedBuckets, remove_stale, server_table
-from kernel.protection.forwarded import client_address, parse_networks
-from observability.metrics import REJECTED
+from triserve.configs.access import AccessSettings, ApiKey
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.buckets import BucketStore, LocalBuckets, SharedBuckets, remove_stale, server_table
+from triserve.kernel.protection.forwarded import client_address, parse_networks
+from triserve.observability.metrics import REJECTED
 
 
 class Peer(Protocol):
@@ -60,7 +60,9 @@ def bucket_store(cfg: AccessSettings, workers: int) -> BucketStore:
     """Where this API worker keeps its buckets (access.limits_scope): its own memory when it is alone or limits are
     per worker, the server's shared table when several workers share them, Redis for the whole cluster."""
     if cfg.limits_scope == "cluster":
-        from kernel.protection.redis_buckets import RedisBuckets  # the optional redis client, only when asked for
+        from triserve.kernel.protection.redis_buckets import (
+            RedisBuckets,  # the optional redis client, only when asked for
+        )
 
         assert cfg.redis_url  # checked by AccessSettings
         return RedisBuckets(cfg.redis_url, cfg.redis_prefix)

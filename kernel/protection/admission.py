@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from configs.settings import Admission
-from kernel.errors import ApiError
-from kernel.protection import queue_control
-from kernel.protection.deadlines import Deadline
-from kernel.protection.queue_control import StandingQueue
+from triserve.configs.settings import Admission
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection import queue_control
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.kernel.protection.queue_control import StandingQueue
 
 
 @dataclass

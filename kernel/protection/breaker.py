@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from configs.settings import Breaker
-from observability.metrics import BREAKER_STATE, BREAKER_TRANSITIONS
+from triserve.configs.settings import Breaker
+from triserve.observability.metrics import BREAKER_STATE, BREAKER_TRANSITIONS
 
 _CODES = {"closed": 0, "half_open": 1, "open": 2}
 

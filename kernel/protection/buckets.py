@@ -3,7 +3,8 @@
 - `LocalBuckets`: one process (an API worker on its own, or the only one): a bounded LRU dict.
 - `SharedBuckets`: every API worker of one server: a fixed-size open-addressing table in a memory-mapped file
   (under /dev/shm: memory, no disk), read-modified-written under an exclusive flock. A check costs a few microseconds
-  (one blake2b, two flock syscalls, a struct read and write; `python -m kernel.protection.buckets` measures it),
+  (one blake2b, two flock syscalls, a struct read and write;
+  `python -m triserve.kernel.protection.buckets` measures it),
   where asking the runner would cost a runner round trip (~0.4-0.5 ms of the runner's and the worker's event loops,
   docs/performance.md) for every request, before its body is read, and would tie the limit to the runner tier.
 - `RedisBuckets` (kernel/protection/redis_buckets.py): every replica of a cluster, one Lua script per check.
@@ -179,7 +180,7 @@ class SharedBuckets:
         os.close(self._fd)
 
 
-def _measure(n: int = 20_000) -> None:  # pragma: no cover - `python -m kernel.protection.buckets`
+def _measure(n: int = 20_000) -> None:  # pragma: no cover - `python -m triserve.kernel.protection.buckets`
     import time
 
     with tempfile.TemporaryDirectory() as d:

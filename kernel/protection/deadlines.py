@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from configs.settings import Deadlines
-from kernel.errors import ApiError
+from triserve.configs.settings import Deadlines
+from triserve.kernel.errors import ApiError
 
 HEADER = "x-request-timeout-ms"
 

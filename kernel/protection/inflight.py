@@ -6,8 +6,8 @@ services count here too, so a request over one transport holds a place that a re
 """
 from __future__ import annotations
 
-from kernel.errors import ApiError
-from observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled
+from triserve.kernel.errors import ApiError
+from triserve.observability.metrics import INFLIGHT, REJECTED, REQUESTS, labelled
 
 COUNTS: dict[str, int] = {}  # family -> requests in flight in this API worker (one event loop: no lock needed)
 

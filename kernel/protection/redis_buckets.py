@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
-from kernel.protection.buckets import LocalBuckets
+from triserve.kernel.protection.buckets import LocalBuckets
 
 log = logging.getLogger("triserve.access")
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from models.manifest import Manifest
-from observability.metrics import DRIFT_PSI
+from triserve.models.manifest import Manifest
+from triserve.observability.metrics import DRIFT_PSI
 
 EPS = 1e-4
 

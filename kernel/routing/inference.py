@@ -17,18 +17,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from configs.deployments import Deployment, ModelRepository
-from configs.settings import Settings
-from kernel.errors import ApiError, InvalidOutput
-from kernel.family import Family
-from kernel.protection.access import AccessControl
-from kernel.protection.admission import AdmissionControl
-from kernel.protection.breaker import CircuitBreaker
-from kernel.protection.deadlines import Deadline
-from kernel.request_context import StageClock
-from kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
-from kernel.served import RunnerResult, ServedModel
-from observability.metrics import (
+from triserve.configs.deployments import Deployment, ModelRepository
+from triserve.configs.settings import Settings
+from triserve.kernel.errors import ApiError, InvalidOutput
+from triserve.kernel.family import Family
+from triserve.kernel.protection.access import AccessControl
+from triserve.kernel.protection.admission import AdmissionControl
+from triserve.kernel.protection.breaker import CircuitBreaker
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.kernel.request_context import StageClock
+from triserve.kernel.routing.rollout import CanaryGuard, ModelCatalog, RoutingTable, ShadowMirror
+from triserve.kernel.served import RunnerResult, ServedModel
+from triserve.observability.metrics import (
     CANARY_ROLLBACKS,
     DEGRADED,
     REJECTED,

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from configs.deployments import ModelRepository
-from configs.settings import Rollout
-from kernel.errors import ApiError
-from kernel.family import Family
-from kernel.served import ServedModel
-from models.manifest import Manifest
-from models.registry import LocalRegistry
-from observability.metrics import (
+from triserve.configs.deployments import ModelRepository
+from triserve.configs.settings import Rollout
+from triserve.kernel.errors import ApiError
+from triserve.kernel.family import Family
+from triserve.kernel.served import ServedModel
+from triserve.models.manifest import Manifest
+from triserve.models.registry import LocalRegistry
+from triserve.observability.metrics import (
     SHADOW_AGREEMENT,
     SHADOW_CALLS,
     SHADOW_SECONDS,

@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from kernel.protection import queue_control
-from observability.metrics import GATEWAY_BATCH, QUEUE_WAIT
+from triserve.kernel.protection import queue_control
+from triserve.observability.metrics import GATEWAY_BATCH, QUEUE_WAIT
 
 Send = Callable[[list[dict]], Awaitable[list[dict]]]
 

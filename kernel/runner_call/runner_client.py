@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from kernel.errors import ApiError
-from kernel.runner_call.batcher import SlotBatcher, approaching
-from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
+from triserve.kernel.errors import ApiError
+from triserve.kernel.runner_call.batcher import SlotBatcher, approaching
+from triserve.observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
 
 log = logging.getLogger("triserve.runner_client")
 

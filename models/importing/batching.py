@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.manifest import ParityCheck
+from triserve.models.manifest import ParityCheck
 
 if TYPE_CHECKING:
     import onnx

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.importing.result import ImportRefused
+from triserve.models.importing.result import ImportRefused
 
 _LOCK = threading.RLock()
 _ABSENT = object()

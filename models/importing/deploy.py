@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from configs.deployments import ModelRepository, models_file
+from triserve.configs.deployments import ModelRepository, models_file
 
 log = logging.getLogger("triserve.importer")
 
@@ -58,7 +58,7 @@ def add_deployment(new: dict, path: Path | None = None) -> Path:
 def deploy_published(args) -> int:
     """The CLI's optional last step (`--deployment NAME`): a deployment entry for the version just published (same
     registry, same name; its fallback too when one was published). 0, or 2 when the entry is refused."""
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
     version = getattr(args, "version", None) or registry.resolve(args.name, "stable")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.importing.labels import names_list
-from models.importing.result import ImportRefused
-from models.manifest import TensorSpec
+from triserve.models.importing.labels import names_list
+from triserve.models.importing.result import ImportRefused
+from triserve.models.manifest import TensorSpec
 
 
 def ort_session(model_path: Path, threads: int = 0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.importing.result import ImportRefused
+from triserve.models.importing.result import ImportRefused
 
 
 def read_labels(path: Path) -> list[str]:

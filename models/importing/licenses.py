@@ -13,8 +13,8 @@ import argparse
 import re
 from pathlib import Path
 
-from models.importing.result import GateFailed
-from models.manifest import NOASSERTION, check_spdx
+from triserve.models.importing.result import GateFailed
+from triserve.models.manifest import NOASSERTION, check_spdx
 
 # lower-cased ids seen in model metadata and Hugging Face cards -> SPDX ids (deprecated GPL-family ids mean "-only")
 KNOWN = {k.lower(): v for k, v in {

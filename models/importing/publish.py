@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from models.importing.licenses import add_license_option
-from models.importing.result import Artifact, GateFailed, ImportResult
-from models.manifest import Manifest
+from triserve.models.importing.licenses import add_license_option
+from triserve.models.importing.result import Artifact, GateFailed, ImportResult
+from triserve.models.manifest import Manifest
 
 log = logging.getLogger("triserve.importer")
 
@@ -31,7 +31,7 @@ BY = "triserve import"  # who moved an alias, as the registry's alias log record
 def default_registry() -> Path:
     """The local registry an import publishes into: $TRISERVE_REGISTRY_DIR, else the settings' default (the
     checkout's models/store; ~/.triserve/models for an installed wheel)."""
-    from configs.settings import registry_root
+    from triserve.configs.settings import registry_root
 
     return Path(os.environ.get("TRISERVE_REGISTRY_DIR") or registry_root())
 
@@ -39,7 +39,7 @@ def default_registry() -> Path:
 def default_cache() -> Path:
     """Where importers keep downloaded wheels, extracted photos and ultralytics' config: <state root>/.cache/importer
     (the checkout, or ~/.triserve for an installed wheel)."""
-    from configs.settings import state_root
+    from triserve.configs.settings import state_root
 
     return state_root() / ".cache" / "importer"
 
@@ -61,7 +61,7 @@ def publish(registry, result: ImportResult, alias: str | None = None, by: str = 
 
 def refuse_existing(registry, name: str, version: str) -> None:
     """Versions are immutable: an existing name:version is refused before any work."""
-    from models.registry import VersionExists
+    from triserve.models.registry import VersionExists
 
     if registry.has(name, version):
         raise VersionExists(f"{name}:{version} already exists; versions are immutable")
@@ -143,7 +143,7 @@ def run_cli(fn: Callable[[], Any], answer: Callable[[Any], None] | None = None,
             refused: tuple[type[Exception], ...] = ()) -> int:
     """Run an import with stdout kept for its JSON answer: `answer(fn())` (default: print_result of (published,
     report)) and 0; refusals (GateFailed, RegistryError, and `refused`) exit 2 with the reason logged."""
-    from models.registry import RegistryError
+    from triserve.models.registry import RegistryError
 
     caught: tuple[type[Exception], ...] = (GateFailed, RegistryError, *refused)
     try:

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.manifest import Manifest
+from triserve.models.manifest import Manifest
 
 
 class GateFailed(RuntimeError):

@@ -2,7 +2,7 @@
 
 Why: loading a pickle runs whatever code it names, with the rights of the process that loads it. So the .pt
 importers' publish path (the `triserve import *-pt` commands) runs the whole read -> ONNX export -> verification in
-`python -m models.importing.sandbox_child`, which, before it reads anything (sandbox_child.py):
+`python -m triserve.models.importing.sandbox_child`, which, before it reads anything (sandbox_child.py):
   - has resource limits: address space, CPU seconds, file size, open files (Limits;
     TRISERVE_IMPORT_LIMITS='{"memory_mb": 4096, ...}' overrides them), and the parent kills its group after `wall_s`;
   - has no network where the OS allows it (its own user + network namespace) and no TCP under Landlock;
@@ -27,9 +27,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from models.importing.provenance import git_commit
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
-from models.manifest import Manifest
+from triserve.models.importing.provenance import git_commit
+from triserve.models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from triserve.models.manifest import Manifest
 
 log = logging.getLogger("triserve.importer")
 
@@ -96,7 +96,7 @@ def _encode(value):
 
 def absolute_specs(specs: Sequence[str]) -> list[str]:
     """--custom-modules specs with their files made absolute (the child's working folder is its own)."""
-    from models.importing.custom_modules import _is_file, parse_spec
+    from triserve.models.importing.custom_modules import _is_file, parse_spec
 
     out = []
     for spec in specs:
@@ -111,7 +111,7 @@ def prefetch_photos(images: Path | None, cache: Path | None) -> None:
     """The package photos' wheels, downloaded here into `cache` before the child starts: it has no network, and
     finds them cached (models/importing/photos.py). Nothing to do when the user gives --images."""
     if images is None and cache is not None:
-        from models.importing.photos import package_photos
+        from triserve.models.importing.photos import package_photos
 
         package_photos(Path(cache))
 
@@ -138,7 +138,7 @@ def publish_checkpoint_isolated(entry: str, importer: str, weights: Path, name: 
     """The publish path of a YOLO checkpoint importer (`triserve import <family>-pt`): --custom-modules files made
     absolute, the package photos fetched first when the ultralytics cross-check needs them, `entry` (the family's
     isolated_import) run in the fenced child, its one artifact published; (published manifest, report)."""
-    from models.importing.publish import import_one_and_publish
+    from triserve.models.importing.publish import import_one_and_publish
 
     kw["custom_modules"] = absolute_specs(kw.get("custom_modules") or ())
     if kw.get("verify_ultralytics") is not False:
@@ -169,7 +169,8 @@ def run_isolated(target: str, scratch: Path, kwargs: dict, *, writable: Sequence
         "preload": list(preload), "git_commit": git_commit()}))
     log_path = scratch / "child.log"
     with open(log_path, "wb") as log_fh:
-        proc = subprocess.Popen([sys.executable, "-m", "models.importing.sandbox_child", str(request)], cwd=work,
+        proc = subprocess.Popen([sys.executable, "-m", "triserve.models.importing.sandbox_child", str(request)],
+                                cwd=work,
                                 env=child_env(home), stdin=subprocess.DEVNULL, stdout=log_fh, stderr=log_fh,
                                 start_new_session=True)
         try:
@@ -211,7 +212,7 @@ def _read_answer(path: Path, work: Path, rc: int, limits: Limits) -> ImportResul
         raise GateFailed("the isolated import's answer is larger than any import writes: refused")
     answer = json.loads(path.read_text())
     if not answer.get("ok"):
-        from models.importing.licenses import LicenseRequired
+        from triserve.models.importing.licenses import LicenseRequired
 
         kinds: dict[str, type[GateFailed]] = {"ImportRefused": ImportRefused, "LimitExceeded": LimitExceeded,
                                               "LicenseRequired": LicenseRequired}

@@ -1,7 +1,7 @@
 """The isolated import process (started by models/importing/sandbox.py): fence itself, run one importer, write back
 files only.
 
-    python -m models.importing.sandbox_child REQUEST.json
+    python -m triserve.models.importing.sandbox_child REQUEST.json
 
 Before anything else, while the process is still single-threaded: resource limits (address space, CPU seconds, file
 size, open files, no core dumps), a user + network namespace where the OS allows one (no network at all: not even
@@ -85,7 +85,7 @@ def _decode(value, tuples: bool = False):
 
 
 def _answer(out, work: Path) -> dict:
-    from models.importing.result import Artifact, ImportResult
+    from triserve.models.importing.result import Artifact, ImportResult
 
     result = ImportResult(out[0], None, out[1]) if isinstance(out, tuple) and isinstance(out[0], Artifact) else out
     arts = [{"staging": str(Path(a.staging).resolve().relative_to(work.resolve())),
@@ -95,7 +95,7 @@ def _answer(out, work: Path) -> dict:
 
 
 def _failure(exc: BaseException, limits: dict) -> dict:
-    from models.importing.result import GateFailed
+    from triserve.models.importing.result import GateFailed
 
     if isinstance(exc, MemoryError):
         return {"ok": False, "error": "LimitExceeded",
@@ -121,7 +121,7 @@ def main(request_path: str) -> int:
     result_path = Path(request["result"])
     _limits(limits)
     network = _no_network() if request.get("network_namespace", True) else "not isolated (disabled)"
-    from models.importing import landlock
+    from triserve.models.importing import landlock
 
     writable = [Path(p) for p in request["writable"] if Path(p).exists()]
     abi = landlock.restrict_writes([work, result_path.parent, *writable, Path(os.devnull)])
@@ -130,7 +130,7 @@ def main(request_path: str) -> int:
     for name in request.get("preload", []):  # heavy, trusted imports before the audit hook watches
         importlib.import_module(name)
     if request.get("git_commit"):  # the parent's answer: the child starts no git
-        from models.importing import provenance
+        from triserve.models.importing import provenance
 
         provenance.KNOWN_COMMIT = request["git_commit"]
     sys.addaudithook(_audit)

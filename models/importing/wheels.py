@@ -14,8 +14,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.importing.provenance import source_digest, stable_hash
-from models.manifest import sha256_file
+from triserve.models.importing.provenance import source_digest, stable_hash
+from triserve.models.manifest import sha256_file
 
 log = logging.getLogger("triserve.importer")
 

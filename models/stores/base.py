@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from models.manifest import FileEntry, Manifest, describe_files, utcnow
-from models.registry import IntegrityError, NotFound, RegistryError, VersionExists  # also re-exported
+from triserve.models.manifest import FileEntry, Manifest, describe_files, utcnow
+from triserve.models.registry import IntegrityError, NotFound, RegistryError, VersionExists  # also re-exported
 
 CHUNK = 1 << 20
 

@@ -1,10 +1,11 @@
-"""file:///path or a plain path: the existing local directory layout, served by models.registry.LocalRegistry."""
+"""file:///path or a plain path: the existing local directory layout, served by
+triserve.models.registry.LocalRegistry."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from models.manifest import Manifest
-from models.registry import LocalRegistry
+from triserve.models.manifest import Manifest
+from triserve.models.registry import LocalRegistry
 
 from .base import RegistryStore, check_alias, iter_file
 

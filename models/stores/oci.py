@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import oras.container
 import requests
 
-from models.manifest import NAME_PATTERN, VERSION_PATTERN, FileEntry, Manifest
+from triserve.models.manifest import NAME_PATTERN, VERSION_PATTERN, FileEntry, Manifest
 
 from .base import (
     CHUNK,

@@ -14,9 +14,10 @@ Credentials for a registry host, the first source that has them:
 The password is never logged, never part of an exception message or the store's URI, never written into the
 registry (manifests, alias documents) or into pulled files; credentials inside the URI (oci://user:pw@host) are
 refused. A refused login (Basic credentials rejected, or the token service answering 401/403) raises
-RegistryAuthError (models.stores.base, a RegistryError: the CLI prints "error: ... authentication failed ..." naming
+RegistryAuthError (triserve.models.stores.base, a RegistryError: the CLI prints "error: ... authentication failed ..."
+naming
 the registry, the user and the credential source, and exits 1 without a traceback); it is never retried (only
-RegistryUnavailable is, by models.cache).
+RegistryUnavailable is, by triserve.models.cache).
 
 """
 from __future__ import annotations

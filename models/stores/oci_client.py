@@ -17,7 +17,8 @@ replaced here (`OrasRegistry.do_request`), because in oras 0.2.43, measured agai
 htpasswd and token servers of tests/models/conftest.py:
   * do_request is wrapped in `oras.decorator.retry`: a hand-written loop retrying any exception 5 times, sleeping 3, 5,
     11, 29 and 83 s (131 s, no jitter, not configurable). A refused connection takes over two minutes to report,
-    where the store must raise RegistryUnavailable at once: models.cache owns retries and backoff, then falls back to
+    where the store must raise RegistryUnavailable at once: triserve.models.cache owns retries and backoff, then falls
+    back to
     the verified cache;
   * its token backend keeps one bearer token for every scope and asks for a new one only on 403: after the pull-scoped
     token of the blob HEAD that precedes an upload, the upload POST gets 401 insufficient_scope and the same token is
@@ -46,7 +47,7 @@ import requests
 from .base import CHUNK, RegistryAuthError, RegistryError, RegistryUnavailable
 from .oci_auth import Credentials, where_credentials_go
 
-log = logging.getLogger("models.stores.oci")
+log = logging.getLogger("triserve.models.stores.oci")
 
 
 class Registrant(Protocol):

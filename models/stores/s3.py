@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from models.manifest import NAME_PATTERN
+from triserve.models.manifest import NAME_PATTERN
 
 from .base import CHUNK, NotFound, RegistryError, RegistryUnavailable, VersionExists, progress_bar
 from .tree import TreeStore

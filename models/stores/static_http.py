@@ -12,7 +12,7 @@ from urllib.parse import unquote, urljoin
 
 import httpx
 
-from models.manifest import NAME_PATTERN, VERSION_PATTERN
+from triserve.models.manifest import NAME_PATTERN, VERSION_PATTERN
 
 from .base import CHUNK, NotFound, RegistryError, RegistryUnavailable
 from .tree import TreeStore

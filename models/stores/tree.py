@@ -14,7 +14,7 @@ from abc import abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from models.manifest import Manifest
+from triserve.models.manifest import Manifest
 
 from .base import NotFound, RegistryStore, alias_entry
 

@@ -5,7 +5,7 @@
         --deployments classify=text,detect=detection,forecast=forecast --scaling classify
 
 Per family, on the same inputs (made here: texts, JPEG photos-sized images, 500-point daily series):
-  session   the bare model session (the runner's pool, batch.model.Session) on items prepared beforehand: model
+  session   the bare model session (the runner's pool, triserve.batch.model.Session) on items prepared beforehand: model
             calls only (decoding, tokenising, the forecaster's classical methods done before the clock starts);
   pipeline  the in-process ceiling: the family's whole chain in one process on records already in memory (prepare +
             model + finish per chunk, no files, no shards), the same work the job does;
@@ -77,9 +77,9 @@ def cli_args(command: str, deployment: str, source: Path, output: Path, registry
 
 
 def measure(command: str, deployment: str, source: Path, args, work: Path) -> dict:
-    from batch import cli
-    from batch.sources import Loader, open_source
-    from batch.work import ShardWorker
+    from triserve.batch import cli
+    from triserve.batch.sources import Loader, open_source
+    from triserve.batch.work import ShardWorker
 
     parsed = cli._parser().parse_args(cli_args(command, deployment, source, work / f"probe-{command}", args.registry,
                                                args.models_file, work / "cache", args.workers))
@@ -120,7 +120,7 @@ def measure(command: str, deployment: str, source: Path, args, work: Path) -> di
 
 
 def scaling(command: str, deployment: str, source: Path, args, work: Path) -> list[dict]:
-    from batch import cli
+    from triserve.batch import cli
 
     out: list[dict[str, Any]] = []
     for engine in ("local", "ray", "spark"):

@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"command": "python -m scripts.bench.cold_start " + " ".join(argv if argv is not None else sys.argv[1:]),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "summary": summary, "runs": results}
     L = [f"# Cold start to ready ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
-         "Spawn of `bentoml serve services.gateway:Gateway` (gateway + runner workers, six models, gRPC on) until "
+         "Spawn of `bentoml serve triserve.services.gateway:Gateway` (gateway + runner workers, six models, gRPC on) "
+          "until "
          "/readyz answers 200; not pinned (both cores), nothing else running.", "",
          "| mode | ready s, median [min-max] | goal | met |", "|---|---|---|---|"]
     for mode, s in summary.items():

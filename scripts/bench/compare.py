@@ -19,7 +19,7 @@ CPU execution provider, one text per request, top-3 labels back):
   mlserver          scripts/bench/peers/mlserver_text.py: MLServer custom runtime, adaptive batching on (max batch 64,
                     max_batch_time --mlserver-batch-time-ms), V2 protocol, own venv (--mlserver-python, default
                     .cache/peers/mlserver/bin/python); skipped with the reason if it cannot start
-  triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the text slot:
+  triserve_nobatch  `bentoml serve triserve.services.gateway:Gateway` with batching off for the text slot:
                     TRISERVE_SLOTS__<TEXT DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1 (each request its own runner call
                     and ONNX Runtime call); --nobatch-env changes it
   triserve          the same, default config (adaptive batching, max_batch_size 64)
@@ -166,10 +166,10 @@ def check_agreement(servers: dict, texts: list[str], n: int = 48) -> dict:
 def inproc_measure(batch_sizes: list[int], seconds_per_size: float, n_texts: int, intra_ops: list[int]) -> dict:
     """Tokenise + pad + run + top-3, back to back, for each (intra-op threads, batch size, batching strategy):
     'padded' pads the whole batch to its longest item, 'bucketed' splits it with the runner's own
-    runners.ragged.length_buckets first (one call per length group). The ceiling is the best of all of them."""
-    from families.text.preprocess import TextTokenizer
-    from kernel.ragged import pad_sequences
-    from runners.ragged import length_buckets
+    triserve.runners.ragged.length_buckets first (one call per length group). The ceiling is the best of all of them."""
+    from triserve.families.text.preprocess import TextTokenizer
+    from triserve.kernel.ragged import pad_sequences
+    from triserve.runners.ragged import length_buckets
 
     texts, _ = mix_texts(n_texts)
     d, manifest = model_dir()

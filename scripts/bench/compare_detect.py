@@ -32,7 +32,7 @@ the same families/detection functions for decode, letterbox, capped NMS and the 
                     predict(), no batching (its Python server has none), own venv (--kserve-python)
   mlserver          scripts/bench/peers/mlserver_detect.py: MLServer custom runtime, adaptive batching on (max batch
                     --pytriton-max-batch, max_batch_time --mlserver-batch-time-ms), own venv (--mlserver-python)
-  triserve_nobatch  `bentoml serve services.gateway:Gateway` with batching off for the detection slot:
+  triserve_nobatch  `bentoml serve triserve.services.gateway:Gateway` with batching off for the detection slot:
                     TRISERVE_SLOTS__<DETECTION DEPLOYMENT>__BATCHING__MAX_BATCH_SIZE=1; --nobatch-env changes it
   triserve          the same, default config (gateway batching while busy, max_batch_size 16)
   triserve_local    the same with TRISERVE_RUNNER__PLACEMENT=local (runner code in the API worker, no hop)
@@ -127,7 +127,7 @@ def make_image(width: int, height: int, rng: np.random.Generator, max_objects: i
                ) -> tuple[np.ndarray, list[tuple[int, list[float]]]]:
     """A width x height RGB image: a noisy gradient canvas holding a min(w, h) square of 1..max_objects shapes drawn
     by the detector's training-data generator. Objects as (class, [x1, y1, x2, y2]) in image pixels."""
-    from families.detection.importers.scenes import draw_image
+    from triserve.families.detection.importers.scenes import draw_image
 
     side = min(width, height)
     c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
@@ -187,7 +187,7 @@ def photo_mix(photos: list[Path], n: int = 60, seed: int = 0, quality: int = 90)
     are checked against each other) plus "photo"."""
     from PIL import Image
 
-    from models.importing.photos import read_rgb
+    from triserve.models.importing.photos import read_rgb
 
     out = []
     for i, (w, h) in enumerate(image_sizes(n, seed)):
@@ -253,10 +253,10 @@ def run_pipeline(sess, manifest: dict, b64s: list[str]) -> tuple[list[list[tuple
     """What every server does for a batch of images: base64 + image decode, letterbox, one ONNX Runtime call,
     capped NMS, boxes back to original pixels (triserve's default limits and thresholds). Returns the detections per
     image and the milliseconds per stage."""
-    from families.detection.limits import Limits
-    from families.vision.decode import decode_base64, decode_image
-    from families.vision.letterbox import boxes_to_original, preprocess_image
-    from families.vision.nms import NMSParams, nms
+    from triserve.families.detection.limits import Limits
+    from triserve.families.vision.decode import decode_base64, decode_image
+    from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+    from triserve.families.vision.nms import NMSParams, nms
 
     lim = Limits()  # the family's defaults (configs/serving.yaml sets the same)
     pre = manifest["preprocess"]

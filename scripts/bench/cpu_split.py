@@ -63,10 +63,10 @@ def floor_step(family: str, body: dict) -> Callable[[], object]:
     """The work the request itself needs, in this process with the product's own functions and the served model's
     session (as the runner opens it, intra-op 1): detect = base64 + decode + letterbox + tensor + model + capped
     NMS + boxes to original pixels; text = clean + tokenise + pad + model + top-k."""
-    from configs.settings import RunnerSettings
-    from models.manifest import preprocess_as
-    from models.registry import LocalRegistry
-    from runners.pool import make_session
+    from triserve.configs.settings import RunnerSettings
+    from triserve.models.manifest import preprocess_as
+    from triserve.models.registry import LocalRegistry
+    from triserve.runners.pool import make_session
 
     directory, manifest = LocalRegistry(ROOT / "models" / "store").load_verified(MODELS[family], "stable")
     session, _, _ = make_session(directory / manifest.model_file,
@@ -74,13 +74,13 @@ def floor_step(family: str, body: dict) -> Callable[[], object]:
                                                 spin_wait=False))
     inputs = [i.name for i in session.get_inputs()]
     if family == "detect":
-        from families.detection import runtime as det_runtime
-        from families.detection.limits import Limits as DetLimits
-        from families.detection.manifest import DetectionPreprocess
-        from families.detection.schemas import DetectRequest
-        from families.vision.decode import decode_images
-        from families.vision.letterbox import boxes_to_original, letterbox
-        from families.vision.nms import decode, request_nms
+        from triserve.families.detection import runtime as det_runtime
+        from triserve.families.detection.limits import Limits as DetLimits
+        from triserve.families.detection.manifest import DetectionPreprocess
+        from triserve.families.detection.schemas import DetectRequest
+        from triserve.families.vision.decode import decode_images
+        from triserve.families.vision.letterbox import boxes_to_original, letterbox
+        from triserve.families.vision.nms import decode, request_nms
 
         det_limits, pre = DetLimits(), preprocess_as(manifest, DetectionPreprocess)
         request = DetectRequest.model_validate(body)
@@ -91,11 +91,11 @@ def floor_step(family: str, body: dict) -> Callable[[], object]:
             params = request_nms(det_limits)
             return [boxes_to_original(decode(h, pre.head, params).boxes, meta) for h, (_, meta) in zip(heads, boxed)]
         return detect
-    from families.text import runtime as text_runtime
-    from families.text.limits import Limits as TextLimits
-    from families.text.manifest import TextPreprocess
-    from families.text.postprocess import top_k
-    from families.text.preprocess import TextTokenizer
+    from triserve.families.text import runtime as text_runtime
+    from triserve.families.text.limits import Limits as TextLimits
+    from triserve.families.text.manifest import TextPreprocess
+    from triserve.families.text.postprocess import top_k
+    from triserve.families.text.preprocess import TextTokenizer
 
     text_pre, text_limits = preprocess_as(manifest, TextPreprocess), TextLimits()
     tokenizer = TextTokenizer(directory / text_pre.tokenizer_file, text_pre.max_length, text_pre.pad_token_id)

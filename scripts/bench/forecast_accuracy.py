@@ -149,7 +149,7 @@ def seasonal_naive_quantiles(history, horizon: int, m: int, z: np.ndarray) -> np
 def model_quantiles(session, histories: Sequence, frequencies: Sequence[str], next_timestamps: Sequence,
                     horizons: Sequence[int], batch: int = 1024) -> list[np.ndarray]:
     """The global model's quantiles [horizon_i, Q] in original units: prepare_batch -> ORT -> unscale, in batches."""
-    from families.forecast.features import OUTPUT_NAME, prepare_batch, unscale
+    from triserve.families.forecast.features import OUTPUT_NAME, prepare_batch, unscale
 
     out: list[np.ndarray] = []
     for i in range(0, len(histories), batch):
@@ -164,9 +164,9 @@ def run_served(session, items: Sequence[Item], many: bool = False) -> tuple[list
     calls it (many: ensemble.combine_many over all items at once instead, the batched form). A level shift
     (families/forecast/shifts.py) is removed from each history first, as the service's pipeline does.
     Returns (the Forecasts, the per-series combine seconds; empty with many)."""
-    from families.forecast import ensemble
-    from families.forecast.ensemble import backtest_cuts, combine
-    from families.forecast.shifts import remove
+    from triserve.families.forecast import ensemble
+    from triserve.families.forecast.ensemble import backtest_cuts, combine
+    from triserve.families.forecast.shifts import remove
 
     items = [(remove(h)[0], f, horizon, stamp) for h, f, horizon, stamp in items]  # level shifts out, as served
     hist, freq, stamps, horizons, cuts = [], [], [], [], []
@@ -208,7 +208,7 @@ def timed_runs(fn: Callable[[], Any], count: int, runs: int) -> tuple[list[float
 def speed_items(series, points: int, count: int) -> list[Item]:
     """`count` histories of exactly `points` points, cut from the series at least that long: newest window first, then
     stepping back half a window, taken round-robin over the series (so every long series contributes)."""
-    from families.forecast.features import MAX_HORIZON
+    from triserve.families.forecast.features import MAX_HORIZON
 
     pools = [(s, list(range(len(s), points - 1, -max(1, points // 2)))) for s in series if len(s) >= points]
     out: list[Item] = []
@@ -382,7 +382,7 @@ def statsforecast_cached(name: str, fingerprint: str, tasks: dict[str, list[Task
 def heldout_tasks(hist, freqs: list[str], horizons: list[int], sf_history: int, arima_per_freq: int,
                   arima_max_season: int) -> dict[str, list[Task]]:
     """The statsforecast tasks of the held-out windows (module docstring: which method gets which series)."""
-    from families.forecast.features import FREQUENCIES, SEASON, SEASON2
+    from triserve.families.forecast.features import FREQUENCIES, SEASON, SEASON2
 
     n = len(hist)
     tasks: dict[str, list[Task]] = {m: [] for m in SF_METHODS}
@@ -453,15 +453,22 @@ def main(argv=None) -> dict:
         return {}
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from families.forecast.features import FREQUENCIES, MAX_HORIZON, OUTPUT_NAME, QUANTILES, SEASON, prepare_batch
-    from families.forecast.theta import Z
     from scripts.common import ort_session
     from scripts.forecast.corpus import build_corpus, corpus_fingerprint, last_window, split_corpus
+    from triserve.families.forecast.features import (
+        FREQUENCIES,
+        MAX_HORIZON,
+        OUTPUT_NAME,
+        QUANTILES,
+        SEASON,
+        prepare_batch,
+    )
+    from triserve.families.forecast.theta import Z
 
     corpus = build_corpus()
     split = split_corpus(corpus)
     train_info: dict[str, Any] | None = None
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
     if args.model is None and not args.train:
@@ -535,8 +542,8 @@ def main(argv=None) -> dict:
     # the fallback exactly as served: the registry's forecast-theta through the runner hooks (packed items, numpy
     # session, unscaling); the primary's prepare_batch path above is the served path vectorised
     # (tests/families/forecast/test_preprocess.py proves the two identical)
-    import families
     from scripts.forecast.build import Served
+    from triserve import families
 
     fb_dir, fb_manifest = registry.load_verified("forecast-theta", args.ref)
     fallback = Served(fb_manifest, families.runtime("forecast").numpy_session(fb_manifest,
@@ -624,7 +631,7 @@ def main(argv=None) -> dict:
 
 def goals(report: dict) -> dict:
     """The issue's goals for the served forecaster (GOALS); a goal without its numbers is missed."""
-    from families.forecast.features import FREQUENCIES
+    from triserve.families.forecast.features import FREQUENCIES
 
     t, paired, speed = report["table"], report["paired"], report["speed"]
     served = t.get("served", {})
@@ -675,9 +682,9 @@ def goals(report: dict) -> dict:
 def score_textbook(session, fallback, args) -> dict:
     """Every textbook case (scripts/forecast/textbook.py) forecast by each method and judged by textbook.check;
     each method beside the better of AutoETS/AutoTheta on the case (module docstring)."""
-    from families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON
     from scripts.common import stable_hash
     from scripts.forecast import textbook
+    from triserve.families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON
 
     cases = textbook.cases()
     hist = [c.history for c in cases]
@@ -786,7 +793,7 @@ def _cell(row: dict | None, fmt: str = ".3f") -> str:
 
 
 def markdown(report: dict) -> str:
-    from families.forecast.features import FREQUENCIES
+    from triserve.families.forecast.features import FREQUENCIES
 
     t = report["table"]
     methods = [m for m in METHODS if m in t]
@@ -930,7 +937,7 @@ def plot(report: dict, path: Path) -> None:
     if plt is None:
         return None
 
-    from families.forecast.features import FREQUENCIES
+    from triserve.families.forecast.features import FREQUENCIES
 
     t = report["table"]
     methods = [m for m in METHODS if m in t]

@@ -95,9 +95,9 @@ def datasets() -> dict[str, dict[str, Any]]:
 def served(session, windows: list[dict]) -> list[tuple[np.ndarray, dict | None]]:
     """The service's forecaster for each window (history y, optional x / x_future): (median [h], covariate fit
     summary or None), as families/forecast/series.py does it."""
-    from families.forecast import covariates
-    from families.forecast.features import MEDIAN_INDEX, step_timestamps
     from scripts.bench.forecast_accuracy import run_served
+    from triserve.families.forecast import covariates
+    from triserve.families.forecast.features import MEDIAN_INDEX, step_timestamps
 
     fits, items = [], []
     for w in windows:
@@ -189,9 +189,9 @@ def main(argv=None) -> dict:
         sf_worker(*args.sf_worker)
         return {}
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from families.forecast.features import SEASON
-    from models.registry import LocalRegistry
     from scripts.common import ort_session
+    from triserve.families.forecast.features import SEASON
+    from triserve.models.registry import LocalRegistry
 
     directory, manifest = LocalRegistry(args.registry).load_verified("forecast-global", args.ref)
     session = ort_session(directory / manifest.model_file, threads=1)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no CUDAExecutionProvider (available: {ort.get_available_providers()}); install onnxruntime-gpu on a "
               "GPU machine", file=sys.stderr)
         return 2
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     reg = LocalRegistry(ROOT / "models" / "store")
     results: dict[str, float | dict[str, str]] = {}  # key -> items/s, or model -> why it was skipped

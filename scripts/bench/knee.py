@@ -34,13 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from configs.deployments import load_repository
 from scripts.bench import scaling_targets
 from scripts.bench.harness import RAISED_LIMITS, TriservePeer, k6_binary, open_loop
 from scripts.bench.load_mix import payloads
 from scripts.bench.report import pyplot, write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
+from triserve.configs.deployments import load_repository
 
 SLO_MS = {"text": 100.0, "detection": 300.0, "forecast": 100.0}  # p99 per request, what a client would be promised
 PATHS = {"text": "/v1/classify", "detection": "/v1/detect", "forecast": "/v1/forecast"}

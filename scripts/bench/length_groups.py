@@ -5,7 +5,8 @@
 Same ONNX file (minilm-intent:stable), one core, ONNX Runtime intra-op 1, batches of --batch-sizes texts drawn from
 the benchmark's text mix. Strategies, interleaved over --reps repetitions (medians [min-max] of texts/s):
   ratio_1.5     the former rule: a new group whenever a text is longer than 1.5x the group's shortest
-  cost_<c>      runners.ragged.length_buckets(call_cost_tokens=c): the cheapest split when a call costs c padded tokens
+  cost_<c>      triserve.runners.ragged.length_buckets(call_cost_tokens=c): the cheapest split when a call costs c
+  padded tokens
   one_call      the whole batch padded to its longest text
 The serving default is runner.bucket_call_cost_tokens (configs/settings.py).
 """
@@ -41,9 +42,9 @@ def ratio_groups(seqs: list[np.ndarray], max_ratio: float = 1.5) -> list[list[in
 def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
-    from families.text.preprocess import TextTokenizer
-    from kernel.ragged import pad_sequences
-    from runners.ragged import length_buckets
+    from triserve.families.text.preprocess import TextTokenizer
+    from triserve.kernel.ragged import pad_sequences
+    from triserve.runners.ragged import length_buckets
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch-sizes", default="8,16,32")

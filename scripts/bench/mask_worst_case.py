@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.segmentation.limits import Limits
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.postprocess import image_result, select
-from families.vision.letterbox import letterbox
-from families.vision.nms import NMSParams
+from triserve.families.segmentation.limits import Limits
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.postprocess import image_result, select
+from triserve.families.vision.letterbox import letterbox
+from triserve.families.vision.nms import NMSParams
 
 IMGSZ = 640
 PRE = SegmentationPreprocess(imgsz=IMGSZ, anchors=8400, mask_dim=32, proto_size=IMGSZ // 4)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from families.vision.nms import NMSParams, nms
+from triserve.families.vision.nms import NMSParams, nms
 
 
 def adversarial_head(anchors: int, classes: int, overlapping: bool, seed: int = 0) -> np.ndarray:

@@ -38,8 +38,8 @@ def text_models_file(path: Path = CACHE / "models.yaml") -> Path:
 
 def tiny_text_registry(root: Path = CACHE / "registry") -> Path:
     """The tiny text model of the test session, built once into its own registry (alias stable)."""
-    from models.registry import LocalRegistry
     from scripts.pipeline import build_task
+    from triserve.models.registry import LocalRegistry
 
     build_task("text", "tiny", LocalRegistry(root), CACHE / "build")
     return root

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from families.segmentation.limits import Limits
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.postprocess import image_result, split_row
-from families.vision.letterbox import boxes_to_original, preprocess_image
-from families.vision.nms import NMSParams, nms
-from models.importing.photos import package_photos, read_rgb
-from models.manifest import preprocess_as
-from models.registry import LocalRegistry
 from scripts.bench.textmix import ROOT
+from triserve.families.segmentation.limits import Limits
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.postprocess import image_result, split_row
+from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+from triserve.families.vision.nms import NMSParams, nms
+from triserve.models.importing.photos import package_photos, read_rgb
+from triserve.models.manifest import preprocess_as
+from triserve.models.registry import LocalRegistry
 
 HEAD_OUTPUTS = ("/model.22/Mul_2_output_0", "/model.22/Sigmoid_output_0")  # boxes (xywh), class scores
 

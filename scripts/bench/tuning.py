@@ -25,9 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.manifest import DetectionPreprocess
-from families.forecast.manifest import ForecastPreprocess
-from models.manifest import preprocess_as
 from scripts.bench.batch_hist import around
 from scripts.bench.compare import request_for
 from scripts.bench.harness import RAISED_LIMITS, TriservePeer, default_generator, load_cell
@@ -35,6 +32,9 @@ from scripts.bench.report import write_report
 from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
 from scripts.common import default_deployment
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.models.manifest import preprocess_as
 
 TEXT = f"TRISERVE_SLOTS__{default_deployment('text').upper()}__BATCHING__"
 CONFIGS = {  # name: (environment overrides on top of configs/serving.yaml, what it varies)
@@ -77,7 +77,7 @@ def _key(intra: int, inter: int, spin: bool) -> str:
 
 def model_inputs(task: str, batch: int) -> tuple[str, dict[str, np.ndarray]]:
     """The stable model's file and a representative batch of inputs."""
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     reg = LocalRegistry(ROOT / "models" / "store")
     name = MODELS[task]

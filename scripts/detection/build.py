@@ -32,20 +32,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from families.detection.importers.evaluate import evaluate, latency_ab, reference_distribution, yolo_labels
-from families.detection.importers.export import (
-    check_graph_io,
-    check_parity,
-    class_names,
-    export_onnx,
-    export_user_model,
-    load_torch_model,
-    pin_output_channels,
-    tensor_specs,
-)
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from families.detection.manifest import DetectionPreprocess
-from models.manifest import PROJECT_LICENSE, Manifest, Source, utcnow
 from scripts.common import (
     LOCAL_REGISTRY,
     PIPELINE_CACHE,
@@ -58,6 +44,20 @@ from scripts.common import (
     seed_everything,
     stable_hash,
 )
+from triserve.families.detection.importers.evaluate import evaluate, latency_ab, reference_distribution, yolo_labels
+from triserve.families.detection.importers.export import (
+    check_graph_io,
+    check_parity,
+    class_names,
+    export_onnx,
+    export_user_model,
+    load_torch_model,
+    pin_output_channels,
+    tensor_specs,
+)
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.models.manifest import PROJECT_LICENSE, Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.pipeline.detection")
 
@@ -207,7 +207,7 @@ def train(ctx: BuildContext, recipe: dict, dataset) -> Trained:
 
 # -- evaluation -------------------------------------------------------------------------------------------------------
 def eval_nms_params(recipe: dict):
-    from families.vision.nms import NMSParams
+    from triserve.families.vision.nms import NMSParams
 
     return NMSParams(conf_threshold=recipe.get("eval_conf", 0.001), iou_threshold=recipe.get("eval_iou", 0.7),
                      pre_nms_topk=30000, max_detections=300)
@@ -305,7 +305,8 @@ def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
 def publish_user_model(weights: Path, name: str, version: str, registry, imgsz: int | None = None,
                        data: Path | None = None, alias: str | None = None, cache_dir: Path | None = None,
                        head: str = "auto") -> Manifest:
-    """export_user_model, then publish into `registry` (a models.registry.LocalRegistry) and optionally alias it."""
+    """export_user_model, then publish into `registry` (a triserve.models.registry.LocalRegistry) and optionally alias
+    it."""
     work = Path(tempfile.mkdtemp(prefix="triserve-user-export-"))
     try:
         art = export_user_model(weights, name, version, work, imgsz=imgsz, data=data, cache_dir=cache_dir, head=head)
@@ -318,7 +319,7 @@ def publish_user_model(weights: Path, name: str, version: str, registry, imgsz: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     ap = argparse.ArgumentParser(prog="python -m scripts.detection.build", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

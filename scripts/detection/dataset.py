@@ -23,7 +23,7 @@ import cv2
 import numpy as np
 import yaml
 
-from families.detection.importers.scenes import CLASSES, draw_image
+from triserve.families.detection.importers.scenes import CLASSES, draw_image
 
 SPLITS = ("train", "val", "test")
 GENERATOR_VERSION = 2  # bump when the drawing code (families/detection/importers/scenes.py) changes: it is part of

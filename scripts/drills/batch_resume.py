@@ -63,7 +63,7 @@ def make_inputs(root: Path, scale: int) -> dict[str, Path]:
 
 
 def command_line(args, command: str, deployment: str, source: Path, output: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "batch.cli", command, "--deployment", deployment, "--input", str(source),
+    cmd = [sys.executable, "-m", "triserve.batch.cli", command, "--deployment", deployment, "--input", str(source),
            "--output", str(output), "--registry", str(args.registry), "--cache-dir", str(args.cache_dir),
            "--shard-size", str(args.shard_size), "--chunk-size", str(args.chunk_size), "--workers", str(args.workers),
            "--quiet"]
@@ -81,14 +81,14 @@ def run_to_end(cmd: list[str]) -> tuple[float, dict]:
 
 
 def rows(output: Path) -> list[dict]:
-    from batch.sinks import read_rows
+    from triserve.batch.sinks import read_rows
 
     return read_rows(output)
 
 
 def drill(args, command: str, deployment: str, source: Path, work: Path, rng: random.Random) -> dict:
-    from batch.job import JobDir
-    from batch.sources import open_source
+    from triserve.batch.job import JobDir
+    from triserve.batch.sources import open_source
 
     reference_dir, killed_dir = work / f"{command}-reference", work / f"{command}-killed"
     ref_seconds, ref_summary = run_to_end(command_line(args, command, deployment, source, reference_dir))

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import httpx
 
-from models.registry import LocalRegistry
 from scripts.drills.common import assert_loopback, base_parser, log_path, save
 from scripts.drills.server import Server
 from scripts.drills.starts import (
@@ -34,6 +33,7 @@ from scripts.drills.starts import (
     drill_main,
     serve_once,
 )
+from triserve.models.registry import LocalRegistry
 from triserve_client import (
     NO_RETRY,
     ClassifyResponse,

@@ -1,4 +1,4 @@
-"""A `bentoml serve services.gateway:Gateway` subprocess on free loopback ports, for tests and drills.
+"""A `bentoml serve triserve.services.gateway:Gateway` subprocess on free loopback ports, for tests and drills.
 
 Each server gets its own BENTOML_HOME (BentoML keeps its Prometheus multiprocess files there and wipes them at start,
 so servers sharing one home erase each other's metrics) and its own gRPC port. Drills also need the PIDs
@@ -66,6 +66,13 @@ def pin_threads(pids: Iterable[int], cpus: set[int]) -> int:
     return pinned
 
 
+def gateway_service(root: Path) -> str:
+    """The gateway's import string in the tree at `root`: trees before the one-name layout (an A/B's base commit)
+    served `services.gateway:Gateway`."""
+    return "triserve.services.gateway:Gateway" if (root / "triserve" / "services").exists() \
+        else "services.gateway:Gateway"
+
+
 class Server:
     """`with Server(registry) as srv: srv.wait_ready(); ...` - always on 127.0.0.1."""
 
@@ -74,7 +81,8 @@ class Server:
                  max_bind_retries: int = 1, verify: ssl.SSLContext | bool = True):
         """`root`: the source tree whose code is served (another checkout of the project, e.g. for an A/B of two
         commits: scripts/bench/ab.py); this tree by default. `command`: what starts the server, before `--host ...
-        --port ...` (default `python -m bentoml serve services.gateway:Gateway`; e.g. the `triserve serve` console
+        --port ...` (default `python -m bentoml serve triserve.services.gateway:Gateway`; e.g. the `triserve serve`
+        console
         script); it runs in `root`. `max_bind_retries`: how many times a server that exits before it is up with
         EADDRINUSE in its log (`log_path` needed) is started again on its held ports (see _retry_lost_bind). With
         TRISERVE_TLS__CERTFILE in `env` the server speaks HTTPS: `verify` (an ssl.SSLContext trusting its CA, with a
@@ -96,7 +104,7 @@ class Server:
         if log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-        command = command or [sys.executable, "-m", "bentoml", "serve", "services.gateway:Gateway"]
+        command = command or [sys.executable, "-m", "bentoml", "serve", gateway_service(Path(root))]
         self._argv = [*command, "--host", "127.0.0.1", "--port", str(self.port)]
         self._root, self._full_env = root, full_env
         self.max_bind_retries = max_bind_retries

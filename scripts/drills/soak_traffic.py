@@ -24,8 +24,8 @@ from tritonclient.utils import InferenceServerException
 
 from scripts.drills.common import TEXTS, assert_loopback, post
 from scripts.drills.soak_plan import SoakRow
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 TRANSPORTS = ("rest", "grpc", "oip_rest", "oip_grpc")
 SERIES = [round(340 + 0.1 * i + 3 * np.sin(i * np.pi / 6), 3) for i in range(48)]

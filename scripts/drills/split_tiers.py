@@ -192,9 +192,11 @@ def summarise(res: dict, start: float | None, end: float | None, what: str) -> d
 
 WIRING = """## How the tiers are wired (BentoML 1.4.40)
 
-- Runner replica: `python -m bentoml_cli._internal.start start-http-server services.gateway:Gateway --service-name
+- Runner replica: `python -m bentoml_cli._internal.start start-http-server triserve.services.gateway:Gateway
+--service-name
   triserve-runner --port P` (what a Bento image runs for `args: [start-http-server, --service-name, ...]`). Not
-  `bentoml serve runners.service:ModelRunner`: that serves the runner as an *entry* service, and BentoML refuses the
+  `bentoml serve triserve.runners.service:ModelRunner`: that serves the runner as an *entry* service, and BentoML
+  refuses the
   gateway's pickle bodies there (`application/vnd.bentoml+pickle is not allowed in main server`, every call a 503
   `runner_unavailable`).
 - Gateway: the same command with `--service-name triserve` and `BENTOML_SERVE_DEPENDS=triserve-runner=<url>` (the

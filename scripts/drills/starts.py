@@ -40,7 +40,7 @@ from scripts.drills.server import ROOT, Server
 # the drills that start servers, in the order they are run
 DRILLS = ("kill_runner", "overload", "slow_model", "corrupt_model", "memory_budget", "side_by_side",
           "schemathesis_run", "split_tiers", "soak")
-NO_SERVER = {"batch_resume": "runs `triserve batch` (python -m batch.cli) subprocesses: no server, no port",
+NO_SERVER = {"batch_resume": "runs `triserve batch` (python -m triserve.batch.cli) subprocesses: no server, no port",
              "api_checks": "the schemathesis checks schemathesis_run loads: no process of its own",
              "soak_plan": "the soak drill's schedule and accounting (pure): no process of its own",
              "soak_traffic": "the soak drill's requests over four transports: no process of its own",

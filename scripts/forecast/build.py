@@ -28,23 +28,6 @@ from dataclasses import replace
 
 import numpy as np
 
-import families
-from families.forecast.features import (
-    CONTEXT,
-    CONTEXT_BY_FREQ,
-    FREQUENCIES,
-    H_MAX,
-    MAX_HORIZON,
-    MIN_HISTORY,
-    N_FEATURES,
-    QUANTILES,
-    SEASON,
-)
-from families.forecast.manifest import ForecastPreprocess
-from families.forecast.postprocess import quantile_forecast
-from families.forecast.preprocess import model_item, reads_history
-from families.forecast.theta import fallback_forecast
-from models.manifest import PROJECT_LICENSE, Manifest, ParityCheck, Source, TensorSpec, preprocess_as, utcnow
 from scripts.common import Artifact, BuildContext, GateFailed, histogram_reference, ort_session, package_versions
 from scripts.forecast.corpus import (
     WHEELS,
@@ -57,6 +40,23 @@ from scripts.forecast.corpus import (
 )
 from scripts.forecast.global_model import INPUT_NAMES, OPSET, OUTPUT_NAME, ModelConfig, train_and_export
 from scripts.forecast.metrics import coverage, gmean, mase, seasonal_naive_forecast
+from triserve import families
+from triserve.families.forecast.features import (
+    CONTEXT,
+    CONTEXT_BY_FREQ,
+    FREQUENCIES,
+    H_MAX,
+    MAX_HORIZON,
+    MIN_HISTORY,
+    N_FEATURES,
+    QUANTILES,
+    SEASON,
+)
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.postprocess import quantile_forecast
+from triserve.families.forecast.preprocess import model_item, reads_history
+from triserve.families.forecast.theta import fallback_forecast
+from triserve.models.manifest import PROJECT_LICENSE, Manifest, ParityCheck, Source, TensorSpec, preprocess_as, utcnow
 
 log = logging.getLogger("triserve.pipeline.forecast")
 

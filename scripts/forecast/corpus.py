@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from families.forecast.features import FREQUENCIES, MAX_HORIZON, SEASON, step_timestamps
+from triserve.families.forecast.features import FREQUENCIES, MAX_HORIZON, SEASON, step_timestamps
 
 log = logging.getLogger("triserve.forecast.corpus")
 

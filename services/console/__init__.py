@@ -3,7 +3,7 @@ model answered, and rollouts with an admin key. Plain JavaScript and CSS shipped
 step; the gateway mounts it unless gateway.console is off."""
 from fastapi import FastAPI
 
-from services.console.router import router
+from triserve.services.console.router import router
 
 __all__ = ["mount", "router"]
 

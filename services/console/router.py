@@ -15,9 +15,9 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
-from kernel.errors import ApiError
-from services.console.summary import NAMES, summarize
-from services.protocols.statistics import read_samples
+from triserve.kernel.errors import ApiError
+from triserve.services.console.summary import NAMES, summarize
+from triserve.services.protocols.statistics import read_samples
 
 STATIC = Path(__file__).resolve().parent / "static"
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",

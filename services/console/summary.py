@@ -13,7 +13,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from services.protocols.statistics import Sample
+from triserve.services.protocols.statistics import Sample
 
 REQUESTS = "triserve_requests_total"
 DEGRADED = "triserve_degraded_total"

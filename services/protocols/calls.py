@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kernel.errors import ApiError
-from services.http_errors import jsonable_errors
+from triserve.kernel.errors import ApiError
+from triserve.services.http_errors import jsonable_errors
 
 log = logging.getLogger("triserve.protocols")
 

@@ -22,14 +22,14 @@ from typing import TypeVar
 
 import grpc
 
-from kernel.call import CallContext
-from kernel.errors import ApiError
-from kernel.protection import inflight
-from kernel.protection.deadlines import HEADER as TIMEOUT_HEADER
-from kernel.protection.deadlines import Deadline
-from kernel.request_context import new_request_id
-from services.gateway_deps import ready_context
-from services.protocols.calls import ErrorInfo, describe_error
+from triserve.kernel.call import CallContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection import inflight
+from triserve.kernel.protection.deadlines import HEADER as TIMEOUT_HEADER
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.kernel.request_context import new_request_id
+from triserve.services.gateway_deps import ready_context
+from triserve.services.protocols.calls import ErrorInfo, describe_error
 
 REQUEST_ID_KEY = "x-request-id"
 ERROR_CODE_KEY = "triserve-error-code"

@@ -16,11 +16,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from kernel.errors import ApiError
-from services.protocols import oip, oip_codec
-from services.protocols.generated import grpc_predict_v2_pb2 as pb
-from services.protocols.generated import grpc_predict_v2_pb2_grpc as pb_grpc
-from services.protocols.grpc_common import RpcScope, handle
+from triserve.kernel.errors import ApiError
+from triserve.services.protocols import oip, oip_codec
+from triserve.services.protocols.generated import grpc_predict_v2_pb2 as pb
+from triserve.services.protocols.generated import grpc_predict_v2_pb2_grpc as pb_grpc
+from triserve.services.protocols.grpc_common import RpcScope, handle
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 CONTENTS_FIELD = {

@@ -31,12 +31,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from configs.settings import GrpcSettings
-from services.ports import GRPC_HINT, PortInUse, ensure_free
-from services.protocols import oip
-from services.protocols.generated import triserve_pb2_grpc
-from services.protocols.grpc_typed import SERVICE_NAME as TYPED_SERVICE
-from services.protocols.grpc_typed import TriserveServicer
+from triserve.configs.settings import GrpcSettings
+from triserve.services.ports import GRPC_HINT, PortInUse, ensure_free
+from triserve.services.protocols import oip
+from triserve.services.protocols.generated import triserve_pb2_grpc
+from triserve.services.protocols.grpc_typed import SERVICE_NAME as TYPED_SERVICE
+from triserve.services.protocols.grpc_typed import TriserveServicer
 
 log = logging.getLogger("triserve.grpc")
 # The OIP servicer and its stubs are imported when the server starts, not with this module: they register the standard
@@ -81,8 +81,8 @@ class GrpcServer:
         self._status: int | None = None
 
     async def start(self) -> None:
-        from services.protocols.generated import grpc_predict_v2_pb2_grpc  # see OIP_SERVICE
-        from services.protocols.grpc_oip import SERVICE_NAME, InferenceServicer
+        from triserve.services.protocols.generated import grpc_predict_v2_pb2_grpc  # see OIP_SERVICE
+        from triserve.services.protocols.grpc_oip import SERVICE_NAME, InferenceServicer
 
         assert SERVICE_NAME == OIP_SERVICE
         cfg = self.cfg

@@ -20,9 +20,9 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from pydantic import BaseModel
 
-import families
-from services.protocols.generated import triserve_pb2, triserve_pb2_grpc
-from services.protocols.grpc_common import RpcScope, handle
+from triserve import families
+from triserve.services.protocols.generated import triserve_pb2, triserve_pb2_grpc
+from triserve.services.protocols.grpc_common import RpcScope, handle
 
 SERVICE_NAME = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"].full_name
 

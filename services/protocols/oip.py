@@ -29,16 +29,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-import families
-from kernel.context import ServingContext
-from kernel.errors import ApiError
-from kernel.protection.deadlines import Deadline
-from kernel.request_context import StageClock
-from kernel.routing.inference import run_task
-from kernel.tensors import TensorMeta, bad_request
-from models.manifest import Manifest, TensorSpec
-from services.protocols import statistics as stats
-from services.protocols.oip_codec import (
+from triserve import families
+from triserve.kernel.context import ServingContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.kernel.request_context import StageClock
+from triserve.kernel.routing.inference import run_task
+from triserve.kernel.tensors import TensorMeta, bad_request
+from triserve.models.manifest import Manifest, TensorSpec
+from triserve.services.protocols import statistics as stats
+from triserve.services.protocols.oip_codec import (
     DATATYPES,
     NUMPY_TO_DATATYPE,
     InferRequest,

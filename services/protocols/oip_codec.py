@@ -1,7 +1,7 @@
 """The Open Inference Protocol's tensors, as both transports (oip_rest.py, grpc_oip.py) carry them: the request and
 response data model and the codec (JSON `data`, binary/raw contents, BYTES length-prefixed elements) to and from
 shaped numpy arrays, checked (datatype, shape, element count and range) with a 400 that names the tensor; and a
-family's declared pipeline tensors (kernel.tensors.TensorMeta) to and from its request fields."""
+family's declared pipeline tensors (triserve.kernel.tensors.TensorMeta) to and from its request fields."""
 from __future__ import annotations
 
 import math
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from kernel.errors import ApiError
-from kernel.tensors import TensorMeta, bad_request
+from triserve.kernel.errors import ApiError
+from triserve.kernel.tensors import TensorMeta, bad_request
 
 # OIP datatype -> numpy dtype (BYTES: object arrays of bytes)
 DATATYPES: dict[str, np.dtype] = {

@@ -32,12 +32,12 @@ import bentoml
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from kernel.errors import ApiError
-from kernel.protection import inflight
-from services.gateway_deps import inference_guard, ready_context
-from services.http_errors import request_id_of
-from services.protocols import oip, oip_codec
-from services.protocols.calls import describe_error
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection import inflight
+from triserve.services.gateway_deps import inference_guard, ready_context
+from triserve.services.http_errors import request_id_of
+from triserve.services.protocols import oip, oip_codec
+from triserve.services.protocols.calls import describe_error
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol v2"])
 ACCEPTED_TYPES = {"", "application/json", "application/octet-stream"}

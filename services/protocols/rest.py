@@ -15,11 +15,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 from pydantic import BaseModel, ConfigDict
 
-import families
-from kernel.call import CallContext
-from kernel.errors import ErrorResponse
-from kernel.family import Family, RestRoute
-from services.gateway_deps import current_context, inference_guard
+from triserve import families
+from triserve.kernel.call import CallContext
+from triserve.kernel.errors import ErrorResponse
+from triserve.kernel.family import Family, RestRoute
+from triserve.services.gateway_deps import current_context, inference_guard
 
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 415, 422, 503)}
 

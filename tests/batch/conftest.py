@@ -74,9 +74,10 @@ SMALL = ["--shard-size", "8", "--chunk-size", "4"]
 
 @pytest.fixture
 def run_job(tiny_registry, batch_inputs, tmp_path_factory):
-    """run_job(command, output, *extra, source=None) -> the summary, through batch.cli's parser and run(); the input
+    """run_job(command, output, *extra, source=None) -> the summary, through triserve.batch.cli's parser and run(); the
+    input
     is batch_inputs[command] unless `source` is given."""
-    from batch import cli
+    from triserve.batch import cli
 
     cache = tmp_path_factory.mktemp("batch-cache")
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from batch import cli
+from triserve.batch import cli
 
 
 def test_main_prints_the_summary_and_saves_it(tiny_registry, batch_inputs, tmp_path, capsys):
@@ -31,14 +31,14 @@ def test_a_deployment_of_another_family_is_refused(tiny_registry, batch_inputs, 
 def test_triserve_lists_batch():
     from triserve.cli import COMMANDS
 
-    assert COMMANDS["batch"][0] == "batch.cli"
+    assert COMMANDS["batch"][0] == "triserve.batch.cli"
 
 
 def test_every_family_with_an_adapter_gets_its_command_and_options(monkeypatch):
     """The commands come from the family registry: a family (a third-party one too) with a batch adapter gets
     `triserve batch <COMMAND>` with its source's and its own options; one without an adapter gets none."""
-    from configs import families
-    from kernel.batch import Option
+    from triserve.configs import families
+    from triserve.kernel.batch import Option
 
     class Adapter:
         FAMILY, COMMAND, SOURCE, CHUNK_SIZE, SHARD_SIZE = "sentiment", "sentiment", "texts", 8, 64

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batch import work
-from batch.sinks import read_rows
 from tests.batch.conftest import LINE_SERIES, TEXTS
+from triserve.batch import work
+from triserve.batch.sinks import read_rows
 
 
 def rows_by_key(output: Path) -> dict[str, dict]:
@@ -22,8 +22,8 @@ def rows_by_key(output: Path) -> dict[str, dict]:
 def test_classify_rows_match_the_model_run_directly(run_job, tiny_registry, tmp_path):
     import onnxruntime as ort
 
-    from families.text import runtime
-    from families.text.preprocess import TextTokenizer
+    from triserve.families.text import runtime
+    from triserve.families.text.preprocess import TextTokenizer
 
     summary = run_job("classify", tmp_path / "out", "--workers", "0", "--top-k", "2")
     rows = rows_by_key(tmp_path / "out")
@@ -101,10 +101,10 @@ def test_crash_between_shards_then_resume_is_exact(run_job, tmp_path, monkeypatc
         committed.append(real(*args, **kwargs))
         return committed[-1]
 
-    import batch.engine
+    import triserve.batch.engine
 
     monkeypatch.setattr(work, "commit_shard", crashing)
-    monkeypatch.setattr(batch.engine, "commit_shard", crashing)
+    monkeypatch.setattr(triserve.batch.engine, "commit_shard", crashing)
     with pytest.raises(Crash):
         run_job("classify", tmp_path / "out", "--workers", workers)
     monkeypatch.undo()

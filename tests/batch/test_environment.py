@@ -1,7 +1,7 @@
 """Starting a cluster must not change the caller's environment (a later subprocess would see this checkout first)."""
 import os
 
-from batch.environment import PROJECT_ROOT, started_with
+from triserve.batch.environment import PROJECT_ROOT, started_with
 
 
 def test_the_project_leads_pythonpath_only_while_the_cluster_starts(monkeypatch):

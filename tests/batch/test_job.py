@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from batch.job import JobDir, JobMismatch, JobSpec, atomic_write
+from triserve.batch.job import JobDir, JobMismatch, JobSpec, atomic_write
 
 
 def spec(**over) -> JobSpec:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from batch.sinks import read_rows
+from triserve.batch.sinks import read_rows
 
 pytest.importorskip("ray", reason="the batch-ray extra (ray[data]) is not installed")
 

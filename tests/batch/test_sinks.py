@@ -5,9 +5,9 @@ import datetime as dt
 
 import pyarrow.parquet as pq
 
-from batch.sinks import encode, read_rows, schema
-from families.forecast.batch import Adapter as Forecast
-from kernel.batch import error_row
+from triserve.batch.sinks import encode, read_rows, schema
+from triserve.families.forecast.batch import Adapter as Forecast
+from triserve.kernel.batch import error_row
 
 
 def test_all_error_shard_has_the_family_schema(tmp_path):

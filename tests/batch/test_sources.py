@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from batch.sources import Loader, open_source
 from tests.batch.conftest import LINE_SERIES, TEXTS
+from triserve.batch.sources import Loader, open_source
 
 
 def test_images_sorted_recursive_images_only(batch_inputs):

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from batch.sinks import read_rows
+from triserve.batch.sinks import read_rows
 
 pytest.importorskip("pyspark", reason="the batch-spark extra (pyspark) is not installed")
 if shutil.which("java") is None:

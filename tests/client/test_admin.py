@@ -13,9 +13,9 @@ import shutil
 import httpx
 import pytest
 
-from models.registry import LocalRegistry
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 from tests.services.test_gateway import png_bytes
+from triserve.models.registry import LocalRegistry
 from triserve_client import (
     AsyncTriserveClient,
     Deployment,

@@ -66,7 +66,7 @@ def descriptor_drift(server: bytes, client: bytes) -> str:
 
 
 def test_the_client_stubs_describe_the_servers_proto():
-    server = serialized_descriptor("services.protocols.generated.triserve_pb2")
+    server = serialized_descriptor("triserve.services.protocols.generated.triserve_pb2")
     client = serialized_descriptor("triserve_client._proto.triserve_pb2")
     assert descriptor_drift(server, client) == ""
     parsed = descriptor_pb2.FileDescriptorProto.FromString(client)
@@ -76,7 +76,7 @@ def test_the_client_stubs_describe_the_servers_proto():
 
 
 def test_a_drifted_client_descriptor_is_caught():
-    server = serialized_descriptor("services.protocols.generated.triserve_pb2")
+    server = serialized_descriptor("triserve.services.protocols.generated.triserve_pb2")
     drifted = descriptor_pb2.FileDescriptorProto.FromString(server)
     request = next(m for m in drifted.message_type if m.name == "ClassifyRequest")
     request.field.add(name="language", number=9, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,

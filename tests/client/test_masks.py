@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from families.segmentation import rle as server_rle
+from triserve.families.segmentation import rle as server_rle
 from triserve_client.masks import decode_counts, decode_rle, mask_area
 from triserve_client.models import RLE
 

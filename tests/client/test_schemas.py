@@ -20,14 +20,14 @@ from pydantic import BaseModel
 
 import triserve_client.backtest as client_backtest
 import triserve_client.models as client_models
-from configs.deployments import ModelRepository
-from families.classification.schemas import ClassifyImageResponse
-from families.detection.schemas import DetectResponse
-from families.forecast.schemas import BacktestResponse, ForecastResponse, InputReport, PanelForecastResponse
-from families.pose.schemas import PoseResponse
-from families.segmentation.schemas import SegmentResponse
-from families.text.schemas import ClassifyResponse
-from kernel.errors import ErrorResponse
+from triserve.configs.deployments import ModelRepository
+from triserve.families.classification.schemas import ClassifyImageResponse
+from triserve.families.detection.schemas import DetectResponse
+from triserve.families.forecast.schemas import BacktestResponse, ForecastResponse, InputReport, PanelForecastResponse
+from triserve.families.pose.schemas import PoseResponse
+from triserve.families.segmentation.schemas import SegmentResponse
+from triserve.families.text.schemas import ClassifyResponse
+from triserve.kernel.errors import ErrorResponse
 
 Schema = dict[str, Any]
 PAIRS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {

@@ -74,7 +74,7 @@ def _errors(validator, doc) -> list[str]:
 
 def _settings_env_ok(envs: dict[str, str], monkeypatch) -> None:
     """Every TRISERVE_* variable must be a real Settings field (extra='forbid') with a valid value."""
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     for key in [k for k in os.environ if k.startswith("TRISERVE_")]:
         monkeypatch.delenv(key)
@@ -135,7 +135,7 @@ def test_bentofile_is_valid_for_bentoml(bentofile, monkeypatch):
     path = ROOT / bentofile
     with open(path) as fh:
         cfg = BentoBuildConfig.from_yaml(fh)  # BentoML's own parser: unknown keys and bad values raise
-    assert cfg.service == "services.gateway:Gateway"
+    assert cfg.service == "triserve.services.gateway:Gateway"
     assert cfg.name == "triserve"
     raw = _load(path)
     for pattern in ("services/**/*.py", "kernel/**/*.py", "runners/**/*.py", "models/*.py", "models/stores/*.py",
@@ -399,7 +399,7 @@ def test_k8s_wiring(monkeypatch):
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": dep["metadata"]["name"]}
     assert hpa["spec"]["minReplicas"] > pdb["spec"]["minAvailable"]
-    from observability.metrics import PENDING_ITEMS
+    from triserve.observability.metrics import PENDING_ITEMS
 
     pods_metrics = [m["pods"]["metric"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
     assert {m["name"] for m in pods_metrics} == {PENDING_ITEMS._name} == {"triserve_deployment_pending_items"}

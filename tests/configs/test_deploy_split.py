@@ -128,7 +128,7 @@ def test_services_select_their_own_tier(monkeypatch):
         hpa = _one("HorizontalPodAutoscaler", name)
         assert hpa["spec"]["scaleTargetRef"]["name"] == name
     # every TRISERVE_* value is a real setting
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     for dep in (runner, gateway):
         for key in [k for k in os.environ if k.startswith("TRISERVE_")]:

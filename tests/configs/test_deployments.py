@@ -5,8 +5,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from configs.deployments import ModelRepository, load_repository, save_state, with_overrides
-from configs.settings import Settings, SlotOverride
+from triserve.configs.deployments import ModelRepository, load_repository, save_state, with_overrides
+from triserve.configs.settings import Settings, SlotOverride
 
 ROOT_MODELS = "configs/models.yaml"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import configs.families as registry
-import families
-from families.detection.manifest import DetectionPreprocess
+import triserve.configs.families as registry
+from triserve import families
+from triserve.families.detection.manifest import DetectionPreprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,9 +65,9 @@ def test_unknown_family_names_the_known_ones(loader):
 
 
 def test_loaders_return_the_family_modules_by_name():
-    from families.forecast import runtime as forecast_runtime
-    from families.text.family import FAMILY as TEXT
-    from families.text.limits import Limits as TextLimits
+    from triserve.families.forecast import runtime as forecast_runtime
+    from triserve.families.text.family import FAMILY as TEXT
+    from triserve.families.text.limits import Limits as TextLimits
 
     assert registry.limits_model("text") is TextLimits
     assert registry.preprocess_model("detection") is DetectionPreprocess
@@ -75,7 +75,8 @@ def test_loaders_return_the_family_modules_by_name():
     assert registry.family("text") is TEXT is families.family("text")
 
 
-@pytest.mark.parametrize("module", ["configs.families", "configs.settings", "configs.deployments"])
+@pytest.mark.parametrize("module", ["triserve.configs.families", "triserve.configs.settings",
+                                    "triserve.configs.deployments"])
 def test_the_bottom_layer_loads_no_family_at_import(module):
     """Discovery is by name: importing the registry (or the configs that use it) imports no family module."""
     code = (f"import sys, {module}; loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'families'); "
@@ -95,7 +96,8 @@ def test_entry_point_families_are_discovered_after_the_builtins(installed):
 
 def test_a_builtin_name_claimed_by_a_distribution_is_refused(installed):
     installed("acme-triserve", {"text": "acme_text"})
-    with pytest.raises(ValueError, match=r"'text' is claimed twice: by a built-in family \(families.text\) and by "
+    with pytest.raises(ValueError,
+    match=r"'text' is claimed twice: by a built-in family \(triserve.families.text\) and by "
                                          r"distribution acme-triserve 1.0 \(acme_text\)"):
         registry.names()
 

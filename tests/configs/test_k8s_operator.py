@@ -176,7 +176,7 @@ def test_gpu_overlays_ask_for_a_gpu_on_gpu_nodes_with_the_gpu_image(rendered):
 
 @needs_kustomize
 def test_cpu_overlays_use_no_gpu_and_the_cpu_provider(rendered, monkeypatch):
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     for overlay, runner in (("cpu", "triserve"), ("split-cpu", "triserve-runner")):
         docs = rendered[overlay, "plain"]

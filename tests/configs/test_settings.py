@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from configs.settings import Settings
+from triserve.configs.settings import Settings
 
 
 def test_yaml_defaults_load():

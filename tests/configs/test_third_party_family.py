@@ -61,10 +61,10 @@ PACKAGE = {
         import numpy as np
         from pydantic import BaseModel, ConfigDict, Field
 
-        from kernel.errors import ApiError
-        from kernel.family import Family, FamilyApi, OipSurface, RestRoute
-        from kernel.schemas import ModelChoice, ServedBy, deployment_field
-        from kernel.tensors import TensorMeta, check_batch
+        from triserve.kernel.errors import ApiError
+        from triserve.kernel.family import Family, FamilyApi, OipSurface, RestRoute
+        from triserve.kernel.schemas import ModelChoice, ServedBy, deployment_field
+        from triserve.kernel.tensors import TensorMeta, check_batch
 
 
         class SumRequest(BaseModel):
@@ -126,7 +126,7 @@ PACKAGE = {
     "batch.py": """
         import numpy as np
 
-        from kernel.batch import Prepared
+        from triserve.kernel.batch import Prepared
 
 
         class Adapter:
@@ -166,8 +166,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 import numpy as np
 
-from models.manifest import Manifest, Source, TensorSpec, utcnow
-from models.registry import LocalRegistry
+from triserve.models.manifest import Manifest, Source, TensorSpec, utcnow
+from triserve.models.registry import LocalRegistry
 
 root, work, weights = Path(sys.argv[1]), Path(sys.argv[2]), [float(w) for w in sys.argv[3].split(",")]
 registry = LocalRegistry(root)
@@ -292,7 +292,7 @@ def test_batch_has_its_command(distribution, tmp_path):
                            "--format", "jsonl", "--workers", "0", "--quiet"],
                           cwd=ROOT, env={**os.environ, **distribution}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    from batch.sinks import read_rows
+    from triserve.batch.sinks import read_rows
 
     rows = {r["key"]: r for r in read_rows(out)}
     assert (rows["a"]["sum"], rows["b"]["sum"]) == (6.0, 3.0) and rows["a"]["deployment"] == "vecsum"

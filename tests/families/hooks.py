@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from configs.deployments import Deployment
-from kernel.errors import ApiError
-from kernel.family import DeploymentView, Family
-from kernel.lifecycle import serve
+from triserve.configs.deployments import Deployment
+from triserve.kernel.errors import ApiError
+from triserve.kernel.family import DeploymentView, Family
+from triserve.kernel.lifecycle import serve
 
 
 def view(limits: Any, name: str = "test") -> DeploymentView:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel.batch import Prepared
+from triserve.kernel.batch import Prepared
 
 
 def test_rows_follow_the_records_and_refused_ones_are_error_rows():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from configs import families
-from kernel.family import Family, FamilyApi, OipSurface
+from triserve.configs import families
+from triserve.kernel.family import Family, FamilyApi, OipSurface
 
 MAX_MEMBERS = 8
 

@@ -1,5 +1,5 @@
 """kernel/lifecycle.serve: the one request lifecycle every family runs through, with a family of plain hooks and a
-fake runner call (kernel.routing.inference.run_task is exercised end to end by the served tests)."""
+fake runner call (triserve.kernel.routing.inference.run_task is exercised end to end by the served tests)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
-from configs.deployments import Deployment
-from kernel import lifecycle
-from kernel.call import CallContext
-from kernel.errors import ApiError
-from kernel.family import Family, FamilyApi, OipSurface, RestRoute
-from kernel.protection.access import Client
-from kernel.protection.deadlines import Deadline
-from kernel.request_context import Timings
-from kernel.schemas import ModelInfo, ServedBy
-from kernel.served import RunnerResult, ServedModel
 from tests.families.hooks import view
+from triserve.configs.deployments import Deployment
+from triserve.kernel import lifecycle
+from triserve.kernel.call import CallContext
+from triserve.kernel.errors import ApiError
+from triserve.kernel.family import Family, FamilyApi, OipSurface, RestRoute
+from triserve.kernel.protection.access import Client
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.kernel.request_context import Timings
+from triserve.kernel.schemas import ModelInfo, ServedBy
+from triserve.kernel.served import RunnerResult, ServedModel
 
 
 class Body(BaseModel):

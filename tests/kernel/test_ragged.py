@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-import families
-from kernel.ragged import pad_sequences
+from triserve import families
+from triserve.kernel.ragged import pad_sequences
 
 
 def test_pads_to_longest_in_batch_with_mask():

@@ -2,8 +2,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import kernel.request_context as rc
-import observability.tracing as tracing
+import triserve.kernel.request_context as rc
+import triserve.observability.tracing as tracing
 
 
 def test_each_stage_becomes_a_span_in_order(monkeypatch):

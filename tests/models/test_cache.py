@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from configs.deployments import ModelRepository
-from models.cache import NotReady, ServingRegistry, fetch_verified, open_serving_registry
-from models.registry import IntegrityError, LocalRegistry, NotFound
-from models.stores import RegistryUnavailable
-from models.stores.local import LocalStore
 from tests.models.conftest import closed_port
 from tests.models.test_manifest import make_manifest
+from triserve.configs.deployments import ModelRepository
+from triserve.models.cache import NotReady, ServingRegistry, fetch_verified, open_serving_registry
+from triserve.models.registry import IntegrityError, LocalRegistry, NotFound
+from triserve.models.stores import RegistryUnavailable
+from triserve.models.stores.local import LocalStore
 
 V1, V2 = "1.0.0-abcdef12", "1.0.1-abcdef12"
 
@@ -207,7 +207,7 @@ def test_serving_registry_unreachable_keeps_the_reason_per_slot(tmp_path):
 
 def test_serving_registry_waits_out_the_backoff_once(store, tmp_path, monkeypatch):
     """With the store down, the first slot spends the retries; the other slots go straight to the cache."""
-    import models.cache as cache_module
+    import triserve.models.cache as cache_module
 
     sleeps: list[float] = []
     real_sleep, main = time.sleep, threading.main_thread()

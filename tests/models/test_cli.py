@@ -1,4 +1,5 @@
-"""python -m models.cli: list, show, publish, copy (local -> local and local -> OCI), promote, rollback, pull."""
+"""python -m triserve.models.cli: list, show, publish, copy (local -> local and local -> OCI), promote, rollback,
+pull."""
 from __future__ import annotations
 
 import subprocess
@@ -7,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from models.cli import main, previous_target
-from models.manifest import Source
-from models.registry import LocalRegistry
-from models.stores import open_store
 from tests.models.test_manifest import make_manifest
+from triserve.models.cli import main, previous_target
+from triserve.models.manifest import Source
+from triserve.models.registry import LocalRegistry
+from triserve.models.stores import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 V1, V2 = "1.0.0-abcdef12", "1.0.1-abcdef12"
@@ -127,6 +128,6 @@ def test_unreachable_registry_exit_code(tmp_path, capsys):
 
 
 def test_module_entry_point(registry):
-    done = subprocess.run([sys.executable, "-m", "models.cli", "--registry", str(registry), "list"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "triserve.models.cli", "--registry", str(registry), "list"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "toy-model" in done.stdout

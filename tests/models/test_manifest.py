@@ -5,8 +5,8 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from families.detection.manifest import DetectionPreprocess
-from models.manifest import FileEntry, Manifest, Source, TensorSpec, json_schema, utcnow
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.models.manifest import FileEntry, Manifest, Source, TensorSpec, json_schema, utcnow
 
 
 def make_manifest(**overrides) -> Manifest:
@@ -63,7 +63,7 @@ def test_preprocess_is_discriminated_by_task_kind():
 def test_committed_schema_file_is_current():
     path = Path(__file__).resolve().parents[2] / "models" / "manifest.schema.json"
     assert json.loads(path.read_text()) == json_schema(), \
-        "regenerate: python -m models.manifest > models/manifest.schema.json"
+        "regenerate: python -m triserve.models.manifest > models/manifest.schema.json"
 
 
 def test_license_defaults_for_older_manifests_and_must_look_like_spdx():

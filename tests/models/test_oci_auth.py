@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from models import cli
-from models.cache import fetch_verified
-from models.registry import IntegrityError
-from models.stores import RegistryError, open_store
-from models.stores.base import RegistryAuthError
-from models.stores.oci_auth import ENV_PASSWORD, ENV_USERNAME, find_credentials
 from tests.models.conftest import unique_name
 from tests.models.test_manifest import make_manifest
+from triserve.models import cli
+from triserve.models.cache import fetch_verified
+from triserve.models.registry import IntegrityError
+from triserve.models.stores import RegistryError, open_store
+from triserve.models.stores.base import RegistryAuthError
+from triserve.models.stores.oci_auth import ENV_PASSWORD, ENV_USERNAME, find_credentials
 
 V1, V2 = "1.0.0-abcdef12", "1.0.1-abcdef12"
 
@@ -179,7 +179,7 @@ def test_environment_wins_over_the_docker_config(oci_registry_basic, no_credenti
 
 
 def test_tampered_artifact_is_refused_behind_auth(oci_registry_token, no_credentials, monkeypatch, staged, tmp_path):
-    from models.stores.oci import _digest
+    from triserve.models.stores.oci import _digest
 
     _env(monkeypatch, oci_registry_token.username, oci_registry_token.password)
     store = open_store(oci_registry_token.uri)

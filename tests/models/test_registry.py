@@ -1,7 +1,7 @@
 import pytest
 
-from models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, VersionExists
 from tests.models.test_manifest import make_manifest
+from triserve.models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, VersionExists
 
 
 @pytest.fixture()

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from models.cache import NotReady, fetch_verified
-from models.registry import IntegrityError, NotFound, RegistryError, VersionExists
-from models.stores import ReadOnlyStore, RegistryStore, RegistryUnavailable, open_store
-from models.stores.local import LocalStore
 from tests.models.conftest import closed_port, unique_name
 from tests.models.test_manifest import make_manifest
+from triserve.models.cache import NotReady, fetch_verified
+from triserve.models.registry import IntegrityError, NotFound, RegistryError, VersionExists
+from triserve.models.stores import ReadOnlyStore, RegistryStore, RegistryUnavailable, open_store
+from triserve.models.stores.local import LocalStore
 
 V1, V2 = "1.0.0-abcdef12", "1.0.1-abcdef12"
 
@@ -55,7 +55,7 @@ def case(request, tmp_path) -> Case:
 
         def tamper(name, version, path, data):
             """A manifest whose layer content differs from the sha256 recorded in our manifest.json."""
-            from models.stores.oci import _digest
+            from triserve.models.stores.oci import _digest
 
             oci, _ = store._get_manifest(name, version)
             store._upload(name, _digest(data), len(data), data)
@@ -183,8 +183,8 @@ def test_oci_layout(oci_registry, staged):
     """What the registry holds: a tag per version, our manifest.json as the config blob, one annotated layer per
     file, the weights' licence and source as org.opencontainers.image.* annotations, and the alias document under
     the `_aliases` tag."""
-    from models.manifest import Source
-    from models.stores.oci import ALIASES_TAG, CONFIG_TYPE
+    from triserve.models.manifest import Source
+    from triserve.models.stores.oci import ALIASES_TAG, CONFIG_TYPE
 
     store = open_store(oci_registry)
     name = unique_name()

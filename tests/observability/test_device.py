@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import REGISTRY
 
-from observability import device
+from triserve.observability import device
 
 GIB = 2 ** 30
 

@@ -6,8 +6,8 @@ import signal
 import time
 import tracemalloc
 
-from observability import heapdump
 from scripts.bench.heap_diff import top_growth
+from triserve.observability import heapdump
 
 _kept: list[bytes] = []
 

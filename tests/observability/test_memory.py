@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from configs.settings import MemorySettings
-from observability import memory
+from triserve.configs.settings import MemorySettings
+from triserve.observability import memory
 
 
 def _trims_observed() -> float:

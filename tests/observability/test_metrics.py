@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from observability import metrics
+from triserve.observability import metrics
 
 
 def _count(service: str) -> float:
@@ -33,7 +33,7 @@ def test_gc_pauses_are_recorded_by_the_callback_and_observed_only_when_drained()
 def test_labelled_children_are_the_metrics_own_and_looked_up_once():
     from prometheus_client import CollectorRegistry, Counter
 
-    from observability.metrics import labelled
+    from triserve.observability.metrics import labelled
 
     counter = Counter("triserve_test_labelled_total", "test", ["task", "status"], registry=CollectorRegistry())
     child = labelled(counter, "text", "200")
@@ -46,7 +46,7 @@ def test_labelled_children_are_the_metrics_own_and_looked_up_once():
 
 _WORKER = """
 import sys
-from observability.metrics import pending_declared, pending_finished, pending_started
+from triserve.observability.metrics import pending_declared, pending_finished, pending_started
 pending_declared("coco")
 pending_started("intent", int(sys.argv[1]))
 print("started", flush=True)

@@ -1,7 +1,7 @@
 import json
 
-from configs.settings import Observability
-from observability.request_log import RequestLog
+from triserve.configs.settings import Observability
+from triserve.observability.request_log import RequestLog
 
 
 def test_payloads_are_sampled_capped_and_rotated(tmp_path):
@@ -43,7 +43,7 @@ class _CountingStream:
 def test_background_writer_keeps_every_line_in_order_with_few_writes():
     import logging
 
-    from observability.request_log import BackgroundLineWriter, json_logger
+    from triserve.observability.request_log import BackgroundLineWriter, json_logger
 
     stream = _CountingStream()
     writer = BackgroundLineWriter(stream, "unit.writer", interval_s=3600)  # only explicit flushes write
@@ -62,7 +62,7 @@ def test_a_logger_asked_for_again_makes_no_new_writer_thread():
     10,000 junk requests slowed refusals from ~300/s to ~15/s before this."""
     import threading
 
-    from observability.request_log import stdout_json_logger
+    from triserve.observability.request_log import stdout_json_logger
 
     first = stdout_json_logger("unit.once")
     before = threading.active_count()
@@ -72,7 +72,7 @@ def test_a_logger_asked_for_again_makes_no_new_writer_thread():
 
 
 def test_background_writer_drops_and_counts_beyond_its_bound():
-    from observability.request_log import LOG_LINES_DROPPED, BackgroundLineWriter, json_logger
+    from triserve.observability.request_log import LOG_LINES_DROPPED, BackgroundLineWriter, json_logger
 
     stream = _CountingStream()
     writer = BackgroundLineWriter(stream, "unit.bounded", interval_s=3600, max_pending=10)
@@ -85,7 +85,7 @@ def test_background_writer_drops_and_counts_beyond_its_bound():
 
 
 def test_fresh_request_ids_are_unique_hex_and_client_ids_are_kept():
-    from kernel.request_context import new_request_id
+    from triserve.kernel.request_context import new_request_id
 
     ids = {new_request_id(None) for _ in range(10_000)}
     assert len(ids) == 10_000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)

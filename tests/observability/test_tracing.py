@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from observability.tracing import ALL_URLS, service_tracing
 from tests.conftest import NO_CAPACITY_LIMITS, Server
+from triserve.observability.tracing import ALL_URLS, service_tracing
 
 
 def test_sample_rate_zero_bypasses_the_middleware():
@@ -34,7 +34,7 @@ def test_the_exclusion_matches_every_request_url():
 
 
 def test_a_sample_rate_without_an_endpoint_is_refused():
-    from configs.settings import Observability
+    from triserve.configs.settings import Observability
 
     with pytest.raises(ValueError, match="otlp_endpoint"):
         Observability(trace_sample_rate=0.5)

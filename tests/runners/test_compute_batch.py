@@ -3,9 +3,9 @@ arrives in chunks of it, warms and reserves memory for one chunk only, and never
 per-request cap (runners/repository_state.py, runners/pool.py)."""
 from __future__ import annotations
 
-from configs.settings import Batching, ModelSlot, RunnerSettings
-from runners.pool import ModelPool, warmup_feeds
-from runners.repository_state import reserved_batch
+from triserve.configs.settings import Batching, ModelSlot, RunnerSettings
+from triserve.runners.pool import ModelPool, warmup_feeds
+from triserve.runners.repository_state import reserved_batch
 
 
 def slot(max_batch: int, compute: int | None = None, per_item: bool = False) -> ModelSlot:

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from families.vision.letterbox import fit, letterbox, preprocess_image
 from scripts.common import ort_session
 from scripts.drills.server import RUNNER_SERVICE
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 from tests.services import test_gateway as golden
+from triserve.families.vision.letterbox import fit, letterbox, preprocess_image
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_oip_float_tensors_are_served_next_to_uint8_letterboxes(local_server, ti
 def test_runner_feeds_mix_fitted_images_letterboxes_and_float_tensors():
     """One runner batch can hold every form (the gateway's fitted image, a whole letterbox as batch jobs send, an OIP
     client's float tensor); each row must be the tensor preprocess_image makes."""
-    from runners.compute import feeds as runner_feeds
+    from triserve.runners.compute import feeds as runner_feeds
 
     img = np.random.default_rng(1).integers(0, 256, (40, 70, 3), dtype=np.uint8)
     tensor, _ = preprocess_image(img, 32)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from configs.settings import RunnerSettings
-from runners.memory import (
+from triserve.configs.settings import RunnerSettings
+from triserve.runners.memory import (
     Footprint,
     MemoryBudget,
     MemoryRefused,
@@ -14,7 +14,7 @@ from runners.memory import (
     rss_mb,
     share_caps,
 )
-from runners.pool import ModelPool
+from triserve.runners.pool import ModelPool
 
 
 def test_machine_readings_are_plausible():

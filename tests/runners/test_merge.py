@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from runners.merge import CallMerger
+from triserve.runners.merge import CallMerger
 
 
 def _items(slot: str, *values: int) -> list[dict]:

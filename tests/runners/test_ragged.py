@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from runners.ragged import length_buckets
+from triserve.runners.ragged import length_buckets
 
 
 def _cost(groups, seqs, call_cost):
@@ -49,7 +49,7 @@ def test_call_cost_trades_calls_for_padding():
 
 
 def test_token_groups_keep_padded_tokens_within_the_budget():
-    from runners.ragged import token_groups
+    from triserve.runners.ragged import token_groups
 
     lengths = [4, 4, 4, 4, 30, 30, 64]
     groups = token_groups(range(len(lengths)), lengths, max_tokens=64)

@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from configs.deployments import ModelRepository
-from configs.settings import RunnerSettings
-from runners.memory import MemoryRefused
-from runners.pool import ModelPool
-from runners.residency import LOADING, REFUSED, RESIDENT, UNLOADED, Residency
+from triserve.configs.deployments import ModelRepository
+from triserve.configs.settings import RunnerSettings
+from triserve.runners.memory import MemoryRefused
+from triserve.runners.pool import ModelPool
+from triserve.runners.residency import LOADING, REFUSED, RESIDENT, UNLOADED, Residency
 
 
 def _repo(*names: str, always: tuple[str, ...] = ()) -> ModelRepository:

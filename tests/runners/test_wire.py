@@ -8,7 +8,7 @@ import pytest
 from _bentoml_impl.serde import Payload, PickleSerde
 from starlette.responses import Response
 
-from runners.wire import PICKLE, pickled_response, sent_pickle
+from triserve.runners.wire import PICKLE, pickled_response, sent_pickle
 
 
 class _Ctx:
@@ -49,7 +49,7 @@ def test_only_pickle_callers_are_recognised(content_type, expected):
 
 
 def test_runner_answers_pickle_callers_in_one_body_and_others_with_the_list(monkeypatch):
-    from runners import service
+    from triserve.runners import service
 
     results = _results()
     assert isinstance(service._answer(results, _Ctx(PICKLE)), Response)

@@ -130,7 +130,7 @@ def test_kserve_and_mlserver_bodies_carry_the_same_image_and_parse_like_the_othe
 
 
 def test_the_detection_comparison_measures_the_default_deployments_model():
-    from configs.deployments import load_repository
+    from triserve.configs.deployments import load_repository
 
     default = load_repository().default_for("detection")
     assert cd.SLOT == default.name and cd.MODEL == default.model.name and cd.FAMILY.model == cd.MODEL

@@ -161,13 +161,13 @@ def test_every_compared_triserve_system_starts_with_the_spill_off():
     args = Namespace(intra_op=1, nobatch_env="TRISERVE_SLOTS__INTENT__BATCHING__MAX_BATCH_SIZE=1")
     for name in harness.TRISERVE_SYSTEMS:
         assert harness.triserve_env(name, args)["TRISERVE_ADMISSION__OVERLOAD_FALLBACK_SHARE"] == "0"
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     assert Settings(**{"admission": {"overload_fallback_share": 0}}).admission.overload_fallback_share == 0
 
 
 def test_the_spill_env_is_the_settings_field(monkeypatch):
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     for k, v in harness.SPILL_OFF.items():
         monkeypatch.setenv(k, v)

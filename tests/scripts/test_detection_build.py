@@ -11,13 +11,13 @@ pytest.importorskip("ultralytics")
 pytest.importorskip("onnx")
 import onnx
 
-from families.detection.importers import export
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from models.importing.result import GateFailed
-from models.manifest import Manifest
-from models.registry import LocalRegistry
 from scripts.detection import build as det
 from scripts.pipeline import build_task
+from triserve.families.detection.importers import export
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.models.importing.result import GateFailed
+from triserve.models.manifest import Manifest
+from triserve.models.registry import LocalRegistry
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from families.segmentation import rle as server_rle
 from scripts import docs_example as de
+from triserve.families.segmentation import rle as server_rle
 from triserve_client.models import DetectResponse, PoseResponse, SegmentResponse
 
 

@@ -28,8 +28,8 @@ def test_the_committed_reference_is_current():
 
 
 def test_every_setting_limit_and_family_is_in_it():
-    import configs.families
-    from configs.settings import Settings
+    import triserve.configs.families
+    from triserve.configs.settings import Settings
 
     page = (ROOT / "docs" / docs_reference.REFERENCE).read_text()
     for name, field in Settings.model_fields.items():
@@ -37,8 +37,8 @@ def test_every_setting_limit_and_family_is_in_it():
         section = docs_reference._model_of(field.annotation)
         for sub in (section.model_fields if section else ()):
             assert f"`{name}.{sub}`" in page and f"TRISERVE_{name.upper()}__{sub.upper()}" in page, (name, sub)
-    for family in configs.families.names():
-        for limit in configs.families.limits_model(family).model_fields:
+    for family in triserve.configs.families.names():
+        for limit in triserve.configs.families.limits_model(family).model_fields:
             assert f"TRISERVE_LIMITS__{family.upper()}__{limit.upper()}" in page, (family, limit)
         blocks = (ROOT / "docs" / "families" / f"{family}.md").read_text()
         for kind in ("api", "limits", "importers"):

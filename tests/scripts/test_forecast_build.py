@@ -8,13 +8,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
-import families
-from families.forecast.features import FREQUENCIES, H_MAX, MAX_HORIZON, QUANTILES
-from families.forecast.preprocess import model_item
-from models.registry import LocalRegistry
 from scripts.common import ort_session
 from scripts.forecast import build as fb
 from scripts.pipeline import build_task
+from triserve import families
+from triserve.families.forecast.features import FREQUENCIES, H_MAX, MAX_HORIZON, QUANTILES
+from triserve.families.forecast.preprocess import model_item
+from triserve.models.registry import LocalRegistry
 
 PRIMARY, FALLBACK = fb.ARTIFACTS
 

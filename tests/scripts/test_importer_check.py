@@ -37,8 +37,8 @@ def test_every_wheel_model_goes_to_the_importer_of_its_family():
 
 
 def test_the_report_bars_are_the_importers_bars():
-    from families.pose.importers.verify import POSE_CHECK
-    from families.segmentation.importers.onnx_graph import PARAMS
+    from triserve.families.pose.importers.verify import POSE_CHECK
+    from triserve.families.segmentation.importers.onnx_graph import PARAMS
 
     assert ic.KEYPOINT_PX == POSE_CHECK.max_keypoint_px and ic.MIN_MASK_IOU == PARAMS.min_mask_iou
 
@@ -96,8 +96,8 @@ def test_the_report_has_a_column_per_family_and_a_table_per_model(tmp_path):
 
 
 def test_run_sends_each_wanted_model_to_its_importer(monkeypatch, tmp_path):
-    import models.importing.photos as photos
-    import models.importing.wheels as wheels
+    import triserve.models.importing.photos as photos
+    import triserve.models.importing.wheels as wheels
 
     calls = []
 

@@ -12,15 +12,15 @@ pytest.importorskip("onnx")
 import onnx
 from onnx import numpy_helper
 
-from families.text.importers.utterances import BASE, evaluation_utterances, parity_texts
-from families.text.manifest import TextPreprocess
-from families.text.preprocess import TextTokenizer
-from models.manifest import Manifest
-from models.registry import LocalRegistry
 from scripts.common import GateFailed, ort_session, parity_gate
 from scripts.pipeline import build_task
 from scripts.text import build as tb
 from scripts.text import fused
+from triserve.families.text.importers.utterances import BASE, evaluation_utterances, parity_texts
+from triserve.families.text.manifest import TextPreprocess
+from triserve.families.text.preprocess import TextTokenizer
+from triserve.models.manifest import Manifest
+from triserve.models.registry import LocalRegistry
 
 PRIMARY, FALLBACK = tb.ARTIFACTS
 TINY = tb.RECIPES["tiny"]

@@ -14,10 +14,10 @@ pytest.importorskip("onnx")
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from models.registry import LocalRegistry
 from scripts import variants
 from scripts.common import ort_session
 from scripts.pipeline import build_task
+from triserve.models.registry import LocalRegistry
 
 QDQ, FP16 = "forecast-global-int8-qdq", "forecast-global-fp16"
 

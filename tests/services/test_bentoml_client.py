@@ -12,7 +12,7 @@ import httpx
 import pytest
 from bentoml.exceptions import BentoMLException
 
-from services.client_schema import client_apis
+from triserve.services.client_schema import client_apis
 
 
 def test_schema_lists_the_inference_routes(server):

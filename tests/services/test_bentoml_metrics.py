@@ -7,12 +7,12 @@ from _bentoml_impl.server.mount import PassiveMount
 from bentoml._internal.server.http import instruments
 from starlette.routing import Route
 
-from services.bentoml_metrics import UNMATCHED, RouteLabelledTrafficMetrics, route_table, route_template
+from triserve.services.bentoml_metrics import UNMATCHED, RouteLabelledTrafficMetrics, route_table, route_template
 
 
 @pytest.fixture(scope="module")
 def table():
-    from services.gateway import Gateway, app
+    from triserve.services.gateway import Gateway, app
 
     assert instruments.RunnerTrafficMetricsMiddleware is RouteLabelledTrafficMetrics  # installed by the import
     (mounted, path, name), = Gateway.mount_apps
@@ -48,7 +48,7 @@ def test_bentomls_middleware_sees_the_template_and_the_app_the_real_path():
 
     from starlette.applications import Starlette
 
-    from services.bentoml_metrics import _restore_path
+    from triserve.services.bentoml_metrics import _restore_path
 
     seen: dict[str, str] = {}
 

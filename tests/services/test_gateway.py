@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-import families
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
-from families.forecast.features import MAX_HORIZON, MEDIAN_INDEX
-from families.forecast.postprocess import quantile_forecast
-from families.forecast.preprocess import model_item
-from families.text.preprocess import TextTokenizer
-from families.vision.letterbox import boxes_to_original, preprocess_image
-from families.vision.nms import NMSParams, nms
 from scripts.common import ort_session
+from triserve import families
+from triserve.families.forecast.ensemble import backtest_cuts, backtest_steps, combine
+from triserve.families.forecast.features import MAX_HORIZON, MEDIAN_INDEX
+from triserve.families.forecast.postprocess import quantile_forecast
+from triserve.families.forecast.preprocess import model_item
+from triserve.families.text.preprocess import TextTokenizer
+from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+from triserve.families.vision.nms import NMSParams, nms
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi",
          "set an alarm for 7am", "how do I say thank you in french", "transfer $100 from checking to savings",
@@ -346,7 +346,7 @@ def test_models_endpoint_reports_provider(server):
                                      "forecast_fallback", "segmentation", "segmentation_fallback", "classification",
                                      "classification_fallback"}
     # every loaded model says under which licence its weights are served, and where they came from
-    from models.manifest import check_spdx
+    from triserve.models.manifest import check_spdx
 
     for m in status["models"].values():
         assert check_spdx(m["license"]) and m["source"]["kind"] in ("package", "recipe", "user")

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import httpx
 from starlette.requests import Request
 
-from configs.access import AccessSettings, ApiKey
-from kernel.protection import queue_control
-from kernel.protection.access import AccessControl
-from kernel.runner_call.batcher import approaching
-from services.http_edge import ADMITTED, RequestContextMiddleware
-from services.http_errors import error_response
+from triserve.configs.access import AccessSettings, ApiKey
+from triserve.kernel.protection import queue_control
+from triserve.kernel.protection.access import AccessControl
+from triserve.kernel.runner_call.batcher import approaching
+from triserve.services.http_edge import ADMITTED, RequestContextMiddleware
+from triserve.services.http_errors import error_response
 
 
 def _app(seen: list[int], submit: bool, status: int = 200):

@@ -12,9 +12,9 @@ import httpx
 import psutil
 import pytest
 
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from tests.conftest import NO_CAPACITY_LIMITS, Server
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 JUNK_REQUESTS = 10_000
 JUNK_GRPC_CALLS = 1_000

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-import families
-from services.openapi import camel, openapi_document
-from services.protocols.rest import operation_name
+from triserve import families
+from triserve.services.openapi import camel, openapi_document
+from triserve.services.protocols.rest import operation_name
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_LOCK = ROOT / "locks" / "tool-openapi-client.txt"
@@ -25,7 +25,7 @@ UV = Path(sys.executable).parent / "uv"  # the project environment's uv (dev ext
 
 @pytest.fixture(scope="module")
 def app():
-    from services.gateway import app
+    from triserve.services.gateway import app
 
     return app
 

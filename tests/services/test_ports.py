@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from scripts.drills.ports import ReservedPort
-from services.ports import PortInUse, ensure_free
+from triserve.services.ports import PortInUse, ensure_free
 
 
 def listening(reuseport: bool = False) -> socket.socket:

@@ -2,7 +2,7 @@
 metadata and readiness, tensor-model inference against in-process ONNX Runtime, the same answer over typed REST,
 typed gRPC and OIP v2 (HTTP and gRPC), the error mapping, health, reflection and deadlines.
 
-This process must not import services.protocols.grpc_oip / generated.grpc_predict_v2_pb2: tritonclient.grpc
+This process must not import triserve.services.protocols.grpc_oip / generated.grpc_predict_v2_pb2: tritonclient.grpc
 registers the same standard `inference.*` protobuf names.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from families.text.preprocess import TextTokenizer
 from scripts.common import ort_session
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from tests.services.test_gateway import png_bytes
+from triserve.families.text.preprocess import TextTokenizer
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 TEXTS = ["what is my balance", "book a table for two at an italian restaurant tonight please", "hi"]
 SERIES = [float(v) for v in (340 + np.sin(np.arange(48) / 12 * 2 * np.pi) * 3 + np.arange(48) * 0.1).round(3)]
@@ -161,7 +161,7 @@ def test_classify_same_answer_over_rest_typed_grpc_and_oip(server, http_client, 
 @pytest.mark.parametrize("frequency", ["YS", "QS", "MS", "W", "D", "h", "30min", "15min", "min"])
 def test_every_frequency_same_forecast_over_rest_typed_grpc_and_oip(server, grpc_client, typed, frequency):
     """Timestamps only (the frequency is inferred), a series at 1e12: the three protocols give the same forecast."""
-    from families.forecast.features import MAX_HORIZON, step_timestamps
+    from triserve.families.forecast.features import MAX_HORIZON, step_timestamps
 
     n = 40
     stamps = [f"{t}Z" for t in step_timestamps(np.datetime64("2001-01-01T00:00:00", "s"), frequency, n)]
@@ -345,7 +345,7 @@ class FakeContext:
 def test_expired_deadline_is_refused_before_any_work():
     import asyncio
 
-    from services.protocols.grpc_common import handle
+    from triserve.services.protocols.grpc_common import handle
 
     called = []
 
@@ -363,9 +363,9 @@ def test_expired_deadline_is_refused_before_any_work():
 
 # --- contracts ----------------------------------------------------------------------------------------------------
 def test_typed_messages_mirror_the_rest_response_models():
-    from families.detection.schemas import DetectResponse
-    from families.forecast.schemas import ForecastResponse
-    from families.text.schemas import ClassifyResponse
+    from triserve.families.detection.schemas import DetectResponse
+    from triserve.families.forecast.schemas import ForecastResponse
+    from triserve.families.text.schemas import ClassifyResponse
 
     for model, message in ((ClassifyResponse, tpb.ClassifyResponse), (DetectResponse, tpb.DetectResponse),
                            (ForecastResponse, tpb.ForecastResponse)):
@@ -373,8 +373,8 @@ def test_typed_messages_mirror_the_rest_response_models():
 
 
 def test_tensor_codec():
-    from kernel.errors import ApiError
-    from services.protocols import oip_codec
+    from triserve.kernel.errors import ApiError
+    from triserve.services.protocols import oip_codec
 
     nested = oip_codec.array_from_values("x", "INT64", [2, 2], [[1, 2], [3, 4]])
     assert np.array_equal(nested, oip_codec.array_from_values("x", "INT64", [2, 2], [1, 2, 3, 4]))

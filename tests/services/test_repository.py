@@ -15,11 +15,11 @@ import httpx
 import pytest
 import yaml
 
-from models.registry import LocalRegistry
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from tests.conftest import NO_CAPACITY_LIMITS, Server
 from tests.services.test_gateway import png_bytes
+from triserve.models.registry import LocalRegistry
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 ADMIN = "repository-admin"
 HEADERS = {"X-API-Key": ADMIN}
@@ -62,8 +62,8 @@ def registry(tiny_registry, tmp_path_factory) -> LocalRegistry:
     shutil.copytree(src, staging)
     reg.publish(staging, manifest.model_copy(update={"name": "other-labels", "labels": ["cat", "dog", "bus"]}))
     reg.set_alias("other-labels", "stable", manifest.version, by="test")
-    from families.forecast.importers.onnx_graph import publish_forecast_onnx
     from tests.families.forecast.importers.test_onnx_graph import window_graph
+    from triserve.families.forecast.importers.onnx_graph import publish_forecast_onnx
 
     publish_forecast_onnx(window_graph(root.parent / "user-window.onnx", quantiles=3), "user-window", "1.0.0", reg,
                           frequencies=["h", "D"], quantiles=[0.1, 0.5, 0.9], alias="stable")

@@ -18,9 +18,9 @@ import pytest
 import tritonclient.grpc as tgrpc  # at collection, before anything loads the gateway's OIP stubs
 from tritonclient.utils import InferenceServerException
 
-from services.protocols.grpc_common import grpc_status
-from services.restricted import GRPC_CATEGORIES, rest_category
 from tests.conftest import NO_CAPACITY_LIMITS, Server
+from triserve.services.protocols.grpc_common import grpc_status
+from triserve.services.restricted import GRPC_CATEGORIES, rest_category
 
 USER, OPS, SLOW, EDGE = "user-key", "ops-key", "slow-key", "edge-key"
 MAX_BYTES = 64 * 1024  # gateway.max_body_bytes and grpc.max_message_bytes of the locked server

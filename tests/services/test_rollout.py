@@ -18,9 +18,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from kernel.routing.rollout import sticky_fraction
-from models.registry import LocalRegistry
 from tests.conftest import NO_CAPACITY_LIMITS, Server
+from triserve.kernel.routing.rollout import sticky_fraction
+from triserve.models.registry import LocalRegistry
 
 ADMIN = "rollout-admin"
 SERIES = {"values": [340.0 + 0.1 * i + 2 * np.sin(i / 2) for i in range(48)], "start": "2000-01-01T00:00:00",

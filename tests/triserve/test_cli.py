@@ -22,11 +22,11 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from configs.settings import Settings
 from scripts.drills.ports import ReservedPort
-from services import ports
 from tests.conftest import NO_CAPACITY_LIMITS, TINY_MODELS, Server
 from triserve import cli
+from triserve.configs.settings import Settings
+from triserve.services import ports
 
 ROOT = Path(__file__).resolve().parents[2]
 TRISERVE = Path(sys.executable).parent / "triserve"
@@ -66,7 +66,7 @@ def test_help_lists_every_command(tmp_path):
 
 
 @pytest.mark.parametrize("command, module, prog", [("import", "triserve.importers", "triserve import"),
-                                                   ("registry", "models.cli", "python -m models.cli"),
+                                                   ("registry", "triserve.models.cli", "python -m triserve.models.cli"),
                                                    ("rollout", "triserve.rollout", "triserve rollout")])
 def test_subcommand_help_is_the_modules_own(command, module, prog, tmp_path):
     res = triserve(command, "--help", cwd=tmp_path)
@@ -118,7 +118,7 @@ def test_the_dispatcher_runs_modules_with_this_interpreter(monkeypatch):
     # the checkout leads PYTHONPATH: scripts/ is a checkout tool, not an installed package
     assert all(env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT) for env in envs)
     assert calls == [
-        (sys.executable, [sys.executable, "-m", "models.cli", "--registry", "x", "list"]),
+        (sys.executable, [sys.executable, "-m", "triserve.models.cli", "--registry", "x", "list"]),
         (sys.executable, [sys.executable, "-m", "scripts.bench.nms_worst_case", "--runs", "3"]),
         (sys.executable, [sys.executable, "-m", "scripts.drills.overload", "--help"]),
     ]
@@ -162,7 +162,7 @@ def test_serve_help_lists_the_options(tmp_path):
     for option in ("--host", "--port", "--grpc-port PORT", "--registry PATH_OR_URL", "--config-dir DIR",
                    "--build-missing"):
         assert option in res.stdout, option
-    assert "make serve" in res.stdout and "services.gateway:Gateway" in res.stdout
+    assert "make serve" in res.stdout and "triserve.services.gateway:Gateway" in res.stdout
     bad = triserve("serve", "--port", "x", cwd=tmp_path)
     assert bad.returncode == 2 and "invalid int value" in bad.stderr
 
@@ -186,7 +186,8 @@ def _exec_of(monkeypatch, args: list[str], env: dict[str, str] | None = None) ->
 def test_serve_runs_bentoml_serve_with_the_makefiles_environment(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     argv, env = _exec_of(monkeypatch, [])
-    assert argv[1:] == ["-m", "bentoml", "serve", "services.gateway:Gateway", "--host", "127.0.0.1", "--port", "3000",
+    assert argv[1:] == ["-m", "bentoml", "serve", "triserve.services.gateway:Gateway", "--host", "127.0.0.1",
+                        "--port", "3000",
                         "--working-dir", str(ROOT)]
     assert {k: env[k] for k in cli.SERVE_ENV} == {"YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
                                                  "TRANSFORMERS_OFFLINE": "1", "BENTOML_DO_NOT_TRACK": "True"}
@@ -269,7 +270,7 @@ def test_serve_starts_the_server_from_outside_the_checkout(tiny_registry, tmp_pa
                     command=command) as srv:
             srv.wait_ready(timeout=120)
             cmdline = psutil.Process(srv.proc.pid).cmdline()
-            assert cmdline[1:5] == ["-m", "bentoml", "serve", "services.gateway:Gateway"], cmdline
+            assert cmdline[1:5] == ["-m", "bentoml", "serve", "triserve.services.gateway:Gateway"], cmdline
             assert httpx.get(f"{srv.url}/readyz", timeout=10).status_code == 200
             answer = httpx.post(f"{srv.url}/v1/classify", json={"texts": ["book a flight to paris"]}, timeout=30)
             assert answer.status_code == 200, answer.text

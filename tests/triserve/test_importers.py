@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import families
+from triserve import families
 from triserve.importers import build_parser, importer_modules
 
 ROOT = Path(__file__).resolve().parents[2]

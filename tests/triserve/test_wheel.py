@@ -11,7 +11,6 @@ import base64
 import email
 import functools
 import http.server
-import importlib.metadata
 import io
 import json
 import shutil
@@ -30,20 +29,21 @@ from PIL import Image
 from tests.conftest import NO_CAPACITY_LIMITS, TINY_MODELS, Server
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("triserve", "kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
+# the checkout's product folders; the wheel holds each under triserve/ (triserve/<folder> links to it in the checkout)
+FOLDERS = ("kernel", "services", "families", "observability", "runners", "models", "configs", "batch")
 # what the server reads at run time, and the operator's files that go with it
-DATA_FILES = ("configs/serving.yaml", "configs/models.yaml", "models/manifest.schema.json",
-              "services/protocols/protos/triserve.proto", "services/protocols/protos/grpc_predict_v2.proto",
-              "configs/deploy/k8s/deployment.yaml", "configs/grafana/triserve-dashboard.json",
-              "configs/prometheus/alerts.yml", "services/console/static/index.html", "services/console/static/app.js",
-              "services/console/static/console.css")
+DATA_FILES = tuple(f"triserve/{name}" for name in (
+    "configs/serving.yaml", "configs/models.yaml", "models/manifest.schema.json",
+    "services/protocols/protos/triserve.proto", "services/protocols/protos/grpc_predict_v2.proto",
+    "configs/deploy/k8s/deployment.yaml", "configs/grafana/triserve-dashboard.json", "configs/prometheus/alerts.yml",
+    "services/console/static/index.html", "services/console/static/app.js", "services/console/static/console.css"))
 
 
 def source_files() -> list[str]:
     """The files a fresh clone of this working tree has (tracked + new, not ignored)."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
                             check=True, timeout=60).stdout.decode()
-    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+    return [name for name in listed.split("\0") if name and ((ROOT / name).is_file() or (ROOT / name).is_symlink())]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def wheel(tmp_path_factory) -> Path:
     tree = tmp_path_factory.mktemp("tree")
     for name in source_files():
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, tree / name)
+        shutil.copy2(ROOT / name, tree / name, follow_symlinks=False)  # triserve/<folder> stay links
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                            "-w", str(out), str(tree)], capture_output=True, text=True, timeout=600, cwd=tree)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -68,12 +68,13 @@ def test_wheel_holds_the_product_its_data_and_its_licence(wheel):
         meta = email.message_from_bytes(zf.read(f"{dist_info}/METADATA"))
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
     tops = {n.split("/")[0] for n in names if not n.startswith(dist_info)}
-    assert tops == set(PRODUCT), tops  # no scripts/, tests/, client/ in the server's wheel
-    modules = {n for n in source_files() if n.endswith((".py", ".pyi")) and n.split("/")[0] in PRODUCT}
+    assert tops == {"triserve"}, tops  # one import name: no scripts/, tests/, client/, no generic top-level names
+    modules = {n if n.startswith("triserve/") else f"triserve/{n}" for n in source_files()
+               if n.endswith((".py", ".pyi")) and n.split("/")[0] in ("triserve", *FOLDERS)}
     assert modules and not modules - names, sorted(modules - names)  # every module of the product, none left out
     for path in DATA_FILES:
         assert path in names, path
-    assert not [n for n in names if n.startswith("models/store/") or n.endswith((".onnx", ".pt", ".pyc"))]
+    assert not [n for n in names if n.startswith("triserve/models/store/") or n.endswith((".onnx", ".pt", ".pyc"))]
     assert meta["License-Expression"] == "Apache-2.0"
     assert f"{dist_info}/licenses/LICENSE" in names
     assert "triserve = triserve.cli:main" in entry_points
@@ -81,12 +82,21 @@ def test_wheel_holds_the_product_its_data_and_its_licence(wheel):
     assert any(r.name == "protobuf" and "<7" in str(r.specifier) for r in requires)
 
 
-def test_no_locked_distribution_owns_the_products_top_level_names():
-    """The product keeps generic top-level import names (services, models, configs, ...): none of the packages of
-    this environment (the dev lock, a superset of the serving lock) installs a module of the same name."""
-    owners = importlib.metadata.packages_distributions()
-    clashes = {name: owners[name] for name in PRODUCT if set(owners.get(name, [])) - {"triserve"}}
-    assert not clashes, clashes
+def test_installing_the_wheels_adds_exactly_two_import_names(fresh_venv, tmp_path):
+    """The server wheel and the client add `triserve` and `triserve_client` to site-packages and nothing else: no
+    generic name (models, configs, services) that a user's own project could clash with."""
+    client = shutil.copytree(ROOT / "client", tmp_path / "client",
+                             ignore=shutil.ignore_patterns("*.egg-info", "build", "dist", "__pycache__"))
+    python = fresh_venv / "bin" / "python"
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                           "--no-index", "--no-build-isolation", str(client)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    names = {p.name.removesuffix(".py") for p in site.iterdir()
+             if not p.name.endswith((".dist-info", ".pth")) and p.name != "__pycache__"}
+    assert names == {"triserve", "triserve_client"}, sorted(names)
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +114,8 @@ def fresh_venv(wheel, tmp_path_factory) -> Path:
 
 
 def test_installed_wheel_imports_from_site_packages_with_its_requirements_met(fresh_venv, tmp_path):
-    probe = ("import importlib.metadata as m, json, services, configs.settings as s\n"
-             "import services.gateway, runners.service  # the two BentoML services: the whole serving import tree\n"
+    probe = ("import importlib.metadata as m, json, triserve.services as services, triserve.configs.settings as s\n"
+             "import triserve.services.gateway, triserve.runners.service  # the two BentoML services\n"
              "from packaging.requirements import Requirement\n"
              "unmet = [str(r) for r in map(Requirement, m.requires('triserve')) if r.marker is None or "
              "r.marker.evaluate({'extra': 'cpu'})\n"

@@ -1,5 +1,5 @@
 """The image classification family's importers, each verified against the framework it came from and published
-through models.importing.
+through triserve.models.importing.
 
 IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
   onnx_graph  classification-onnx  any ONNX ImageNet-style classifier + its labels and declared normalisation
@@ -10,7 +10,7 @@ references). BUILDS_ON: the detection family's ultralytics reader and offline se
 """
 
 IMPORTERS = (
-    "families.classification.importers.onnx_graph",
-    "families.classification.importers.checkpoint",
+    "triserve.families.classification.importers.onnx_graph",
+    "triserve.families.classification.importers.checkpoint",
 )
-BUILDS_ON = ("families.detection",)
+BUILDS_ON = ("triserve.families.detection",)

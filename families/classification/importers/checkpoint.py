@@ -24,18 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from families.classification.importers.finish import finish
-from families.classification.manifest import ClassificationPreprocess
-from families.detection.importers.checkpoint_read import load_checkpoint_dict
-from families.detection.importers.export import class_names, export_onnx
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from models.importing.licenses import resolve_license, spdx_from_text
-from models.importing.photos import package_photos, user_photos
-from models.importing.provenance import package_versions
-from models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
-from models.importing.result import ImportRefused, ImportResult
-from models.importing.sandbox import isolated_build, prefetch_photos
-from models.manifest import Source, sha256_file
+from triserve.families.classification.importers.finish import finish
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.detection.importers.checkpoint_read import load_checkpoint_dict
+from triserve.families.detection.importers.export import class_names, export_onnx
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.models.importing.licenses import resolve_license, spdx_from_text
+from triserve.models.importing.photos import package_photos, user_photos
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
+from triserve.models.importing.result import ImportRefused, ImportResult
+from triserve.models.importing.sandbox import isolated_build, prefetch_photos
+from triserve.models.manifest import Source, sha256_file
 
 OPSET = 17
 
@@ -127,7 +127,7 @@ def isolated_import(work: Path, weights: Path, name: str, version: str, images: 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     prefetch_photos(Path(args.images) if args.images else None, Path(args.cache))
     build = isolated_build(f"{__name__}:isolated_import", {

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
-from families.classification.manifest import ClassificationPreprocess
-from families.classification.postprocess import check_scores, probabilities, top_k
-from families.classification.preprocess import crop
-from families.classification.runtime import network_batch
-from kernel.errors import InvalidOutput
-from models.importing import batching
-from models.importing.graphs import io_specs, opset_of, ort_session, quantize_qdq
-from models.importing.photos import PhotoSet, read_rgb
-from models.importing.provenance import data_fingerprint, git_commit, source_digest, stable_hash
-from models.importing.references import histogram_reference
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
-from models.manifest import Manifest, ParityCheck, Source, utcnow
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.classification.postprocess import check_scores, probabilities, top_k
+from triserve.families.classification.preprocess import crop
+from triserve.families.classification.runtime import network_batch
+from triserve.kernel.errors import InvalidOutput
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import io_specs, opset_of, ort_session, quantize_qdq
+from triserve.models.importing.photos import PhotoSet, read_rgb
+from triserve.models.importing.provenance import data_fingerprint, git_commit, source_digest, stable_hash
+from triserve.models.importing.references import histogram_reference
+from triserve.models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from triserve.models.manifest import Manifest, ParityCheck, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
 CODE = [Path(__file__).resolve().parent.parent]  # the family's code: serving path and importers (versions name it)

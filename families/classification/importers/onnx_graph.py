@@ -25,19 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
-from families.classification.importers.finish import finish
-from families.classification.manifest import ClassificationPreprocess
-from families.classification.postprocess import probabilities
-from families.classification.preprocess import FILTERS
-from families.vision.letterbox import letterbox
-from models.importing.graphs import ort_session
-from models.importing.labels import read_labels
-from models.importing.licenses import onnx_license, resolve_license
-from models.importing.photos import PhotoSet, package_photos, user_photos
-from models.importing.provenance import package_versions
-from models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
-from models.importing.result import ImportResult
-from models.manifest import Source, sha256_file
+from triserve.families.classification.importers.finish import finish
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.classification.postprocess import probabilities
+from triserve.families.classification.preprocess import FILTERS
+from triserve.families.vision.letterbox import letterbox
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.licenses import onnx_license, resolve_license
+from triserve.models.importing.photos import PhotoSet, package_photos, user_photos
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import add_import_options, import_and_publish, importer_parser, run_cli
+from triserve.models.importing.result import ImportResult
+from triserve.models.manifest import Source, sha256_file
 
 
 def reference_input(image: np.ndarray, pre: ClassificationPreprocess) -> np.ndarray:
@@ -82,7 +82,7 @@ def import_classification_onnx(model: Path, labels: list[str], pre: Classificati
 
 
 def publish_classification_onnx(args) -> tuple[list, dict]:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     pre = preprocess_from_args(args)
     labels = read_labels(args.labels)

@@ -1,5 +1,5 @@
 """The detection family's importers: ultralytics ONNX exports and .pt checkpoints, checked, made batch-dynamic and
-proved, verified against ultralytics' own predictor, published through models.importing.
+proved, verified against ultralytics' own predictor, published through triserve.models.importing.
 
 IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
   onnx_graph  detection-onnx   an ultralytics ONNX export (anchors or end-to-end head), with a gated INT8 fallback
@@ -15,7 +15,7 @@ ultralytics_env (ultralytics offline).
 """
 
 IMPORTERS = (
-    "families.detection.importers.onnx_graph",
-    "families.detection.importers.coco",
-    "families.detection.importers.checkpoint",
+    "triserve.families.detection.importers.onnx_graph",
+    "triserve.families.detection.importers.coco",
+    "triserve.families.detection.importers.checkpoint",
 )

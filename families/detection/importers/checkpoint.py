@@ -55,22 +55,22 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from families.detection.importers.checkpoint_read import inspect_checkpoint
-from families.detection.importers.evaluate import detection_references
-from families.detection.importers.export import export_user_model
-from families.detection.importers.params import PARAMS, ImportParams
-from families.detection.importers.pipeline import nms_params, run_detector
-from families.detection.importers.verify import require_agreement, verify_against_ultralytics
-from families.detection.manifest import DetectionPreprocess
-from models.importing import custom_modules as custom_code
-from models.importing.graphs import ort_session
-from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
-from models.importing.photos import photos_to_verify, read_rgb, user_photos
-from models.importing.provenance import package_versions
-from models.importing.publish import default_cache, importer_parser, run_cli
-from models.importing.result import Artifact, ImportRefused, Laps
-from models.importing.sandbox import publish_checkpoint_isolated
-from models.manifest import Manifest, Source, preprocess_as
+from triserve.families.detection.importers.checkpoint_read import inspect_checkpoint
+from triserve.families.detection.importers.evaluate import detection_references
+from triserve.families.detection.importers.export import export_user_model
+from triserve.families.detection.importers.params import PARAMS, ImportParams
+from triserve.families.detection.importers.pipeline import nms_params, run_detector
+from triserve.families.detection.importers.verify import require_agreement, verify_against_ultralytics
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.models.importing import custom_modules as custom_code
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from triserve.models.importing.photos import photos_to_verify, read_rgb, user_photos
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import default_cache, importer_parser, run_cli
+from triserve.models.importing.result import Artifact, ImportRefused, Laps
+from triserve.models.importing.sandbox import publish_checkpoint_isolated
+from triserve.models.manifest import Manifest, Source, preprocess_as
 
 log = logging.getLogger("triserve.importer")
 
@@ -100,7 +100,7 @@ def import_detection_pt(weights: Path, name: str, version: str, work_dir: Path, 
                         custom_modules: Sequence[str] = ()) -> tuple[Artifact, dict]:
     """Read, decide, export, prove, verify and describe an ultralytics .pt; the artifact is staged in `work_dir`.
 
-    `photos`: a models.importing.photos.PhotoSet for the ultralytics cross-check (default: the package photos,
+    `photos`: a triserve.models.importing.photos.PhotoSet for the ultralytics cross-check (default: the package photos,
     downloaded into `cache_dir`). `verify_ultralytics`: None = when ultralytics is installed (it is: the export
     needs it); False = skipped (recorded). `license`: SPDX expression of the weights (else the checkpoint's
     `license` entry, else NOASSERTION, or LicenseRequired with `require_license`: models/importing/licenses.py).
@@ -199,7 +199,8 @@ def _worst(parity) -> dict[str, float]:
 def publish_detection_pt(weights: Path, name: str, version: str, registry, *, alias: str | None = None,
                          cache_dir: Path | None = None, images: Path | None = None, **kw) -> tuple[Manifest, dict]:
     """import_detection_pt, run isolated (models/importing/sandbox.py: the pickle is read in a fenced child process),
-    + publish into `registry` (models.registry.LocalRegistry); (published manifest, report). `images`: a folder of
+    + publish into `registry` (triserve.models.registry.LocalRegistry); (published manifest, report). `images`: a
+    folder of
     the model's own-domain photos for the ultralytics cross-check. Versions are immutable: an existing name:version is
     refused before any work."""
     cache = Path(cache_dir) if cache_dir else default_cache()
@@ -228,7 +229,7 @@ def log_report(report: dict) -> None:
 
 # -- CLI --------------------------------------------------------------------------------------------------------------
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     params = PT_PARAMS
     if args.parity_batches:

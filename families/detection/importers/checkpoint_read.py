@@ -14,11 +14,11 @@ import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from families.detection.importers.export import class_names, end2end_capable
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from models.importing import custom_modules as custom_code
-from models.importing.result import ImportRefused
-from models.manifest import sha256_file
+from triserve.families.detection.importers.export import class_names, end2end_capable
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.models.importing import custom_modules as custom_code
+from triserve.models.importing.result import ImportRefused
+from triserve.models.manifest import sha256_file
 
 SERVED_AS_DETECTION = {
     "segment": "segmentation checkpoint served as detection: boxes and classes only, the mask branch (coefficients "

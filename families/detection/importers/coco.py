@@ -13,13 +13,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from families.detection.importers.onnx_graph import CODE, import_detection_onnx, log_report
-from families.detection.importers.params import PARAMS
-from models.importing.photos import package_photos
-from models.importing.provenance import package_versions, source_digest, stable_hash
-from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
-from models.importing.wheels import WheelModel, WheelUnavailable
-from models.manifest import Manifest, Source, sha256_file
+from triserve.families.detection.importers.onnx_graph import CODE, import_detection_onnx, log_report
+from triserve.families.detection.importers.params import PARAMS
+from triserve.models.importing.photos import package_photos
+from triserve.models.importing.provenance import package_versions, source_digest, stable_hash
+from triserve.models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
+from triserve.models.importing.wheels import WheelModel, WheelUnavailable
+from triserve.models.manifest import Manifest, Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
 
@@ -61,7 +61,7 @@ def build_default_coco(registry, cache_dir: Path, name: str = "yolov8n-coco",
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
     return run_default_build(

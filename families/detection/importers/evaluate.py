@@ -17,11 +17,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from families.vision.letterbox import boxes_to_original, preprocess_image
-from families.vision.nms import NMSParams, nms
-from models.importing.agreement import Dets
-from models.importing.photos import read_rgb
-from models.importing.references import histogram_reference
+from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+from triserve.families.vision.nms import NMSParams, nms
+from triserve.models.importing.agreement import Dets
+from triserve.models.importing.photos import read_rgb
+from triserve.models.importing.references import histogram_reference
 
 IOU_THRESHOLDS = np.linspace(0.5, 0.95, 10)
 # Like ultralytics val: a very low confidence floor so the whole precision/recall curve is scored.

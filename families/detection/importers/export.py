@@ -19,19 +19,25 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.end2end import compare_batch, is_end2end_shape
-from families.detection.importers.evaluate import EVAL_NMS, evaluate, latency_ab, reference_distribution, yolo_labels
-from families.detection.importers.scenes import draw_image
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from families.detection.manifest import DetectionPreprocess
-from families.vision.nms import NMSParams
-from models.importing import batching
-from models.importing.graphs import ort_session
-from models.importing.parity import parity_gate
-from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
-from models.importing.publish import default_cache
-from models.importing.result import Artifact, GateFailed
-from models.manifest import Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
+from triserve.families.detection.importers.end2end import compare_batch, is_end2end_shape
+from triserve.families.detection.importers.evaluate import (
+    EVAL_NMS,
+    evaluate,
+    latency_ab,
+    reference_distribution,
+    yolo_labels,
+)
+from triserve.families.detection.importers.scenes import draw_image
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.families.vision.nms import NMSParams
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.parity import parity_gate
+from triserve.models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
+from triserve.models.importing.publish import default_cache
+from triserve.models.importing.result import Artifact, GateFailed
+from triserve.models.manifest import Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
 
 log = logging.getLogger("triserve.importer.detection")
 
@@ -226,7 +232,7 @@ def check_parity(model, onnx_path: Path, sizes: Sequence[Sequence[int]], batches
                  head: str = "anchors") -> list[ParityCheck]:
     """torch (fp32, eval, CPU) vs ONNX Runtime on every (batch, size); GateFailed past the tolerance.
 
-    Two checks per case, both through models.importing.parity.parity_gate:
+    Two checks per case, both through triserve.models.importing.parity.parity_gate:
       <case>/scores  class probabilities, max abs diff <= tolerance (1e-4)
       <case>/boxes   cx, cy, w, h in input pixels, max abs diff <= tolerance x the input's longer side
                      (1e-4 of the image side: 0.032 px at 320). float32 box coordinates in pixels carry ~3e-5

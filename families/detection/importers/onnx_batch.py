@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.end2end import compare_batch
-from families.detection.importers.onnx_inspect import DetectorInfo
-from families.detection.importers.params import ImportParams
-from models.importing import batching
-from models.importing.graphs import ort_session
+from triserve.families.detection.importers.end2end import compare_batch
+from triserve.families.detection.importers.onnx_inspect import DetectorInfo
+from triserve.families.detection.importers.params import ImportParams
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import ort_session
 
 log = logging.getLogger("triserve.importer")
 

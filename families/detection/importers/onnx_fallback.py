@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.end2end import compare_batch
-from families.detection.importers.onnx_batch import proof_parts, runner
-from families.detection.importers.onnx_inspect import DetectorInfo
-from families.detection.importers.params import FallbackGates, ImportParams
-from families.detection.importers.pipeline import Photos, letterboxed, nms_params, run_detector
-from families.detection.importers.quantize import quantize_int8
-from families.detection.manifest import DetectionPreprocess
-from models.importing import batching
-from models.importing.agreement import Agreement, Dets, agreement
-from models.importing.graphs import io_specs, ort_session, time_interleaved
+from triserve.families.detection.importers.end2end import compare_batch
+from triserve.families.detection.importers.onnx_batch import proof_parts, runner
+from triserve.families.detection.importers.onnx_inspect import DetectorInfo
+from triserve.families.detection.importers.params import FallbackGates, ImportParams
+from triserve.families.detection.importers.pipeline import Photos, letterboxed, nms_params, run_detector
+from triserve.families.detection.importers.quantize import quantize_int8
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.models.importing import batching
+from triserve.models.importing.agreement import Agreement, Dets, agreement
+from triserve.models.importing.graphs import io_specs, ort_session, time_interleaved
 
 log = logging.getLogger("triserve.importer")
 

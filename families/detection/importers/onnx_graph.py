@@ -58,19 +58,19 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.evaluate import detection_references
-from families.detection.importers.onnx_batch import serve_batched
-from families.detection.importers.onnx_fallback import build_fallback, latency
-from families.detection.importers.onnx_inspect import inspect_detector
-from families.detection.importers.params import FALLBACK_GATES, PARAMS, FallbackGates, ImportParams
-from families.detection.importers.pipeline import decode_photos, letterboxed, nms_params, run_detector
-from families.detection.manifest import DetectionPreprocess
-from models.importing import batching
-from models.importing.graphs import io_specs, opset_of, ort_session
-from models.importing.labels import read_labels
-from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
-from models.importing.photos import PhotoSet, package_photos, user_photos
-from models.importing.provenance import (
+from triserve.families.detection.importers.evaluate import detection_references
+from triserve.families.detection.importers.onnx_batch import serve_batched
+from triserve.families.detection.importers.onnx_fallback import build_fallback, latency
+from triserve.families.detection.importers.onnx_inspect import inspect_detector
+from triserve.families.detection.importers.params import FALLBACK_GATES, PARAMS, FallbackGates, ImportParams
+from triserve.families.detection.importers.pipeline import decode_photos, letterboxed, nms_params, run_detector
+from triserve.families.detection.manifest import DetectionPreprocess
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import io_specs, opset_of, ort_session
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from triserve.models.importing.photos import PhotoSet, package_photos, user_photos
+from triserve.models.importing.provenance import (
     data_fingerprint,
     export_source,
     git_commit,
@@ -78,9 +78,9 @@ from models.importing.provenance import (
     source_digest,
     stable_hash,
 )
-from models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
-from models.importing.result import Artifact, GateFailed, ImportResult, Laps
-from models.manifest import Manifest, Source, utcnow
+from triserve.models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
+from triserve.models.importing.result import Artifact, GateFailed, ImportResult, Laps
+from triserve.models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
 
@@ -138,7 +138,7 @@ def import_detection_onnx(model_path: Path, name: str, version: str, work_dir: P
 
     ultra = None
     if verify_ultralytics is not False:
-        from families.detection.importers.verify import ultralytics_available, verify_against_ultralytics
+        from triserve.families.detection.importers.verify import ultralytics_available, verify_against_ultralytics
 
         if ultralytics_available():
             ultra = verify_against_ultralytics(served, imgs.verify, pre, info.labels, cache_dir=cache_dir,
@@ -244,7 +244,7 @@ def publish_detection_onnx(model: Path, name: str, version: str, registry, *, la
                            cache_dir: Path | None = None, images: Path | None = None,
                            verify_ultralytics: bool | None = None, license: str | None = None,
                            require_license: bool = False) -> tuple[list[Manifest], dict]:
-    """import_detection_onnx + publish into `registry` (models.registry.LocalRegistry); (published, report).
+    """import_detection_onnx + publish into `registry` (triserve.models.registry.LocalRegistry); (published, report).
 
     `images`: a folder of the model's own-domain photos for calibration/agreement/references (default: the package
     photos). Versions are immutable: an existing name:version is refused before any work.
@@ -277,7 +277,7 @@ def log_report(report: dict) -> None:
 
 # -- CLI --------------------------------------------------------------------------------------------------------------
 def _cmd_onnx(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     def answer(out: tuple[list[Manifest], dict]) -> None:
         log_report(out[1])

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.end2end import check_values as check_end2end_values
-from families.detection.importers.end2end import is_end2end_shape
-from models.importing.graphs import export_labels, image_input, metadata_literal, ort_session, read_export
-from models.importing.result import ImportRefused
-from models.manifest import sha256_file
+from triserve.families.detection.importers.end2end import check_values as check_end2end_values
+from triserve.families.detection.importers.end2end import is_end2end_shape
+from triserve.models.importing.graphs import export_labels, image_input, metadata_literal, ort_session, read_export
+from triserve.models.importing.result import ImportRefused
+from triserve.models.manifest import sha256_file
 
 
 @dataclass(frozen=True)

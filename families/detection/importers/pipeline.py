@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from families.vision.letterbox import LetterboxMeta, boxes_to_original, preprocess_image
-from families.vision.nms import NMSParams, decode, nms
-from models.importing.agreement import Dets
-from models.importing.photos import PhotoSet, read_rgb
-from models.importing.result import GateFailed
+from triserve.families.vision.letterbox import LetterboxMeta, boxes_to_original, preprocess_image
+from triserve.families.vision.nms import NMSParams, decode, nms
+from triserve.models.importing.agreement import Dets
+from triserve.models.importing.photos import PhotoSet, read_rgb
+from triserve.models.importing.result import GateFailed
 
 
 def nms_params(conf: float = 0.25, iou: float = 0.45, max_det: int = 300, topk: int = 30000) -> NMSParams:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.importing.graphs import quantize_qdq
+from triserve.models.importing.graphs import quantize_qdq
 
 
 def detect_decode_nodes(model) -> list[str]:

@@ -28,12 +28,12 @@ from typing import Protocol
 
 import numpy as np
 
-from families.detection.importers.pipeline import nms_params, run_detector
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from models.importing.agreement import Agreement, Dets, agreement
-from models.importing.graphs import ort_session
-from models.importing.photos import read_rgb
-from models.importing.result import GateFailed
+from triserve.families.detection.importers.pipeline import nms_params, run_detector
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.models.importing.agreement import Agreement, Dets, agreement
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import read_rgb
+from triserve.models.importing.result import GateFailed
 
 log = logging.getLogger("triserve.importer")
 

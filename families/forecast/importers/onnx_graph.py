@@ -35,17 +35,17 @@ from typing import cast
 
 import numpy as np
 
-from families.forecast import runtime
-from families.forecast.features import FREQUENCIES, SEASON
-from families.forecast.manifest import ForecastPreprocess
-from families.forecast.postprocess import quantile_forecast
-from families.forecast.preprocess import model_item
-from models.importing.graphs import ort_session
-from models.importing.licenses import add_license_option, onnx_license, resolve_license
-from models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest
-from models.importing.publish import add_registry_option, import_and_publish, run_cli
-from models.importing.result import Artifact, ImportRefused, ImportResult
-from models.manifest import Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
+from triserve.families.forecast import runtime
+from triserve.families.forecast.features import FREQUENCIES, SEASON
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.postprocess import quantile_forecast
+from triserve.families.forecast.preprocess import model_item
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.licenses import add_license_option, onnx_license, resolve_license
+from triserve.models.importing.provenance import data_fingerprint, git_commit, package_versions, source_digest
+from triserve.models.importing.publish import add_registry_option, import_and_publish, run_cli
+from triserve.models.importing.result import Artifact, ImportRefused, ImportResult
+from triserve.models.manifest import Manifest, ParityCheck, Source, TensorSpec, sha256_file, utcnow
 
 log = logging.getLogger("triserve.importer")
 
@@ -236,7 +236,7 @@ def add_parser(subparsers) -> None:
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_cli(lambda: publish_forecast_onnx(
         args.model, args.name, args.version, LocalRegistry(args.registry), alias=args.alias,

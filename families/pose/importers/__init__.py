@@ -1,5 +1,5 @@
 """The pose family's importers: ultralytics pose .pt checkpoints and ONNX exports with their keypoint branch, checked
-against ultralytics' own pose predictor (boxes AND keypoints), published through models.importing.
+against ultralytics' own pose predictor (boxes AND keypoints), published through triserve.models.importing.
 
 IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
   checkpoint  pose-pt        an ultralytics pose .pt -> ONNX [b, 4 + nc + K * dims, anchors]
@@ -15,8 +15,8 @@ family's, not copies). tests/families/test_importer_boundaries.py allows exactly
 """
 
 IMPORTERS = (
-    "families.pose.importers.checkpoint",
-    "families.pose.importers.onnx_graph",
-    "families.pose.importers.people",
+    "triserve.families.pose.importers.checkpoint",
+    "triserve.families.pose.importers.onnx_graph",
+    "triserve.families.pose.importers.people",
 )
-BUILDS_ON = ("families.detection",)
+BUILDS_ON = ("triserve.families.detection",)

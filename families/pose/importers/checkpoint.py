@@ -29,23 +29,23 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from families.detection.importers.checkpoint_read import inspect_checkpoint
-from families.detection.importers.evaluate import detection_references
-from families.detection.importers.pipeline import nms_params
-from families.detection.importers.verify import require_agreement
-from families.pose.importers.export import export_and_prove
-from families.pose.importers.run import run_pose
-from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
-from families.pose.manifest import PosePreprocess
-from models.importing import custom_modules as custom_code
-from models.importing.graphs import io_specs, opset_of, ort_session
-from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
-from models.importing.photos import photos_to_verify, read_rgb, user_photos
-from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import default_cache, importer_parser, run_cli
-from models.importing.result import Artifact, ImportRefused, Laps
-from models.importing.sandbox import publish_checkpoint_isolated
-from models.manifest import Manifest, Source, utcnow
+from triserve.families.detection.importers.checkpoint_read import inspect_checkpoint
+from triserve.families.detection.importers.evaluate import detection_references
+from triserve.families.detection.importers.pipeline import nms_params
+from triserve.families.detection.importers.verify import require_agreement
+from triserve.families.pose.importers.export import export_and_prove
+from triserve.families.pose.importers.run import run_pose
+from triserve.families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.models.importing import custom_modules as custom_code
+from triserve.models.importing.graphs import io_specs, opset_of, ort_session
+from triserve.models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from triserve.models.importing.photos import photos_to_verify, read_rgb, user_photos
+from triserve.models.importing.provenance import git_commit, package_versions, stable_hash
+from triserve.models.importing.publish import default_cache, importer_parser, run_cli
+from triserve.models.importing.result import Artifact, ImportRefused, Laps
+from triserve.models.importing.sandbox import publish_checkpoint_isolated
+from triserve.models.manifest import Manifest, Source, utcnow
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def import_pose_pt(weights: Path, name: str, version: str, work_dir: Path, *, im
                    require_license: bool = False, custom_modules: Sequence[str] = ()) -> tuple[Artifact, dict]:
     """Read, export (keypoint branch kept), prove, verify and describe an ultralytics pose .pt; staged in `work_dir`.
 
-    `photos`: a models.importing.photos.PhotoSet for the ultralytics cross-check (default: the package photos).
+    `photos`: a triserve.models.importing.photos.PhotoSet for the ultralytics cross-check (default: the package photos).
     `verify_ultralytics`: False = skipped (recorded). `custom_modules`: '[PICKLED_NAME=]MODULE_OR_FILE' specs of the
     training code's own layers (models/importing/custom_modules.py), loaded while anything unpickles the checkpoint
     (reading, the export, ultralytics' predictor) and removed afterwards."""
@@ -161,7 +161,7 @@ def isolated_import(work: Path, weights: Path, name: str, version: str, images: 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     params = POSE_PT_PARAMS
     if args.parity_batches:

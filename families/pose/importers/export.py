@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.evaluate import latency_ab
-from families.detection.importers.export import (
+from triserve.families.detection.importers.evaluate import latency_ab
+from triserve.families.detection.importers.export import (
     class_names,
     export_onnx,
     load_torch_model,
@@ -23,11 +23,11 @@ from families.detection.importers.export import (
     pin_output_channels,
     tensor_specs,
 )
-from families.pose.keypoints import keypoint_schema
-from models.importing.graphs import ort_session
-from models.importing.parity import parity_gate
-from models.importing.result import GateFailed
-from models.manifest import ParityCheck, TensorSpec
+from triserve.families.pose.keypoints import keypoint_schema
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.parity import parity_gate
+from triserve.models.importing.result import GateFailed
+from triserve.models.manifest import ParityCheck, TensorSpec
 
 
 def pose_facts(model) -> tuple[list[str], list[int], dict]:

@@ -29,22 +29,22 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.evaluate import detection_references
-from families.detection.importers.pipeline import letterboxed, nms_params
-from families.pose.importers.export import channel_groups
-from families.pose.importers.onnx_inspect import PoseGraphInfo, inspect_pose_graph
-from families.pose.importers.run import run_pose
-from families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
-from families.pose.manifest import PosePreprocess
-from models.importing import batching
-from models.importing.graphs import io_specs, opset_of, ort_session
-from models.importing.labels import read_labels
-from models.importing.licenses import add_license_option, resolve_license, spdx_from_text
-from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
-from models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
-from models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
-from models.importing.result import Artifact, GateFailed, ImportResult
-from models.manifest import Manifest, Source, utcnow
+from triserve.families.detection.importers.evaluate import detection_references
+from triserve.families.detection.importers.pipeline import letterboxed, nms_params
+from triserve.families.pose.importers.export import channel_groups
+from triserve.families.pose.importers.onnx_inspect import PoseGraphInfo, inspect_pose_graph
+from triserve.families.pose.importers.run import run_pose
+from triserve.families.pose.importers.verify import POSE_CHECK, PoseCheckParams, verify_pose
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import io_specs, opset_of, ort_session
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.licenses import add_license_option, resolve_license, spdx_from_text
+from triserve.models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
+from triserve.models.importing.provenance import data_fingerprint, git_commit, package_versions, stable_hash
+from triserve.models.importing.publish import default_cache, import_and_publish, importer_parser, print_result, run_cli
+from triserve.models.importing.result import Artifact, GateFailed, ImportResult
+from triserve.models.manifest import Manifest, Source, utcnow
 
 log = logging.getLogger("triserve.importer")
 
@@ -124,7 +124,7 @@ def import_pose_onnx(model_path: Path, name: str, version: str, work_dir: Path, 
     served, proof = make_served_graph(info, pre, images, staging, params)
     check = None
     if verify_ultralytics is not False:
-        from families.detection.importers.verify import ultralytics_available
+        from triserve.families.detection.importers.verify import ultralytics_available
 
         if ultralytics_available():
             check = verify_pose(served, [p.path for p in photos.all()], pre, len(info.labels), params=params.check,
@@ -165,7 +165,7 @@ def import_pose_onnx(model_path: Path, name: str, version: str, work_dir: Path, 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     def answer(out: tuple[list[Manifest], dict]) -> None:
         log.info("report: %s", json.dumps(out[1], default=str))

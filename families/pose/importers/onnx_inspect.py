@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from families.detection.importers.onnx_inspect import square_input_size
-from families.pose.keypoints import keypoint_schema
-from models.importing.graphs import export_labels, image_input, metadata_literal, ort_session, read_export
-from models.importing.result import ImportRefused
-from models.manifest import sha256_file
+from triserve.families.detection.importers.onnx_inspect import square_input_size
+from triserve.families.pose.keypoints import keypoint_schema
+from triserve.models.importing.graphs import export_labels, image_input, metadata_literal, ort_session, read_export
+from triserve.models.importing.result import ImportRefused
+from triserve.models.manifest import sha256_file
 
 
 @dataclass(frozen=True)

@@ -20,20 +20,20 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.params import FallbackGates
-from families.detection.importers.pipeline import letterboxed, nms_params
-from families.detection.importers.quantize import quantize_int8
-from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.importers.run import PoseDets, run_pose
-from families.pose.manifest import PosePreprocess
-from models.importing.agreement import agreement, match
-from models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved
-from models.importing.photos import PhotoSet, package_photos, read_rgb
-from models.importing.provenance import git_commit, package_versions, stable_hash
-from models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
-from models.importing.result import Artifact, GateFailed, ImportResult
-from models.importing.wheels import WheelModel, WheelUnavailable
-from models.manifest import Manifest, preprocess_as, utcnow
+from triserve.families.detection.importers.params import FallbackGates
+from triserve.families.detection.importers.pipeline import letterboxed, nms_params
+from triserve.families.detection.importers.quantize import quantize_int8
+from triserve.families.pose.importers.checkpoint import PosePtParams, import_pose_pt
+from triserve.families.pose.importers.run import PoseDets, run_pose
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.models.importing.agreement import agreement, match
+from triserve.models.importing.graphs import io_specs, opset_of, ort_session, time_interleaved
+from triserve.models.importing.photos import PhotoSet, package_photos, read_rgb
+from triserve.models.importing.provenance import git_commit, package_versions, stable_hash
+from triserve.models.importing.publish import already_published, default_build_parser, run_default_build, staged_publish
+from triserve.models.importing.result import Artifact, GateFailed, ImportResult
+from triserve.models.importing.wheels import WheelModel, WheelUnavailable
+from triserve.models.manifest import Manifest, preprocess_as, utcnow
 
 log = logging.getLogger("triserve.importer")
 
@@ -181,7 +181,7 @@ def build_default_people(registry, cache_dir: Path, name: str = "yolo11n-pose",
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_default_build(lambda: build_default_people(LocalRegistry(args.registry), args.cache, name=args.name,
                                                           fallback_name=args.fallback_name),

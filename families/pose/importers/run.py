@@ -1,6 +1,6 @@
 """A pose model run through the family's own serving path, for the importers' checks: letterbox -> ONNX Runtime ->
-capped NMS on the boxes -> boxes and keypoints in original pixels (families.vision.letterbox,
-families.pose.postprocess). What the checks measure is what serves."""
+capped NMS on the boxes -> boxes and keypoints in original pixels (triserve.families.vision.letterbox,
+triserve.families.pose.postprocess). What the checks measure is what serves."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -8,17 +8,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from families.detection.importers.pipeline import head_rows
-from families.pose.manifest import PosePreprocess
-from families.pose.postprocess import decode_pose, keypoints_to_original
-from families.vision.letterbox import boxes_to_original
-from families.vision.nms import NMSParams
-from models.importing.agreement import Dets
+from triserve.families.detection.importers.pipeline import head_rows
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.families.pose.postprocess import decode_pose, keypoints_to_original
+from triserve.families.vision.letterbox import boxes_to_original
+from triserve.families.vision.nms import NMSParams
+from triserve.models.importing.agreement import Dets
 
 
 @dataclass(frozen=True)
 class PoseDets:
-    """One image's instances in original pixels: the boxes as models.importing.agreement compares them, and their
+    """One image's instances in original pixels: the boxes as triserve.models.importing.agreement compares them, and
+    their
     keypoints [k, K, dims]."""
 
     dets: Dets

@@ -6,7 +6,7 @@ offset by the letterbox pad would pass a box check and answer nonsense. ultralyt
 file) with ITS letterbox, ITS NMS and ITS scale_coords (`YOLO(path).predict`, rect=False, predict defaults conf 0.25,
 iou 0.7, max_det 300); triserve runs the family's letterbox -> ONNX Runtime -> capped NMS -> boxes_to_original /
 keypoints_to_original with the same thresholds. Every box on either side must find a partner of the same class with
-IoU >= 0.9 and a score within 0.02 (models.importing.agreement), and in every matched pair every keypoint that
+IoU >= 0.9 and a score within 0.02 (triserve.models.importing.agreement), and in every matched pair every keypoint that
 ultralytics reports visible (confidence >= 0.5, or every keypoint of a 2-dim model) must lie within 2 px, its
 confidence within 0.02.
 
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.pipeline import nms_params
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from families.pose.importers.run import PoseDets, run_pose
-from families.pose.manifest import PosePreprocess
-from models.importing.agreement import Agreement, Dets, agreement, match
-from models.importing.graphs import ort_session
-from models.importing.photos import read_rgb
+from triserve.families.detection.importers.pipeline import nms_params
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.families.pose.importers.run import PoseDets, run_pose
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.models.importing.agreement import Agreement, Dets, agreement, match
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import read_rgb
 
 
 @dataclass(frozen=True)

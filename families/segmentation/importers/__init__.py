@@ -1,6 +1,6 @@
 """The segmentation family's importers: ultralytics segment ONNX exports and .pt checkpoints, their two outputs
 packed into one row (pack.py), made batch-dynamic and proved, verified against ultralytics' own segment predictor
-(boxes AND masks), published through models.importing.
+(boxes AND masks), published through triserve.models.importing.
 
 IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
   onnx_graph  segmentation-onnx  an ultralytics segment ONNX export (e.g. platedet's YOLOv8s-seg), INT8 fallback
@@ -13,8 +13,8 @@ the detection family's, not copies). tests/families/test_importer_boundaries.py 
 """
 
 IMPORTERS = (
-    "families.segmentation.importers.onnx_graph",
-    "families.segmentation.importers.checkpoint",
-    "families.segmentation.importers.plates",
+    "triserve.families.segmentation.importers.onnx_graph",
+    "triserve.families.segmentation.importers.checkpoint",
+    "triserve.families.segmentation.importers.plates",
 )
-BUILDS_ON = ("families.detection",)
+BUILDS_ON = ("triserve.families.detection",)

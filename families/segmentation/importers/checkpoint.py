@@ -19,15 +19,21 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from families.detection.importers.checkpoint_read import inspect_checkpoint
-from families.detection.importers.export import export_onnx
-from families.segmentation.importers.onnx_graph import import_segmentation_onnx
-from models.importing import custom_modules as custom_code
-from models.importing.licenses import spdx_from_text
-from models.importing.photos import PhotoSet, user_photos
-from models.importing.publish import add_import_options, default_cache, import_and_publish, importer_parser, run_cli
-from models.importing.result import Artifact, ImportRefused, ImportResult
-from models.importing.sandbox import absolute_specs, isolated_build, prefetch_photos
+from triserve.families.detection.importers.checkpoint_read import inspect_checkpoint
+from triserve.families.detection.importers.export import export_onnx
+from triserve.families.segmentation.importers.onnx_graph import import_segmentation_onnx
+from triserve.models.importing import custom_modules as custom_code
+from triserve.models.importing.licenses import spdx_from_text
+from triserve.models.importing.photos import PhotoSet, user_photos
+from triserve.models.importing.publish import (
+    add_import_options,
+    default_cache,
+    import_and_publish,
+    importer_parser,
+    run_cli,
+)
+from triserve.models.importing.result import Artifact, ImportRefused, ImportResult
+from triserve.models.importing.sandbox import absolute_specs, isolated_build, prefetch_photos
 
 log = logging.getLogger("triserve.importer")
 OPSET = 17
@@ -85,7 +91,7 @@ def isolated_import(work: Path, weights: Path, name: str, version: str, images: 
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_cli(lambda: publish_segmentation_pt(
         args.weights, args.name, args.version, LocalRegistry(args.registry), imgsz=args.imgsz, alias=args.alias,

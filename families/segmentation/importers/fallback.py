@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.pipeline import letterboxed
-from families.detection.importers.quantize import quantize_int8
-from families.segmentation.importers.pack import pack_outputs, to_float32
-from families.segmentation.importers.verify import SegPrediction, mask_iou, triserve_segments
-from families.segmentation.manifest import SegmentationPreprocess
-from models.importing import batching
-from models.importing.agreement import agreement, match
-from models.importing.graphs import ort_session, time_interleaved
+from triserve.families.detection.importers.pipeline import letterboxed
+from triserve.families.detection.importers.quantize import quantize_int8
+from triserve.families.segmentation.importers.pack import pack_outputs, to_float32
+from triserve.families.segmentation.importers.verify import SegPrediction, mask_iou, triserve_segments
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.models.importing import batching
+from triserve.models.importing.agreement import agreement, match
+from triserve.models.importing.graphs import ort_session, time_interleaved
 
 log = logging.getLogger("triserve.importer")
 

@@ -27,21 +27,27 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.onnx_inspect import square_input_size
-from families.detection.importers.pipeline import letterboxed
-from families.segmentation.importers.fallback import build_int8
-from families.segmentation.importers.pack import pack_outputs, to_float32
-from families.segmentation.importers.verify import verify
-from families.segmentation.manifest import SegmentationPreprocess
-from models.importing import batching
-from models.importing.graphs import export_labels, image_input, io_specs, opset_of, ort_session, read_export
-from models.importing.labels import read_labels
-from models.importing.licenses import resolve_license, spdx_from_text
-from models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
-from models.importing.provenance import data_fingerprint, export_source, git_commit, source_digest, stable_hash
-from models.importing.publish import add_import_options, default_cache, import_and_publish, importer_parser, run_cli
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
-from models.manifest import Manifest, Source, sha256_file, utcnow
+from triserve.families.detection.importers.onnx_inspect import square_input_size
+from triserve.families.detection.importers.pipeline import letterboxed
+from triserve.families.segmentation.importers.fallback import build_int8
+from triserve.families.segmentation.importers.pack import pack_outputs, to_float32
+from triserve.families.segmentation.importers.verify import verify
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import export_labels, image_input, io_specs, opset_of, ort_session, read_export
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.licenses import resolve_license, spdx_from_text
+from triserve.models.importing.photos import PhotoSet, package_photos, read_rgb, user_photos
+from triserve.models.importing.provenance import data_fingerprint, export_source, git_commit, source_digest, stable_hash
+from triserve.models.importing.publish import (
+    add_import_options,
+    default_cache,
+    import_and_publish,
+    importer_parser,
+    run_cli,
+)
+from triserve.models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult
+from triserve.models.manifest import Manifest, Source, sha256_file, utcnow
 
 log = logging.getLogger("triserve.importer")
 CODE = (Path(__file__).resolve().parent, Path(batching.__file__).resolve().parent)
@@ -205,7 +211,7 @@ def import_segmentation_onnx(model_path: Path, name: str, version: str, work_dir
     # 2. ultralytics' predictor on the original vs triserve's serving path on the served graph
     check = None
     if verify_ultralytics is not False:
-        from families.detection.importers.verify import ultralytics_available
+        from triserve.families.detection.importers.verify import ultralytics_available
 
         if ultralytics_available():
             check = verify(Path(reference or model_path), ort_session(served, threads=1),
@@ -301,7 +307,7 @@ def publish_segmentation_onnx(model: Path, name: str, version: str, registry, *,
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_cli(lambda: publish_segmentation_onnx(
         args.model, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels, imgsz=args.imgsz,

@@ -13,12 +13,12 @@ import json
 import logging
 from pathlib import Path
 
-from families.segmentation.importers.onnx_graph import CODE, import_segmentation_onnx
-from models.importing.photos import PhotoSet, package_photos
-from models.importing.provenance import package_versions
-from models.importing.publish import already_published, default_build_parser, run_cli, staged_publish
-from models.importing.wheels import WheelModel, WheelUnavailable
-from models.manifest import Manifest, Source, sha256_file
+from triserve.families.segmentation.importers.onnx_graph import CODE, import_segmentation_onnx
+from triserve.models.importing.photos import PhotoSet, package_photos
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import already_published, default_build_parser, run_cli, staged_publish
+from triserve.models.importing.wheels import WheelModel, WheelUnavailable
+from triserve.models.manifest import Manifest, Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
 # the licence: the ONNX metadata's 'AGPL-3.0 https://ultralytics.com/license'
@@ -56,7 +56,7 @@ def build_default_plates(registry, cache_dir: Path, name: str = "plates",
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(args.registry)
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from families.detection.importers.pipeline import nms_params
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from families.segmentation.limits import Limits
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.postprocess import instances
-from families.vision.letterbox import preprocess_image
-from models.importing.agreement import Dets, agreement, match
-from models.importing.photos import read_rgb
+from triserve.families.detection.importers.pipeline import nms_params
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.families.segmentation.limits import Limits
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.postprocess import instances
+from triserve.families.vision.letterbox import preprocess_image
+from triserve.models.importing.agreement import Dets, agreement, match
+from triserve.models.importing.photos import read_rgb
 
 
 @dataclass
@@ -98,7 +98,7 @@ class SegCheck:
 
 def compare(theirs: Sequence[SegPrediction], ours: Sequence[SegPrediction], names: Sequence[str],
             min_iou: float = 0.9, min_mask_iou: float = 0.9, max_score_diff: float = 0.02) -> SegCheck:
-    """Boxes matched like the detection importers (models.importing.agreement), then each pair's mask IoU."""
+    """Boxes matched like the detection importers (triserve.models.importing.agreement), then each pair's mask IoU."""
     agree = agreement([t.dets for t in theirs], [o.dets for o in ours], names, min_iou=min_iou, confident=0.5)
     rows = []
     passed = agree.complete and agree.max_score_diff <= max_score_diff

@@ -1,6 +1,6 @@
 """The text family's importers: Hugging Face sequence classifiers, ONNX graphs with their tokenizer.json, and
 sentence-transformers encoders with a scikit-learn linear head, each verified against the framework it came from and
-published through models.importing.
+published through triserve.models.importing.
 
 IMPORTERS: the modules `triserve import` (triserve/importers.py) registers, each with `add_parser(subparsers)`:
   hf            text-hf        a save_pretrained AutoModelForSequenceClassification directory
@@ -11,7 +11,7 @@ tokenizer (tokenizer.json with the serving settings), torch_export (torch -> ONN
 """
 
 IMPORTERS = (
-    "families.text.importers.hf",
-    "families.text.importers.onnx_graph",
-    "families.text.importers.sklearn_head",
+    "triserve.families.text.importers.hf",
+    "triserve.families.text.importers.onnx_graph",
+    "triserve.families.text.importers.sklearn_head",
 )

@@ -30,21 +30,21 @@ from typing import cast
 
 import numpy as np
 
-from families.text import runtime
-from families.text.importers.tokenizer import TOKENIZER_FILE, tokenizer_lowercases
-from families.text.importers.utterances import evaluation_utterances, parity_texts
-from families.text.manifest import TextPreprocess
-from families.text.postprocess import check_probabilities
-from families.text.preprocess import TextTokenizer, clean_text
-from models.importing import publish
-from models.importing.graphs import opset_of, ort_session, value_dims
-from models.importing.licenses import add_license_option
-from models.importing.parity import parity_gate
-from models.importing.provenance import data_fingerprint, git_commit, source_digest, stable_hash
-from models.importing.publish import add_registry_option
-from models.importing.references import histogram_reference
-from models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult, Laps
-from models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
+from triserve.families.text import runtime
+from triserve.families.text.importers.tokenizer import TOKENIZER_FILE, tokenizer_lowercases
+from triserve.families.text.importers.utterances import evaluation_utterances, parity_texts
+from triserve.families.text.manifest import TextPreprocess
+from triserve.families.text.postprocess import check_probabilities
+from triserve.families.text.preprocess import TextTokenizer, clean_text
+from triserve.models.importing import publish
+from triserve.models.importing.graphs import opset_of, ort_session, value_dims
+from triserve.models.importing.licenses import add_license_option
+from triserve.models.importing.parity import parity_gate
+from triserve.models.importing.provenance import data_fingerprint, git_commit, source_digest, stable_hash
+from triserve.models.importing.publish import add_registry_option
+from triserve.models.importing.references import histogram_reference
+from triserve.models.importing.result import Artifact, GateFailed, ImportRefused, ImportResult, Laps
+from triserve.models.manifest import Manifest, Source, TensorSpec, preprocess_as, utcnow
 
 log = logging.getLogger("triserve.importer")
 
@@ -167,8 +167,10 @@ def long_text(tokenizer, pool: Sequence[str]) -> str:
 
 def padded_cases(tokenizer_file: Path, max_length: int, pad_token_id: int, input_names: list[str],
                  texts: Sequence[str], batches: Sequence[int], seq_lens: Sequence[int]):
-    """(case, feeds) per batch x sequence length, made as serving makes them: families.text.preprocess.TextTokenizer
-    truncating at that length, padded per batch by families.text.runtime.feeds. Each batch holds one text cut at the
+    """(case, feeds) per batch x sequence length, made as serving makes them:
+    triserve.families.text.preprocess.TextTokenizer
+    truncating at that length, padded per batch by triserve.families.text.runtime.feeds. Each batch holds one text cut
+    at the
     length plus real, mostly shorter texts, so padding and the mask are exercised."""
     lens = sorted({s for s in seq_lens if s < max_length} | {int(max_length)})
     cases = []

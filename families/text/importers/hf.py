@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from families.text.importers.finish import (
+from triserve.families.text.importers.finish import (
     MODEL_FILE,
     PARAMS,
     SourceCheck,
@@ -58,16 +58,16 @@ from families.text.importers.finish import (
     served_probabilities,
     token_feeds,
 )
-from families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer
-from families.text.importers.torch_export import OPSET, export_probabilities
-from families.text.manifest import TextPreprocess
-from families.text.preprocess import TextTokenizer
-from models.importing.labels import names_list, read_labels
-from models.importing.licenses import card_license, resolve_license
-from models.importing.provenance import package_versions
-from models.importing.publish import import_and_publish, run_cli
-from models.importing.result import ImportRefused, ImportResult
-from models.manifest import Manifest, Source, preprocess_as, sha256_file
+from triserve.families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer
+from triserve.families.text.importers.torch_export import OPSET, export_probabilities
+from triserve.families.text.manifest import TextPreprocess
+from triserve.families.text.preprocess import TextTokenizer
+from triserve.models.importing.labels import names_list, read_labels
+from triserve.models.importing.licenses import card_license, resolve_license
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import import_and_publish, run_cli
+from triserve.models.importing.result import ImportRefused, ImportResult
+from triserve.models.manifest import Manifest, Source, preprocess_as, sha256_file
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -395,7 +395,7 @@ def publish_text_hf(model_dir: Path, name: str, version: str, registry, *, label
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_cli(lambda: publish_text_hf(
         args.model_dir, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from families.text.importers.finish import (
+from triserve.families.text.importers.finish import (
     MODEL_FILE,
     OUTPUT,
     PARAMS,
@@ -40,15 +40,20 @@ from families.text.importers.finish import (
     long_text,
     token_feeds,
 )
-from families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer, tokenizer_max_length, tokenizer_pad_id
-from families.text.preprocess import TextTokenizer
-from models.importing.graphs import ort_session, value_dims
-from models.importing.labels import read_labels
-from models.importing.licenses import onnx_license, resolve_license
-from models.importing.provenance import package_versions
-from models.importing.publish import import_and_publish, run_cli
-from models.importing.result import ImportRefused, ImportResult
-from models.manifest import Source, sha256_file
+from triserve.families.text.importers.tokenizer import (
+    TOKENIZER_FILE,
+    stage_tokenizer,
+    tokenizer_max_length,
+    tokenizer_pad_id,
+)
+from triserve.families.text.preprocess import TextTokenizer
+from triserve.models.importing.graphs import ort_session, value_dims
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.licenses import onnx_license, resolve_license
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import import_and_publish, run_cli
+from triserve.models.importing.result import ImportRefused, ImportResult
+from triserve.models.manifest import Source, sha256_file
 
 log = logging.getLogger("triserve.importer")
 
@@ -269,7 +274,7 @@ def publish_text_onnx(model_path: Path, tokenizer_path: Path, labels_file: Path,
 
 # -- CLI --------------------------------------------------------------------------------------------------------------
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_cli(lambda: publish_text_onnx(
         args.model, args.tokenizer, args.labels, args.name, args.version, LocalRegistry(args.registry),

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from families.text.importers.finish import (
+from triserve.families.text.importers.finish import (
     MODEL_FILE,
     PARAMS,
     SourceCheck,
@@ -55,15 +55,15 @@ from families.text.importers.finish import (
     check_texts,
     finish_import,
 )
-from families.text.importers.hf import fast_tokenizer
-from families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer, tokenizer_lowercases
-from families.text.importers.torch_export import OPSET, export_onnx
-from models.importing.labels import read_labels
-from models.importing.licenses import card_license, resolve_license
-from models.importing.provenance import package_versions
-from models.importing.publish import import_and_publish, run_cli
-from models.importing.result import ImportRefused, ImportResult
-from models.manifest import Source, sha256_file
+from triserve.families.text.importers.hf import fast_tokenizer
+from triserve.families.text.importers.tokenizer import TOKENIZER_FILE, stage_tokenizer, tokenizer_lowercases
+from triserve.families.text.importers.torch_export import OPSET, export_onnx
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.licenses import card_license, resolve_license
+from triserve.models.importing.provenance import package_versions
+from triserve.models.importing.publish import import_and_publish, run_cli
+from triserve.models.importing.result import ImportRefused, ImportResult
+from triserve.models.manifest import Source, sha256_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -436,7 +436,7 @@ def publish_text_sklearn(encoder_dir: Path, classifier_path: Path, name: str, ve
 
 
 def _cmd(args) -> int:
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     return run_cli(lambda: publish_text_sklearn(
         args.encoder, args.classifier, args.name, args.version, LocalRegistry(args.registry), labels_file=args.labels,

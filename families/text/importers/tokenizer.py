@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.importing.result import ImportRefused
+from triserve.models.importing.result import ImportRefused
 
 TOKENIZER_FILE = "tokenizer.json"
 PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "[pad]", "<PAD>")

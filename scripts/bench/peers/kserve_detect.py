@@ -27,9 +27,9 @@ from kserve.errors import InvalidInput
 # run as a script from its own venv: the project's detection functions and the peers' helpers come from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from kernel.errors import ApiError
 from scripts.bench.peers.common import kserve_parser, read_manifest, serve_kserve, session
 from scripts.bench.peers.pipelines import Detector
+from triserve.kernel.errors import ApiError
 
 NAME = "detector"
 

@@ -25,9 +25,9 @@ from mlserver.codecs import NumpyCodec, StringCodec
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse
 
-from kernel.errors import ApiError
 from scripts.bench.peers.common import read_manifest, session
 from scripts.bench.peers.pipelines import Detector, padded_detections
+from triserve.kernel.errors import ApiError
 
 
 class DetectorRuntime(MLModel):

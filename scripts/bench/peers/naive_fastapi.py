@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from families.text.preprocess import TextTokenizer
 from scripts.bench.peers.common import naive_app, naive_model
+from triserve.families.text.preprocess import TextTokenizer
 
 MODEL_DIR, MANIFEST, SESSION = naive_model("minilm-intent")
 PRE = MANIFEST["preprocess"]

@@ -15,14 +15,14 @@ from __future__ import annotations
 import numpy as np
 from fastapi.responses import JSONResponse
 
-from families.detection.limits import Limits
-from families.detection.schemas import DetectRequest
-from families.vision.decode import decode_base64, decode_image
-from families.vision.letterbox import boxes_to_original, preprocess_image
-from families.vision.nms import NMSParams, nms
-from kernel.errors import ApiError
 from scripts.bench.peers.common import naive_app, naive_model
 from scripts.common import default_model
+from triserve.families.detection.limits import Limits
+from triserve.families.detection.schemas import DetectRequest
+from triserve.families.vision.decode import decode_base64, decode_image
+from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+from triserve.families.vision.nms import NMSParams, nms
+from triserve.kernel.errors import ApiError
 
 MODEL_DIR, MANIFEST, SESSION = naive_model(default_model("detection"))
 PRE = MANIFEST["preprocess"]

@@ -39,7 +39,7 @@ class TextClassifier:
     """texts -> TopK per text, with one ONNX Runtime call for the whole list."""
 
     def __init__(self, model_dir: Path, manifest: dict, session: Any, top_k: int = 3):
-        from families.text.preprocess import TextTokenizer
+        from triserve.families.text.preprocess import TextTokenizer
 
         pre = manifest["preprocess"]
         self.tokenizer = TextTokenizer(Path(model_dir) / pre["tokenizer_file"], pre["max_length"])
@@ -61,8 +61,8 @@ class Detector:
     """base64 images -> detections per image, with one ONNX Runtime call for the whole list."""
 
     def __init__(self, manifest: dict, session: Any):
-        from families.detection.limits import Limits
-        from families.vision.nms import NMSParams
+        from triserve.families.detection.limits import Limits
+        from triserve.families.vision.nms import NMSParams
 
         self.limits = Limits()  # the family's defaults (configs/serving.yaml sets the same)
         lim = self.limits
@@ -73,9 +73,9 @@ class Detector:
         self.input = session.get_inputs()[0].name
 
     def __call__(self, b64s: Sequence[str]) -> list[list[Detection]]:
-        from families.vision.decode import decode_base64, decode_image
-        from families.vision.letterbox import boxes_to_original, preprocess_image
-        from families.vision.nms import nms
+        from triserve.families.vision.decode import decode_base64, decode_image
+        from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+        from triserve.families.vision.nms import nms
 
         lim, pre = self.limits, self.pre
         images = [decode_image(decode_base64(s, i, lim.max_image_bytes), i, lim.max_image_bytes, lim.max_pixels)

@@ -31,10 +31,10 @@ from pytriton.model_config import Tensor
 # fastapi) and the peers' shared helpers are imported from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from families.vision.decode import decode_base64, decode_image
-from families.vision.letterbox import boxes_to_original, preprocess_image
-from families.vision.nms import NMSParams, nms
 from scripts.bench.peers.common import serve_triton, triton_model, triton_parser
+from triserve.families.vision.decode import decode_base64, decode_image
+from triserve.families.vision.letterbox import boxes_to_original, preprocess_image
+from triserve.families.vision.nms import NMSParams, nms
 
 # the detection family's default limits (families/detection/limits.py), spelt out
 MAX_IMAGE_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000

@@ -11,8 +11,8 @@ COLOURS = {"red": (230, 10, 10), "green": (10, 200, 20), "blue": (20, 20, 220), 
 
 
 def test_rows_carry_the_labels_and_bad_files_are_error_rows(tiny_registry, tmp_path):
-    from batch import cli
-    from batch.sinks import read_rows
+    from triserve.batch import cli
+    from triserve.batch.sinks import read_rows
 
     images = tmp_path / "images"
     images.mkdir()

@@ -9,15 +9,15 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
-import configs.families
-import families
-from families.classification.limits import Limits
-from families.classification.manifest import ClassificationPreprocess
-from families.classification.postprocess import probabilities, top_k
-from families.classification.preprocess import crop
-from families.classification.runtime import network_batch
-from families.classification.schemas import ClassifyImageUpload
+import triserve.configs.families
 from tests.families.hooks import refusal, view
+from triserve import families
+from triserve.families.classification.limits import Limits
+from triserve.families.classification.manifest import ClassificationPreprocess
+from triserve.families.classification.postprocess import probabilities, top_k
+from triserve.families.classification.preprocess import crop
+from triserve.families.classification.runtime import network_batch
+from triserve.families.classification.schemas import ClassifyImageUpload
 
 
 def png(w: int, h: int, rgb=(0, 0, 0)) -> bytes:
@@ -30,7 +30,7 @@ def test_registered_with_routes_grpc_method_and_batch_command():
     fam = families.family("classification")
     assert fam.api.grpc_method == "ClassifyImage" and fam.api.oip.alias == "classify-image"
     assert [r.path for r in fam.api.routes] == ["/v1/classify-image", "/v1/classify-image/upload"]
-    adapter = configs.families.batch_adapter("classification")
+    adapter = triserve.configs.families.batch_adapter("classification")
     assert (adapter.COMMAND, adapter.SOURCE, adapter.FAMILY) == ("classify-image", "images", "classification")
 
 
@@ -85,7 +85,7 @@ def test_bad_input_is_a_4xx_before_the_runner(request_, limits, status, code):
 
 
 def test_an_elongated_image_is_refused_before_its_resize():
-    from kernel.errors import ApiError
+    from triserve.kernel.errors import ApiError
 
     with pytest.raises(ApiError) as err:
         crop(np.zeros((1, 4000, 3), np.uint8), ClassificationPreprocess(imgsz=224), 0, max_pixels=1_000_000)

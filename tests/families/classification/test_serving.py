@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 COLOURS = {"red": (230, 10, 10), "green": (10, 200, 20), "blue": (20, 20, 220), "black": (5, 5, 5)}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.forecast import arima, classical
+from triserve.families.forecast import arima, classical
 
 
 def test_kpss_differences_a_random_walk_and_leaves_noise_alone():

@@ -7,9 +7,9 @@ import httpx
 import numpy as np
 import pytest
 
-from families.forecast.covariates import calendar, fit
-from families.forecast.ensemble import combine
-from families.forecast.features import MEDIAN_INDEX
+from triserve.families.forecast.covariates import calendar, fit
+from triserve.families.forecast.ensemble import combine
+from triserve.families.forecast.features import MEDIAN_INDEX
 
 N, H = 200, 14
 

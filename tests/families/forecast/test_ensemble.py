@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.forecast import classical
-from families.forecast.ensemble import backtest_cuts, backtest_steps, combine
-from families.forecast.features import MEDIAN_INDEX, QUANTILES
+from triserve.families.forecast import classical
+from triserve.families.forecast.ensemble import backtest_cuts, backtest_steps, combine
+from triserve.families.forecast.features import MEDIAN_INDEX, QUANTILES
 
 
 def bent_model(y: np.ndarray, frequency: str, horizon: int, pull: float = 0.5) -> list[np.ndarray]:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from families.forecast.features import (
+from triserve.families.forecast.features import (
     CONTEXT,
     FREQUENCIES,
     H_MAX,

@@ -82,10 +82,10 @@ def test_bad_panels_are_refused_with_the_series_named(server, panel, code, where
 @pytest.mark.parametrize("limits, code", [({"max_series": 2}, "too_many_series"),
                                           ({"max_panel_points": 10}, "panel_too_large")])
 def test_panel_limits_refuse_before_any_work(limits, code):
-    import families
-    from families.forecast.limits import Limits
-    from families.forecast.schemas import PanelForecastRequest
     from tests.families.hooks import refusal
+    from triserve import families
+    from triserve.families.forecast.limits import Limits
+    from triserve.families.forecast.schemas import PanelForecastRequest
 
     body = PanelForecastRequest(series=series(3, n=5), frequency="D")
     refused = refusal(families.family("forecast"), Limits(**limits), body)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.forecast import pooling
-from families.forecast.ensemble import combine_many, weights_of
+from triserve.families.forecast import pooling
+from triserve.families.forecast.ensemble import combine_many, weights_of
 
 
 def test_pooled_scores_blend_with_the_category_mean():

@@ -5,12 +5,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from families.forecast import runtime
-from families.forecast.features import CONTEXT, FREQ_INDEX, MAX_HORIZON, N_FEATURES, QUANTILES, prepare_batch
-from families.forecast.manifest import ForecastPreprocess
-from families.forecast.postprocess import bands, quantile_forecast
-from families.forecast.preprocess import model_item
 from scripts.forecast.build import primary_contract
+from triserve.families.forecast import runtime
+from triserve.families.forecast.features import CONTEXT, FREQ_INDEX, MAX_HORIZON, N_FEATURES, QUANTILES, prepare_batch
+from triserve.families.forecast.manifest import ForecastPreprocess
+from triserve.families.forecast.postprocess import bands, quantile_forecast
+from triserve.families.forecast.preprocess import model_item
 
 T0 = np.datetime64("2026-01-01T00:00:00", "s")
 
@@ -98,7 +98,7 @@ def test_global_contract_is_always_mean_abs_scaled():
 
 
 def test_theta_session_answers_in_scaled_units_like_the_method_in_original_units():
-    from families.forecast.theta import fallback_forecast
+    from triserve.families.forecast.theta import fallback_forecast
 
     pre = primary_contract()
     session = runtime.ThetaSession(SimpleNamespace(preprocess=pre))

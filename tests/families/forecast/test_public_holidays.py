@@ -7,9 +7,9 @@ import httpx
 import numpy as np
 import pytest
 
-from families.forecast.covariates import calendar
-from families.forecast.preprocess import series_timestamps
-from kernel.errors import ApiError
+from triserve.families.forecast.covariates import calendar
+from triserve.families.forecast.preprocess import series_timestamps
+from triserve.kernel.errors import ApiError
 
 N, H = 547, 7  # 2023-01-01 .. 2024-06-30, then 2024-07-01 .. 07-07 (July 4th inside)
 

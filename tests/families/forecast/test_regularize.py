@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from families.forecast.preprocess import SeriesError, future_timestamps, regularize
+from triserve.families.forecast.preprocess import SeriesError, future_timestamps, regularize
 
 
 def months(*ym):

@@ -7,11 +7,11 @@ import httpx
 import numpy as np
 import pytest
 
-from families.forecast.ensemble import combine
-from families.forecast.features import MAX_HORIZON, MEDIAN_INDEX
-from families.forecast.shifts import detect, remove
 from scripts.forecast.textbook import cases
 from tests.families.forecast.test_ensemble import bent_model
+from triserve.families.forecast.ensemble import combine
+from triserve.families.forecast.features import MAX_HORIZON, MEDIAN_INDEX
+from triserve.families.forecast.shifts import detect, remove
 
 FREQS = ("YS", "QS", "MS", "W", "D", "h")
 

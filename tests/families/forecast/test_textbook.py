@@ -10,10 +10,10 @@ import httpx
 import numpy as np
 import pytest
 
-from families.forecast.ensemble import combine
-from families.forecast.shifts import remove
 from scripts.forecast.textbook import cases, check
 from tests.families.forecast.test_ensemble import bent_model
+from triserve.families.forecast.ensemble import combine
+from triserve.families.forecast.shifts import remove
 
 CASES = cases()
 

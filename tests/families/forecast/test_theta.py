@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from families.forecast.features import QUANTILES
-from families.forecast.theta import fallback_forecast
+from triserve.families.forecast.features import QUANTILES
+from triserve.families.forecast.theta import fallback_forecast
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 13, 30, 300])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import families
-from families.pose.family import pose_agreement
-from kernel.errors import InvalidOutput
+from triserve import families
+from triserve.families.pose.family import pose_agreement
+from triserve.kernel.errors import InvalidOutput
 
 KPT = (2, 3)
 
@@ -31,8 +31,8 @@ def test_agreement_is_one_for_the_same_answer_and_falls_with_moved_keypoints():
 def test_the_family_is_registered_with_its_routes_and_checks_outputs():
     from types import SimpleNamespace
 
-    from families.pose.keypoints import keypoint_schema
-    from families.pose.manifest import PosePreprocess
+    from triserve.families.pose.keypoints import keypoint_schema
+    from triserve.families.pose.manifest import PosePreprocess
 
     fam = families.family("pose")
     assert fam.api.grpc_method == "Pose" and fam.api.oip.alias == "pose"
@@ -49,9 +49,9 @@ def test_the_runner_refuses_a_fallback_with_another_keypoint_schema():
     answer_schema beside the labels: a fallback naming its keypoints otherwise cannot stand in."""
     from types import SimpleNamespace
 
-    from families.pose.keypoints import keypoint_schema
-    from families.pose.manifest import PosePreprocess
-    from runners.repository_state import IncompatibleFallback, Manifested, check_pair
+    from triserve.families.pose.keypoints import keypoint_schema
+    from triserve.families.pose.manifest import PosePreprocess
+    from triserve.runners.repository_state import IncompatibleFallback, Manifested, check_pair
 
     coco = PosePreprocess(imgsz=640, **keypoint_schema([17, 3], ["person"]))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from families.pose.keypoints import COCO_KEYPOINTS, COCO_SKELETON, keypoint_schema
-from families.pose.manifest import PosePreprocess
+from triserve.families.pose.keypoints import COCO_KEYPOINTS, COCO_SKELETON, keypoint_schema
+from triserve.families.pose.manifest import PosePreprocess
 
 
 def test_coco_names_only_for_17x3_keypoints_of_the_coco_person_class():

@@ -9,10 +9,10 @@ from functools import partial
 import pytest
 from pydantic import ValidationError
 
-import families
-from families.pose.limits import Limits
-from families.pose.schemas import PoseRequest, PoseUpload
 from tests.families.hooks import refusal
+from triserve import families
+from triserve.families.pose.limits import Limits
+from triserve.families.pose.schemas import PoseRequest, PoseUpload
 
 
 def test_limits_and_bad_images_are_4xx_before_the_runner(tiny_png_b64):
@@ -43,7 +43,7 @@ def test_the_request_schema_refuses_out_of_range_options():
 def test_invisible_keypoints_are_reported_with_their_confidence():
     import numpy as np
 
-    from families.pose.postprocess import to_keypoints
+    from triserve.families.pose.postprocess import to_keypoints
 
     kps = to_keypoints(np.array([[10.0, 20.0, 0.9], [11.5, 21.25, 0.1], [0.0, 0.0, 0.5]]), ["a", "b", "c"], 0.5)
     assert [(k.name, k.x, k.y, k.confidence, k.visible) for k in kps] == [

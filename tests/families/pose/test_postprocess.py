@@ -4,16 +4,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.pose.postprocess import (
+from triserve.families.pose.postprocess import (
     check_pose_head,
     decode_pose,
     keypoints_to_network,
     keypoints_to_original,
     split_head,
 )
-from families.vision.letterbox import LetterboxMeta, letterbox
-from families.vision.nms import NMSParams
-from kernel.errors import InvalidOutput
+from triserve.families.vision.letterbox import LetterboxMeta, letterbox
+from triserve.families.vision.nms import NMSParams
+from triserve.kernel.errors import InvalidOutput
 
 K, DIMS, NC = 3, 3, 1
 
@@ -97,8 +97,8 @@ def test_output_sanity():
 def test_pose_of_the_prefiltered_columns_equals_pose_of_the_whole_head():
     """The runner cuts a pose head like a detection head (families/pose/runtime.compact): the keypoint rows ride
     along with their anchors' columns, so people and keypoints are the same."""
-    from families.pose.postprocess import decode_pose
-    from families.vision.nms import NMSParams, prefilter, runner_keep
+    from triserve.families.pose.postprocess import decode_pose
+    from triserve.families.vision.nms import NMSParams, prefilter, runner_keep
 
     rng = np.random.default_rng(3)
     anchors, k = 3000, 17

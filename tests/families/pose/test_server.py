@@ -22,9 +22,9 @@ ASK = {"conf_threshold": 0.001, "max_detections": 5}  # a random-init model scor
 
 @pytest.fixture(scope="module")
 def pose_server(tmp_path_factory):
-    from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-    from models.registry import LocalRegistry
     from tests.families.pose.importers.conftest import save_checkpoint
+    from triserve.families.pose.importers.checkpoint import PosePtParams, import_pose_pt
+    from triserve.models.registry import LocalRegistry
 
     root = tmp_path_factory.mktemp("pose-serve")
     pt = save_checkpoint("yolo11n-pose.yaml", root / "pose.pt", ["person"])
@@ -78,8 +78,8 @@ def test_typed_grpc_and_oip_give_the_same_people(pose_server, photo):
     import grpc
     import tritonclient.http as thttp
 
-    from services.protocols.generated import triserve_pb2 as tpb
-    from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+    from triserve.services.protocols.generated import triserve_pb2 as tpb
+    from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
     rest = httpx.post(f"{pose_server.url}/v1/pose/upload", files=[("images", ("z.jpg", photo, "image/jpeg"))],
                       data={k: str(v) for k, v in ASK.items()}, timeout=60).json()
@@ -119,8 +119,8 @@ def test_batch_rows_hold_the_people_the_service_answers(pose_server, photo, tmp_
     """`triserve batch pose` over the same deployment: each image's row has the boxes and keypoints /v1/pose answers
     for it (same thresholds), a corrupt file an error row with the service's code."""
     pytest.importorskip("pyarrow", reason="the batch extra (pyarrow) is not installed")
-    from batch import cli
-    from batch.sinks import read_rows
+    from triserve.batch import cli
+    from triserve.batch.sinks import read_rows
 
     images = tmp_path / "images"
     images.mkdir()

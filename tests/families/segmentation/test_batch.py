@@ -25,8 +25,8 @@ def _image(i: int) -> bytes:
 
 
 def test_rows_hold_what_the_service_answers(server, tiny_registry, tmp_path):
-    from batch import cli
-    from batch.sinks import read_rows
+    from triserve.batch import cli
+    from triserve.batch.sinks import read_rows
 
     images = tmp_path / "images"
     images.mkdir()

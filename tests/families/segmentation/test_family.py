@@ -9,11 +9,11 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
-import families
-from families.segmentation.limits import Limits
-from families.segmentation.schemas import RLE, ImageResult, Instance, Polygon, SegmentResponse, SegmentUpload
-from kernel.schemas import ModelInfo
 from tests.families.hooks import refusal, view
+from triserve import families
+from triserve.families.segmentation.limits import Limits
+from triserve.families.segmentation.schemas import RLE, ImageResult, Instance, Polygon, SegmentResponse, SegmentUpload
+from triserve.kernel.schemas import ModelInfo
 
 
 def png(w: int, h: int) -> bytes:
@@ -60,8 +60,8 @@ def test_bad_input_is_a_4xx_before_the_runner(request_, limits, status, code):
 
 
 def test_typed_grpc_messages_carry_rle_and_polygons():
-    from services.protocols.generated import triserve_pb2
-    from services.protocols.grpc_typed import message_fields, to_message
+    from triserve.services.protocols.generated import triserve_pb2
+    from triserve.services.protocols.grpc_typed import message_fields, to_message
 
     inst = Instance(box=[0, 0, 2, 2], score=0.9, class_id=0, label="plate", area=4,
                     rle=RLE(size=[3, 4], counts="022"), polygons=[Polygon(points=[0, 0, 1, 0, 1, 1])])

@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.segmentation import rle
-from families.segmentation.manifest import SegmentationPreprocess
-from families.segmentation.masks import iter_instance_masks, polygons, sample_spans
-from families.segmentation.postprocess import image_result, instances, row_size, split_row
-from families.vision.letterbox import letterbox
-from families.vision.nms import NMSParams
-from kernel.errors import InvalidOutput
+from triserve.families.segmentation import rle
+from triserve.families.segmentation.manifest import SegmentationPreprocess
+from triserve.families.segmentation.masks import iter_instance_masks, polygons, sample_spans
+from triserve.families.segmentation.postprocess import image_result, instances, row_size, split_row
+from triserve.families.vision.letterbox import letterbox
+from triserve.families.vision.nms import NMSParams
+from triserve.kernel.errors import InvalidOutput
 
 PRE = SegmentationPreprocess(imgsz=64, anchors=84, mask_dim=1, proto_size=16)  # 8^2 + 4^2 + 2^2 anchors
 NC = 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.segmentation import rle
+from triserve.families.segmentation import rle
 
 
 def test_hand_computed_example():

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from families.segmentation import rle
-from families.segmentation.postprocess import instances
-from families.vision.letterbox import preprocess_image
-from families.vision.nms import NMSParams
-from models.importing.graphs import ort_session
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+from triserve.families.segmentation import rle
+from triserve.families.segmentation.postprocess import instances
+from triserve.families.vision.letterbox import preprocess_image
+from triserve.families.vision.nms import NMSParams
+from triserve.models.importing.graphs import ort_session
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 OPTS = {"conf_threshold": 0.3, "max_detections": 10}
 

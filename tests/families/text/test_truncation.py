@@ -8,12 +8,12 @@ import httpx
 import numpy as np
 import pytest
 
-from families.text.limits import Limits
-from families.text.preprocess import CHARS_PER_TOKEN, TextTokenizer, char_budget, prepare_text
-from families.text.schemas import TextResult
 from scripts.common import ort_session
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
+from triserve.families.text.limits import Limits
+from triserve.families.text.preprocess import CHARS_PER_TOKEN, TextTokenizer, char_budget, prepare_text
+from triserve.families.text.schemas import TextResult
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from triserve_client import TriserveAPIError, TriserveClient
 
 PROSE = ("please book me a flight to paris next monday morning and cancel the hotel reservation I made for "
@@ -53,7 +53,7 @@ def test_character_cut_does_not_change_what_the_model_reads(tiny_registry):
 
 
 def test_limits_defaults_and_serving_yaml():
-    from configs.settings import Settings
+    from triserve.configs.settings import Settings
 
     assert (Limits().max_chars, Limits().hard_max_chars) == (2000, 1_000_000)
     lim = Settings().family_limits("text")

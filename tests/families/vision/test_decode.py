@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from families.vision.decode import decode_image
-from kernel.errors import ApiError
+from triserve.families.vision.decode import decode_image
+from triserve.kernel.errors import ApiError
 
 MAX_BYTES, MAX_PIXELS = 10 * 2**20, 40_000_000
 

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import families
-from families.vision.manifest import LetterboxPreprocess
-from families.vision.nms import Detections, box_agreement
-from families.vision.runtime import warmup_sizes
-from kernel.errors import ApiError
 from tests.families.hooks import view
+from triserve import families
+from triserve.families.vision.manifest import LetterboxPreprocess
+from triserve.families.vision.nms import Detections, box_agreement
+from triserve.families.vision.runtime import warmup_sizes
+from triserve.kernel.errors import ApiError
 
 
 @pytest.mark.parametrize("name, alias, parameters", [

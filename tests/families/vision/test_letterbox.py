@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from families.vision.letterbox import (
+from triserve.families.vision.letterbox import (
     boxes_to_network,
     boxes_to_original,
     fit,

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from families.vision.limits import BoxLimits as Limits
-from families.vision.nms import NMSParams, nms, request_nms
+from triserve.families.vision.limits import BoxLimits as Limits
+from triserve.families.vision.nms import NMSParams, nms, request_nms
 
 
 def head(boxes_cxcywh, scores_per_class):
@@ -91,7 +91,7 @@ def test_blocked_greedy_matches_one_box_at_a_time_greedy(seed, anchors, classes,
 
 
 def test_end2end_heads_filter_sort_and_cap_without_nms():
-    from families.vision.nms import decode, end2end
+    from triserve.families.vision.nms import decode, end2end
 
     raw = np.array([[10, 10, 50, 50, 0.9, 2], [12, 12, 52, 52, 0.8, 2],  # overlapping, both kept: the model chose
                     [0, 0, 5, 5, 0.1, 0], [60, 60, 90, 90, 0.95, 1], [0, 0, 0, 0, 0.0, 0]], dtype=np.float32)
@@ -102,8 +102,8 @@ def test_end2end_heads_filter_sort_and_cap_without_nms():
 
 
 def test_end2end_output_checks():
-    from families.vision.nms import check_head
-    from kernel.errors import InvalidOutput
+    from triserve.families.vision.nms import check_head
+    from triserve.kernel.errors import InvalidOutput
 
     ok = np.array([[1, 1, 5, 5, 0.5, 2]], dtype=np.float32)
     check_head(ok, 3, "end2end")
@@ -148,7 +148,7 @@ def same_detections(a, b) -> None:
     (0.25, 1000, True, 0.0), (0.001, 1000, True, 0.0), (0.5, 1000, False, 0.0), (0.0, 1000, True, 0.0),
     (0.25, 30, True, 0.0), (0.25, 1000, True, 0.9), (0.1, 64, False, 0.5)])
 def test_nms_of_the_prefiltered_columns_keeps_what_nms_of_the_whole_head_keeps(seed, conf, topk, class_aware, hot):
-    from families.vision.nms import prefilter, runner_keep
+    from triserve.families.vision.nms import prefilter, runner_keep
 
     raw = realistic_head(seed, hot=hot)
     params = NMSParams(conf_threshold=conf, pre_nms_topk=topk, max_detections=100, class_aware=class_aware)
@@ -165,7 +165,7 @@ def test_nms_of_the_prefiltered_columns_keeps_what_nms_of_the_whole_head_keeps(s
 
 
 def test_prefilter_cuts_a_typical_head_to_a_few_columns():
-    from families.vision.nms import prefilter
+    from triserve.families.vision.nms import prefilter
 
     raw = realistic_head(0, anchors=8400, classes=80, background=(-9, 1))  # max of 80 background logits ~ -6.6
     columns, candidates = prefilter(raw, 80, 0.25, 0.25, 1000)
@@ -175,7 +175,7 @@ def test_prefilter_cuts_a_typical_head_to_a_few_columns():
 @pytest.mark.parametrize("spoil", ["nan_box", "inf_score", "score_above_one", "negative_score", "shape"])
 def test_a_head_unfit_to_cut_goes_back_whole(spoil):
     """The runner never hides a broken output: the gateway's output check must see it."""
-    from families.vision.nms import prefilter
+    from triserve.families.vision.nms import prefilter
 
     raw = realistic_head(1)
     if spoil == "nan_box":
@@ -194,7 +194,7 @@ def test_a_head_unfit_to_cut_goes_back_whole(spoil):
 def test_equal_scores_rank_by_anchor_whichever_array_they_come_from():
     """A degenerate head (every anchor the same score, above the cap): the cap keeps the same anchors and NMS the
     same order, cut or whole."""
-    from families.vision.nms import prefilter
+    from triserve.families.vision.nms import prefilter
 
     boxes = [[20 * i + 10, 20 * i + 10, 8, 8] for i in range(50)]
     raw = head(boxes, [[0.9, 0.0]] * 50)

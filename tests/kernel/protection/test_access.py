@@ -3,10 +3,10 @@ import hashlib
 import pytest
 from starlette.requests import Request
 
-from configs.access import AccessSettings, ApiKey
-from kernel.errors import ApiError
-from kernel.protection.access import AccessControl
-from kernel.protection.buckets import LocalBuckets, SharedBuckets
+from triserve.configs.access import AccessSettings, ApiKey
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.access import AccessControl
+from triserve.kernel.protection.buckets import LocalBuckets, SharedBuckets
 
 
 def request(headers: dict[str, str] | None = None, host: str = "10.0.0.1") -> Request:

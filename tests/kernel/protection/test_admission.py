@@ -1,9 +1,9 @@
 import pytest
 
-from configs.settings import Admission, Deadlines
-from kernel.errors import ApiError
-from kernel.protection.admission import AdmissionControl
-from kernel.protection.deadlines import Deadline
+from triserve.configs.settings import Admission, Deadlines
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.admission import AdmissionControl
+from triserve.kernel.protection.deadlines import Deadline
 
 
 def test_full_queue_is_rejected_with_retry_after():
@@ -63,7 +63,7 @@ def test_wait_model_separates_per_batch_and_per_item_cost():
 def test_running_fit_matches_least_squares_after_the_window_slides():
     import numpy as np
 
-    from kernel.protection.admission import SlotLoad
+    from triserve.kernel.protection.admission import SlotLoad
 
     rng = np.random.default_rng(0)
     load = SlotLoad()

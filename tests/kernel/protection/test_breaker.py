@@ -1,5 +1,5 @@
-from configs.settings import Breaker
-from kernel.protection.breaker import CircuitBreaker
+from triserve.configs.settings import Breaker
+from triserve.kernel.protection.breaker import CircuitBreaker
 
 
 class Clock:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel.protection.buckets import (
+from triserve.kernel.protection.buckets import (
     HEADER,
     SLOT,
     LocalBuckets,
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 WORKER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from kernel.protection.buckets import SharedBuckets
+    from triserve.kernel.protection.buckets import SharedBuckets
     table, me, other = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     store = SharedBuckets(table, 100)
     (table.parent / me).touch()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.protection.forwarded import (
+from triserve.kernel.protection.forwarded import (
     ClientAddress,
     client_address,
     forwarded_for,

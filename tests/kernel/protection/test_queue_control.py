@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from configs.settings import Admission
-from kernel.errors import ApiError
-from kernel.protection import queue_control
-from kernel.protection.admission import AdmissionControl
-from kernel.protection.deadlines import Deadline
-from kernel.protection.queue_control import StandingQueue
-from kernel.runner_call.batcher import SlotBatcher, approaching
+from triserve.configs.settings import Admission
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection import queue_control
+from triserve.kernel.protection.admission import AdmissionControl
+from triserve.kernel.protection.deadlines import Deadline
+from triserve.kernel.protection.queue_control import StandingQueue
+from triserve.kernel.runner_call.batcher import SlotBatcher, approaching
 
 INTERVAL = 0.1
 

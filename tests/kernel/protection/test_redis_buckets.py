@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from configs.access import AccessSettings
-from kernel.errors import ApiError
-from kernel.protection.access import AccessControl, Client
 from scripts.drills.ports import ReservedPort
 from tests.conftest import free_port
+from triserve.configs.access import AccessSettings
+from triserve.kernel.errors import ApiError
+from triserve.kernel.protection.access import AccessControl, Client
 
 ROOT = Path(__file__).resolve().parents[3]
 # looked up in the system directories only, as .ci/run does (never on whatever PATH the run has)

@@ -3,8 +3,8 @@ clock, so the latency rule is checked on the durations given, never on how fast 
 tests/services/test_rollout.py checks the withdrawal of an erroring canary end to end."""
 from __future__ import annotations
 
-from configs.settings import Rollout
-from kernel.routing.rollout import CanaryGuard
+from triserve.configs.settings import Rollout
+from triserve.kernel.routing.rollout import CanaryGuard
 
 CFG = Rollout(canary_window=10, canary_min_calls=5, canary_max_error_rate=0.2, canary_max_latency_ratio=3.0)
 

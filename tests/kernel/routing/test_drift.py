@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from kernel.routing.drift import QualityMonitor, SignalWindow, psi
 from tests.models.test_manifest import make_manifest
+from triserve.kernel.routing.drift import QualityMonitor, SignalWindow, psi
 
 
 def test_psi_zero_for_identical_and_large_for_shifted():

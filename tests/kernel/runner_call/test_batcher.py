@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from kernel.runner_call.batcher import Approaching, SlotBatcher, approaching
+from triserve.kernel.runner_call.batcher import Approaching, SlotBatcher, approaching
 
 
 class FakeRunner:
@@ -218,8 +218,8 @@ def test_a_failed_call_fails_every_request_of_its_batch_and_the_batcher_recovers
 
 @pytest.mark.parametrize("mode,batchers", [("gateway", True), ("runner", False)])
 def test_runner_client_uses_batchers_only_in_gateway_mode(mode, batchers, monkeypatch):
-    from configs.settings import Settings
-    from kernel.runner_call.runner_client import RunnerClient
+    from triserve.configs.settings import Settings
+    from triserve.kernel.runner_call.runner_client import RunnerClient
 
     monkeypatch.setenv("TRISERVE_RUNNER__BATCHING", mode)
     sizes = {"intent": 64, "intent_fallback": 8, "coco": 16}

@@ -8,9 +8,9 @@ import time
 import aiohttp
 import pytest
 
-from kernel.errors import ApiError
-from kernel.runner_call.runner_client import call_runner, runner_retrying
-from observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES
+from triserve.kernel.errors import ApiError
+from triserve.kernel.runner_call.runner_client import call_runner, runner_retrying
+from triserve.observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES
 
 
 class ProxyRunner:
@@ -97,8 +97,8 @@ class RecordingRunner:
 
 def test_each_client_names_itself_in_its_calls_without_touching_the_callers_items():
     """The runner gathers the calls of callers that arrive together (runners/merge.py): it needs to tell them apart."""
-    from configs.settings import get_settings
-    from kernel.runner_call.runner_client import RunnerClient
+    from triserve.configs.settings import get_settings
+    from triserve.kernel.runner_call.runner_client import RunnerClient
 
     settings = get_settings()
     assert settings.runner.batching == "gateway"
@@ -143,8 +143,8 @@ class LostRunner:
 def test_a_lost_runner_fails_the_call_and_its_queue_at_once_when_a_fallback_answers_elsewhere(fails_over):
     """fails_over: no retry into the lost runner, and the requests queued behind the lost call fail with it (their
     fallback answers now); otherwise the transport error is retried and everyone waits (here: until the timeout)."""
-    from configs.settings import get_settings
-    from kernel.runner_call.runner_client import RunnerClient
+    from triserve.configs.settings import get_settings
+    from triserve.kernel.runner_call.runner_client import RunnerClient
 
     runner = LostRunner()
     hosted = {"text": not fails_over}  # the deployment changes after its batcher was made: the failure asks anew

@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from models.importing.result import ImportRefused
+from triserve.models.importing.result import ImportRefused
 
 
 def unpickle(work: Path, path: Path):

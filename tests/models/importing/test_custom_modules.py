@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from models.importing.custom_modules import (
+from triserve.models.importing.custom_modules import (
     custom_modules,
     describe_missing,
     missing_globals,
     parse_spec,
     pickled_globals,
 )
-from models.importing.result import ImportRefused
+from triserve.models.importing.result import ImportRefused
 
 LAYERS = '''
 import json  # an imported module: not exported

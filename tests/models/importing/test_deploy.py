@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from configs.deployments import load_repository
-from models.importing.deploy import DeploymentRefused, add_deployment, deploy_published, entry
+from triserve.configs.deployments import load_repository
+from triserve.models.importing.deploy import DeploymentRefused, add_deployment, deploy_published, entry
 
 FILE = """# my repository (this comment must survive)
 defaults: {text: intent}
@@ -44,8 +44,8 @@ def test_cli_deployment_step_names_what_was_published(tmp_path):
     """`triserve import --deployment NAME ...`: the entry serves the published version and its fallback."""
     from types import SimpleNamespace
 
-    from models.registry import LocalRegistry
     from tests.models.test_manifest import make_manifest
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(tmp_path / "registry")
     for name, variant in (("plates", "primary"), ("plates-int8", "fallback")):

@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from models.importing.licenses import (
+from triserve.models.importing.licenses import (
     LicenseRequired,
     add_license_option,
     card_license,

@@ -10,9 +10,9 @@ import socket
 
 import pytest
 
-from models.importing import landlock
-from models.importing.result import ImportRefused
-from models.importing.sandbox import LimitExceeded, Limits, run_isolated
+from triserve.models.importing import landlock
+from triserve.models.importing.result import ImportRefused
+from triserve.models.importing.sandbox import LimitExceeded, Limits, run_isolated
 
 TARGETS = "tests.models.importing.sandbox_targets"
 pytestmark = pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX only")
@@ -100,8 +100,8 @@ def test_detection_pt_refuses_a_checkpoint_that_runs_a_command(tmp_path, caplog)
     weights_only allow-list refuses it, the full unpickling in the child is stopped, nothing is published."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("ultralytics")
-    from models.registry import LocalRegistry
     from triserve.importers import main
+    from triserve.models.registry import LocalRegistry
 
     outside = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from models.importing import wheels
+from triserve.models.importing import wheels
 
 
 def _wheel(path, members: dict[str, bytes]):

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import yaml
 
-from configs.settings import Settings
 from scripts.bench import scaling_targets
 from scripts.bench.knee import held, step_seconds, write_limits, write_targets
 from scripts.bench.textmix import ROOT
+from triserve.configs.settings import Settings
 
 
 def cell(p99: float, failed: float = 0.0, dropped: int = 0, rate: int = 100, seconds: float = 10.0) -> dict:

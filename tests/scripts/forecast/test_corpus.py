@@ -1,8 +1,8 @@
 """Corpus normalisation and the by-group split (synthetic series: no wheel download in the tests)."""
 import numpy as np
 
-from families.forecast.features import FREQUENCIES, MAX_HORIZON
 from scripts.forecast.corpus import Series, corpus_fingerprint, last_window, regular, split_corpus
+from triserve.families.forecast.features import FREQUENCIES, MAX_HORIZON
 
 
 def _corpus():

@@ -8,16 +8,6 @@ pytest.importorskip("onnx")
 import onnx
 import torch
 
-from families.forecast.features import (
-    CONTEXT,
-    FREQUENCIES,
-    H_MAX,
-    INPUT_NAMES,
-    MAX_HORIZON,
-    N_FEATURES,
-    OUTPUT_NAME,
-    QUANTILES,
-)
 from scripts.common import ort_session, parity_gate
 from scripts.forecast.corpus import Series
 from scripts.forecast.global_model import (
@@ -27,6 +17,16 @@ from scripts.forecast.global_model import (
     parity_cases,
     predict,
     train,
+)
+from triserve.families.forecast.features import (
+    CONTEXT,
+    FREQUENCIES,
+    H_MAX,
+    INPUT_NAMES,
+    MAX_HORIZON,
+    N_FEATURES,
+    OUTPUT_NAME,
+    QUANTILES,
 )
 
 CFG = ModelConfig(hidden=16, blocks=1, freq_dim=4, batch_size=36, max_steps=4)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.console.router import router
 from tests.services.console.helpers import USER_KEY, api
+from triserve.services.console.router import router
 
 pytestmark = pytest.mark.timeout(300)
 

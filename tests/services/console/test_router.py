@@ -11,9 +11,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.console import mount
-from services.console.router import ASSETS, STATIC
-from services.http_errors import install_error_handlers
+from triserve.services.console import mount
+from triserve.services.console.router import ASSETS, STATIC
+from triserve.services.http_errors import install_error_handlers
 
 
 def app(enabled: bool = True) -> TestClient:

@@ -7,7 +7,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.console.summary import quantile, summarize
+from triserve.services.console.summary import quantile, summarize
 
 
 def test_quantile_interpolates_within_the_bucket_like_prometheus():

@@ -13,9 +13,9 @@ import pytest
 import tritonclient.grpc as tgrpc
 from tritonclient.utils import InferenceServerException
 
-from services.protocols.generated import triserve_pb2 as tpb
-from services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 from tests.families.forecast.test_covariates import promo_series
+from triserve.services.protocols.generated import triserve_pb2 as tpb
+from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 START, H = "2024-01-01T00:00:00", 7
 PARAMS = {"start": START, "frequency": "D", "horizon": H, "covariate_names": "promo", "calendar": "weekday,holidays:US"}

@@ -3,12 +3,12 @@ fields as a family declares them (kernel/tensors.TensorMeta)."""
 import numpy as np
 import pytest
 
-import families
-from kernel.tensors import TensorMeta
-from services.protocols.generated import triserve_pb2 as pb
-from services.protocols.grpc_typed import message_fields, methods
-from services.protocols.oip_codec import Tensor, output_tensor, request_field
-from services.protocols.rest import family_router
+from triserve import families
+from triserve.kernel.tensors import TensorMeta
+from triserve.services.protocols.generated import triserve_pb2 as pb
+from triserve.services.protocols.grpc_typed import message_fields, methods
+from triserve.services.protocols.oip_codec import Tensor, output_tensor, request_field
+from triserve.services.protocols.rest import family_router
 
 
 def test_message_fields_keeps_set_optionals_and_nonempty_repeated_only():

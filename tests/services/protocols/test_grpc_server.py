@@ -3,7 +3,7 @@ error naming the port, whoever holds it, and nobody can join the port once ours 
 worker serves gRPC. GrpcServer without a gateway (its health answers NOT_SERVING) on loopback ports, and one real
 `bentoml serve` that stops in its arbiter, before any worker or model.
 
-Like tests/services/test_protocols.py, this process must not import services.protocols.grpc_oip (grpc_server
+Like tests/services/test_protocols.py, this process must not import triserve.services.protocols.grpc_oip (grpc_server
 imports it): tritonclient.grpc, imported by other test modules of the session, registers the same `inference.*`
 protobuf names. GrpcServer runs in a child process (CHILD), which prints what it saw as JSON.
 """
@@ -18,20 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from configs.settings import GrpcSettings
 from scripts.drills.ports import ReservedPort
-from services.ports import PortInUse, ensure_free, ensure_grpc_free
 from tests.conftest import Server
 from tests.services.test_ports import listening
+from triserve.configs.settings import GrpcSettings
+from triserve.services.ports import PortInUse, ensure_free, ensure_grpc_free
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = textwrap.dedent("""
     import asyncio, json, os, sys
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from configs.settings import GrpcSettings
-    from services.ports import PortInUse
-    from services.protocols.grpc_server import GrpcServer, serves_grpc, start_grpc
+    from triserve.configs.settings import GrpcSettings
+    from triserve.services.ports import PortInUse
+    from triserve.services.protocols.grpc_server import GrpcServer, serves_grpc, start_grpc
 
     def on(port):
         return GrpcSettings(host="127.0.0.1", port=port, reflection=False, shutdown_grace_s=0)

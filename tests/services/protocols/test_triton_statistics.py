@@ -3,7 +3,8 @@ mapping from metric samples (services/protocols/statistics.py) on hand-made samp
 tritonclient's get_inference_statistics against the session's real `bentoml serve`, and against a server with two API
 workers, each asked over a connection it holds itself (REST; gRPC is the first worker's alone).
 
-Like test_triton_tooling.py, this process must not import services.protocols.grpc_oip / generated.grpc_predict_v2_pb2:
+Like test_triton_tooling.py, this process must not import triserve.services.protocols.grpc_oip /
+generated.grpc_predict_v2_pb2:
 tritonclient.grpc registers the same standard `inference.*` protobuf names (its messages check our JSON instead).
 """
 from __future__ import annotations
@@ -27,8 +28,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from services.protocols import statistics as stats
 from tests.conftest import NO_CAPACITY_LIMITS, Server
+from triserve.services.protocols import statistics as stats
 
 ROOT = Path(__file__).resolve().parents[3]
 FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
@@ -127,8 +128,8 @@ def test_tensor_statistics_per_version_summed_over_slots():
 
 WRITER = textwrap.dedent("""
     import sys, types
-    from observability import metrics
-    from runners.metrics import EXECUTIONS
+    from triserve.observability import metrics
+    from triserve.runners.metrics import EXECUTIONS
     n, ts = int(sys.argv[1]), float(sys.argv[2])
     for _ in range(n):
         metrics.observe_timings("text", types.SimpleNamespace(preprocess_ms=1.0, queue_ms=2.0, infer_ms=3.0,

@@ -2,7 +2,7 @@
 tritonclient: the model configuration (HTTP GET /v2/models/{name}[/versions/{v}]/config, gRPC ModelConfig) and the
 repository index (HTTP POST /v2/repository/index, gRPC RepositoryIndex).
 
-Like tests/services/test_protocols.py, this process must not import services.protocols.grpc_oip /
+Like tests/services/test_protocols.py, this process must not import triserve.services.protocols.grpc_oip /
 generated.grpc_predict_v2_pb2: tritonclient.grpc registers the same standard `inference.*` protobuf names.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from configs.settings import get_settings
 from tests.conftest import TINY_MODELS
+from triserve.configs.settings import get_settings
 
 # deployments + family aliases (tiny repository)
 PIPELINES = {"detection", "text", "forecast", "segmentation", "detect", "classify", "segment"}
@@ -182,10 +182,10 @@ def test_repository_index_http_and_grpc(server, http_client, grpc_client, tiny_r
 def test_model_config_of_hand_built_entries():
     from types import SimpleNamespace
 
-    from configs.deployments import ModelRepository
-    from configs.settings import Settings
-    from kernel.family import TensorMeta
-    from services.protocols import oip
+    from triserve.configs.deployments import ModelRepository
+    from triserve.configs.settings import Settings
+    from triserve.kernel.family import TensorMeta
+    from triserve.services.protocols import oip
 
     repo = ModelRepository.model_validate(yaml.safe_load(TINY_MODELS.read_text()))
     settings = Settings()

@@ -30,7 +30,7 @@ def cls_checkpoint(tmp_path_factory):
 def photo_dir(tmp_path_factory):
     from PIL import Image
 
-    from models.importing.photos import ultralytics_assets
+    from triserve.models.importing.photos import ultralytics_assets
 
     root = tmp_path_factory.mktemp("photos")
     for p in ultralytics_assets():
@@ -42,8 +42,8 @@ def photo_dir(tmp_path_factory):
 
 
 def test_verified_against_ultralytics_predictor(cls_checkpoint, photo_dir, tmp_path):
-    from families.classification.importers.checkpoint import import_classification_pt
-    from models.importing.photos import user_photos
+    from triserve.families.classification.importers.checkpoint import import_classification_pt
+    from triserve.models.importing.photos import user_photos
 
     result = import_classification_pt(cls_checkpoint, "tiny-cls", "1.0.0", tmp_path / "work", user_photos(photo_dir),
                                       tmp_path / "cache")
@@ -62,10 +62,10 @@ def test_the_command_imports_in_the_isolated_child_with_the_same_result(cls_chec
     published graph and manifest are what the in-process import stages."""
     import json
 
-    from families.classification.importers.checkpoint import import_classification_pt
-    from models.importing.photos import user_photos
-    from models.registry import LocalRegistry
+    from triserve.families.classification.importers.checkpoint import import_classification_pt
     from triserve.importers import main
+    from triserve.models.importing.photos import user_photos
+    from triserve.models.registry import LocalRegistry
 
     reg = tmp_path / "registry"
     assert main(["classification-pt", "--weights", str(cls_checkpoint), "--name", "tiny-cls", "--version", "1.0.0",
@@ -86,6 +86,6 @@ def test_the_command_imports_in_the_isolated_child_with_the_same_result(cls_chec
 
 
 def test_a_detection_checkpoint_is_refused_and_the_detection_importer_names_this_one(tmp_path):
-    from families.detection.importers.checkpoint_read import REFUSED_TASKS
+    from triserve.families.detection.importers.checkpoint_read import REFUSED_TASKS
 
     assert "classification-pt" in REFUSED_TASKS["classify"]

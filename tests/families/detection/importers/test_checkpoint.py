@@ -14,12 +14,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.checkpoint import PtParams, import_detection_pt
-from families.detection.importers.checkpoint_read import inspect_checkpoint
-from models.importing.graphs import ort_session
-from models.importing.photos import user_photos
-from models.importing.result import ImportRefused
-from models.registry import LocalRegistry
+from triserve.families.detection.importers.checkpoint import PtParams, import_detection_pt
+from triserve.families.detection.importers.checkpoint_read import inspect_checkpoint
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import user_photos
+from triserve.models.importing.result import ImportRefused
+from triserve.models.registry import LocalRegistry
 
 FAST = PtParams(parity_batches=(1, 2), parity_sizes=((64, 64),), proof_batches=(4, 2))
 pytestmark = pytest.mark.timeout(300)
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="session")
 def ul_cache(tmp_path_factory) -> Path:
-    from families.detection.importers.ultralytics_env import setup_ultralytics
+    from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
 
     cache = tmp_path_factory.mktemp("ultralytics-cache")
     setup_ultralytics(cache / "detection-pt")
@@ -104,7 +104,7 @@ def _torch_head(pt: Path, x: np.ndarray) -> np.ndarray:
     """output0 of the original checkpoint in torch (a segmentation model nests it with its mask prototypes)."""
     import torch
 
-    from families.detection.importers.export import load_torch_model
+    from triserve.families.detection.importers.export import load_torch_model
 
     with torch.inference_mode():
         y = load_torch_model(pt)(torch.from_numpy(x))
@@ -130,7 +130,7 @@ def test_segmentation_and_pose_are_served_as_detection(checkpoints, tmp_path, ul
     assert m.gates["ultralytics_agreement"]
     graph = onnx.load(str(art.staging / "model.onnx")).graph
     assert not [n.name for n in graph.node if "/cv4" in n.name or "proto" in n.name]
-    from families.detection.importers.export import parity_images
+    from triserve.families.detection.importers.export import parity_images
 
     x = parity_images(2, 64, 64)
     served = ort_session(art.staging / "model.onnx").run(None, {"images": x})[0]
@@ -185,8 +185,8 @@ def test_end2end_rows_that_depend_on_the_batch_fall_back_to_a_fixed_batch_graph(
                                                                                monkeypatch):
     """A refuted batch proof (here forced) re-exports the model with a fixed batch of 1: the runner feeds it item by
     item (runners/pool.fixed_batch reads inputs[0].shape[0] == 1)."""
-    from models.importing import batching
-    from runners.pool import fixed_batch
+    from triserve.models.importing import batching
+    from triserve.runners.pool import fixed_batch
 
     real = batching.prove_dynamic_batch
 

@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.checkpoint import PtParams, import_detection_pt
-from families.detection.importers.checkpoint_read import inspect_checkpoint
-from models.importing.custom_modules import custom_modules
-from models.importing.result import GateFailed, ImportRefused
-from models.registry import LocalRegistry
+from triserve.families.detection.importers.checkpoint import PtParams, import_detection_pt
+from triserve.families.detection.importers.checkpoint_read import inspect_checkpoint
+from triserve.models.importing.custom_modules import custom_modules
+from triserve.models.importing.result import GateFailed, ImportRefused
+from triserve.models.registry import LocalRegistry
 
 FAST = PtParams(parity_batches=(1, 2), parity_sizes=((64, 64),), proof_batches=(4, 2))
 pytestmark = pytest.mark.timeout(300)
@@ -60,7 +60,7 @@ def _calibrate(model) -> None:
     output no longer depends on the input, nor on C2fX); calibrated, every layer's output matters, as trained."""
     import torch
 
-    from families.detection.importers.export import parity_images
+    from triserve.families.detection.importers.export import parity_images
 
     bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     for bn in bns:
@@ -115,7 +115,7 @@ def save_custom_checkpoint(layers: Path, dst: Path, pickled_module: str = "__mai
 
 @pytest.fixture(scope="module")
 def ul_cache(tmp_path_factory) -> Path:
-    from families.detection.importers.ultralytics_env import setup_ultralytics
+    from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
 
     cache = tmp_path_factory.mktemp("ultralytics-cache")
     setup_ultralytics(cache / "detection-pt")
@@ -160,9 +160,9 @@ def test_the_pickled_module_name_reads_with_an_alias(custom, tmp_path, ul_cache)
 def test_cli_refuses_without_and_imports_with_custom_modules(custom, tmp_path, ul_cache, photo_dir, capsys, caplog):
     """The whole import with the custom layer: read, ONNX export, torch-vs-ORT parity, ultralytics' predictor on the
     original checkpoint; the manifest records the file that ran."""
-    from families.detection.importers.export import load_torch_model, parity_images
-    from models.importing.graphs import ort_session
+    from triserve.families.detection.importers.export import load_torch_model, parity_images
     from triserve.importers import main
+    from triserve.models.importing.graphs import ort_session
 
     reg = tmp_path / "registry"
     common = ["--weights", str(custom["main"]), "--name", "c2fx", "--version", "1", "--registry", str(reg),

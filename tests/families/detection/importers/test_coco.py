@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from models.importing.publish import default_cache
-from models.importing.wheels import WheelUnavailable
-from models.registry import LocalRegistry
+from triserve.models.importing.publish import default_cache
+from triserve.models.importing.wheels import WheelUnavailable
+from triserve.models.registry import LocalRegistry
 
 CACHE = default_cache()  # the checkout's .cache/importer
 pytestmark = pytest.mark.timeout(600)
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def coco(tmp_path_factory):
     pytest.importorskip("ultralytics", reason="ultralytics (the export extra) is needed to verify the import")
-    from families.detection.importers.coco import build_default_coco
+    from triserve.families.detection.importers.coco import build_default_coco
 
     registry = LocalRegistry(tmp_path_factory.mktemp("coco-registry"))
     started = time.monotonic()
@@ -65,7 +65,7 @@ def test_primary_and_fallback_published_and_aliased(coco):
 
 
 def test_rebuild_is_a_no_op(coco):
-    from families.detection.importers.coco import build_default_coco
+    from triserve.families.detection.importers.coco import build_default_coco
 
     registry, published, _ = coco
     log_before = registry.alias_log("yolov8n-coco")
@@ -78,8 +78,8 @@ def test_rebuild_is_a_no_op(coco):
 
 def test_agrees_with_ultralytics_on_bus_and_zidane(coco):
     """ultralytics' predictor and triserve's pipeline on the published file: same boxes, per photo."""
-    from families.detection.importers.verify import verify_against_ultralytics
-    from models.importing.photos import ultralytics_assets
+    from triserve.families.detection.importers.verify import verify_against_ultralytics
+    from triserve.models.importing.photos import ultralytics_assets
 
     registry, _, _ = coco
     directory, manifest = registry.load_verified("yolov8n-coco", "stable")

@@ -10,16 +10,16 @@ import onnx
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from families.detection.importers.onnx_graph import import_detection_onnx, publish_detection_onnx
-from families.detection.importers.onnx_inspect import inspect_detector
-from families.detection.importers.params import ImportParams
-from models.importing import batching
-from models.importing.graphs import ort_session
-from models.importing.labels import read_labels
-from models.importing.photos import user_photos
-from models.importing.publish import publish
-from models.importing.result import ImportRefused
-from models.registry import LocalRegistry
+from triserve.families.detection.importers.onnx_graph import import_detection_onnx, publish_detection_onnx
+from triserve.families.detection.importers.onnx_inspect import inspect_detector
+from triserve.families.detection.importers.params import ImportParams
+from triserve.models.importing import batching
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.labels import read_labels
+from triserve.models.importing.photos import user_photos
+from triserve.models.importing.publish import publish
+from triserve.models.importing.result import ImportRefused
+from triserve.models.registry import LocalRegistry
 
 FAST = ImportParams(latency_repeats=3)
 
@@ -227,7 +227,7 @@ def test_cli(make_detector, tmp_path, photo_dir, capsys):
 
 # -- fallback paths ---------------------------------------------------------------------------------------------------
 def test_int8_fallback_is_built_and_gated(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.params import FallbackGates
+    from triserve.families.detection.importers.params import FallbackGates
 
     path = make_detector()
     lenient = FallbackGates(min_share=0.0, min_mean_iou=0.0, min_confident_recall=0.0, min_speedup=0.0,
@@ -248,8 +248,8 @@ def test_int8_fallback_is_built_and_gated(make_detector, tmp_path, photo_dir):
 
 
 def test_fallback_refusals_and_the_smaller_size_path(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.params import FallbackGates
-    from models.importing.result import GateFailed
+    from triserve.families.detection.importers.params import FallbackGates
+    from triserve.models.importing.result import GateFailed
 
     impossible = FallbackGates(min_share=1.01, min_reference_boxes=0)  # no INT8 graph passes: later attempts run
     # fixed input size: the anchor count is baked in, no smaller size is tried
@@ -276,7 +276,7 @@ def test_fallback_refusals_and_the_smaller_size_path(make_detector, tmp_path, ph
 
 
 def test_smaller_size_is_refused_when_the_graph_only_claims_dynamic_size(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.params import FallbackGates
+    from triserve.families.detection.importers.params import FallbackGates
 
     liar = make_detector("liar.onnx", dynamic_spatial=True, baked_anchors=True)  # [1, 4, 16] baked in
     result = import_detection_onnx(liar, "liar", "1.0.0", tmp_path, photos=user_photos(photo_dir),
@@ -290,7 +290,7 @@ def test_smaller_size_is_refused_when_the_graph_only_claims_dynamic_size(make_de
 
 
 def test_no_fallback_is_built_without_boxes_to_judge_it_on(make_detector, tmp_path, photo_dir):
-    from families.detection.importers.params import FallbackGates
+    from triserve.families.detection.importers.params import FallbackGates
 
     result = _import(make_detector(), tmp_path, photo_dir, fallback_name="fb",
                      gates=FallbackGates(min_reference_boxes=10_000))
@@ -303,8 +303,8 @@ def test_no_fallback_is_built_without_boxes_to_judge_it_on(make_detector, tmp_pa
 def test_end2end_head_is_imported_made_dynamic_and_proved(make_detector, tmp_path, photo_dir):
     """An end-to-end export (x1, y1, x2, y2, score, class rows) pinned at batch 1: accepted with head 'end2end', the
     batch made dynamic and proved row by row (order-insensitive), decoded by the family's end2end filter."""
-    from families.detection.importers.pipeline import letterboxed, nms_params
-    from models.importing.photos import read_rgb
+    from triserve.families.detection.importers.pipeline import letterboxed, nms_params
+    from triserve.models.importing.photos import read_rgb
 
     path = make_detector(head="end2end", nc=3)
     info = inspect_detector(path)
@@ -318,7 +318,7 @@ def test_end2end_head_is_imported_made_dynamic_and_proved(make_detector, tmp_pat
     assert all(c.passed for c in m.parity)
     assert "/model.22/Reshape: [1, 6, -1] -> [0, 6, -1]" in m.source.recipe["batch_rewrite"]["reshapes"]
     # the served rows: the family's end2end decode (confidence filter + cap), classes inside the label set
-    from families.vision.nms import decode
+    from triserve.families.vision.nms import decode
 
     session = ort_session(result.primary.staging / "model.onnx", threads=1)
     images = [read_rgb(p) for p in sorted(photo_dir.glob("*.jpg"))][:4]
@@ -332,7 +332,7 @@ def test_end2end_head_is_imported_made_dynamic_and_proved(make_detector, tmp_pat
 
 
 def test_end2end_row_comparison_ignores_order_but_not_content():
-    from families.detection.importers.end2end import NO_RESULT, compare_batch, compare_rows
+    from triserve.families.detection.importers.end2end import NO_RESULT, compare_batch, compare_rows
 
     rng = np.random.default_rng(0)
     k = 20
@@ -358,7 +358,7 @@ def test_end2end_row_comparison_ignores_order_but_not_content():
 
 
 def test_square_input_size_is_the_rule_every_yolo_importer_shares():
-    from families.detection.importers.onnx_inspect import square_input_size
+    from triserve.families.detection.importers.onnx_inspect import square_input_size
 
     assert square_input_size("m.onnx", 640, 640, None, {"imgsz": "[640, 640]"}) == 640  # fixed dims win
     assert square_input_size("m.onnx", "h", "w", 320, {"imgsz": "[640, 640]"}) == 320  # then --imgsz

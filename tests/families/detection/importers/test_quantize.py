@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("onnx")
 from onnx import TensorProto, helper
 
-from families.detection.importers.quantize import detect_decode_nodes
+from triserve.families.detection.importers.quantize import detect_decode_nodes
 
 
 def test_detect_decode_nodes_keep_the_head_decode_fp32():

@@ -12,10 +12,10 @@ pytest.importorskip("onnx")
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from families.forecast.importers.onnx_graph import publish_forecast_onnx
-from models.importing.result import ImportRefused
-from models.registry import LocalRegistry
+from triserve.families.forecast.importers.onnx_graph import publish_forecast_onnx
 from triserve.importers import main
+from triserve.models.importing.result import ImportRefused
+from triserve.models.registry import LocalRegistry
 
 C, H = 24, 6
 

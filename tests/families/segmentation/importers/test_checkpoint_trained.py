@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.detection.importers.pipeline import letterboxed
-from families.segmentation.importers.checkpoint import import_segmentation_pt
-from families.segmentation.importers.verify import verify
-from families.segmentation.postprocess import split_row
-from models.importing.graphs import ort_session
-from models.importing.photos import read_rgb, user_photos
 from scripts.common import BuildContext
+from triserve.families.detection.importers.pipeline import letterboxed
+from triserve.families.segmentation.importers.checkpoint import import_segmentation_pt
+from triserve.families.segmentation.importers.verify import verify
+from triserve.families.segmentation.postprocess import split_row
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import read_rgb, user_photos
 
 pytestmark = pytest.mark.timeout(600)
 RECIPE_OVERRIDES = {"model": "yolov8n-seg.yaml", "epochs": 3, "n_train": 32, "n_val": 2, "n_test": 8,

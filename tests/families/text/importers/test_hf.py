@@ -12,13 +12,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from families.text.importers.finish import served_probabilities
-from families.text.importers.hf import compare_with_pipeline, pipeline_probabilities, publish_text_hf
-from models.importing.graphs import ort_session
-from models.importing.result import GateFailed, ImportRefused
-from models.registry import LocalRegistry
 from tests.families.text.importers.conftest import TEXT_LABELS, edit_config, minilm_dir
+from triserve.families.text.importers.finish import served_probabilities
+from triserve.families.text.importers.hf import compare_with_pipeline, pipeline_probabilities, publish_text_hf
 from triserve.importers import main
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.result import GateFailed, ImportRefused
+from triserve.models.registry import LocalRegistry
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_cli_refusal_exit_2(tiny_hf_dir, tmp_path, capsys):
 
 
 def test_existing_version_refused_before_work(published, tiny_hf_dir):
-    from models.registry import VersionExists
+    from triserve.models.registry import VersionExists
 
     registry, _, _ = published
     with pytest.raises(VersionExists):

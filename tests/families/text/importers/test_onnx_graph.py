@@ -9,13 +9,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from families.text.importers.finish import served_probabilities
-from families.text.importers.onnx_graph import publish_text_onnx, softmax
-from models.importing.graphs import ort_session
-from models.importing.result import GateFailed, ImportRefused
-from models.registry import LocalRegistry
 from tests.families.text.importers.conftest import TEXT_LABELS
+from triserve.families.text.importers.finish import served_probabilities
+from triserve.families.text.importers.onnx_graph import publish_text_onnx, softmax
 from triserve.importers import main
+from triserve.models.importing.graphs import ort_session
+from triserve.models.importing.result import GateFailed, ImportRefused
+from triserve.models.registry import LocalRegistry
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_logits_graph_gets_softmax_and_named_axes(published, tiny_text_onnx):
     # the served path == the original graph's logits through a numpy softmax
     texts = ["great movie", "awful plot and worse acting, I walked out after twenty minutes"]
     served = served_probabilities(path, m, texts)
-    from families.text.preprocess import TextTokenizer
+    from triserve.families.text.preprocess import TextTokenizer
 
     tok = TextTokenizer(path / "tokenizer.json", 64)
     original = ort_session(tiny_text_onnx[0], threads=1)

@@ -14,11 +14,11 @@ pytest.importorskip("sklearn")
 pytest.importorskip("joblib")
 import joblib
 
-from families.text.importers.finish import check_texts, served_probabilities
-from families.text.importers.sklearn_head import publish_text_sklearn, st_probabilities
-from models.importing.result import ImportRefused
-from models.registry import LocalRegistry
 from tests.families.text.importers.conftest import TEXT_LABELS
+from triserve.families.text.importers.finish import check_texts, served_probabilities
+from triserve.families.text.importers.sklearn_head import publish_text_sklearn, st_probabilities
+from triserve.models.importing.result import ImportRefused
+from triserve.models.registry import LocalRegistry
 
 
 @pytest.fixture(scope="module")
