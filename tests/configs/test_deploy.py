@@ -318,6 +318,13 @@ def test_bentoml_build_gives_a_versioned_bento_without_weights(tmp_path):
     assert (bento / "src/services/protocols/protos/triserve.proto").is_file()
     assert (bento / "src/services/protocols/generated/triserve_pb2.py").is_file()
     assert (bento / "src/models/stores/oci.py").is_file()
+    # the Bento holds the folders, not the checkout's links to them: `triserve` finds them (triserve/__init__.py)
+    assert (bento / "src/triserve/__init__.py").is_file() and not (bento / "src/triserve/services").exists()
+    probe = subprocess.run([sys.executable, "-c", "import triserve.services.gateway as g, triserve.runners.service;"
+                            "print(g.__file__)"], cwd=bento / "src", env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.strip() == str(bento / "src/services/gateway.py"), probe.stdout
     info = _load(bento / "bento.yaml")
     assert info["models"] == [] and info["labels"]["git_commit"] == "test"
     assert {s["name"] for s in info["services"]} == _service_names()
