@@ -98,33 +98,43 @@ def measure_cell(peer: TriservePeer, task: str, conc: int, args) -> dict[str, fl
     return row
 
 
-def measure_round(trees: dict[str, Path], cells: list[tuple[str, int]], args, tmp: Path, index: int) -> dict:
-    """Both versions resident at once; per cell A B B A (B A A B in odd rounds), so the two measurements of each side
-    sit symmetrically in time and a linear drift during the cell cancels. {side: {"task:c": {metric: mean}}}."""
-    peers = {side: start(tree, args, tmp, f"r{index + 1}-{side}") for side, tree in trees.items()}
-    out: dict[str, dict] = {side: {} for side in trees}
+def start_both(trees: dict[str, Path], args, tmp: Path, tag: str) -> dict[str, TriservePeer]:
+    """Both versions up at once, each checked to run its own tree's code."""
+    peers = {side: start(tree, args, tmp, f"{tag}-{side}") for side, tree in trees.items()}
     try:
         for side, peer in peers.items():
             peer.wait_ready()
             served_from = {psutil.Process(pid).cwd() for plist in peer.pids().values() for pid in plist}
             if served_from != {str(trees[side])}:  # the workers import the code of their working directory
                 raise RuntimeError(f"{side}: workers run in {served_from}, expected {trees[side]}")
-        order = cell_order(index)
-        for task, conc in cells:
-            key = f"{task}:{conc}"
-            for side in order[:2]:  # warm both before the first measured cell
-                load_cell(args.generator, task_requests(task, peers[side].url), conc, 0, args.warmup,
-                          args.max_requests, args.load_cpu)
-            samples: dict[str, list[dict]] = {side: [] for side in order[:2]}
-            for side in order:
-                samples[side].append(measure_cell(peers[side], task, conc, args))
-            for side, rows in samples.items():
-                out[side][key] = {m: round(statistics.fmean(r[m] for r in rows), 4) for m in rows[0]}
-                values = ", ".join(f"{m} {v:g}" for m, v in out[side][key].items())
-                print(f"[ab] round {index + 1} {side} {key} {values}", flush=True)
-    finally:
-        for peer in peers.values():
-            peer.stop()
+    except BaseException:
+        stop_all(peers)
+        raise
+    return peers
+
+
+def stop_all(peers: dict[str, TriservePeer]) -> None:
+    for peer in peers.values():
+        peer.stop()
+
+
+def measure_round(peers: dict[str, TriservePeer], cells: list[tuple[str, int]], args, index: int) -> dict:
+    """Both versions resident at once; per cell A B B A (B A A B in odd rounds), so the two measurements of each side
+    sit symmetrically in time and a linear drift during the cell cancels. {side: {"task:c": {metric: mean}}}."""
+    out: dict[str, dict] = {side: {} for side in peers}
+    order = cell_order(index)
+    for task, conc in cells:
+        key = f"{task}:{conc}"
+        for side in order[:2]:  # warm both before the first measured cell
+            load_cell(args.generator, task_requests(task, peers[side].url), conc, 0, args.warmup,
+                      args.max_requests, args.load_cpu)
+        samples: dict[str, list[dict]] = {side: [] for side in order[:2]}
+        for side in order:
+            samples[side].append(measure_cell(peers[side], task, conc, args))
+        for side, rows in samples.items():
+            out[side][key] = {m: round(statistics.fmean(r[m] for r in rows), 4) for m in rows[0]}
+            values = ", ".join(f"{m} {v:g}" for m, v in out[side][key].items())
+            print(f"[ab] round {index + 1} {side} {key} {values}", flush=True)
     return out
 
 
@@ -185,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--generator", default=default_generator(), choices=("wrk", "aiohttp"))
+    ap.add_argument("--servers", default="per-round", choices=("per-round", "once"),
+                    help="fresh servers every round (default: a process's luck is part of the spread), or one pair "
+                         "for every round (CI's performance guard: two starts instead of 2 x rounds)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "ab")
     args = ap.parse_args(argv)
     args.env = dict(kv.split("=", 1) for kv in args.env.split(",") if kv)
@@ -200,12 +213,24 @@ def main(argv: list[str] | None = None) -> int:
     rounds = []
     with tempfile.TemporaryDirectory(prefix="triserve-ab-") as tmp_name:
         tmp = Path(tmp_name)
-        for i in range(args.rounds):
-            rounds.append(measure_round({"base": base_tree, "head": head_tree}, cells, args, tmp, i))
+        trees = {"base": base_tree, "head": head_tree}
+        peers = start_both(trees, args, tmp, "all") if args.servers == "once" else None
+        try:
+            for i in range(args.rounds):
+                fresh = peers is None
+                this = start_both(trees, args, tmp, f"r{i + 1}") if fresh else peers
+                try:
+                    rounds.append(measure_round(this, cells, args, i))
+                finally:
+                    if fresh:
+                        stop_all(this)
+        finally:
+            if peers is not None:
+                stop_all(peers)
     res = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "command": "python -m scripts.bench.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
            "base": {"label": args.base, "commit": base_sha}, "head": {"label": head_label, "commit": head_sha},
-           "rounds": args.rounds, "warmup_s": args.warmup, "duration_s": args.duration, "generator": args.generator,
+           "rounds": args.rounds, "servers": args.servers, "warmup_s": args.warmup, "duration_s": args.duration, "generator": args.generator,
            "server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "env": args.env, "intra_op": args.intra_op,
            "cells": [f"{t}:{c}" for t, c in cells], "per_round": rounds, "summary": paired(rounds)}
     write_report(args.out, res, to_markdown(res))

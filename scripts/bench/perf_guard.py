@@ -1,7 +1,7 @@
 """CI's performance guard: CPU per request of this commit against its base, measured in the same run, fails on a
 regression of more than --max-ratio (default 1.15).
 
-    python -m scripts.bench.perf_guard                      # HEAD vs HEAD~1, tiny text model, ~3 min
+    python -m scripts.bench.perf_guard                      # HEAD vs HEAD~1, tiny text model, ~2 min
     python -m scripts.bench.perf_guard --base 7227e1d --rounds 5
 
 Why CPU per request and not throughput or latency: on a shared 2-core host the wall clock drifts 5-15% within an
@@ -71,11 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4.0)
     ap.add_argument("--max-ratio", type=float, default=1.15)
+    ap.add_argument("--servers", default="once", choices=("once", "per-round"),
+                    help="one server pair for every round (default: CI's time budget) or fresh ones per round")
     ap.add_argument("--out", type=Path, default=CACHE / "ab")
     args = ap.parse_args(argv)
     registry = tiny_text_registry()
     ab.main(["--base", args.base, "--cells", args.cell, "--rounds", str(args.rounds), "--warmup", "1.5",
-             "--duration", str(args.duration), "--probe-requests", "0", "--registry", str(registry),
+             "--duration", str(args.duration), "--probe-requests", "0", "--servers", args.servers, "--registry", str(registry),
              "--env", f"TRISERVE_MODELS_FILE={text_models_file()}", "--out", str(args.out)])
     result = json.loads(args.out.with_suffix(".json").read_text())
     passed, median, values = verdict(result["per_round"], args.cell, args.max_ratio)
