@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "command": "python -m scripts.bench.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
            "base": {"label": args.base, "commit": base_sha}, "head": {"label": head_label, "commit": head_sha},
-           "rounds": args.rounds, "servers": args.servers, "warmup_s": args.warmup, "duration_s": args.duration, "generator": args.generator,
+           "rounds": args.rounds, "servers": args.servers, "warmup_s": args.warmup, "duration_s": args.duration,
+           "generator": args.generator,
            "server_cpu": args.server_cpu, "load_cpu": args.load_cpu, "env": args.env, "intra_op": args.intra_op,
            "cells": [f"{t}:{c}" for t, c in cells], "per_round": rounds, "summary": paired(rounds)}
     write_report(args.out, res, to_markdown(res))

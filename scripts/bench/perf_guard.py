@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     registry = tiny_text_registry()
     ab.main(["--base", args.base, "--cells", args.cell, "--rounds", str(args.rounds), "--warmup", "1.5",
-             "--duration", str(args.duration), "--probe-requests", "0", "--servers", args.servers, "--registry", str(registry),
+             "--duration", str(args.duration), "--probe-requests", "0", "--servers", args.servers,
+             "--registry", str(registry),
              "--env", f"TRISERVE_MODELS_FILE={text_models_file()}", "--out", str(args.out)])
     result = json.loads(args.out.with_suffix(".json").read_text())
     passed, median, values = verdict(result["per_round"], args.cell, args.max_ratio)
