@@ -49,7 +49,9 @@ class RestRoute:
     JSON routes take `body` as the request body; multipart routes take `body`'s fields as form fields and the
     uploaded files as the request field `files` (bytes), and build the family's `request_model` from both.
     A JSON route other than the family's main one may name its own typed gRPC method (`grpc`): messages
-    `<grpc>Request` / `<grpc>Response` with the fields of `body` / `response`.
+    `<grpc>Request` / `<grpc>Response` with the fields of `body` / `response`; and be an OIP model of its own
+    (`oip`: its tensors and parameters, answered under `oip.alias` for the family's default deployment and as
+    `<deployment>.<last path segment>` for every deployment, e.g. forecast-panel and forecast.panel).
     """
 
     path: str
@@ -60,6 +62,7 @@ class RestRoute:
     files_description: str = ""
     response: type[BaseModel] | None = None  # when not the family's response_model
     grpc: str = ""  # a typed gRPC method for a JSON route beyond the family's grpc_method ("ForecastPanel")
+    oip: OipSurface | None = None  # the route as an OIP pipeline model of its own (a JSON route only)
 
 
 @dataclass(frozen=True)
