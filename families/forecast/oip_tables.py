@@ -42,7 +42,10 @@ from families.forecast.schemas import BacktestResponse, ForecastPoint, PanelFore
 from kernel.errors import ApiError
 from kernel.tensors import TensorMeta, bad_request
 
-NUMBERS = {"datatype": "FP64", "also": ("FP32",)}
+
+def _numbers(name: str, shape: tuple[int, ...], field: str, optional: bool = False) -> TensorMeta:
+    """An FP64 input that takes FP32 too."""
+    return TensorMeta(name, "FP64", shape, optional=optional, also=("FP32",), field=field)
 
 
 def _levels(groups: list[list[ForecastPoint]]) -> list[str]:
@@ -82,18 +85,18 @@ def _nan(values: list[float | None]) -> list[float]:
 
 
 PANEL_INPUTS = (TensorMeta("SERIES_ID", "BYTES", (-1,), field="series_id"),
-                TensorMeta("VALUES", **NUMBERS, shape=(-1,), field="values"),
+                _numbers("VALUES", (-1,), field="values"),
                 TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"),
-                TensorMeta("COVARIATES", **NUMBERS, shape=(-1, -1), optional=True, field="covariates"),
+                _numbers("COVARIATES", (-1, -1), optional=True, field="covariates"),
                 TensorMeta("FUTURE_SERIES_ID", "BYTES", (-1,), optional=True, field="future_series_id"),
-                TensorMeta("FUTURE_COVARIATES", **NUMBERS, shape=(-1, -1), optional=True, field="future_covariates"),
+                _numbers("FUTURE_COVARIATES", (-1, -1), optional=True, field="future_covariates"),
                 TensorMeta("STATIC", "BYTES", (-1, -1), optional=True, field="static"))
 PANEL_OUTPUTS = (TensorMeta("SERIES_ID", "BYTES", (-1,),
                             value=lambda r: [s.id for s in r.series for _ in s.forecast]),) + _point_outputs(
     _panel_points)
-BACKTEST_INPUTS = (TensorMeta("VALUES", **NUMBERS, shape=(-1,), field="values"),
+BACKTEST_INPUTS = (_numbers("VALUES", (-1,), field="values"),
                    TensorMeta("TIMESTAMPS", "BYTES", (-1,), optional=True, field="timestamps"),
-                   TensorMeta("COVARIATES", **NUMBERS, shape=(-1, -1), optional=True, field="covariates"))
+                   _numbers("COVARIATES", (-1, -1), optional=True, field="covariates"))
 BACKTEST_OUTPUTS = (
     TensorMeta("ORIGIN", "BYTES", (-1,),
                value=lambda r: [o.model_dump(mode="json")["origin"] for o in r.origins for _ in o.forecast]),
