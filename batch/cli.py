@@ -113,7 +113,8 @@ def prepare_job(args: argparse.Namespace) -> tuple[Plan, list[dict[str, Any]], l
     spec = JobSpec(family=family, deployment=target.deployment, role=target.role, model=target.name,
                    version=target.version, input=str(args.input), input_fingerprint=source.fingerprint,
                    items=len(source.descriptors), shard_size=args.shard_size, chunk_size=args.chunk_size,
-                   format=args.format, options=options, command=args.command)
+                   format=args.format, options=options,
+                   command="" if adapter is families.batch_adapter(family) else args.command)  # "": as older jobs
     spec = jobdir.start(spec)
     plan = Plan(spec=spec, target=target, cache_dir=str(args.cache_dir), output=str(args.output),
                 source_kind=adapter.SOURCE, max_batch=args.max_batch, threads=args.threads)
