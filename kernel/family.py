@@ -18,8 +18,9 @@ DeploymentView (the deployment's name and limits, never the whole serving contex
 One declaration, `api` (FamilyApi), drives the generic transports in services/protocols/: the request model (built
 by typed gRPC, OIP and multipart uploads from their fields, binary payloads as bytes), the response model, the REST
 routes, the typed gRPC method and the family on OIP (OipSurface: its pipeline tensors, parameters and model name,
-and the hooks for a graph's own tensors; a route may add its own OIP model, RestRoute.oip). Two more hooks serve the rollout machinery: `check_outputs` (refuse a model
-answer that must not reach a client) and `agreement` (how far a shadow's raw output agrees with the served one).
+and the hooks for a graph's own tensors; a route may add its own OIP model, RestRoute.oip). Two more hooks serve
+the rollout machinery: `check_outputs` (refuse a model answer that must not reach a client) and `agreement` (how far
+a shadow's raw output agrees with the served one).
 
 So a family defines at most eight members: `name`, `api`, the three request hooks, `check_outputs`, `agreement`,
 and one of the optional `keep`/`parts` (tests/kernel/test_family.py counts them for every registered family).

@@ -12,6 +12,7 @@ import pytest
 import tritonclient.grpc as tgrpc
 from tritonclient.utils import InferenceServerException
 
+from tests.families.forecast.test_covariates import promo_series
 from tests.families.forecast.test_panel import series
 
 START = "2020-01-01T00:00:00"
@@ -91,6 +92,24 @@ def test_a_panel_over_oip_is_the_rest_panel(server, oip_grpc):
     reports = json.loads(params["series"].string_param)
     assert [r["input"] for r in reports] == [s["input"] for s in rest["series"]]
     assert reports[0]["input"]["static"]["categoricals"][0]["name"] == "store_type"
+
+
+def test_panel_covariates_over_oip_are_the_rest_panels(server):
+    """COVARIATES per row, FUTURE_SERIES_ID + FUTURE_COVARIATES per step, `start` for every series (no TIMESTAMPS)."""
+    values, past, future = promo_series()
+    half = [v / 2 for v in values]
+    rest = httpx.post(f"{server.url}/v1/forecast/panel", timeout=120, json={
+        "series": [{"id": k, "values": v, "start": START, "covariates": {"promo": past},
+                    "future_covariates": {"promo": future}} for k, v in (("full", values), ("half", half))],
+        "frequency": "D", "horizon": 7, "calendar": ["weekday"]}).json()
+    got = outputs(infer_rest(server, "forecast-panel", [
+        tensor("SERIES_ID", ["full"] * 120 + ["half"] * 120, "BYTES"), tensor("VALUES", values + half),
+        tensor("COVARIATES", [[x] for x in past + past]),
+        tensor("FUTURE_SERIES_ID", ["half"] * 7 + ["full"] * 7, "BYTES"),
+        tensor("FUTURE_COVARIATES", [[x] for x in future + future])],
+        start=START, frequency="D", horizon=7, covariate_names="promo", calendar="weekday"))
+    assert rest["series"][0]["input"]["covariates"]["used"]
+    assert got["POINT"] == [p["point"] for s in rest["series"] for p in s["forecast"]]
 
 
 def test_a_backtest_over_oip_is_the_rest_backtest(server, oip_grpc):
