@@ -47,7 +47,7 @@ def test_a_panel_job_is_the_rest_panel(run_job, server, tmp_path):
     static = {s["id"]: ["AB"[i % 2]] * 40 for i, s in enumerate(panel[:6])}
     static["mixed"] = ["A"] * 29 + ["B"]
     table = write_table(tmp_path / "panel.csv", panel, static)
-    summary = run_job("forecast-panel", tmp_path / "out", "--workers", "0", "--frequency", "D", "--horizon", "5",
+    summary = run_job("forecast-panel", tmp_path / "out", "--workers", "1", "--frequency", "D", "--horizon", "5",
                       "--static-columns", "store_type", *ONE_CHUNK, source=table)
     rows = rows_by_key(tmp_path / "out")
     assert summary["complete"] and summary["errors"] == 2
@@ -67,7 +67,7 @@ def test_a_panel_job_is_the_rest_panel(run_job, server, tmp_path):
 def test_a_backtest_job_is_the_rest_backtest(run_job, server, tmp_path):
     panel = series(3, n=50) + [{"id": "short", "values": [float(i) for i in range(12)]}]
     table = write_table(tmp_path / "backtest.csv", panel)
-    summary = run_job("forecast-backtest", tmp_path / "out", "--workers", "0", "--frequency", "D", "--horizon", "5",
+    summary = run_job("forecast-backtest", tmp_path / "out", "--workers", "1", "--frequency", "D", "--horizon", "5",
                       "--origins", "3", source=table)
     rows = rows_by_key(tmp_path / "out")
     assert summary["complete"] and summary["errors"] == 1 and rows["short"]["error_code"] == "backtest_too_short"
