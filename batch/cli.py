@@ -5,6 +5,8 @@ adapter's COMMAND, with the adapter's options and its source's (batch/sources.OP
     triserve batch classify --deployment intent --input texts.jsonl --output out/intent
     triserve batch detect   --deployment coco   --input photos/ --output out/coco          # or s3://bucket/prefix
     triserve batch forecast --deployment series --input sales.parquet --output out/fc --frequency D --horizon 14
+    triserve batch forecast-panel    ... --static-columns store_type   the table as panels (static categoricals pooled)
+    triserve batch forecast-backtest ... --horizon 7 --origins 3       each series' rolling-origin backtest
     ... --engine ray [--ray-address auto]      Ray Data: shards through map_batches on an actor pool
     ... --engine spark [--spark-master local[2]]   Spark: shards through mapInPandas
 
@@ -36,8 +38,7 @@ def commands() -> dict[str, Any]:
     """command -> the adapter class of the family that answers it, for every registered family with one."""
     found: dict[str, Any] = {}
     for name in families.names():
-        adapter = families.batch_adapter(name)
-        if adapter is not None:
+        for adapter in families.batch_adapters(name):
             if adapter.COMMAND in found:
                 raise ValueError(f"batch command {adapter.COMMAND!r} is claimed by {found[adapter.COMMAND].FAMILY} "
                                  f"and {name}")
@@ -112,7 +113,8 @@ def prepare_job(args: argparse.Namespace) -> tuple[Plan, list[dict[str, Any]], l
     spec = JobSpec(family=family, deployment=target.deployment, role=target.role, model=target.name,
                    version=target.version, input=str(args.input), input_fingerprint=source.fingerprint,
                    items=len(source.descriptors), shard_size=args.shard_size, chunk_size=args.chunk_size,
-                   format=args.format, options=options)
+                   format=args.format, options=options,
+                   command="" if adapter is families.batch_adapter(family) else args.command)  # "": as older jobs
     spec = jobdir.start(spec)
     plan = Plan(spec=spec, target=target, cache_dir=str(args.cache_dir), output=str(args.output),
                 source_kind=adapter.SOURCE, max_batch=args.max_batch, threads=args.threads)

@@ -67,6 +67,7 @@ class JobSpec:
     chunk_size: int
     format: str
     options: dict[str, Any] = field(default_factory=dict)
+    command: str = ""  # the `triserve batch` command (a family may have several); "" in older jobs: the family's main
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:

@@ -71,12 +71,18 @@ def resolve(deployment: str, registry: str, role: str = "primary", models_file: 
                   registry=str(registry), limits=limits, per_item=slot.batching.per_item)
 
 
-def adapter_class(family: str) -> Any:
-    """The family's offline adapter, found through the family registry (a third-party family's too)."""
+def adapter_class(family: str, command: str = "") -> Any:
+    """The family's offline adapter for `command` (default: its main one), found through the family registry (a
+    third-party family's too)."""
     adapter = triserve.configs.families.batch_adapter(family)
     if adapter is None:
         raise ValueError(f"the {family} family has no batch adapter (<package>.batch.Adapter)")
-    return adapter
+    if not command:
+        return adapter
+    for candidate in triserve.configs.families.batch_adapters(family):
+        if candidate.COMMAND == command:
+            return candidate
+    raise ValueError(f"the {family} family has no batch command {command!r}")
 
 
 def limits_of(target: Target):
@@ -88,9 +94,9 @@ def pull(target: Target, cache_dir: Path) -> tuple[Path, Manifest]:
     return fetch_verified(target.registry, target.name, target.version, cache_dir, retries=2)
 
 
-def open_adapter(target: Target, cache_dir: Path, options: dict[str, Any]) -> Adapter:
+def open_adapter(target: Target, cache_dir: Path, options: dict[str, Any], command: str = "") -> Adapter:
     directory, manifest = pull(target, cache_dir)
-    return adapter_class(target.family)(directory, manifest, limits_of(target), options)
+    return adapter_class(target.family, command)(directory, manifest, limits_of(target), options)
 
 
 class Session:

@@ -9,7 +9,8 @@ reads (kernel/batch.py).
             the row number); descriptors carry the texts
     series  a long table (CSV, JSONL or Parquet) of (id, timestamp, value) rows, any order, one row per observation
             (null values are missing points), plus the covariate columns the job names (covariate_columns; rows
-            after a series' last value carry their future values); descriptors carry one series each, ordered by id
+            after a series' last value carry their future values) and the static categorical columns
+            (static_columns, forecast-panel's option); descriptors carry one series each, ordered by id
 
 The order is deterministic (sorted keys, table order, sorted ids) and the fingerprint covers every key and its content
 (image sizes, text and series hashes): a rerun over changed inputs is refused instead of mixing two inputs.
@@ -129,11 +130,11 @@ def _text_source(location: str, text_column: str, id_column: str) -> Source:
 
 
 def _series_source(location: str, id_column: str, time_column: str, value_column: str,
-                   covariate_columns: Sequence[str] = ()) -> Source:
+                   covariate_columns: Sequence[str] = (), static_columns: Sequence[str] = ()) -> Source:
     import pyarrow as pa
 
     table = read_table(Path(location))
-    for col in (id_column, time_column, value_column, *covariate_columns):
+    for col in (id_column, time_column, value_column, *covariate_columns, *static_columns):
         if col not in table.column_names:
             raise KeyError(f"{location}: no column {col!r} (columns: {table.column_names})")
     ids = np.asarray([str(x) for x in table.column(id_column).to_pylist()], dtype=object)
@@ -148,9 +149,12 @@ def _series_source(location: str, id_column: str, time_column: str, value_column
 
     values = floats(value_column)
     covs = {name: floats(name) for name in covariate_columns}
+    statics = {name: np.asarray([None if v is None else str(v) for v in table.column(name).to_pylist()], dtype=object)
+               for name in static_columns}
     order = np.argsort(ids, kind="stable")
     ids, stamps, values = ids[order], stamps[order], values[order]
     covs = {name: c[order] for name, c in covs.items()}
+    statics = {name: c[order] for name, c in statics.items()}
     found: list[dict[str, Any]] = []
     if len(ids):
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
@@ -158,9 +162,12 @@ def _series_source(location: str, id_column: str, time_column: str, value_column
             record = {"key": str(ids[a]), "timestamps": stamps[a:b], "values": values[a:b]}
             if covs:
                 record["covariates"] = {name: c[a:b] for name, c in covs.items()}
+            if statics:
+                record["static"] = {name: c[a:b].tolist() for name, c in statics.items()}
             found.append(record)
     digest = _digest(x for d in found for x in (d["key"], d["timestamps"].tobytes(), d["values"].tobytes(),
-                                                 *(c.tobytes() for c in d.get("covariates", {}).values())))
+                                                 *(c.tobytes() for c in d.get("covariates", {}).values()),
+                                                 *(json.dumps(c) for c in d.get("static", {}).values())))
     return Source("series", found, digest)
 
 
@@ -191,7 +198,8 @@ def open_source(kind: str, location: str, options: dict[str, Any] | None = None)
         return _text_source(location, opts.get("text_column") or "text", opts.get("id_column") or "id")
     if kind == "series":
         return _series_source(location, opts.get("id_column") or "id", opts.get("time_column") or "timestamp",
-                              opts.get("value_column") or "value", column_list(opts.get("covariate_columns")))
+                              opts.get("value_column") or "value", column_list(opts.get("covariate_columns")),
+                              column_list(opts.get("static_columns")))
     raise ValueError(f"unknown source kind {kind!r}")
 
 

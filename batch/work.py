@@ -37,7 +37,8 @@ class Preparer:
     loader: Loader = field(default_factory=Loader)
 
     def __post_init__(self) -> None:
-        self.adapter = batch_model.open_adapter(self.plan.target, Path(self.plan.cache_dir), self.plan.spec.options)
+        self.adapter = batch_model.open_adapter(self.plan.target, Path(self.plan.cache_dir), self.plan.spec.options,
+                                                self.plan.spec.command)
 
     def prepare(self, descriptors: list[dict[str, Any]]) -> Prepared:
         return self.adapter.prepare(self.loader(self.plan.source_kind, descriptors))

@@ -17,7 +17,7 @@ Built-ins come first, then the discovered ones by name; a name claimed twice (a 
 refused when the registry is first read (ValueError naming both packages).
 
 Public: `FAMILIES`, `ENTRY_POINT_GROUP`, `registered()`, `names()`, `limits_model()`, `preprocess_model()`,
-`runtime()`, `family()`, `batch_adapter()`, `rediscover()`.
+`runtime()`, `family()`, `batch_adapter()`, `batch_adapters()`, `rediscover()`.
 """
 from __future__ import annotations
 
@@ -112,6 +112,16 @@ def family(family_name: str) -> Any:
     as
     such by families.family() and kernel/context.py; this layer does not import the kernel)."""
     return _module(family_name, "family").FAMILY
+
+
+def batch_adapters(family_name: str) -> tuple[Any, ...]:
+    """Every offline adapter class of the family, one per `triserve batch` command: `<package>.batch.ADAPTERS` when
+    the module lists several (the forecast family: forecast, forecast-panel, forecast-backtest), else its Adapter;
+    none without a batch module."""
+    adapter = batch_adapter(family_name)
+    if adapter is None:
+        return ()
+    return tuple(getattr(importlib.import_module(adapter.__module__), "ADAPTERS", (adapter,)))
 
 
 @cache

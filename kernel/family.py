@@ -18,8 +18,9 @@ DeploymentView (the deployment's name and limits, never the whole serving contex
 One declaration, `api` (FamilyApi), drives the generic transports in services/protocols/: the request model (built
 by typed gRPC, OIP and multipart uploads from their fields, binary payloads as bytes), the response model, the REST
 routes, the typed gRPC method and the family on OIP (OipSurface: its pipeline tensors, parameters and model name,
-and the hooks for a graph's own tensors). Two more hooks serve the rollout machinery: `check_outputs` (refuse a model
-answer that must not reach a client) and `agreement` (how far a shadow's raw output agrees with the served one).
+and the hooks for a graph's own tensors; a route may add its own OIP model, RestRoute.oip). Two more hooks serve
+the rollout machinery: `check_outputs` (refuse a model answer that must not reach a client) and `agreement` (how far
+a shadow's raw output agrees with the served one).
 
 So a family defines at most eight members: `name`, `api`, the three request hooks, `check_outputs`, `agreement`,
 and one of the optional `keep`/`parts` (tests/kernel/test_family.py counts them for every registered family).
@@ -49,7 +50,9 @@ class RestRoute:
     JSON routes take `body` as the request body; multipart routes take `body`'s fields as form fields and the
     uploaded files as the request field `files` (bytes), and build the family's `request_model` from both.
     A JSON route other than the family's main one may name its own typed gRPC method (`grpc`): messages
-    `<grpc>Request` / `<grpc>Response` with the fields of `body` / `response`.
+    `<grpc>Request` / `<grpc>Response` with the fields of `body` / `response`; and be an OIP model of its own
+    (`oip`: its tensors and parameters, answered under `oip.alias` for the family's default deployment and as
+    `<deployment>.<last path segment>` for every deployment, e.g. forecast-panel and forecast.panel).
     """
 
     path: str
@@ -60,6 +63,7 @@ class RestRoute:
     files_description: str = ""
     response: type[BaseModel] | None = None  # when not the family's response_model
     grpc: str = ""  # a typed gRPC method for a JSON route beyond the family's grpc_method ("ForecastPanel")
+    oip: OipSurface | None = None  # the route as an OIP pipeline model of its own (a JSON route only)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ operations over another content type. The surfaces, each read where a user meets
 
     bentoml_schema  the routes of /schema.json of the session's real server (BentoML's Sync/AsyncHTTPClient)
     grpc            the typed gRPC service's methods (triserve.v1.Triserve, the descriptor the server registers)
-    oip             the family's OIP v2 model name (its api.oip.alias: classify-image for classify_image), answered by
-                    the real server (GET /v2/models/<alias>) for every family it serves
+    oip             the OIP v2 model names the family declares (its api.oip.alias, classify-image for classify_image,
+                    and a route's own RestRoute.oip.alias, forecast-panel), answered by the real server
+                    (GET /v2/models/<alias>) for every family it serves
     client_sync     triserve_client.TriserveClient's methods
     client_async    triserve_client.AsyncTriserveClient's methods
     client_grpc     triserve_client.grpc.TriserveGrpcClient's and AsyncTriserveGrpcClient's methods (both)
@@ -33,13 +34,7 @@ from triserve_client import AsyncTriserveClient, TriserveClient
 
 SURFACES = ("bentoml_schema", "grpc", "oip", "client_sync", "client_async", "client_grpc", "batch")
 
-KNOWN_GAPS = {
-    # the panel has REST, BentoML's client, the typed ForecastPanel RPC and every Python client; no OIP pipeline for a
-    # panel, no batch command (the batch forecast command takes one series per row, the panel is the table itself)
-    ("forecast_panel", "oip"), ("forecast_panel", "batch"),
-    # the backtest (POST /v1/forecast/backtest, Triserve/ForecastBacktest) has no OIP pipeline or batch command
-    ("forecast_backtest", "oip"), ("forecast_backtest", "batch"),
-}
+KNOWN_GAPS: set[tuple[str, str]] = set()  # every operation of every family is on every surface
 
 
 def operations() -> dict[str, str]:
@@ -65,14 +60,17 @@ def offered(server) -> dict[str, set[str]]:
 
     ops = operations()
     schema = httpx.get(f"{server.url}/schema.json", timeout=30).json()
-    # the OIP model name each family declares for its default deployment; the server answers to it for every family
-    # it serves (the tiny models file serves no pose deployment: pose is read from its declaration alone)
-    aliases = {name: families.family(name).api.oip.alias for name in families.names()}
+    # the OIP model names each family declares for its default deployment (its main one and its routes' own); the
+    # server answers to them for every family it serves (the tiny models file serves no pose deployment: pose is
+    # read from its declaration alone)
+    aliases = {name: {families.family(name).api.oip.alias} | {r.oip.alias for r in families.family(name).api.routes
+                                                              if r.oip is not None} for name in families.names()}
     served = {d["family"] for d in httpx.get(f"{server.url}/v1/models", timeout=30).json()["deployments"]}
     assert served, "the server serves no deployment"
     for name in served:
-        assert httpx.get(f"{server.url}/v2/models/{aliases[name]}", timeout=30).status_code == 200, aliases[name]
-    oip = {op for op in ops if op.replace("_", "-") in aliases.values()}
+        for alias in aliases[name]:
+            assert httpx.get(f"{server.url}/v2/models/{alias}", timeout=30).status_code == 200, alias
+    oip = {op for op in ops if op.replace("_", "-") in set().union(*aliases.values())}
     service = triserve_pb2.DESCRIPTOR.services_by_name["Triserve"]
     return {
         "bentoml_schema": {route["name"] for route in schema["routes"]},

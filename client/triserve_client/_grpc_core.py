@@ -205,9 +205,6 @@ class GrpcCore:
                                deployment: str | None, calendar: Sequence[str] | None) -> Any:
         body = panel_body(series, start=start, frequency=frequency, horizon=horizon, model=None,
                           deployment=deployment, calendar=calendar)
-        if any("static" in s for s in body["series"]):
-            raise ValueError("static categoricals travel over REST only (TriserveClient.forecast_panel): the typed "
-                             "gRPC SeriesInput has no field for them")
         inputs = [triserve_pb2.SeriesInput(**self._series(s)) for s in body.pop("series")]
         return triserve_pb2.ForecastPanelRequest(series=inputs, model=self._choice(model), **body)
 

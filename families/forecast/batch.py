@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from triserve.families.forecast.batch_tables import BacktestAdapter, PanelAdapter, split_future
 from triserve.families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from triserve.families.forecast.features import QUANTILES, infer_frequency
 from triserve.families.forecast.limits import Limits
@@ -67,18 +68,6 @@ class Adapter:
             raise ValueError(f"frequency {self.frequency!r} is not served by {manifest.name} "
                              f"({', '.join(self.pre.frequencies)})")
 
-    @staticmethod
-    def _split(values: np.ndarray, stamps: np.ndarray,
-               covs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, list], dict[str, list]]:
-        """(history values, history stamps, covariates over the history, over the future): the rows after the last
-        value carry the future covariates, in time order."""
-        observed = np.isfinite(values)
-        history = stamps <= (stamps[observed].max() if observed.any() else stamps.max())
-        ahead = np.argsort(stamps[~history], kind="stable")
-        past = {k: v[history].tolist() for k, v in covs.items()}
-        future = {k: v[~history][ahead].tolist() for k, v in covs.items()}
-        return values[history], stamps[history], past, future
-
     def _series(self, record: dict) -> dict:
         """One series -> what its items and its row are made from; SeriesError / ApiError say why it is refused."""
         lim, pre = self.limits, self.pre
@@ -88,7 +77,7 @@ class Adapter:
         past: dict[str, list] = {}
         future_covs: dict[str, list] = {}
         if covs:
-            values, stamps, past, future_covs = self._split(values, stamps, covs)
+            values, stamps, past, future_covs = split_future(values, stamps, covs)
         if len(values) > lim.max_points:
             raise SeriesError("series_too_long", f"{len(values)} points exceed the limit of {lim.max_points}")
         frequency = self.frequency
@@ -191,3 +180,7 @@ class Adapter:
                          "covariate_effects": None if s["effects"] is None else json.dumps(s["effects"]),
                          "error_code": None, "error": None})
         return rows
+
+
+# the family's `triserve batch` commands: forecast (this module), forecast-panel and forecast-backtest (batch_tables.py)
+ADAPTERS = (Adapter, PanelAdapter, BacktestAdapter)

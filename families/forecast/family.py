@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from triserve.families.forecast.oip import OIP_INPUTS, OIP_OUTPUTS, ForecastOip
+from triserve.families.forecast.oip_tables import BACKTEST, PANEL
 from triserve.families.forecast.postprocess import check_forecast
 from triserve.families.forecast.schemas import (
     BacktestRequest,
@@ -22,10 +23,11 @@ ROUTES = (RestRoute("/v1/forecast", "application/json", ForecastRequest,
                     "Forecast the next points of a series: median and quantiles (50 % and 90 % intervals)"),
           RestRoute("/v1/forecast/panel", "application/json", PanelForecastRequest,
                     "Forecast many series in one request (a panel: ids, shared frequency and horizon)",
-                    response=PanelForecastResponse, grpc="ForecastPanel"),
+                    response=PanelForecastResponse, grpc="ForecastPanel", oip=PANEL),
           RestRoute("/v1/forecast/backtest", "application/json", BacktestRequest,
                     "Judge the forecaster on your own series: rolling origins, MASE/RMSSE per step, interval "
-                    "coverage, the method at each origin", response=BacktestResponse, grpc="ForecastBacktest"))
+                    "coverage, the method at each origin", response=BacktestResponse, grpc="ForecastBacktest",
+                    oip=BACKTEST))
 
 
 class ForecastFamily(Family):

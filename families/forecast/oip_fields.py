@@ -24,11 +24,9 @@ def _names(value: Any) -> list[str]:
     return [] if value is None else [n.strip() for n in str(value).split(",") if n.strip()]
 
 
-def request_fields(fields: dict[str, Any], arrays: dict[str, np.ndarray], parameters: dict[str, Any]) -> dict[str, Any]:
-    """The OIP request's covariates and calendar as the REST request's fields (see the module)."""
-    fields = dict(fields)
-    if parameters.get("calendar") is not None:
-        fields["calendar"] = _names(parameters["calendar"])
+def covariate_columns(arrays: dict[str, np.ndarray], parameters: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """The request field ('covariates' / 'future_covariates') -> covariate name -> its column, for the covariate tensors
+    given, checked against covariate_names (see the module)."""
     names = _names(parameters.get("covariate_names"))
     if len(set(names)) != len(names):
         raise ApiError(422, "covariate_names_mismatch", "covariate_names names a column twice", {"names": names})
@@ -36,15 +34,28 @@ def request_fields(fields: dict[str, Any], arrays: dict[str, np.ndarray], parame
     if names and not given:
         raise ApiError(422, "covariate_names_mismatch", "covariate_names without COVARIATES / FUTURE_COVARIATES",
                        {"names": names})
-    for tensor, field in TENSORS.items():
-        fields.pop(field, None)
-        if tensor not in arrays:
-            continue
+    out = {}
+    for tensor in given:
         m = np.asarray(arrays[tensor], dtype=np.float64)
         m = m[:, None] if m.ndim == 1 else m
         if m.ndim != 2 or m.shape[1] != len(names):
             raise ApiError(422, "covariate_names_mismatch", f"{tensor} must be [points, {len(names)}]: one column "
                            f"per name in covariate_names", {"input": tensor, "shape": list(m.shape),
                                                              "names": names})
-        fields[field] = {name: m[:, j].tolist() for j, name in enumerate(names)}
+        out[TENSORS[tensor]] = {name: m[:, j] for j, name in enumerate(names)}
+    return out
+
+
+def calendar(parameters: dict[str, Any]) -> list[str] | None:
+    """The calendar parameter as REST's `calendar` (None: not given)."""
+    return None if parameters.get("calendar") is None else _names(parameters["calendar"])
+
+
+def request_fields(fields: dict[str, Any], arrays: dict[str, np.ndarray], parameters: dict[str, Any]) -> dict[str, Any]:
+    """The OIP request's covariates and calendar as the REST request's fields (see the module)."""
+    fields = {k: v for k, v in fields.items() if k not in TENSORS.values()}
+    if parameters.get("calendar") is not None:
+        fields["calendar"] = calendar(parameters)
+    for field, columns in covariate_columns(arrays, parameters).items():
+        fields[field] = {name: column.tolist() for name, column in columns.items()}
     return fields

@@ -8,7 +8,8 @@ services/protocols/protos/triserve.proto (a family whose method is not there has
 repeated fields when non-empty (bytes stay bytes), proto3 `optional` fields only when set (unset ones take the
 request model's defaults: top_k 3, horizon 12, ...), enums by their value's name without the enum's prefix,
 lower-cased (MODEL_CHOICE_PRIMARY -> "primary"; an unknown number stays unknown, so the request model refuses it like
-any other bad value); a map of one-field wrapper messages (map<string, Doubles>) as a dict of lists; nested messages
+any other bad value); a map of one-field wrapper messages (map<string, Doubles>) as a dict of lists, a map of scalars
+(map<string, string>) as a dict; nested messages
 (repeated or not) by the same rules, as dicts.
 """
 from __future__ import annotations
@@ -43,7 +44,9 @@ def message_fields(message) -> dict[str, Any]:
         value = getattr(message, field.name)
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             if len(value):  # map<string, Wrapper>: each value's single repeated field (Doubles.values -> list)
-                fields[field.name] = {k: list(getattr(v, v.DESCRIPTOR.fields[0].name)) for k, v in value.items()}
+                wrapped = field.message_type.fields_by_name["value"].message_type is not None
+                fields[field.name] = {k: list(getattr(v, v.DESCRIPTOR.fields[0].name)) if wrapped else v
+                                      for k, v in value.items()}
         elif field.is_repeated:
             if len(value):
                 nested = field.type == FieldDescriptor.TYPE_MESSAGE

@@ -10,6 +10,9 @@ Two kinds of models:
   deployment's family declares BYTES/FP32 inputs and outputs (families/<family>/family.py) and request parameters
   become the family's REST request model, so validation, limits, fallbacks and error codes are identical to REST.
   Each family's default deployment is also served under the family's alias ("detect", "classify", "forecast").
+  A family route with an OIP surface of its own (kernel/family.RestRoute.oip: the forecast panel and backtest) is a
+  pipeline too, named `<deployment>.<route's last path segment>` ("forecast.panel") and, for the default deployment,
+  by the route's alias ("forecast-panel"); its tensors and parameters build that route's request model.
 - tensor models, by registry name (e.g. yolo-shapes, minilm-intent and their fallbacks): the runner's own tensor
   contract from the manifest, platform "onnxruntime_onnx". Inputs go to exactly that model's runner slot through the
   same run_task as REST (admission, deadline, runner retries, output checks); no fallback, since the client named the
@@ -28,10 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel
 
 from triserve import families
 from triserve.kernel.context import ServingContext
 from triserve.kernel.errors import ApiError
+from triserve.kernel.family import OipSurface, RestRoute
 from triserve.kernel.protection.deadlines import Deadline
 from triserve.kernel.request_context import StageClock
 from triserve.kernel.routing.inference import run_task
@@ -72,6 +77,7 @@ class ModelEntry:
     inputs: tuple[TensorMeta, ...]
     outputs: tuple[TensorMeta, ...]
     slot: str | None = None  # runner slot of a tensor model
+    route: RestRoute | None = None  # a pipeline of one of the family's routes (RestRoute.oip), not its main one
     manifest: Manifest | None = None
     unavailable: str = ""  # why the model cannot serve although listed (a pipeline whose primary is not loaded)
 
@@ -113,9 +119,26 @@ def catalog(ctx: ServingContext) -> dict[str, ModelEntry]:
                            versions=(PIPELINE_VERSION,), platform=PIPELINE_PLATFORM,
                            inputs=fam.api.oip.inputs, outputs=fam.api.oip.outputs, unavailable=unavailable)
         entries[dep.name] = entry
-        if repo.default_for(dep.family) is dep:
+        default = repo.default_for(dep.family) is dep
+        if default:
             entries[fam.api.oip.alias] = dataclasses.replace(entry, name=fam.api.oip.alias)
+        for route in fam.api.routes:
+            if route.oip is None:
+                continue
+            own = dataclasses.replace(entry, name=f"{dep.name}.{route.path.rsplit('/', 1)[-1]}", route=route,
+                                      inputs=route.oip.inputs, outputs=route.oip.outputs)
+            entries[own.name] = own
+            if default:
+                entries[route.oip.alias] = dataclasses.replace(own, name=route.oip.alias)
     return entries
+
+
+def surface(entry: ModelEntry) -> tuple[OipSurface, type[BaseModel]]:
+    """A pipeline's OIP surface and the request model its tensors and parameters build."""
+    fam = families.family(entry.family)
+    if entry.route is not None and entry.route.oip is not None:
+        return entry.route.oip, entry.route.body
+    return fam.api.oip, fam.api.request_model
 
 
 async def resolve(ctx: ServingContext, name: str, version: str = "") -> ModelEntry:
@@ -228,6 +251,8 @@ def model_config(ctx: ServingContext, entry: ModelEntry) -> dict:
         dep = ctx.repository.find(entry.deployment)
         if dep is not None:
             params["models"] = ",".join(m.name for m in dep.slots.values())
+        if entry.route is not None:
+            params["route"] = entry.route.path
     if batch:
         assert entry.slot is not None
         runner, gateway = ctx.settings.runner, ctx.settings.gateway
@@ -332,17 +357,17 @@ async def _infer_pipeline(ctx: ServingContext, entry: ModelEntry, req: InferRequ
                           call) -> tuple[list[Tensor], dict[str, Any]]:
     """A deployment as an OIP model: its family's declared input tensors and parameters become the family's request
     model, the response model its declared output tensors; the family pipeline runs in between (as for REST)."""
-    fam = families.family(entry.family)
+    oip, request_model = surface(entry)
     dep = ctx.deployment(entry.family, entry.deployment)
     tensors = _inputs(req, entry.inputs)
     fields: dict[str, Any] = {meta.field: request_field(meta, tensors[meta.name])
-                              for meta in fam.api.oip.inputs if meta.name in tensors}
-    fields.update(pick_params(req.parameters, fam.api.oip.parameters))
-    fields = fam.api.oip.request_fields(fields, {name: t.data for name, t in tensors.items()}, req.parameters)
-    request = fam.api.request_model.model_validate({**fields, "deployment": dep.name})
-    resp = await ctx.run(fam.name, request, call, dep)
-    outputs = [output_tensor(meta, meta.value(resp)) for meta in fam.api.oip.outputs if meta.value is not None]
-    return outputs, {**_envelope(resp), **fam.api.oip.extra_parameters(resp)}
+                              for meta in oip.inputs if meta.name in tensors}
+    fields.update(pick_params(req.parameters, oip.parameters))
+    fields = oip.request_fields(fields, {name: t.data for name, t in tensors.items()}, req.parameters)
+    request = request_model.model_validate({**fields, "deployment": dep.name})
+    resp = await ctx.run(entry.family, request, call, dep)
+    outputs = [output_tensor(meta, meta.value(resp)) for meta in oip.outputs if meta.value is not None]
+    return outputs, {**_envelope(resp), **oip.extra_parameters(resp)}
 
 
 def _envelope(resp) -> dict[str, Any]:

@@ -68,7 +68,8 @@ def batch_inputs(tmp_path_factory) -> dict[str, Path]:
             "forecast": make_series(root / "series.csv")}
 
 
-DEPLOYMENT = {"detect": "detection", "classify": "text", "forecast": "forecast"}
+DEPLOYMENT = {"detect": "detection", "classify": "text", "forecast": "forecast", "forecast-panel": "forecast",
+              "forecast-backtest": "forecast"}
 SMALL = ["--shard-size", "8", "--chunk-size", "4"]
 
 

@@ -49,7 +49,8 @@ def test_every_family_with_an_adapter_gets_its_command_and_options(monkeypatch):
     real = families.batch_adapter
     monkeypatch.setattr(families, "batch_adapter", lambda name: Adapter if name == "sentiment" else real(name))
     # pose and segmentation have no adapter; the sixth family's came with its folder
-    assert set(cli.commands()) == {"detect", "classify", "forecast", "classify-image", "pose", "segment", "sentiment"}
+    assert set(cli.commands()) == {"detect", "classify", "forecast", "forecast-panel", "forecast-backtest",
+                                  "classify-image", "pose", "segment", "sentiment"}
     args = cli._parser().parse_args(["sentiment", "--deployment", "s", "--input", "t.jsonl", "--output", "o",
                                      "--threshold", "0.7"])
     assert cli._options(args) == {"text_column": "text", "id_column": "id", "threshold": 0.7}

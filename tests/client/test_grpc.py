@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, text_format
 
@@ -194,6 +195,26 @@ def test_forecasts_with_covariates_and_panels_answer_what_rest_answers(rest, rpc
     with pytest.raises(TriserveAPIError) as h:
         rest.forecast(values, **short)
     assert g.value.code == h.value.code == "covariate_horizon" and g.value.status == h.value.status == 422
+
+
+def test_a_panel_with_static_categoricals_answers_what_rest_answers(rest, rpc):
+    """SeriesInput.static on the typed gRPC ForecastPanel (and the gRPC client): the same pooling and the same
+    input.static report as REST; a series without the panel's names is the same 422 on both."""
+    rng = np.random.default_rng(11)
+    series = {f"sku-{i}": {"values": (100 + 10 * np.sin(np.arange(40) / 7 * 2 * np.pi) + rng.normal(0, 3, 40)
+                                      ).round(3).tolist(), "static": {"store_type": "AB"[i % 2], "region": "north"}}
+              for i in range(6)}
+    kw = {"start": "2024-01-01", "frequency": "D", "horizon": 5}
+    p = rpc.forecast_panel(series, **kw)
+    static = p.series[0].input.static
+    assert static is not None and {c.name for c in static.categoricals} == {"store_type", "region"}
+    same(p, rest.forecast_panel(series, **kw))
+    series["sku-0"] = {"values": series["sku-0"]["values"]}
+    with pytest.raises(TriserveAPIError) as g:
+        rpc.forecast_panel(series, **kw)
+    with pytest.raises(TriserveAPIError) as h:
+        rest.forecast_panel(series, **kw)
+    assert g.value.code == h.value.code == "static_missing" and g.value.status == h.value.status == 422
 
 
 def test_a_backtest_answers_what_rest_answers(rest, rpc):

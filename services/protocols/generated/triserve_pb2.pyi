@@ -222,7 +222,7 @@ class ForecastPoint(_message.Message):
     def __init__(self, timestamp: _Optional[str] = ..., point: _Optional[float] = ..., lower_50: _Optional[float] = ..., upper_50: _Optional[float] = ..., lower_90: _Optional[float] = ..., upper_90: _Optional[float] = ..., quantiles: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InputReport(_message.Message):
-    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration", "level_shift", "covariates")
+    __slots__ = ("sorted", "duplicates_merged", "imputed", "points", "used", "frequency", "frequency_inferred", "padded", "method", "method_weights", "backtest_mase", "backtest_origins", "interval_calibration", "level_shift", "covariates", "static")
     class MethodWeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,7 @@ class InputReport(_message.Message):
     INTERVAL_CALIBRATION_FIELD_NUMBER: _ClassVar[int]
     LEVEL_SHIFT_FIELD_NUMBER: _ClassVar[int]
     COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    STATIC_FIELD_NUMBER: _ClassVar[int]
     sorted: bool
     duplicates_merged: int
     imputed: int
@@ -260,7 +261,34 @@ class InputReport(_message.Message):
     interval_calibration: str
     level_shift: LevelShift
     covariates: CovariateReport
-    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ..., level_shift: _Optional[_Union[LevelShift, _Mapping]] = ..., covariates: _Optional[_Union[CovariateReport, _Mapping]] = ...) -> None: ...
+    static: StaticReport
+    def __init__(self, sorted: _Optional[bool] = ..., duplicates_merged: _Optional[int] = ..., imputed: _Optional[int] = ..., points: _Optional[int] = ..., used: _Optional[int] = ..., frequency: _Optional[str] = ..., frequency_inferred: _Optional[bool] = ..., padded: _Optional[int] = ..., method: _Optional[str] = ..., method_weights: _Optional[_Mapping[str, float]] = ..., backtest_mase: _Optional[float] = ..., backtest_origins: _Optional[int] = ..., interval_calibration: _Optional[str] = ..., level_shift: _Optional[_Union[LevelShift, _Mapping]] = ..., covariates: _Optional[_Union[CovariateReport, _Mapping]] = ..., static: _Optional[_Union[StaticReport, _Mapping]] = ...) -> None: ...
+
+class StaticCategorical(_message.Message):
+    __slots__ = ("name", "categories", "used", "backtest_error_own", "backtest_error_pooled")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ERROR_OWN_FIELD_NUMBER: _ClassVar[int]
+    BACKTEST_ERROR_POOLED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    categories: int
+    used: bool
+    backtest_error_own: float
+    backtest_error_pooled: float
+    def __init__(self, name: _Optional[str] = ..., categories: _Optional[int] = ..., used: _Optional[bool] = ..., backtest_error_own: _Optional[float] = ..., backtest_error_pooled: _Optional[float] = ...) -> None: ...
+
+class StaticReport(_message.Message):
+    __slots__ = ("used", "pooled_by", "series_in_category", "categoricals")
+    USED_FIELD_NUMBER: _ClassVar[int]
+    POOLED_BY_FIELD_NUMBER: _ClassVar[int]
+    SERIES_IN_CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    CATEGORICALS_FIELD_NUMBER: _ClassVar[int]
+    used: bool
+    pooled_by: str
+    series_in_category: int
+    categoricals: _containers.RepeatedCompositeFieldContainer[StaticCategorical]
+    def __init__(self, used: _Optional[bool] = ..., pooled_by: _Optional[str] = ..., series_in_category: _Optional[int] = ..., categoricals: _Optional[_Iterable[_Union[StaticCategorical, _Mapping]]] = ...) -> None: ...
 
 class CovariateEffect(_message.Message):
     __slots__ = ("name", "effect", "t_value", "used")
@@ -315,7 +343,7 @@ class ForecastResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[_Union[ModelInfo, _Mapping]] = ..., deployment: _Optional[str] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., forecast: _Optional[_Iterable[_Union[ForecastPoint, _Mapping]]] = ..., input: _Optional[_Union[InputReport, _Mapping]] = ...) -> None: ...
 
 class SeriesInput(_message.Message):
-    __slots__ = ("id", "values", "timestamps", "start", "covariates", "future_covariates")
+    __slots__ = ("id", "values", "timestamps", "start", "covariates", "future_covariates", "static")
     class CovariatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -330,19 +358,28 @@ class SeriesInput(_message.Message):
         key: str
         value: Doubles
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Doubles, _Mapping]] = ...) -> None: ...
+    class StaticEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     COVARIATES_FIELD_NUMBER: _ClassVar[int]
     FUTURE_COVARIATES_FIELD_NUMBER: _ClassVar[int]
+    STATIC_FIELD_NUMBER: _ClassVar[int]
     id: str
     values: _containers.RepeatedScalarFieldContainer[float]
     timestamps: _containers.RepeatedScalarFieldContainer[str]
     start: str
     covariates: _containers.MessageMap[str, Doubles]
     future_covariates: _containers.MessageMap[str, Doubles]
-    def __init__(self, id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., covariates: _Optional[_Mapping[str, Doubles]] = ..., future_covariates: _Optional[_Mapping[str, Doubles]] = ...) -> None: ...
+    static: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., timestamps: _Optional[_Iterable[str]] = ..., start: _Optional[str] = ..., covariates: _Optional[_Mapping[str, Doubles]] = ..., future_covariates: _Optional[_Mapping[str, Doubles]] = ..., static: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ForecastPanelRequest(_message.Message):
     __slots__ = ("series", "frequency", "horizon", "model", "deployment", "calendar")
