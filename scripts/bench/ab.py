@@ -217,12 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         peers = start_both(trees, args, tmp, "all") if args.servers == "once" else None
         try:
             for i in range(args.rounds):
-                fresh = peers is None
-                this = start_both(trees, args, tmp, f"r{i + 1}") if fresh else peers
+                this = peers if peers is not None else start_both(trees, args, tmp, f"r{i + 1}")
                 try:
                     rounds.append(measure_round(this, cells, args, i))
                 finally:
-                    if fresh:
+                    if this is not peers:
                         stop_all(this)
         finally:
             if peers is not None:
