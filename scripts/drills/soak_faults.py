@@ -120,6 +120,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def _delay(self) -> None:
         mode = self.registry.mode
         self.registry.served[mode] += 1
+        self.registry.requests.append((mode, self.command, self.path))
         if mode == "slow":
             time.sleep(self.registry.slow_s)
         elif mode == "held":
@@ -150,6 +151,7 @@ class RegistryHttp:
         self.url = f"http://127.0.0.1:{self.port}/"
         self.mode: Mode = "ok"
         self.served: Counter[str] = Counter()  # requests answered per mode
+        self.requests: list[tuple[str, str, str]] = []  # (mode, method, path) of every request, in arrival order
         self.holding = threading.Event()
         self._released = threading.Event()
         self._released.set()
