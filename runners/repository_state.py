@@ -364,6 +364,8 @@ class RepositoryState:
         load_deployment) loads it. A previous deployment of the name stops serving at once (in-flight batches finish
         on the models they hold)."""
         try:
+            for m in self.slots(dep).values():
+                self.fetch(m.name, m.ref)  # asked again even if it failed before: the registry may be back
             versions = {slot: self.pool.registry.load_verified(m.name, m.ref)[1].version
                         for slot, m in self.slots(dep).items()}
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
