@@ -365,6 +365,10 @@ class Settings(BaseSettings):
                                               "used offline when registry_uri is unreachable.")
     registry_retries: int = Field(4, ge=0, le=20, description="Extra attempts when registry_uri is unreachable.")
     registry_backoff_s: float = Field(0.5, ge=0, le=60, description="First retry delay, doubled per attempt.")
+    registry_startup_wait_s: float = Field(
+        2.0, ge=0, le=600, description="At startup, how long registry_uri gets to answer before a model whose verified "
+                                       "copy is in model_cache_dir is served from it (refreshed in the background): "
+                                       "a restart does not wait on a slow or unreachable registry for what it holds.")
     host: str = Field("127.0.0.1", description="Bind address used by `make serve`.")
     port: int = Field(3000, ge=1, le=65535)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)

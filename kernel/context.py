@@ -149,8 +149,23 @@ class ServingContext:
         return self.catalog.get(slot, entry["active"])
 
     def active_manifests(self, dep: Deployment) -> dict[str, Manifest]:
-        """slot -> manifest of the version each slot of the deployment serves now."""
-        return {slot: self.served(slot).manifest for slot in dep.slots if slot in self.routing.table}
+        """slot -> manifest of the version each slot of the deployment serves now (those loaded in this worker: the
+        catalog is memory only on the request path)."""
+        out = {}
+        for slot in dep.slots:
+            entry = self.routing.table.get(slot)
+            served = self.catalog.peek(slot, entry["active"]) if entry else None
+            if served is not None:
+                out[slot] = served.manifest
+        return out
+
+    async def load_served(self, slot: str) -> ServedModel:
+        """An admin route's `served`: the slot's version loaded in this worker (in a thread) if it is not yet."""
+        entry = self.routing.table.get(slot)
+        if entry is None:
+            raise ApiError(503, "not_ready", f"model slot {slot} is not loaded", {"slot": slot},
+                           headers={"Retry-After": "2"})
+        return await self.catalog.fetch(slot, entry["active"])
 
     async def withdraw_canary(self, slot: str) -> None:
         """Automatic canary rollback: stop routing to the candidate everywhere (the runner is the source of truth)."""

@@ -13,6 +13,10 @@
    says why. A tampered artifact is refused with an IntegrityError naming the file: from the store always; from the
    cache, when offline (when the store is reachable, the bad cache copy is quarantined, reported and pulled again).
 
+ServingRegistry, what the serving processes load from, does not even wait that long: a version the cache holds is
+never asked of the store, and at startup a slow store gets registry_startup_wait_s before the cached copy serves and
+the fetch goes on in the background; a failed model is fetched again when asked for (a hot add after an outage).
+
 The cache is a LocalRegistry, so the runner and the gateway keep calling `load_verified` on it as on any registry.
 """
 from __future__ import annotations
@@ -23,8 +27,11 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -168,44 +175,131 @@ def fetch_verified(store_uri: str | Path | RegistryStore, name: str, ref: str, c
 
 
 class ServingRegistry(LocalRegistry):
-    """The cache as a LocalRegistry for the runner and the gateway: configured slots are pulled up front; a slot
-    that could not be fetched keeps its reason and raises it from load_verified (so the process stays up and
-    not-ready with that reason instead of crash-looping)."""
+    """The cache as a LocalRegistry for the runner and the gateway. Why each rule:
 
-    def __init__(self, cache_dir: Path, store_uri: str, retries: int, backoff: float):
+    - a version the cache holds verified is served from it without asking the store (versions are immutable), so
+      loading what another process already pulled never waits on a slow or unreachable registry;
+    - at startup (`start`) the store gets `startup_wait_s` to answer; a slot whose cached copy verifies is then served
+      from the cache and refreshed in the background, so a restarted worker does not wait on a slow registry for the
+      models it holds;
+    - a slot that could not be fetched keeps its reason and raises it from load_verified (the process stays up and
+      not-ready with that reason instead of crash-looping), but not for ever: it is fetched again, with the retries
+      and backoff, when asked for after `retry_after_s`, and at once through `ensure` (a hot add after an outage)."""
+
+    def __init__(self, cache_dir: Path, store_uri: str, retries: int, backoff: float, startup_wait_s: float = 2.0,
+                 retry_after_s: float | None = None, sleep: Callable[[float], None] | None = None):
         super().__init__(cache_dir)
-        self.store_uri, self.retries, self.backoff = store_uri, retries, backoff
+        self.store_uri, self.retries, self.backoff, self.startup_wait_s = store_uri, retries, backoff, startup_wait_s
+        # a failed slot is not asked for again sooner than one full backoff sequence (load_verified on every request
+        # of an on-demand deployment must not hammer a registry that is down)
+        self.retry_after_s = backoff * 2 ** retries if retry_after_s is None else retry_after_s
         self.errors: dict[tuple[str, str], Exception] = {}
+        self._failed_at: dict[tuple[str, str], float] = {}
         self._fetched: set[tuple[str, str]] = set()
+        self._from_cache: set[tuple[str, str]] = set()  # started from the cache, refreshing in the background
+        self._refreshing: list[Future] = []
+        self._startup_retries = retries
+        self._sleep = sleep or time.sleep
+        self._lock = threading.Lock()
 
-    def fetch(self, name: str, ref: str) -> None:
-        key = (name, ref)
-        if key in self._fetched or key in self.errors:
-            return
+    # -- fetching ---------------------------------------------------------------------------------------------------
+    def _cached_version(self, name: str, ref: str) -> bool:
+        """ref names a version the cache holds and it verifies: nothing to ask the store."""
+        if not self.has(name, ref):
+            return False
         try:
-            fetch_verified(self.store_uri, name, ref, self.root, self.retries, self.backoff,
-                           on_unreachable=self._unreachable)
-            self._fetched.add(key)
+            verify_artifact(self.path(name, ref), self.manifest(name, ref))
+        except IntegrityError as exc:  # the online fetch quarantines it and pulls it again
+            log.error("INTEGRITY: cached %s:%s: %s", name, ref, exc)
+            return False
+        return True
+
+    def fetch(self, name: str, ref: str, retries: int | None = None) -> Exception | None:
+        """Make name:ref loadable from the cache; the failure is recorded (load_verified raises it) and returned."""
+        key = (name, ref)
+        try:
+            if not self._cached_version(name, ref):
+                fetch_verified(self.store_uri, name, ref, self.root, self.retries if retries is None else retries,
+                               self.backoff, on_unreachable=self._unreachable, sleep=self._sleep)
         except Exception as exc:  # noqa: BLE001 - any failure (registry, disk) must surface as not-ready + reason
+            with self._lock:
+                if key in self._from_cache:  # served from the verified cache already: a failed refresh only warns
+                    log.warning("refresh of %s:%s failed (%s: %s); serving the verified cached copy", name, ref,
+                                type(exc).__name__, exc)
+                    return None
+                self.errors[key], self._failed_at[key] = exc, time.monotonic()
             log.error("model %s:%s not ready: %s: %s", name, ref, type(exc).__name__, exc)
-            self.errors[key] = exc
+            return exc
+        with self._lock:
+            self._fetched.add(key)
+            self.errors.pop(key, None)
+            self._failed_at.pop(key, None)
+            self._from_cache.discard(key)
+        return None
+
+    def ensure(self, name: str, ref: str) -> None:
+        """Fetch name:ref now, whatever failed before (an admin's hot add: the registry may be back); raises."""
+        if (name, ref) in self._fetched:
+            return
+        error = self.fetch(name, ref)
+        if error is not None:
+            raise error
 
     def _unreachable(self, error: Exception) -> None:
-        if self.retries:
-            log.warning("registry unreachable (%s): the remaining models go straight to the cache", error)
-        self.retries = 0  # one slot has waited out the backoff; the others need not wait again
+        if self._startup_retries:
+            log.warning("registry unreachable (%s): the remaining startup models go straight to the cache", error)
+        self._startup_retries = 0  # one slot has waited out the backoff at startup; the others need not wait again
+
+    def _startup_fetch(self, name: str, ref: str) -> None:
+        self.fetch(name, ref, retries=self._startup_retries)
+
+    def start(self, refs: Iterable[tuple[str, str]]) -> None:
+        """Fetch the configured models, one at a time in a background thread; after `startup_wait_s` a model the
+        store has not answered for is served from its verified cached copy (its fetch goes on: the refresh), and
+        only the models with no cached copy are waited for."""
+        executor = ThreadPoolExecutor(1, thread_name_prefix="triserve-registry")
+        futures = {key: executor.submit(self._startup_fetch, *key) for key in dict.fromkeys(refs)}
+        executor.shutdown(wait=False)  # the thread ends once the queued fetches are done
+        wait_futures(futures.values(), timeout=self.startup_wait_s)
+        for (name, ref), future in futures.items():
+            if future.done():
+                continue
+            try:
+                version = LocalRegistry.resolve(self, name, ref)
+                verify_artifact(self.path(name, version), self.manifest(name, version))
+            except RegistryError:  # nothing usable cached: wait for the store
+                future.result()
+                continue
+            with self._lock:
+                if future.done():  # it ended meanwhile: what it found stands
+                    continue
+                self._from_cache.add((name, ref))
+                self._fetched.add((name, ref))
+                self._refreshing.append(future)
+            log.warning("%s:%s: the registry has not answered within %.1fs; serving the verified cached %s and "
+                        "refreshing it in the background", name, ref, self.startup_wait_s, version)
+
+    def wait_refreshed(self, timeout: float | None = None) -> bool:
+        """The background refreshes started by `start` are done (within timeout)."""
+        return not wait_futures(self._refreshing, timeout=timeout).not_done
 
     def load_verified(self, name: str, ref: str) -> tuple[Path, Manifest]:
-        self.fetch(name, ref)
-        if (name, ref) in self.errors:
-            raise self.errors[(name, ref)]
+        key = (name, ref)
+        if key not in self._fetched:
+            with self._lock:
+                error, failed_at = self.errors.get(key), self._failed_at.get(key, 0.0)
+            if error is None or time.monotonic() - failed_at >= self.retry_after_s:
+                error = self.fetch(name, ref)
+            if error is not None:
+                raise error
         return super().load_verified(name, ref)
 
 
 def open_serving_registry(settings, repository) -> LocalRegistry:
     """The registry the runner and the gateway load from: registry_dir as today when registry_uri is unset (or names
     a local directory), else the verified cache filled from registry_uri with every model of the repository's
-    deployments (configs/deployments.ModelRepository); models of deployments added later are pulled on demand."""
+    deployments (configs/deployments.ModelRepository; ServingRegistry.start); models of deployments added later are
+    pulled on demand."""
     uri = getattr(settings, "registry_uri", None)
     if not uri:
         return LocalRegistry(settings.registry_dir)
@@ -216,10 +310,10 @@ def open_serving_registry(settings, repository) -> LocalRegistry:
     if isinstance(store, LocalStore):
         return store.registry  # a local directory is already a verified-on-load registry: no copy
     registry = ServingRegistry(Path(settings.model_cache_dir), uri, settings.registry_retries,
-                               settings.registry_backoff_s)
+                               settings.registry_backoff_s, getattr(settings, "registry_startup_wait_s", 2.0))
     started = time.monotonic()
-    for name, ref in dict.fromkeys((m.name, m.ref) for m in repository.slots.values()):
-        registry.fetch(name, ref)
-    log.info("model cache %s ready for %d slots in %.2fs (%d not ready)", registry.root,
-             len(registry._fetched), time.monotonic() - started, len(registry.errors))
+    registry.start((m.name, m.ref) for m in repository.slots.values())
+    log.info("model cache %s ready for %d slots in %.2fs (%d from the cache, refreshing; %d not ready)",
+             registry.root, len(registry._fetched), time.monotonic() - started, len(registry._from_cache),
+             len(registry.errors))
     return registry

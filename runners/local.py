@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -35,8 +36,11 @@ class _AsyncApis:
             method, executor = instance._serve, self._runner.compute
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.get_running_loop().run_in_executor(executor,
-                                                                    functools.partial(method, *args, **kwargs))
+            result = await asyncio.get_running_loop().run_in_executor(executor,
+                                                                      functools.partial(method, *args, **kwargs))
+            if inspect.isawaitable(result):  # an async API (add_deployment): it runs its work in a thread of its own
+                result = await result
+            return result
         setattr(self, name, call)  # later lookups find it without __getattr__
         return call
 

@@ -90,6 +90,9 @@ class RepositoryState:
         # slot -> requests answered per version since its routing last changed (promote, canary): the measured split
         self.split: dict[str, dict] = {}
         self._split_lock = threading.Lock()
+        # adds run one at a time, outside the runner's API thread (ModelRunner.add_deployment): two adds of one name
+        # would stage under the same key
+        self._adding = threading.Lock()
         # called under `control` after every swap of the repository (the runner sets it: on-demand residency follows)
         self.on_change: Callable[[], object] = lambda: None
 
@@ -210,11 +213,20 @@ class RepositoryState:
         share = round(requests.get(canary, 0) / total, 4) if canary and total else None
         return {"since": entry["since"], "requests": requests, "total": total, "canary_share": share}
 
+    def fetch(self, name: str, ref: str) -> None:
+        """Pull and verify name:ref into the serving cache before the control lock is taken: a slow registry then
+        holds back this change only, not the other changes of what is loaded (a plain local registry has nothing to
+        pull)."""
+        ensure = getattr(self.pool.registry, "ensure", None)
+        if ensure is not None:
+            ensure(name, ref)
+
     def stage(self, slot: str, ref: str) -> dict:
         """Resolve, pull/verify, load and warm a version next to the active one (not serving yet). A failure (unknown
         version, tampered file, broken graph) is returned as {"error": ...}; the active version is untouched."""
         try:
             name = self.repository.slots[slot].name
+            self.fetch(name, ref)
             with self.control:
                 model = self.pool.load(slot, name, ref, activate=False,
                                        max_batch=reserved_batch(self.repository.slots[slot]))
@@ -289,6 +301,10 @@ class RepositoryState:
         """Add a deployment or replace one of the same name: stage (pull, verify), load and warm every model next to
         what serves, check the pair (family, labels), then swap the repository in one assignment and persist it.
         Requests keep going to the old models until the swap; a refusal leaves everything as it was."""
+        with self._adding:
+            return self._add(deployment, retire_after_s)
+
+    def _add(self, deployment: dict, retire_after_s: float) -> dict:
         try:
             dep = Deployment.model_validate(deployment)
             repo = self.repository.with_deployment(dep)
@@ -299,6 +315,8 @@ class RepositoryState:
             return self._add_on_demand(dep, repo, old)
         staged: dict[str, LoadedModel] = {}
         try:
+            for m in self.slots(dep).values():
+                self.fetch(m.name, m.ref)
             with self.control:
                 for slot, m in self.slots(dep).items():  # under a key of its own: nothing serving can reach it yet
                     staged[slot] = self.pool.load(slot + STAGING, m.name, m.ref, activate=False,
@@ -312,6 +330,9 @@ class RepositoryState:
             log.error("deployment %s refused: %s: %s", dep.name, type(exc).__name__, exc)
             return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         with self.control:
+            # the repository as it is now (a remove may have run while this one loaded), with the deployment in it
+            old = self.repository.find(dep.name)
+            repo = self.repository.with_deployment(dep)
             previous = {slot: self.pool.models[slot].manifest.version for slot in staged if slot in self.pool.models}
             for slot, model in staged.items():
                 self.pool.install(slot, model)
@@ -343,12 +364,16 @@ class RepositoryState:
         load_deployment) loads it. A previous deployment of the name stops serving at once (in-flight batches finish
         on the models they hold)."""
         try:
+            for m in self.slots(dep).values():
+                self.fetch(m.name, m.ref)  # asked again even if it failed before: the registry may be back
             versions = {slot: self.pool.registry.load_verified(m.name, m.ref)[1].version
                         for slot, m in self.slots(dep).items()}
         except Exception as exc:  # noqa: BLE001 - refused with the reason, nothing changes
             log.error("deployment %s refused: %s: %s", dep.name, type(exc).__name__, exc)
             return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         with self.control:
+            old = self.repository.find(dep.name)  # as it is now (see _add)
+            repo = self.repository.with_deployment(dep)
             if old is not None and old != dep:
                 for slot in old.slots:
                     self.pool.drop(slot)

@@ -19,6 +19,7 @@ one object per concern, sharing the model pool and one control lock:
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any, ClassVar, cast
@@ -162,10 +163,11 @@ class ModelRunner:
         return {"slots": slots, "repository": self.state.repository.model_dump(mode="json")}
 
     @bentoml.api
-    def stage(self, slot: str, ref: str) -> dict:
+    async def stage(self, slot: str, ref: str) -> dict:
         """Resolve, pull/verify, load and warm a version next to the active one (not serving yet). A failure (unknown
-        version, tampered file, broken graph) is returned as {"error": ...}; the active version is untouched."""
-        return self.state.stage(slot, ref)
+        version, tampered file, broken graph) is returned as {"error": ...}; the active version is untouched.
+        In a thread of its own, as add_deployment."""
+        return await asyncio.to_thread(self.state.stage, slot, ref)
 
     @bentoml.api
     def activate(self, slot: str, version: str, retire_after_s: float = 10.0, record: dict | None = None) -> dict:
@@ -186,11 +188,13 @@ class ModelRunner:
 
     # --- model repository control (called by the gateway's admin API) ------------------------------------------
     @bentoml.api
-    def add_deployment(self, deployment: dict, retire_after_s: float = 10.0) -> dict:
+    async def add_deployment(self, deployment: dict, retire_after_s: float = 10.0) -> dict:
         """Add a deployment or replace one of the same name: stage (pull, verify), load and warm every model next to
         what serves, check the pair (family, labels), then swap the repository in one assignment and persist it.
-        Requests keep going to the old models until the swap; a refusal leaves everything as it was."""
-        return self.state.add(deployment, retire_after_s)
+        Requests keep going to the old models until the swap; a refusal leaves everything as it was. In a thread of
+        its own: BentoML runs the sync APIs on one thread, and a pull from a slow registry there would hold back
+        `routing` and `status`, which every API worker asks."""
+        return await asyncio.to_thread(self.state.add, deployment, retire_after_s)
 
     @bentoml.api
     def remove_deployment(self, name: str, retire_after_s: float = 10.0) -> dict:

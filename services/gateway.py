@@ -174,10 +174,11 @@ class Gateway:
         registry = open_serving_registry(settings, repository)
         routing = RoutingTable(settings.rollout, repository, self.fallback_runner)
         catalog = ModelCatalog(registry, lambda slot: routing.repository.slots[slot].name)
+        routing.prepare = catalog.prepare  # a new routing table is published once this worker has loaded its models
         manifests = []
         for slot, cfg in repository.slots.items():  # verified manifests (and tokenizers) before any traffic
             directory, manifest = registry.load_verified(cfg.name, cfg.ref)
-            manifests.append(catalog.get(slot, manifest.version).manifest)
+            manifests.append(catalog.load(slot, manifest.version, cfg.name).manifest)
         obs = settings.observability
         quality = QualityMonitor(manifests, obs.drift_window, obs.drift_every, obs.drift_min_values)
         protection = Protection(settings, routing.batch_limit)

@@ -73,8 +73,8 @@ async def put_deployment(name: str, body: DeploymentSpec, client: Client = Depen
     if "error" in result:
         raise ApiError(409, "deployment_refused", f"{name}: {result['error']}"[:1000], {"deployment": name})
     await ctx.routing.refresh(ctx.runner)
-    for slot in dep.slots:  # verified manifests (and tokenizers) in this worker before its first request
-        ctx.served(slot)
+    for slot in dep.slots:  # verified manifests (and tokenizers) in this worker (off its event loop) before its
+        await ctx.load_served(slot)  # first request
     return {**result, "by": client.id, "seconds": round(time.perf_counter() - started, 3)}
 
 

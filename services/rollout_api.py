@@ -21,6 +21,7 @@ answered per version since the slot's last promote or canary change, and the can
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
 from fastapi import APIRouter, Depends
@@ -98,7 +99,7 @@ async def _stage(ctx: ServingContext, slot: str, ref: str) -> dict:
     if "error" in staged:
         raise ApiError(409, "rollout_failed", f"{slot}:{ref} refused: {staged['error']}"[:500],
                        {"slot": slot, "ref": ref})
-    ctx.catalog.get(slot, staged["version"])  # verified manifest (+ tokenizer) ready before any traffic
+    await ctx.catalog.fetch(slot, staged["version"])  # verified manifest (+ tokenizer) ready before any traffic
     return staged
 
 
@@ -121,10 +122,11 @@ async def _promote(ctx: ServingContext, slot: str, ref: str, alias: str | None, 
     started = time.perf_counter()
     staged = await _stage(ctx, slot, ref)
     name = ctx.repository.slots[slot].name
-    store = _store(ctx)
+    store = _store(ctx)  # its reads and writes in a thread: a slow registry must not stall this worker's requests
     if alias and record["kind"] == "promote":
         try:
-            record = {**record, "alias": alias, "alias_from": store.aliases(name).get(alias), "by": client.id}
+            record = {**record, "alias": alias, "alias_from": (await asyncio.to_thread(store.aliases, name)).get(alias),
+                      "by": client.id}
         except RegistryError:  # an unreachable registry: the swap still happens, the alias move reports it below
             record = {**record, "alias": alias, "by": client.id}
     swapped = await _call(ctx, "activate", slot=slot, version=staged["version"],
@@ -132,8 +134,8 @@ async def _promote(ctx: ServingContext, slot: str, ref: str, alias: str | None, 
     target = alias_to or staged["version"]
     if alias:
         try:
-            if store.aliases(name).get(alias) != target or record["kind"] == "promote":
-                store.set_alias(name, alias, target, by=client.id)
+            if (await asyncio.to_thread(store.aliases, name)).get(alias) != target or record["kind"] == "promote":
+                await asyncio.to_thread(store.set_alias, name, alias, target, by=client.id)
         except RegistryError as exc:
             raise ApiError(409, "alias_not_moved", f"serving {staged['version']} but the alias was not moved: {exc}",
                            swapped) from exc
@@ -155,7 +157,7 @@ async def rollback(slot: str, body: RollbackRequest = RollbackRequest(), client:
         restore = last.get("alias_from") if last.get("alias") == body.alias else None
         return await _promote(ctx, slot, last["from"], body.alias if restore else None, client,
                               {"kind": "rollback"}, alias_to=restore)
-    moves = [e for e in _store(ctx).alias_log(name) if e["alias"] == body.alias]
+    moves = [e for e in await asyncio.to_thread(_store(ctx).alias_log, name) if e["alias"] == body.alias]
     previous = next((e["from"] for e in reversed(moves) if e["from"] and e["from"] != current), None)
     if previous is None:
         raise ApiError(409, "nothing_to_roll_back", f"no promote of {slot} to undo and the alias log of {name} has "

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -36,22 +36,84 @@ log = logging.getLogger("triserve.rollout")
 
 
 class ModelCatalog:
-    """(slot, version) -> ServedModel, read (and verified) from the registry once and cached. `names(slot)` gives the
-    registry model name of a slot (from the current model repository)."""
+    """(slot, version) -> ServedModel, in memory. Requests read it on the event loop, so it never reads the registry
+    for them (a slow or unreachable registry would stall every request of the worker): what the routing table names
+    is loaded (verified, in a thread) before the table is published (`prepare`, RoutingTable.refresh), the admin
+    routes `fetch` what they stage, and `load` fills it at startup. `names(slot)` gives the registry model name of a
+    slot (from the current model repository)."""
 
     def __init__(self, registry: LocalRegistry, names: Callable[[str], str]):
         self.registry = registry
         self.names = names
         self._cache: dict[tuple[str, str], ServedModel] = {}
+        self._pending: dict[tuple[str, str, str], asyncio.Future] = {}
+
+    def load(self, slot: str, version: str, name: str | None = None) -> ServedModel:
+        """Read and verify from the registry: blocking, so only at startup or in a thread (`fetch`)."""
+        directory, manifest = self.registry.load_verified(name or self.names(slot), version)
+        served = self._cache[(slot, version)] = ServedModel(slot, manifest.version, directory, manifest)
+        return served
+
+    def peek(self, slot: str, version: str, name: str | None = None) -> ServedModel | None:
+        cached = self._cache.get((slot, version))
+        if cached is None:
+            return None
+        try:
+            expected = name or self.names(slot)
+        except KeyError:  # a slot no longer in the repository: what was loaded for it still describes it
+            return cached
+        return cached if cached.manifest.name == expected else None  # a redeployed slot may serve another model
 
     def get(self, slot: str, version: str) -> ServedModel:
-        key = (slot, version)
-        cached = self._cache.get(key)
-        name = self.names(slot)
-        if cached is None or cached.manifest.name != name:  # a redeployed slot may serve another model
-            directory, manifest = self.registry.load_verified(name, version)
-            cached = self._cache[key] = ServedModel(slot, manifest.version, directory, manifest)
-        return cached
+        """The request path: memory only. A version not loaded here yet is a 503 (its load starts in the
+        background), never a registry read on the event loop."""
+        served = self.peek(slot, version)
+        if served is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                asyncio.ensure_future(self._quiet_fetch(slot, version))
+            raise ApiError(503, "not_ready", f"model slot {slot} version {version} is not loaded in this worker yet",
+                           {"slot": slot, "version": version}, headers={"Retry-After": "1"})
+        return served
+
+    async def fetch(self, slot: str, version: str, name: str | None = None) -> ServedModel:
+        """Loaded (and verified) in a thread, one load per slot, model and version however many callers wait."""
+        name = name or self.names(slot)
+        served = self.peek(slot, version, name)
+        if served is not None:
+            return served
+        key = (slot, name, version)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = asyncio.ensure_future(asyncio.to_thread(self.load, slot, version, name))
+            pending.add_done_callback(lambda _done: self._pending.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _quiet_fetch(self, slot: str, version: str) -> None:
+        try:
+            await self.fetch(slot, version)
+        except Exception as exc:  # noqa: BLE001 - the next request or refresh tries again
+            log.warning("loading %s:%s failed: %s: %s", slot, version, type(exc).__name__, exc)
+
+    async def prepare(self, repository: ModelRepository, table: dict[str, dict]) -> None:
+        """Every version the table routes to (active, canary, shadow) loaded before the table is published; one that
+        fails is logged and left to `get` (503 for its requests) so it never holds back the others' table."""
+        wanted = []
+        for slot, entry in table.items():
+            cfg = repository.slots.get(slot)
+            if cfg is None:
+                continue
+            for version in {entry.get("active"), entry.get("shadow"), (entry.get("canary") or {}).get("version")}:
+                if version and self.peek(slot, version, cfg.name) is None:
+                    wanted.append((slot, version, cfg.name))
+        results = await asyncio.gather(*(self.fetch(*w) for w in wanted), return_exceptions=True)
+        for (slot, version, name), result in zip(wanted, results):
+            if isinstance(result, Exception):
+                log.warning("%s:%s (%s) not loaded in this worker: %s: %s", slot, version, name,
+                            type(result).__name__, result)
 
 
 def sticky_fraction(key: str) -> float:
@@ -71,17 +133,35 @@ class RoutingTable:
         self.repository = repository
         self.fetched_at = 0.0
         self._refreshing: asyncio.Task | None = None
+        self._asked = self._published = 0  # refreshes asked of the runner / the latest one published
+        # loads what a new table routes to before it is published (the gateway sets ModelCatalog.prepare)
+        self.prepare: Callable[[ModelRepository, dict[str, dict]], Awaitable[None]] | None = None
 
     async def refresh(self, runner: Any) -> None:
+        """The runner's table and repository, published once `prepare` (ModelCatalog.prepare) has loaded what they
+        route to: a request never finds a version in the table that this worker has not loaded."""
         local: dict[str, dict] = {}
         if self.fallback_runner is not None:  # first: it answers even when the runner tier does not
             local = (await self.fallback_runner.to_async.routing())["slots"]
+            await self._prepare(self.repository, local)
             self.table = {**self.table, **local}
+        self._asked += 1
+        asked = self._asked
         answer = await runner.to_async.routing()
-        if answer["repository"] != self.repository.model_dump(mode="json"):
-            self.repository = ModelRepository.model_validate(answer["repository"])
-        self.table = {**answer["slots"], **local}
+        repository = self.repository
+        if answer["repository"] != repository.model_dump(mode="json"):
+            repository = ModelRepository.model_validate(answer["repository"])
+        table = {**answer["slots"], **local}
+        await self._prepare(repository, table)
+        if asked < self._published:  # a refresh asked later was published while this one loaded: it is newer
+            return
+        self._published = asked
+        self.repository, self.table = repository, table
         self.fetched_at = time.monotonic()
+
+    async def _prepare(self, repository: ModelRepository, table: dict[str, dict]) -> None:
+        if self.prepare is not None:
+            await self.prepare(repository, table)
 
     async def ensure_fresh(self, runner: Any) -> None:
         """Block only for the very first table; afterwards refresh in the background when stale."""

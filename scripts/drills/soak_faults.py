@@ -25,7 +25,8 @@ from scripts.drills.ports import ReservedPort
 
 REDIS_SERVER = Path("/usr/bin/redis-server")  # the system's (Debian's redis-server package), never one on PATH
 SLOW_S = 3.0  # added before every registry response while the registry is slow
-Mode = Literal["ok", "slow", "down"]
+HOLD_LIMIT_S = 300.0  # a held request is answered after this at the latest (a forgotten release ends no test run)
+Mode = Literal["ok", "slow", "down", "held"]
 
 
 class RedisServer:
@@ -119,12 +120,17 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def _delay(self) -> None:
         mode = self.registry.mode
         self.registry.served[mode] += 1
+        self.registry.requests.append((mode, self.command, self.path))
         if mode == "slow":
             time.sleep(self.registry.slow_s)
+        elif mode == "held":
+            self.registry.holding.set()
+            self.registry._released.wait(HOLD_LIMIT_S)
 
     def do_GET(self) -> None:
         self._delay()
         super().do_GET()
+        self.registry._answered(self.path)
 
     def do_HEAD(self) -> None:
         self._delay()
@@ -133,7 +139,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 class RegistryHttp:
     """A registry directory served read-only over HTTP on 127.0.0.1 (registry_uri=self.url); set("slow") delays
-    every response by `slow_s`, set("down") closes the listener (connections refused), set("ok") restores it."""
+    every response by `slow_s`, set("held") holds every request until the mode changes (tests wait on `holding`, set
+    once a request is held, instead of on a clock), set("down") closes the listener (connections refused), set("ok")
+    restores it. hold_after(suffix): answer until a GET of a path ending with `suffix` has been answered (a pull's last
+    file), then hold."""
 
     def __init__(self, root: Path, slow_s: float = SLOW_S):
         self.root, self.slow_s = root, slow_s
@@ -142,6 +151,11 @@ class RegistryHttp:
         self.url = f"http://127.0.0.1:{self.port}/"
         self.mode: Mode = "ok"
         self.served: Counter[str] = Counter()  # requests answered per mode
+        self.requests: list[tuple[str, str, str]] = []  # (mode, method, path) of every request, in arrival order
+        self.holding = threading.Event()
+        self._released = threading.Event()
+        self._released.set()
+        self._hold_after: str | None = None
         self._server: http.server.ThreadingHTTPServer | None = None
 
     def _listen(self) -> None:
@@ -158,13 +172,29 @@ class RegistryHttp:
             self._server = None
 
     def set(self, mode: Mode) -> None:
+        self._hold_after = None
+        if mode == "held":
+            self.holding.clear()
+            self._released.clear()
+        else:
+            self._released.set()
         if mode == "down":
             self._close()
         elif self._server is None:
             self._listen()
         self.mode = mode
 
+    def hold_after(self, suffix: str) -> None:
+        self.set("ok")
+        self._hold_after = suffix
+
+    def _answered(self, path: str) -> None:
+        suffix = self._hold_after
+        if suffix is not None and path.split("?")[0].endswith(suffix):
+            self.set("held")
+
     def stop(self) -> None:
+        self._released.set()
         self._close()
         self.held.release()
 

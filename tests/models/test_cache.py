@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -205,22 +204,119 @@ def test_serving_registry_unreachable_keeps_the_reason_per_slot(tmp_path):
         registry.load_verified("toy-model", "stable")
 
 
-def test_serving_registry_waits_out_the_backoff_once(store, tmp_path, monkeypatch):
+def test_serving_registry_waits_out_the_backoff_once(tmp_path):
     """With the store down, the first slot spends the retries; the other slots go straight to the cache."""
-    import triserve.models.cache as cache_module
-
     sleeps: list[float] = []
-    real_sleep, main = time.sleep, threading.main_thread()
-
-    def recorded(seconds: float) -> None:  # time.sleep is global: other threads (log writers) really sleep
-        if threading.current_thread() is main:
-            sleeps.append(seconds)
-        else:
-            real_sleep(seconds)
-
-    monkeypatch.setattr(cache_module.time, "sleep", recorded)
-    settings = _settings(tmp_path, f"oci://127.0.0.1:{closed_port()}/x")
-    settings.registry_retries, settings.registry_backoff_s = 2, 0.25
-    registry = open_serving_registry(settings, REPOSITORY)
+    registry = ServingRegistry(tmp_path / "cache", f"oci://127.0.0.1:{closed_port()}/x", retries=2, backoff=0.25,
+                               sleep=sleeps.append)
+    registry.start((m.name, m.ref) for m in REPOSITORY.slots.values())
     # two distinct (name, ref) slots, one backoff (with jitter)
     assert _jittered(sleeps, [0.25, 0.5], 0.25) and len(registry.errors) == 2, sleeps
+
+
+class Counting(LocalStore):
+    """A store that counts what it is asked and can hold every call until `release` is set (a registry that does
+    not answer), setting `asked` when a call arrives; `down` makes every call fail as unreachable."""
+
+    def __init__(self, inner: LocalStore):
+        super().__init__(inner.registry.root)
+        self.calls: list[str] = []
+        self.asked, self.release = threading.Event(), threading.Event()
+        self.release.set()
+        self.down = 0  # calls still to fail as unreachable
+
+    def _ask(self, what: str) -> None:
+        self.calls.append(what)
+        self.asked.set()
+        assert self.release.wait(30), "the test never released the store"
+        if self.down:
+            self.down -= 1
+            raise RegistryUnavailable("connection refused (simulated)")
+
+    def resolve(self, name, ref):
+        self._ask(f"resolve {name}:{ref}")
+        return super().resolve(name, ref)
+
+    def pull(self, name, version, *args, **kwargs):
+        self._ask(f"pull {name}:{version}")
+        return super().pull(name, version, *args, **kwargs)
+
+
+def test_a_version_in_the_cache_is_never_asked_of_the_store(store, tmp_path):
+    """What another process pulled is loaded from the verified cache: a slow or unreachable registry cannot hold
+    back the gateway's catalog (issue 42: every OIP request of a worker waited on it after a hot add)."""
+    cache = tmp_path / "cache"
+    fetch_verified(store, "toy-model", V1, cache)
+    counting = Counting(store)
+    counting.release.clear()  # a registry that would never answer
+    registry = ServingRegistry(cache, counting, retries=0, backoff=0.0)
+    assert registry.load_verified("toy-model", V1)[1].version == V1
+    assert counting.calls == []
+    (cache / "toy-model" / "versions" / V1 / "model.onnx").write_bytes(b"graph-vX")  # tampered: asked again
+    counting.release.set()
+    assert ServingRegistry(cache, counting, retries=0, backoff=0.0).load_verified("toy-model", V1)[1].version == V1
+    assert counting.calls == [f"resolve toy-model:{V1}", f"pull toy-model:{V1}"]
+
+
+def test_a_restart_starts_from_the_verified_cache_while_the_registry_does_not_answer(store, tmp_path):
+    cache = tmp_path / "cache"
+    fetch_verified(store, "toy-model", "stable", cache)  # an earlier life of the worker
+    counting = Counting(store)
+    counting.release.clear()
+    registry = ServingRegistry(cache, counting, retries=0, backoff=0.0, startup_wait_s=0.0)
+    registry.start([("toy-model", "stable")])
+    assert counting.asked.wait(30)  # the refresh is waiting on the registry...
+    assert registry.load_verified("toy-model", "stable")[1].version == V1  # ...and the cached copy serves
+    assert not registry.wait_refreshed(0) and registry.errors == {}
+    store.set_alias("toy-model", "stable", V2, by="ci")  # moved while this worker was down
+    counting.release.set()
+    assert registry.wait_refreshed(30)
+    assert LocalRegistry(cache).aliases("toy-model") == {"stable": V2}  # refreshed in the background
+    assert registry.errors == {} and counting.calls == ["resolve toy-model:stable", f"pull toy-model:{V2}"]
+
+
+def test_a_failed_refresh_keeps_serving_the_cached_copy(store, tmp_path):
+    cache = tmp_path / "cache"
+    fetch_verified(store, "toy-model", "stable", cache)
+    counting = Counting(store)
+    counting.release.clear()
+    counting.down = 99
+    registry = ServingRegistry(cache, counting, retries=0, backoff=0.0, startup_wait_s=0.0)
+    registry.start([("toy-model", "stable")])
+    assert registry.load_verified("toy-model", "stable")[1].version == V1
+    counting.release.set()
+    assert registry.wait_refreshed(30)
+    assert registry.errors == {} and registry.load_verified("toy-model", "stable")[1].version == V1
+
+
+def test_a_model_with_no_cached_copy_waits_for_the_registry_at_startup(store, tmp_path):
+    counting = Counting(store)
+    registry = ServingRegistry(tmp_path / "cache", counting, retries=0, backoff=0.0, startup_wait_s=0.0)
+    registry.start([("toy-model", "stable")])
+    assert registry.errors == {} and registry.load_verified("toy-model", "stable")[1].version == V1
+
+
+def test_a_model_refused_during_an_outage_is_fetched_once_the_registry_is_back(store, tmp_path):
+    """Bounded retries with backoff per attempt, and a failure is not for ever: no restart needed (issue 42)."""
+    sleeps: list[float] = []
+    counting = Counting(store)
+    counting.down = 3
+    registry = ServingRegistry(tmp_path / "cache", counting, retries=2, backoff=0.1, sleep=sleeps.append,
+                               retry_after_s=3600)
+    registry.start([("toy-model", "stable")])  # 3 attempts, all refused: not ready, with the reason
+    with pytest.raises(NotReady, match="unreachable after 3 attempt"):
+        registry.load_verified("toy-model", "stable")
+    assert len(counting.calls) == 3  # within retry_after_s the recorded reason is raised without asking again
+    counting.down = 2  # back after two more refusals: the retries with backoff bridge them
+    registry.ensure("toy-model", "stable")  # a hot add asks at once
+    assert registry.load_verified("toy-model", "stable")[1].version == V1 and registry.errors == {}
+    assert _jittered(sleeps, [0.1, 0.2, 0.1, 0.2], 0.1), sleeps
+
+
+def test_a_recorded_failure_is_retried_by_load_after_retry_after_s(store, tmp_path):
+    counting = Counting(store)
+    counting.down = 1
+    registry = ServingRegistry(tmp_path / "cache", counting, retries=0, backoff=0.0, retry_after_s=0.0)
+    registry.start([("toy-model", "stable")])
+    assert len(registry.errors) == 1
+    assert registry.load_verified("toy-model", "stable")[1].version == V1 and registry.errors == {}
