@@ -34,6 +34,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -306,6 +307,7 @@ def analyse(soak: Soak, loops: dict, rate: dict, elapsed: float) -> dict:
     return {
         "seconds": round(elapsed, 1), "sent": sent, "rows": len(rows), "never_completed": sent - len(rows),
         "lost": sum(lost(r) for r in rows) + sent - len(rows),
+        "retried": dict(Counter(r.retried for r in rows if r.retried)),
         "wrong_version": sum(wrong_version(r) for r in rows),
         "pinned_requests": sum(r.pinned is not None for r in rows),
         "pinned_refused": by_status([r for r in rows if r.pinned is not None and r.status != 200]),
@@ -359,7 +361,8 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
          f"Command: `{res['command']}`. Registry: {res['registry']}. Issue 42 goals in brackets.", "",
          f"- sent {res['sent']}, answered {res['answered']} (degraded {res['degraded']}), failed "
          f"{sum(res['failed'].values())}: {res['failed']}",
-         f"- requests lost (sent, never answered by the server): **{res['lost']}** [0]",
+         f"- requests lost (sent, never answered by the server): **{res['lost']}** [0]; sent once more after a "
+         f"broken REST connection, as the product's client does: {res.get('retried', {})}",
          f"- answers from the wrong version ({res['pinned_requests']} version-pinned OIP requests): "
          f"**{res['wrong_version']}** [0]; pinned requests refused: {res['pinned_refused']}",
          f"- by transport: {res['by_transport']}",

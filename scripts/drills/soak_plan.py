@@ -93,6 +93,7 @@ class SoakRow(Row):
     deployment: str = ""
     pinned: str | None = None  # the version a version-pinned request asked for
     version: str | None = None  # the version that answered
+    retried: str | None = None  # the first try's transport failure, when the request was sent once more
 
 
 def lost(row: Row) -> bool:

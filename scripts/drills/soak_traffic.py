@@ -138,8 +138,26 @@ def _params(transport: str, result: Any) -> dict:
             for k, v in params.items()}
 
 
+# A REST connection that broke before any answer (its gateway worker SIGKILLed mid-request, or a keep-alive
+# connection to that worker): every inference call is free of side effects, and the product's client
+# (triserve_client's RetryPolicy) sends it once more; so does the drill, and the row keeps the first failure.
+RETRIED_TRANSPORT_ERRORS = ("ServerDisconnectedError", "ClientOSError", "ClientConnectorError")
+
+
 async def send(c: Clients, transport: str, family: str, deployment: str, t0: float, timeout: float = 30,
                pinned: tuple[str, str, dict] | None = None) -> SoakRow:
+    """One request, sent once more after a broken REST connection (RETRIED_TRANSPORT_ERRORS); see send_once."""
+    first = await send_once(c, transport, family, deployment, t0, timeout, pinned)
+    if first.status not in RETRIED_TRANSPORT_ERRORS:
+        return first
+    await asyncio.sleep(0.2)
+    again = await send_once(c, transport, family, deployment, t0, timeout, pinned)
+    again.sent, again.retried = first.sent, str(first.status)
+    return again
+
+
+async def send_once(c: Clients, transport: str, family: str, deployment: str, t0: float, timeout: float = 30,
+                    pinned: tuple[str, str, dict] | None = None) -> SoakRow:
     """One request; every outcome a row (HTTP status, "grpc:<CODE>", or the transport exception's name). `pinned`:
     (tensor model, version, its OIP metadata) for a version-pinned OIP REST request instead of the family's own."""
     sent = time.monotonic() - t0
