@@ -117,7 +117,8 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
         out.append({"name": dep.name, "family": dep.family, "default": defaults[dep.name],
                     "description": dep.description, "residency": dep.residency, "ready": ready, **slots,
                     "error": error})
-    return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded}
+    return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded,
+            "runner_threads": status.get("threads")}
 
 
 @app.get("/admin/protection", tags=["operations"], summary="Breaker states and queue loads (admin key required)")

@@ -80,3 +80,12 @@ def test_pool_refuses_a_model_that_cannot_fit(tiny_registry):
     with pytest.raises(MemoryRefused):
         pool.load("detection", "yolo-shapes", "stable", max_batch=16)
     assert pool.versions == {} and pool.memory.reserved == {}
+
+
+def test_physical_cores_counts_distinct_cores_not_hyperthreads(tmp_path):
+    from triserve.runners.pool import physical_cores
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("\n\n".join(f"processor\t: {i}\nphysical id\t: 0\ncore id\t\t: {i % 2}" for i in range(4)))
+    assert physical_cores(cpuinfo) == 2  # four logical CPUs on two cores
+    assert physical_cores(tmp_path / "missing") is None

@@ -21,7 +21,8 @@ CHUNK = 2
 @pytest.fixture(scope="module")
 def chunked_server(tiny_registry, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("compute-batch") / "serve.log"
-    env = {**NO_CAPACITY_LIMITS, "TRISERVE_SLOTS__DETECTION__BATCHING__COMPUTE_BATCH": str(CHUNK)}
+    env = {**NO_CAPACITY_LIMITS, "TRISERVE_SLOTS__DETECTION__BATCHING__COMPUTE_BATCH": str(CHUNK),
+           "TRISERVE_RUNNER__INTRA_OP_THREADS": "1"}
     with Server(tiny_registry.root, env=env, log_path=log_path) as srv:
         srv.wait_ready()
         yield srv
@@ -44,6 +45,18 @@ def test_models_show_the_slot_batching(chunked_server, server):
     assert batching(chunked_server) == {"max_batch_size": 16, "compute_batch": CHUNK, "memory_batch_cap": None}
     whole = batching(server)
     assert whole["max_batch_size"] == 16 and whole["compute_batch"] == whole["memory_batch_cap"] == 16
+
+
+def test_models_show_the_runners_thread_layout(chunked_server, server):
+    """/v1/models says how many threads a session computes with: the setting, and ONNX Runtime's default (one per
+    physical core) in effect where the setting is 0."""
+    from triserve.runners.pool import physical_cores
+
+    pinned = httpx.get(f"{chunked_server.url}/v1/models", timeout=30).json()["runner_threads"]
+    assert pinned["intra_op_threads"] == pinned["intra_op_in_effect"] == 1
+    default = httpx.get(f"{server.url}/v1/models", timeout=30).json()["runner_threads"]
+    assert default["intra_op_threads"] == 0 and default["intra_op_in_effect"] == physical_cores() >= 1
+    assert default["cpus_usable"] >= 1 and default["runner_workers"] == 1
 
 
 def test_chunked_answers_equal_whole_batches(chunked_server, server):
