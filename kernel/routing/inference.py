@@ -140,7 +140,7 @@ async def run_task(ctx: InferenceHost, dep: Deployment, items_for: Callable[[Ser
         has_next = index + 1 < len(plan)
         for attempt in range(2):  # a second pass only when the pinned version was retired meanwhile
             version, role = ctx.routing.pick(slot, route_key or request_id)
-            model = ctx.catalog.get(slot, version)
+            model = await ctx.catalog.resolve(slot, version)
             deadline.check("preprocess")
             xs = items_for(model)
             clock.stage("preprocess")

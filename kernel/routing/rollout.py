@@ -79,6 +79,13 @@ class ModelCatalog:
                            {"slot": slot, "version": version}, headers={"Retry-After": "1"})
         return served
 
+    async def resolve(self, slot: str, version: str) -> ServedModel:
+        """The inference path: memory, or, for a version this worker has not loaded yet (a table another worker's
+        change made current before this worker's own refresh loaded it), a load in a thread that the request waits
+        for: the event loop and the other requests never do, and the request is answered, not refused."""
+        served = self.peek(slot, version)
+        return served if served is not None else await self.fetch(slot, version)
+
     async def fetch(self, slot: str, version: str, name: str | None = None) -> ServedModel:
         """Loaded (and verified) in a thread, one load per slot, model and version however many callers wait."""
         name = name or self.names(slot)

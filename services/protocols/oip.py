@@ -337,7 +337,7 @@ async def _infer_tensor_model(ctx: ServingContext, entry: ModelEntry, req: Infer
     assert entry.slot is not None and entry.manifest is not None
     tensors = _inputs(req, entry.inputs)
     dep = ctx.deployment(entry.family, entry.deployment)
-    served = ctx.catalog.get(entry.slot, entry.manifest.version)
+    served = await ctx.catalog.resolve(entry.slot, entry.manifest.version)
     ctx.protection.access.capacity(dep.name, dep.family)
     arrays = {name: t.data for name, t in tensors.items()}
     items = families.family(dep.family).api.oip.tensor_items(ctx.view(dep), served, arrays, ctx.slot_batch(entry.slot))
