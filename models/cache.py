@@ -32,6 +32,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from models.manifest import Manifest, utcnow
 from models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, verify_artifact
+from models.stamps import Stamps
 from models.stores import RegistryStore, RegistryUnavailable, open_store
 from models.stores.local import LocalStore
 
@@ -129,15 +130,16 @@ def fetch_verified(store_uri: str | Path | RegistryStore, name: str, ref: str, c
                    retries: int = 4, backoff: float = 0.5, progress: bool = False,
                    sleep: Callable[[float], None] | None = None,
                    on_unreachable: Callable[[Exception], None] | None = None,
-                   jitter: float | None = None) -> tuple[Path, Manifest]:
+                   jitter: float | None = None, stamps: Stamps | None = None) -> tuple[Path, Manifest]:
     """Resolve name:ref in the store and return (directory, manifest) of a verified copy in the cache.
 
     `retries` extra attempts after a connection failure, waiting backoff * 2**attempt seconds plus a random jitter
     of up to `jitter` seconds (default: backoff) between them (`retrying()`);
     `on_unreachable(error)` is called once they are spent, before the cache is consulted.
     Raises IntegrityError (tampered artifact, names the file), NotFound (no such model/ref in a reachable store) or
-    NotReady (store unreachable and no verified cached copy)."""
-    cache = LocalRegistry(cache_dir)
+    NotReady (store unreachable and no verified cached copy). `stamps`: a cached copy hashed before and unchanged since
+    is not hashed again (models/stamps.py)."""
+    cache = LocalRegistry(cache_dir, stamps)
     cache.root.mkdir(parents=True, exist_ok=True)
     store = open_store(store_uri)
     last: RegistryUnavailable | None = None
@@ -172,8 +174,8 @@ class ServingRegistry(LocalRegistry):
     that could not be fetched keeps its reason and raises it from load_verified (so the process stays up and
     not-ready with that reason instead of crash-looping)."""
 
-    def __init__(self, cache_dir: Path, store_uri: str, retries: int, backoff: float):
-        super().__init__(cache_dir)
+    def __init__(self, cache_dir: Path, store_uri: str, retries: int, backoff: float, stamps: Stamps | None = None):
+        super().__init__(cache_dir, stamps)
         self.store_uri, self.retries, self.backoff = store_uri, retries, backoff
         self.errors: dict[tuple[str, str], Exception] = {}
         self._fetched: set[tuple[str, str]] = set()
@@ -184,7 +186,7 @@ class ServingRegistry(LocalRegistry):
             return
         try:
             fetch_verified(self.store_uri, name, ref, self.root, self.retries, self.backoff,
-                           on_unreachable=self._unreachable)
+                           on_unreachable=self._unreachable, stamps=self.stamps)
             self._fetched.add(key)
         except Exception as exc:  # noqa: BLE001 - any failure (registry, disk) must surface as not-ready + reason
             log.error("model %s:%s not ready: %s: %s", name, ref, type(exc).__name__, exc)
@@ -202,21 +204,31 @@ class ServingRegistry(LocalRegistry):
         return super().load_verified(name, ref)
 
 
+def serving_stamps(settings) -> Stamps | None:
+    """The stamps the runner and the gateway share (None when settings.verified_stamps is off)."""
+    if not getattr(settings, "verified_stamps", False):
+        return None
+    return Stamps(Path(settings.model_cache_dir) / ".verified")
+
+
 def open_serving_registry(settings, repository) -> LocalRegistry:
     """The registry the runner and the gateway load from: registry_dir as today when registry_uri is unset (or names
     a local directory), else the verified cache filled from registry_uri with every model of the repository's
-    deployments (configs/deployments.ModelRepository); models of deployments added later are pulled on demand."""
+    deployments (configs/deployments.ModelRepository); models of deployments added later are pulled on demand.
+    Either way with verified stamps (settings.verified_stamps): an unchanged file is hashed once, not at every start."""
     uri = getattr(settings, "registry_uri", None)
+    stamps = serving_stamps(settings)
     if not uri:
-        return LocalRegistry(settings.registry_dir)
+        return LocalRegistry(settings.registry_dir, stamps)
     try:
         store = open_store(uri)
     except RegistryError:
         store = None  # the reason is recorded per slot below
     if isinstance(store, LocalStore):
+        store.registry.stamps = stamps
         return store.registry  # a local directory is already a verified-on-load registry: no copy
     registry = ServingRegistry(Path(settings.model_cache_dir), uri, settings.registry_retries,
-                               settings.registry_backoff_s)
+                               settings.registry_backoff_s, stamps)
     started = time.monotonic()
     for name, ref in dict.fromkeys((m.name, m.ref) for m in repository.slots.values()):
         registry.fetch(name, ref)

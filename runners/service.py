@@ -24,6 +24,7 @@ import time
 from typing import Any, ClassVar, cast
 
 import bentoml
+import psutil
 
 from configs.deployments import load_repository
 from configs.settings import get_settings
@@ -85,6 +86,7 @@ class ModelRunner:
     hosts: ClassVar[str] = "primary"
 
     def __init__(self) -> None:
+        entered = time.time()
         if settings.runner.startup_delay_s:
             time.sleep(settings.runner.startup_delay_s)
         # every change of what is loaded or routed (repository, rollout roles, on-demand loads) runs under this lock
@@ -96,7 +98,11 @@ class ModelRunner:
         self.compute = ComputeHost(self.pool, self.state, self.on_demand.residency)
         self._merger: CallMerger | None = None
         room = self.on_demand.sync()
+        opened = time.time()
         self.state.load_startup(keep_free_mb=room)
+        # where this process's start went (status.startup; scripts/bench/restart.py reports it)
+        self.startup = {"process_to_init_s": round(entered - psutil.Process().create_time(), 3),
+                        "registry_s": round(opened - entered, 3), "load_s": round(time.time() - opened, 3)}
         start_device_sampler()  # device memory and utilisation via NVML where a GPU is present (else nothing)
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
@@ -132,7 +138,8 @@ class ModelRunner:
         configured slot's residency (state: resident, unloaded, loading, refused)."""
         out = self.pool.describe()
         slots, refused = self.on_demand.slot_states()
-        return {**out, "ready": self._ready(), "errors": {**out["errors"], **refused}, "slots": slots}
+        return {**out, "ready": self._ready(), "errors": {**out["errors"], **refused}, "slots": slots,
+                "startup": self.startup}
 
     @bentoml.api
     def load_deployment(self, name: str) -> dict:
