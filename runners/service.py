@@ -19,6 +19,7 @@ one object per concern, sharing the model pool and one control lock:
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, ClassVar, cast
@@ -101,7 +102,9 @@ class ModelRunner:
         opened = time.time()
         self.state.load_startup(keep_free_mb=room)
         # where this process's start went (status.startup; scripts/bench/restart.py reports it)
-        self.startup = {"process_to_init_s": round(entered - psutil.Process().create_time(), 3),
+        created = psutil.Process().create_time()
+        self.boot = f"{os.getpid()}@{created}"  # this process's life: gateways see a restarted runner (routing())
+        self.startup = {"process_to_init_s": round(entered - created, 3),
                         "registry_s": round(opened - entered, 3), "load_s": round(time.time() - opened, 3)}
         start_device_sampler()  # device memory and utilisation via NVML where a GPU is present (else nothing)
         settle_heap("runner")
@@ -157,7 +160,7 @@ class ModelRunner:
     @bentoml.api
     def routing(self) -> dict:
         """{"slots": per slot the active version, every loaded version, the canary (version, weight) and the shadow;
-        "repository": the deployments served now}."""
+        "repository": the deployments served now; "boot": this runner process's life (a new one after a restart)}."""
         return self._routing()
 
     def _routing(self) -> dict:
@@ -166,7 +169,7 @@ class ModelRunner:
         for slot, version in self.on_demand.versions.items():  # not loaded yet: routed, loaded on first use
             slots.setdefault(slot, {"active": version, "loaded": [], "resident": False, "batch_cap": None,
                                     "canary": None, "shadow": None})
-        return {"slots": slots, "repository": self.state.repository.model_dump(mode="json")}
+        return {"slots": slots, "repository": self.state.repository.model_dump(mode="json"), "boot": self.boot}
 
     @bentoml.api
     def stage(self, slot: str, ref: str) -> dict:

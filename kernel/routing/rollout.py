@@ -70,6 +70,7 @@ class RoutingTable:
         self.table: dict[str, dict] = {}
         self.repository = repository
         self.fetched_at = 0.0
+        self.runner_boot: str | None = None  # the runner process last seen (its routing answer's "boot")
         self._refreshing: asyncio.Task | None = None
 
     async def refresh(self, runner: Any) -> None:
@@ -81,6 +82,7 @@ class RoutingTable:
         if answer["repository"] != self.repository.model_dump(mode="json"):
             self.repository = ModelRepository.model_validate(answer["repository"])
         self.table = {**answer["slots"], **local}
+        self.runner_boot = answer.get("boot", self.runner_boot)
         self.fetched_at = time.monotonic()
 
     async def ensure_fresh(self, runner: Any) -> None:

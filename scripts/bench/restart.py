@@ -131,8 +131,9 @@ async def kill_and_probe(srv: Server, load: int, max_s: float, interval: float) 
     return out
 
 
-def one_run(tmp: Path, i: int, load: int, max_s: float, interval: float, root: Path = ROOT) -> dict:
-    srv = Server(root / "models" / "store", log_path=tmp / f"run{i}-{root.name}.log", root=root)
+def one_run(tmp: Path, i: int, load: int, max_s: float, interval: float, root: Path = ROOT,
+            env: dict[str, str] | None = None) -> dict:
+    srv = Server(root / "models" / "store", env=env, log_path=tmp / f"run{i}-{root.name}.log", root=root)
     try:
         ready = srv.wait_ready(timeout=180)
         res: dict = {"tree": str(root), "ready_s": round(ready, 2), "start": runner_start(srv.url)}
@@ -175,13 +176,16 @@ def main(argv: list[str] | None = None) -> int:
                          "runs interleave with this tree's: before and after under the same host noise")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "restart")
     ap.add_argument("--logs", type=Path, default=None, help="keep the servers' logs here (default: a temp dir)")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="server setting for every run, e.g. TRISERVE_RUNNER__FALLBACKS=gateway (repeatable)")
     args = ap.parse_args(argv)
+    env = dict(e.split("=", 1) for e in args.env)
     trees = ([args.base.resolve()] if args.base else []) + [ROOT]
     runs: dict[str, list[dict]] = {str(t): [] for t in trees}
     with tempfile.TemporaryDirectory(prefix="triserve-restart-") as d:
         for i in range(args.runs):
             for tree in trees:
-                r = one_run(args.logs or Path(d), i, args.load, args.max_seconds, args.probe_interval, tree)
+                r = one_run(args.logs or Path(d), i, args.load, args.max_seconds, args.probe_interval, tree, env)
                 runs[str(tree)].append(r)
                 print(f"[restart] run {i + 1} {tree}: ready {r['ready_s']} s, primaries back "
                       f"{r['all_primaries_back_s']} s after the kill ({r['primary_back_s']}), /readyz "
@@ -189,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = {tree: summarise(rs) for tree, rs in runs.items()}
     res = {"command": "python -m scripts.bench.restart " + " ".join(argv if argv is not None else sys.argv[1:]),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
-           "load": args.load, "goal_ready_s": GOAL_READY_S, "summary": summary, "runs": runs}
+           "load": args.load, "env": env, "goal_ready_s": GOAL_READY_S, "summary": summary, "runs": runs}
     L = [f"# Restart with the models cached ({res['started_utc']})", "", f"Command: `{res['command']}`", "",
-         f"Default deployments over models/store, not pinned ({res['cpus']} cores), run alone; the kill under "
+         f"Default deployments over models/store{', ' + str(env) if env else ''}, not pinned ({res['cpus']} cores), "
+         "run alone; the kill under "
          f"{args.load} concurrent mixed 'auto' requests. Seconds, medians [min-max] of {args.runs} runs"
          + (", the trees' runs interleaved." if args.base else "."), "",
          f"| tree | spawn -> /readyz 200 (goal <= {GOAL_READY_S:g} s) | runner SIGKILL -> every default "
