@@ -169,6 +169,10 @@ class RunnerSettings(_Section):
                     "computation time, never past an item's deadline; one caller or a quiet slot never waits. "
                     "0: never gather.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
+    respawn_check_s: float = Field(
+        1.0, gt=0, le=10, description="How often the server's arbiter looks for dead workers to start again "
+                                      "(services/arbiter.py). BentoML's default is 10 s: a SIGKILLed runner waited "
+                                      "0-10 s before its restart even began (docs/performance.md, 'Restart').")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
     faults: FaultInjection = Field(default_factory=FaultInjection)

@@ -32,6 +32,7 @@ from observability.request_log import RequestLog
 from observability.tracing import service_tracing
 from runners.local import LocalRunner
 from runners.service import ModelRunner, fallback_host
+from services.arbiter import respawn_promptly
 from services.bentoml_metrics import install as bentoml_metrics
 from services.client_schema import SchemaRoutes, client_routes
 from services.console import mount as mount_console
@@ -194,6 +195,12 @@ class Gateway:
             ensure_grpc_free(settings.grpc)
         except PortInUse as exc:
             raise BentoMLException(str(exc)) from exc
+
+    @bentoml.on_deployment
+    def _respawn_promptly() -> None:
+        """In the arbiter, before it is made: a dead worker (a SIGKILLed runner) is started again within
+        runner.respawn_check_s instead of BentoML's 0-10 s (services/arbiter.py)."""
+        respawn_promptly(settings.runner.respawn_check_s)
 
     @bentoml.on_startup
     async def _start_grpc(self) -> None:
