@@ -106,3 +106,21 @@ def test_protection_reprobes_only_when_the_runner_process_changes():
     assert b.state == "open"
     prot.runner_seen("200@9.0")  # the runner was restarted
     assert b.state == "half_open"
+
+
+def test_runner_workers_answering_in_turn_are_not_restarts():
+    from configs.settings import Settings
+    from kernel.routing.inference import Protection
+
+    prot = Protection(Settings(), slot_batch=lambda slot: 8)
+    prot.runner_seen("100@1.0")
+    prot.runner_seen("101@1.0")  # the second runner worker, first seen: counts as new once
+    b = prot.breaker("text")
+    for _ in range(20):
+        b.allow()
+        b.record(False)
+    for boot in ("100@1.0", "101@1.0", "100@1.0"):  # the routing table refreshed from either worker
+        prot.runner_seen(boot)
+    assert b.state == "open"
+    prot.runner_seen("102@5.0")  # one of them restarted
+    assert b.state == "half_open"
