@@ -129,7 +129,11 @@ class RunnerSettings(_Section):
         True, description="ONNX Runtime intra-op threads spin briefly after each op instead of sleeping: lower "
                           "latency on dedicated cores, but the spinning takes CPU from the API workers when they "
                           "share cores (docs/bench/tuning.md measures both).")
-    warmup_runs: int = Field(2, ge=0, le=100, description="Runs per representative shape before ready.")
+    warmup_runs: int = Field(
+        1, ge=0, le=100, description="Runs per representative shape before ready. One: on CPU a shape's first run "
+                                     "costs what its later runs do (docs/performance.md, 'Restart'), so a second run "
+                                     "only delayed readiness; on an accelerator the first run picks the kernels, and "
+                                     "the first request is then the second run.")
     workers: int = Field(1, ge=1, le=16, description="Runner worker processes.")
     batching: Literal["gateway", "runner"] = Field(
         "gateway",
@@ -165,6 +169,10 @@ class RunnerSettings(_Section):
                     "computation time, never past an item's deadline; one caller or a quiet slot never waits. "
                     "0: never gather.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
+    respawn_check_s: float = Field(
+        1.0, gt=0, le=10, description="How often the server's arbiter looks for dead workers to start again "
+                                      "(services/arbiter.py). BentoML's default is 10 s: a SIGKILLed runner waited "
+                                      "0-10 s before its restart even began (docs/performance.md, 'Restart').")
     startup_delay_s: float = Field(0.0, ge=0, le=600, description="Fault drill: sleep before loading models "
                                                                  "(simulates a slow model pull/load).")
     faults: FaultInjection = Field(default_factory=FaultInjection)
@@ -363,6 +371,11 @@ class Settings(BaseSettings):
     model_cache_dir: Path = Field(default_factory=lambda: state_root() / ".cache" / "models",
                                   description="Verified local cache of pulled models (local registry layout); "
                                               "used offline when registry_uri is unreachable.")
+    verified_stamps: bool = Field(
+        True, description="Skip re-hashing a model file hashed at an earlier start and unchanged since (same size, "
+                          "mtime, ctime, inode: any write changes them, so a corrupted file is still hashed and "
+                          "refused); stamps live in <model_cache_dir>/.verified. False: sha256 of every file at "
+                          "every load (models/stamps.py).")
     registry_retries: int = Field(4, ge=0, le=20, description="Extra attempts when registry_uri is unreachable.")
     registry_backoff_s: float = Field(0.5, ge=0, le=60, description="First retry delay, doubled per attempt.")
     registry_startup_wait_s: float = Field(

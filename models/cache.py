@@ -39,6 +39,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from triserve.models.manifest import Manifest, utcnow
 from triserve.models.registry import IntegrityError, LocalRegistry, NotFound, RegistryError, verify_artifact
+from triserve.models.stamps import Stamps
 from triserve.models.stores import RegistryStore, RegistryUnavailable, open_store
 from triserve.models.stores.local import LocalStore
 
@@ -136,15 +137,16 @@ def fetch_verified(store_uri: str | Path | RegistryStore, name: str, ref: str, c
                    retries: int = 4, backoff: float = 0.5, progress: bool = False,
                    sleep: Callable[[float], None] | None = None,
                    on_unreachable: Callable[[Exception], None] | None = None,
-                   jitter: float | None = None) -> tuple[Path, Manifest]:
+                   jitter: float | None = None, stamps: Stamps | None = None) -> tuple[Path, Manifest]:
     """Resolve name:ref in the store and return (directory, manifest) of a verified copy in the cache.
 
     `retries` extra attempts after a connection failure, waiting backoff * 2**attempt seconds plus a random jitter
     of up to `jitter` seconds (default: backoff) between them (`retrying()`);
     `on_unreachable(error)` is called once they are spent, before the cache is consulted.
     Raises IntegrityError (tampered artifact, names the file), NotFound (no such model/ref in a reachable store) or
-    NotReady (store unreachable and no verified cached copy)."""
-    cache = LocalRegistry(cache_dir)
+    NotReady (store unreachable and no verified cached copy). `stamps`: a cached copy hashed before and unchanged since
+    is not hashed again (models/stamps.py)."""
+    cache = LocalRegistry(cache_dir, stamps)
     cache.root.mkdir(parents=True, exist_ok=True)
     store = open_store(store_uri)
     last: RegistryUnavailable | None = None
@@ -187,8 +189,9 @@ class ServingRegistry(LocalRegistry):
       and backoff, when asked for after `retry_after_s`, and at once through `ensure` (a hot add after an outage)."""
 
     def __init__(self, cache_dir: Path, store_uri: str, retries: int, backoff: float, startup_wait_s: float = 2.0,
-                 retry_after_s: float | None = None, sleep: Callable[[float], None] | None = None):
-        super().__init__(cache_dir)
+                 retry_after_s: float | None = None, sleep: Callable[[float], None] | None = None,
+                 stamps: Stamps | None = None):
+        super().__init__(cache_dir, stamps)
         self.store_uri, self.retries, self.backoff, self.startup_wait_s = store_uri, retries, backoff, startup_wait_s
         # a failed slot is not asked for again sooner than one full backoff sequence (load_verified on every request
         # of an on-demand deployment must not hammer a registry that is down)
@@ -208,7 +211,7 @@ class ServingRegistry(LocalRegistry):
         if not self.has(name, ref):
             return False
         try:
-            verify_artifact(self.path(name, ref), self.manifest(name, ref))
+            verify_artifact(self.path(name, ref), self.manifest(name, ref), self.stamps)
         except IntegrityError as exc:  # the online fetch quarantines it and pulls it again
             log.error("INTEGRITY: cached %s:%s: %s", name, ref, exc)
             return False
@@ -220,7 +223,8 @@ class ServingRegistry(LocalRegistry):
         try:
             if not self._cached_version(name, ref):
                 fetch_verified(self.store_uri, name, ref, self.root, self.retries if retries is None else retries,
-                               self.backoff, on_unreachable=self._unreachable, sleep=self._sleep)
+                               self.backoff, on_unreachable=self._unreachable, sleep=self._sleep,
+                               stamps=self.stamps)
         except Exception as exc:  # noqa: BLE001 - any failure (registry, disk) must surface as not-ready + reason
             with self._lock:
                 if key in self._from_cache:  # served from the verified cache already: a failed refresh only warns
@@ -295,22 +299,33 @@ class ServingRegistry(LocalRegistry):
         return super().load_verified(name, ref)
 
 
+def serving_stamps(settings) -> Stamps | None:
+    """The stamps the runner and the gateway share (None when settings.verified_stamps is off)."""
+    if not getattr(settings, "verified_stamps", False):
+        return None
+    return Stamps(Path(settings.model_cache_dir) / ".verified")
+
+
 def open_serving_registry(settings, repository) -> LocalRegistry:
     """The registry the runner and the gateway load from: registry_dir as today when registry_uri is unset (or names
     a local directory), else the verified cache filled from registry_uri with every model of the repository's
     deployments (configs/deployments.ModelRepository; ServingRegistry.start); models of deployments added later are
-    pulled on demand."""
+    pulled on demand. Either way with verified stamps (settings.verified_stamps): an unchanged file is hashed once,
+    not at every start."""
     uri = getattr(settings, "registry_uri", None)
+    stamps = serving_stamps(settings)
     if not uri:
-        return LocalRegistry(settings.registry_dir)
+        return LocalRegistry(settings.registry_dir, stamps)
     try:
         store = open_store(uri)
     except RegistryError:
         store = None  # the reason is recorded per slot below
     if isinstance(store, LocalStore):
+        store.registry.stamps = stamps
         return store.registry  # a local directory is already a verified-on-load registry: no copy
     registry = ServingRegistry(Path(settings.model_cache_dir), uri, settings.registry_retries,
-                               settings.registry_backoff_s, getattr(settings, "registry_startup_wait_s", 2.0))
+                               settings.registry_backoff_s, getattr(settings, "registry_startup_wait_s", 2.0),
+                               stamps=stamps)
     started = time.monotonic()
     registry.start((m.name, m.ref) for m in repository.slots.values())
     log.info("model cache %s ready for %d slots in %.2fs (%d from the cache, refreshing; %d not ready)",

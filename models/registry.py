@@ -7,7 +7,8 @@ Layout (one directory per model; versions are immutable, aliases are the only mu
     <root>/<name>/alias_log.jsonl     one line per alias move: when, alias, from, to, by
 
 Why: the seeds' rule that model files are registered with source, data version, metrics and hash, and that a
-published version is never overwritten. Verification (sha256 of every file) happens on every load, not only at publish.
+published version is never overwritten. Verification (sha256 of every file) happens on every load, not only at publish;
+with stamps (models/stamps.py) a file hashed at an earlier load and unchanged since is not hashed again.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from .manifest import Manifest, describe_files, sha256_file, utcnow
+from .stamps import Stamps, identity
 
 
 class RegistryError(Exception):
@@ -37,23 +39,33 @@ class IntegrityError(RegistryError):
     """A file is missing or its hash differs from the manifest: the artifact was tampered with or corrupted."""
 
 
-def verify_artifact(directory: Path, manifest: Manifest) -> None:
-    """Check every manifest file exists with the recorded size and sha256; raise IntegrityError otherwise."""
+def verify_artifact(directory: Path, manifest: Manifest, stamps: Stamps | None = None) -> None:
+    """Check every manifest file exists with the recorded size and sha256; raise IntegrityError otherwise. With
+    `stamps`, a file whose stamp says it was hashed to that sha256 and is unchanged since is not hashed again, and a
+    file that hashes right gets a stamp."""
     for entry in manifest.files:
         path = Path(directory) / entry.path
         if not path.is_file():
             raise IntegrityError(f"{manifest.name}:{manifest.version}: missing file {entry.path}")
         if path.stat().st_size != entry.size:
             raise IntegrityError(f"{manifest.name}:{manifest.version}: size mismatch for {entry.path}")
+        if stamps is not None and stamps.matches(path, entry.sha256):
+            continue
+        before = identity(path)
         if sha256_file(path) != entry.sha256:
+            if stamps is not None:
+                stamps.forget(path)
             raise IntegrityError(f"{manifest.name}:{manifest.version}: sha256 mismatch for {entry.path}")
+        if stamps is not None:
+            stamps.record(path, entry.sha256, before)
 
 
 class LocalRegistry:
     """A registry in a local directory (the default store and the pipeline's output)."""
 
-    def __init__(self, root: Path | str):
+    def __init__(self, root: Path | str, stamps: Stamps | None = None):
         self.root = Path(root)
+        self.stamps = stamps  # verified stamps (models/stamps.py): None hashes every file at every load
 
     # -- reading -------------------------------------------------------------------------------------------------
     def models(self) -> list[str]:
@@ -96,7 +108,7 @@ class LocalRegistry:
         version = self.resolve(name, ref)
         directory = self.path(name, version)
         manifest = self.manifest(name, version)
-        verify_artifact(directory, manifest)
+        verify_artifact(directory, manifest, self.stamps)
         return directory, manifest
 
     def alias_log(self, name: str) -> list[dict]:

@@ -20,11 +20,13 @@ one object per concern, sharing the model pool and one control lock:
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any, ClassVar, cast
 
 import bentoml
+import psutil
 
 from triserve.configs.deployments import load_repository
 from triserve.configs.settings import get_settings
@@ -86,6 +88,7 @@ class ModelRunner:
     hosts: ClassVar[str] = "primary"
 
     def __init__(self) -> None:
+        entered = time.time()
         if settings.runner.startup_delay_s:
             time.sleep(settings.runner.startup_delay_s)
         # every change of what is loaded or routed (repository, rollout roles, on-demand loads) runs under this lock
@@ -97,7 +100,13 @@ class ModelRunner:
         self.compute = ComputeHost(self.pool, self.state, self.on_demand.residency)
         self._merger: CallMerger | None = None
         room = self.on_demand.sync()
+        opened = time.time()
         self.state.load_startup(keep_free_mb=room)
+        # where this process's start went (status.startup; scripts/bench/restart.py reports it)
+        created = psutil.Process().create_time()
+        self.boot = f"{os.getpid()}@{created}"  # this process's life: gateways see a restarted runner (routing())
+        self.startup = {"process_to_init_s": round(entered - created, 3),
+                        "registry_s": round(opened - entered, 3), "load_s": round(time.time() - opened, 3)}
         start_device_sampler()  # device memory and utilisation via NVML where a GPU is present (else nothing)
         settle_heap("runner")
         heapdump.install("runner", settings.observability.heap_snapshot_dir)
@@ -133,7 +142,8 @@ class ModelRunner:
         configured slot's residency (state: resident, unloaded, loading, refused)."""
         out = self.pool.describe()
         slots, refused = self.on_demand.slot_states()
-        return {**out, "ready": self._ready(), "errors": {**out["errors"], **refused}, "slots": slots}
+        return {**out, "ready": self._ready(), "errors": {**out["errors"], **refused}, "slots": slots,
+                "startup": self.startup}
 
     @bentoml.api
     def load_deployment(self, name: str) -> dict:
@@ -151,7 +161,7 @@ class ModelRunner:
     @bentoml.api
     def routing(self) -> dict:
         """{"slots": per slot the active version, every loaded version, the canary (version, weight) and the shadow;
-        "repository": the deployments served now}."""
+        "repository": the deployments served now; "boot": this runner process's life (a new one after a restart)}."""
         return self._routing()
 
     def _routing(self) -> dict:
@@ -160,7 +170,7 @@ class ModelRunner:
         for slot, version in self.on_demand.versions.items():  # not loaded yet: routed, loaded on first use
             slots.setdefault(slot, {"active": version, "loaded": [], "resident": False, "batch_cap": None,
                                     "canary": None, "shadow": None})
-        return {"slots": slots, "repository": self.state.repository.model_dump(mode="json")}
+        return {"slots": slots, "repository": self.state.repository.model_dump(mode="json"), "boot": self.boot}
 
     @bentoml.api
     async def stage(self, slot: str, ref: str) -> dict:

@@ -32,6 +32,7 @@ from triserve.observability.request_log import RequestLog
 from triserve.observability.tracing import service_tracing
 from triserve.runners.local import LocalRunner
 from triserve.runners.service import ModelRunner, fallback_host
+from triserve.services.arbiter import respawn_promptly
 from triserve.services.bentoml_metrics import install as bentoml_metrics
 from triserve.services.client_schema import SchemaRoutes, client_routes
 from triserve.services.console import mount as mount_console
@@ -41,7 +42,6 @@ from triserve.services.http_errors import install_error_handlers
 from triserve.services.openapi import distribution_version, operation_id
 from triserve.services.openapi import install as install_openapi
 from triserve.services.ports import PortInUse, ensure_grpc_free
-from triserve.services.protocols.grpc_server import start_grpc
 from triserve.services.protocols.oip_rest import router as oip_router
 from triserve.services.protocols.rest import family_router
 from triserve.services.repository_api import router as repository_router
@@ -118,7 +118,7 @@ async def list_models(ctx: ServingContext = Depends(loaded_context)) -> dict:
                     "description": dep.description, "residency": dep.residency, "ready": ready, **slots,
                     "error": error})
     return {"deployments": out, "ready": status.get("ready"), "errors": status.get("errors", {}), "models": loaded,
-            "runner_threads": status.get("threads")}
+            "runner_threads": status.get("threads"), "runner_startup": status.get("startup")}
 
 
 @app.get("/admin/protection", tags=["operations"], summary="Breaker states and queue loads (admin key required)")
@@ -197,10 +197,19 @@ class Gateway:
         except PortInUse as exc:
             raise BentoMLException(str(exc)) from exc
 
+    @bentoml.on_deployment
+    def _respawn_promptly() -> None:
+        """In the arbiter, before it is made: a dead worker (a SIGKILLed runner) is started again within
+        runner.respawn_check_s instead of BentoML's 0-10 s (services/arbiter.py)."""
+        respawn_promptly(settings.runner.respawn_check_s)
+
     @bentoml.on_startup
     async def _start_grpc(self) -> None:
         """gRPC on the first worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols;
-        grpc_server.py says why one worker)."""
+        grpc_server.py says why one worker). Imported here: the arbiter and the runner's workers import this module
+        too and never serve gRPC (~0.2 s of their start)."""
+        from triserve.services.protocols.grpc_server import start_grpc
+
         self._grpc = await start_grpc(self, settings.grpc, bentoml.server_context.worker_index,
                                       grpc_credentials(settings.tls), (RestrictedRpcs(settings.access),))
 

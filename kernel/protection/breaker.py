@@ -42,6 +42,14 @@ class CircuitBreaker:
             self.probes_in_flight += 1
         return True
 
+    def reprobe(self) -> None:
+        """The runner behind the primary was restarted: an open breaker lets its probes through now instead of after
+        open_seconds, since the failures that opened it were the old process's (a killed runner's primaries came
+        back only when open_seconds had passed, after the new runner was ready)."""
+        if self.state == "open":
+            self._move("half_open")
+            self.probe_successes = self.probes_in_flight = 0
+
     def retry_after_s(self) -> float:
         """Seconds until an open breaker lets a probe through (0 when it is not open)."""
         if self.state != "open":

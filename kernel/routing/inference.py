@@ -77,6 +77,7 @@ class Protection:
         self.breakers: dict[str, CircuitBreaker] = {}
         self.access = AccessControl(settings.access, workers=settings.gateway.workers)
         self._declared: object | None = None  # the model repository whose deployments' gauges are exported
+        self._runner_boots: dict[str, None] = {}  # the runner processes seen (insertion-ordered, the last 64)
 
     def declare(self, repository) -> None:
         """Every deployment of the (immutable) repository exports its pending gauges, at 0 until its first request."""
@@ -84,6 +85,19 @@ class Protection:
             for dep in repository.deployments:
                 pending_declared(dep.name)
             self._declared = repository
+
+    def runner_seen(self, boot: str | None) -> None:
+        """The routing table names the runner process it came from: when that is a process never seen before (a
+        restart), open breakers probe it at once (CircuitBreaker.reprobe). Several runner workers answer in turn:
+        each is new only once."""
+        if boot is None or boot in self._runner_boots:
+            return
+        if self._runner_boots:
+            for b in self.breakers.values():
+                b.reprobe()
+        self._runner_boots[boot] = None
+        while len(self._runner_boots) > 64:
+            del self._runner_boots[next(iter(self._runner_boots))]
 
     def breaker(self, deployment: str) -> CircuitBreaker:
         b = self.breakers.get(deployment)
@@ -130,6 +144,7 @@ async def run_task(ctx: InferenceHost, dep: Deployment, items_for: Callable[[Ser
     family = ctx.family(dep)
     await ctx.routing.ensure_fresh(ctx.runner)
     prot.declare(ctx.repository)
+    prot.runner_seen(ctx.routing.runner_boot)
     plan = [(slot, None)] if slot else prot.plan(dep, choice)
     last_error: ApiError | None = None
     fallback_reason: str | None = None

@@ -139,6 +139,7 @@ class RoutingTable:
         self.table: dict[str, dict] = {}
         self.repository = repository
         self.fetched_at = 0.0
+        self.runner_boot: str | None = None  # the runner process last seen (its routing answer's "boot")
         self._refreshing: asyncio.Task | None = None
         self._asked = self._published = 0  # refreshes asked of the runner / the latest one published
         # loads what a new table routes to before it is published (the gateway sets ModelCatalog.prepare)
@@ -164,6 +165,7 @@ class RoutingTable:
             return
         self._published = asked
         self.repository, self.table = repository, table
+        self.runner_boot = answer.get("boot", self.runner_boot)
         self.fetched_at = time.monotonic()
 
     async def _prepare(self, repository: ModelRepository, table: dict[str, dict]) -> None:

@@ -345,6 +345,9 @@ def test_models_endpoint_reports_provider(server):
     assert set(status["models"]) == {"detection", "detection_fallback", "text", "text_fallback", "forecast",
                                      "forecast_fallback", "segmentation", "segmentation_fallback", "classification",
                                      "classification_fallback"}
+    # where the runner's start went (scripts/bench/restart.py reports it)
+    startup = status["runner_startup"]
+    assert set(startup) == {"process_to_init_s", "registry_s", "load_s"} and min(startup.values()) >= 0
     # every loaded model says under which licence its weights are served, and where they came from
     from triserve.models.manifest import check_spdx
 

@@ -58,3 +58,69 @@ def test_release_frees_a_probe_without_judging():
     assert b.allow() and b.allow() and not b.allow()
     b.release()
     assert b.allow() and b.state == "half_open"
+
+
+def _opened():
+    b, clock = make()
+    for _ in range(4):
+        b.allow()
+        b.record(False)
+    assert b.state == "open" and not b.allow()
+    return b, clock
+
+
+def test_a_restarted_runner_is_probed_at_once():
+    b, clock = _opened()
+    clock.t = 1.0  # long before open_seconds
+    b.reprobe()
+    assert b.state == "half_open" and b.allow() and b.allow() and not b.allow()
+    b.record(True)
+    b.record(True)
+    assert b.state == "closed"
+
+
+def test_reprobe_leaves_closed_and_half_open_breakers_alone():
+    b, _ = make()
+    b.reprobe()
+    assert b.state == "closed"
+    b, clock = _opened()
+    clock.t = 10.5
+    assert b.allow() and b.state == "half_open"  # one probe in flight
+    b.reprobe()
+    assert b.state == "half_open" and b.allow() and not b.allow()  # its probe count kept
+
+
+def test_protection_reprobes_only_when_the_runner_process_changes():
+    from triserve.configs.settings import Settings
+    from triserve.kernel.routing.inference import Protection
+
+    prot = Protection(Settings(), slot_batch=lambda slot: 8)
+    prot.runner_seen("100@1.0")  # the first runner seen: nothing to reprobe
+    b = prot.breaker("text")
+    for _ in range(20):
+        b.allow()
+        b.record(False)
+    assert b.state == "open"
+    prot.runner_seen("100@1.0")
+    prot.runner_seen(None)  # a routing answer without a boot (an older runner) changes nothing
+    assert b.state == "open"
+    prot.runner_seen("200@9.0")  # the runner was restarted
+    assert b.state == "half_open"
+
+
+def test_runner_workers_answering_in_turn_are_not_restarts():
+    from triserve.configs.settings import Settings
+    from triserve.kernel.routing.inference import Protection
+
+    prot = Protection(Settings(), slot_batch=lambda slot: 8)
+    prot.runner_seen("100@1.0")
+    prot.runner_seen("101@1.0")  # the second runner worker, first seen: counts as new once
+    b = prot.breaker("text")
+    for _ in range(20):
+        b.allow()
+        b.record(False)
+    for boot in ("100@1.0", "101@1.0", "100@1.0"):  # the routing table refreshed from either worker
+        prot.runner_seen(boot)
+    assert b.state == "open"
+    prot.runner_seen("102@5.0")  # one of them restarted
+    assert b.state == "half_open"
