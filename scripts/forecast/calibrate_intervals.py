@@ -76,8 +76,13 @@ def write_tables(fitted: dict, path: Path = TABLES) -> None:
     text = re.sub(r"BY_FREQUENCY: dict\[str, dict\[float, float\]\] = \{.*?\n\}\n|"
                   r"BY_FREQUENCY: dict\[str, dict\[float, float\]\] = \{\}\n",
                   lambda _: f"BY_FREQUENCY: dict[str, dict[float, float]] = {{\n{body}}}\n", text, flags=re.S)
-    text = re.sub(r"WINDOWS: dict\[str, int\] = \{.*?\}\n",
-                  lambda _: f"WINDOWS: dict[str, int] = {fitted['windows']!r}\n".replace("'", '"'), text, flags=re.S)
+    windows = ",\n                           ".join(
+        ", ".join(f'"{f}": {n}' for f, n in list(fitted["windows"].items())[i: i + 8])
+        for i in range(0, len(fitted["windows"]), 8))
+    text = re.sub(r"WINDOWS: dict\[str, int\] = \{.*?\}\n", lambda _: f"WINDOWS: dict[str, int] = {{{windows}}}\n",
+                  text, flags=re.S)
+    if "model" in fitted:
+        text = re.sub(r'FITTED_FOR = "[^"]*"', lambda _: f'FITTED_FOR = "{fitted["model"]}"', text)
     path.write_text(text)
 
 
@@ -109,6 +114,7 @@ def main(argv=None) -> dict:
         intervals.BY_FREQUENCY, intervals.GLOBAL = saved
     fitted = fit([fc.quantiles for fc in forecasts], [np.asarray(t, np.float64) for _, t in windows],
                  [s.frequency for s in series])
+    fitted["model"] = f"forecast-global:{manifest.version}"
     print(f"{len(series)} training windows, forecast in {time.perf_counter() - t0:.1f} s "
           f"(model forecast-global:{manifest.version})")
     for f, n in fitted["windows"].items():
