@@ -29,14 +29,19 @@ def series() -> np.ndarray:
 
 
 def test_a_frequency_with_its_own_factors_uses_them_and_another_the_global_ones(series, monkeypatch):
-    own = {0.5: 2.0, 0.8: 2.0, 0.9: 2.0}
     monkeypatch.setattr(intervals, "GLOBAL", {0.5: 1.0, 0.8: 1.0, 0.9: 1.0})
-    monkeypatch.setattr(intervals, "BY_FREQUENCY", {"W": own})
+    monkeypatch.setattr(intervals, "BY_FREQUENCY", {})
+    plain = {f: combine(series, f, 8, noisy_model(series, 8)) for f in ("W", "MS")}  # every factor 1
+    monkeypatch.setattr(intervals, "BY_FREQUENCY", {"W": {0.5: 2.0, 0.8: 3.0, 0.9: 4.0}})
     weekly = combine(series, "W", 8, noisy_model(series, 8))
     monthly = combine(series, "MS", 8, noisy_model(series, 8))  # no table of its own: the global factors
     assert intervals.source("W") == "frequency" and intervals.source("MS") == "global"
-    assert np.allclose(half_widths(weekly), 2.0 * half_widths(monthly))
-    assert np.allclose(weekly.quantiles[:, MEDIAN_INDEX], monthly.quantiles[:, MEDIAN_INDEX])  # the point is kept
+    per_level = np.array([4.0, 3.0, 2.0, 1.0, 2.0, 3.0, 4.0])
+    assert np.allclose(half_widths(weekly), per_level[None, :] * half_widths(plain["W"]))
+    assert np.allclose(weekly.quantiles[:, MEDIAN_INDEX], plain["W"].quantiles[:, MEDIAN_INDEX])  # the point is kept
+    assert np.array_equal(monthly.quantiles, plain["MS"].quantiles)
+    monkeypatch.setattr(intervals, "GLOBAL", {0.5: 2.0, 0.8: 2.0, 0.9: 2.0})  # and the global table is what MS reads
+    assert np.allclose(half_widths(combine(series, "MS", 8, noisy_model(series, 8))), 2.0 * half_widths(plain["MS"]))
 
 
 def test_factors_follow_the_levels_of_each_quantile(monkeypatch):
