@@ -13,10 +13,10 @@ beat any single one. Each request:
      the mean methods (TSB, SES, seasonal means) and the mean of the model's quantiles, scored by squared error.
   3. intervals: the model's quantiles (its spread per step, its asymmetry) moved onto the combined point and scaled
      by the series' backtest (median ratio of the combination's errors to the model's 25-75 % half-width, shrunk
-     toward 1 in log space by PRIOR_WEIGHT pseudo-residuals), then widened per level by WIDEN, the split-conformal
-     factors of a calibration set (the training series' validation windows). Per-series conformal quantiles of three
-     close origins' errors alone were calibrated on average but set each level too noisily (README). Without a
-     model: conformal quantiles of the backtest errors normalised by sqrt(step).
+     toward 1 in log space by PRIOR_WEIGHT pseudo-residuals), then widened per level by the split-conformal factors
+     of the request's frequency (intervals.py: fitted on the training series' validation windows). Per-series
+     conformal quantiles of three close origins' errors alone were calibrated on average but set each level too
+     noisily (README). Without a model: conformal quantiles of the backtest errors normalised by sqrt(step).
   Non-negative histories get non-negative forecasts. The result names the method(s) and the backtest error.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from triserve.families.forecast import classical, pooling
+from triserve.families.forecast import classical, intervals, pooling
 from triserve.families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
 from triserve.families.forecast.manifest import ForecastPreprocess
 
@@ -37,11 +37,10 @@ POWER = 2.0  # weights 1 / error^POWER
 GLOBAL_TRUST = 0.6  # the global model's backtest error is multiplied by this before weighing (prior trust; README)
 TRUST = {"global": GLOBAL_TRUST}  # backtest scores multiplied by this before weighing (ARIMA at 0.8 or 0.6: worse)
 PRIOR_WEIGHT = 100.0  # pseudo-residuals at the model's own spread the per-series scale is shrunk toward (log space)
-# Each interval is widened by this factor per central coverage (0.5, 0.8, 0.9): the split-conformal step, fitted on
-# the validation windows of the TRAINING series (never the held-out ones; docs/families/forecast.md "The method").
-WIDEN = {0.0: 1.0, 0.5: 1.1, 0.8: 1.17, 0.9: 1.26}
 _CENTRAL = [abs(1 - 2 * q) for q in QUANTILES]  # central coverage of the interval each level bounds (0 for 0.5)
-_WIDEN = np.array([WIDEN[round(c, 2)] for c in _CENTRAL])
+# Without a model the conformal intervals are widened by the global factors (intervals.GLOBAL: the per-frequency ones
+# are fitted on the model's shape); with one, by the request frequency's (intervals.factors).
+_WIDEN = intervals.factors(None)
 
 
 @dataclass
@@ -104,6 +103,7 @@ class _Series:
     """One series' plan: its backtest and the candidate methods (decided by its shortest backtest history)."""
 
     y: np.ndarray
+    frequency: str
     horizon: int
     m: int
     cuts: list[int]
@@ -124,7 +124,7 @@ def _plan(history, frequency: str, horizon: int) -> _Series:
     cuts = backtest_cuts(n, horizon)
     demand = classical.intermittent(y)
     methods = [] if np.ptp(y) == 0 else classical.applicable(y[: cuts[0]] if cuts else y, m, m2, demand)
-    return _Series(y, horizon, m, cuts, backtest_steps(n, horizon), demand, methods)
+    return _Series(y, frequency, horizon, m, cuts, backtest_steps(n, horizon), demand, methods)
 
 
 def combine(history, frequency: str, horizon: int, model_q: list[np.ndarray] | None = None) -> Forecast:
@@ -249,7 +249,7 @@ def _weigh(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.
         ratio = np.abs(combined) / np.maximum(half50, floor)  # about 1 in median where the model's spread is right
         w = ratio.size / (ratio.size + PRIOR_WEIGHT)
         factor = float(np.exp(w * np.log(max(float(np.median(ratio)), 1e-3))))
-        q = point[:, None] + shape * factor * _WIDEN[None, :]
+        q = point[:, None] + shape * factor * intervals.factors(plan.frequency)[None, :]
     else:
         steps_ahead = np.sqrt(np.arange(1, horizon + 1)) * scale
         z = np.sort((np.abs(combined) / np.maximum(np.sqrt(np.arange(1, steps + 1)) * scale, floor)).ravel())
