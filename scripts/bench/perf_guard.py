@@ -1,7 +1,7 @@
 """CI's performance guard: CPU per request of this commit against its base, measured in the same run, fails on a
 regression of more than --max-ratio (default 1.15).
 
-    python -m scripts.bench.perf_guard                      # HEAD vs HEAD~1, tiny text model, ~2 min
+    python -m scripts.bench.perf_guard                      # HEAD vs HEAD~1, tiny text model, ~1 min
     python -m scripts.bench.perf_guard --base 7227e1d --rounds 5
 
 Why CPU per request and not throughput or latency: on a shared 2-core host the wall clock drifts 5-15% within an
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", default="HEAD~1", help="git ref of the baseline (default: the previous commit)")
     ap.add_argument("--cell", default="text:16", help="task:concurrency (the tiny models serve text)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--duration", type=float, default=2.0, help="seconds per measured cell (4 cells per round)")
     ap.add_argument("--max-ratio", type=float, default=1.15)
     ap.add_argument("--servers", default="once", choices=("once", "per-round"),
                     help="one server pair for every round (default: CI's time budget) or fresh ones per round")
