@@ -20,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from triserve.families.forecast.batch_tables import BacktestAdapter, PanelAdapter, split_future
+from triserve.families.forecast.batch_tables import (
+    CALENDAR,
+    FREQUENCY,
+    HORIZON,
+    POINTS,
+    BacktestAdapter,
+    PanelAdapter,
+    split_future,
+)
 from triserve.families.forecast.ensemble import backtest_cuts, backtest_steps, combine_many, combines
 from triserve.families.forecast.features import QUANTILES, infer_frequency
 from triserve.families.forecast.limits import Limits
@@ -36,7 +44,7 @@ from triserve.families.forecast.preprocess import (
 )
 from triserve.families.forecast.regressors import fit_series, regressors
 from triserve.families.forecast.shifts import remove as remove_shift
-from triserve.kernel.batch import Option, Prepared, error_row
+from triserve.kernel.batch import Prepared, error_row
 from triserve.kernel.errors import ApiError
 from triserve.models.manifest import Manifest, preprocess_as
 
@@ -45,14 +53,10 @@ class Adapter:
     FAMILY = "forecast"
     COMMAND = "forecast"
     CHUNK_SIZE, SHARD_SIZE = 256, 2048
-    OPTIONS = (Option("frequency", "YS QS MS W D h 30min 15min min (default: inferred per series)"),
-               Option("horizon", "steps (default: the model's for the frequency)", int),
-               Option("calendar", "calendar features, comma-separated: weekday, month, holidays:<CC>[-<SUB>]"))
+    OPTIONS = (FREQUENCY, HORIZON, CALENDAR)
     SOURCE = "series"
     HEAVY_FINISH = True  # the classical fits and the backtest weigh more than the model
-    COLUMNS = {"frequency": "str", "timestamps": "list<ts>", "point": "list<f64>", "lower_50": "list<f64>",
-               "upper_50": "list<f64>", "lower_90": "list<f64>", "upper_90": "list<f64>",
-               "quantile_levels": "list<f64>", "quantiles": "list<list<f64>>", "method": "str",
+    COLUMNS = {"frequency": "str", **POINTS, "method": "str",
                "backtest_mase": "f64", "points": "i64", "imputed": "i64", "duplicates_merged": "i64", "used": "i64",
                "padded": "i64", "covariates_used": "bool", "covariate_effects": "str"}
 
