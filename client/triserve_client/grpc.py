@@ -60,13 +60,17 @@ __all__ = ["TriserveGrpcClient", "AsyncTriserveGrpcClient", "DEFAULT_TARGET"]
 class TriserveGrpcClient:
     """Blocking client of the typed gRPC API (see the module). `target`: host:port of the service's gRPC port
     (grpc.port, 3001 by default); `credentials`: grpc.ssl_channel_credentials(...) for TLS; `channel`: a channel of
-    your own (used as is, not closed here); `options`: more channel options; `metadata`: sent with every call."""
+    your own (used as is, not closed here); `options`: more channel options; `metadata`: sent with every call;
+    `wait_for_ready`: a call with a deadline made while the service restarts waits for it (within the deadline)
+    instead of failing at once with UNAVAILABLE (GrpcCore.waits_for_ready)."""
 
     def __init__(self, target: str = DEFAULT_TARGET, *, api_key: str | None = None, timeout: float | None = None,
                  retry: RetryPolicy | None = None, metadata: Iterable[tuple[str, str]] | None = None,
-                 credentials: Any = None, options: Sequence[tuple[str, Any]] | None = None, channel: Any = None):
+                 credentials: Any = None, options: Sequence[tuple[str, Any]] | None = None, channel: Any = None,
+                 wait_for_ready: bool = True):
         self.target = target
-        self._core = GrpcCore(api_key=api_key, timeout=timeout, retry=retry, metadata=metadata)
+        self._core = GrpcCore(api_key=api_key, timeout=timeout, retry=retry, metadata=metadata,
+                              wait_for_ready=wait_for_ready)
         self._own = channel is None
         if channel is None:
             opts = GrpcCore.channel_options(options)
@@ -164,7 +168,8 @@ class TriserveGrpcClient:
                 try:
                     left = core.time_left(deadline, rid)
                     try:
-                        reply = method(request, timeout=left, metadata=core.call_metadata(rid))
+                        reply = method(request, timeout=left, metadata=core.call_metadata(rid),
+                                       wait_for_ready=core.waits_for_ready(left))
                     except grpc.RpcError as exc:
                         raise core.error(exc, rid) from exc
                     return core.answer(reply, model)
@@ -190,9 +195,11 @@ class AsyncTriserveGrpcClient:
 
     def __init__(self, target: str = DEFAULT_TARGET, *, api_key: str | None = None, timeout: float | None = None,
                  retry: RetryPolicy | None = None, metadata: Iterable[tuple[str, str]] | None = None,
-                 credentials: Any = None, options: Sequence[tuple[str, Any]] | None = None, channel: Any = None):
+                 credentials: Any = None, options: Sequence[tuple[str, Any]] | None = None, channel: Any = None,
+                 wait_for_ready: bool = True):
         self.target = target
-        self._core = GrpcCore(api_key=api_key, timeout=timeout, retry=retry, metadata=metadata)
+        self._core = GrpcCore(api_key=api_key, timeout=timeout, retry=retry, metadata=metadata,
+                              wait_for_ready=wait_for_ready)
         self._own = channel is None
         if channel is None:
             opts = GrpcCore.channel_options(options)
@@ -289,7 +296,8 @@ class AsyncTriserveGrpcClient:
                 try:
                     left = core.time_left(deadline, rid)
                     try:
-                        reply = await method(request, timeout=left, metadata=core.call_metadata(rid))
+                        reply = await method(request, timeout=left, metadata=core.call_metadata(rid),
+                                             wait_for_ready=core.waits_for_ready(left))
                     except grpc.RpcError as exc:
                         raise core.error(exc, rid) from exc
                     return core.answer(reply, model)

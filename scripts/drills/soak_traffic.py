@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,11 @@ from triserve.services.protocols.generated import triserve_pb2 as tpb
 from triserve.services.protocols.generated import triserve_pb2_grpc as tpb_grpc
 
 TRANSPORTS = ("rest", "grpc", "oip_rest", "oip_grpc")
+# gRPC calls wait for a restarting server within their deadline (as triserve_client's gRPC clients do by default,
+# and as REST requests wait in the listen backlog the arbiter keeps open) instead of failing at once with
+# UNAVAILABLE while the worker that serves gRPC starts again; a call already sent when it died still fails.
+WAIT_FOR_READY = [("grpc.service_config", json.dumps({"methodConfig": [{"name": [{}], "waitForReady": True}]}))]
+TRITON_CHANNEL_ARGS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
 SERIES = [round(340 + 0.1 * i + 3 * np.sin(i * np.pi / 6), 3) for i in range(48)]
 STAMPS = [f"{2000 + i // 12}-{i % 12 + 1:02d}-01T00:00:00" for i in range(len(SERIES))]
 # family -> (REST path, typed gRPC method, its request message); the image families share one body
@@ -64,9 +70,9 @@ class Clients:
         assert_loopback("http://" + grpc_target)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit))
         host = url.split("://", 1)[1]
-        return cls(url, grpc_target, session, grpc.aio.insecure_channel(grpc_target),
+        return cls(url, grpc_target, session, grpc.aio.insecure_channel(grpc_target, options=WAIT_FOR_READY),
                    thttp.InferenceServerClient(host, conn_limit=limit, conn_timeout=timeout),
-                   tgrpc.InferenceServerClient(grpc_target))
+                   tgrpc.InferenceServerClient(grpc_target, channel_args=[*TRITON_CHANNEL_ARGS, *WAIT_FOR_READY]))
 
     async def close(self) -> None:
         await self.session.close()

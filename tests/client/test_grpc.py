@@ -10,6 +10,8 @@ import importlib.util
 import math
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,7 @@ from triserve_client import (
     SegmentResponse,
     TriserveAPIError,
     TriserveClient,
+    TriserveTimeoutError,
     TriserveTransportError,
 )
 from triserve_client.grpc import AsyncTriserveGrpcClient, TriserveGrpcClient
@@ -308,7 +311,55 @@ def test_grpc_errors_carry_the_services_code(rpc):
 
 def test_grpc_without_a_server_is_a_transport_error_after_retries():
     policy = RetryPolicy(attempts=2, backoff_initial=0.01, backoff_max=0.02)
-    with TriserveGrpcClient(f"127.0.0.1:{free_port()}", retry=policy, timeout=5) as ts:
+    target = f"127.0.0.1:{free_port()}"
+    with TriserveGrpcClient(target, retry=policy, timeout=5, wait_for_ready=False) as ts:
         with pytest.raises(TriserveTransportError) as err:
             ts.classify("hi", request_id="grpc-refused")
     assert err.value.attempts == 2 and err.value.request_id == "grpc-refused"
+    # waiting for the service (the default) ends at the call's deadline, as a timeout
+    with TriserveGrpcClient(target, retry=policy, timeout=1.5) as ts:
+        started = time.monotonic()
+        with pytest.raises(TriserveTimeoutError) as late:
+            ts.classify("hi", request_id="grpc-waited")
+    assert late.value.request_id == "grpc-waited" and 1.4 <= time.monotonic() - started < 5
+
+
+def test_a_call_made_while_the_service_restarts_waits_for_it():
+    """wait_for_ready: the port opens 1.5 s after the call is made (as when the gateway worker serving gRPC is
+    started again), and the call is answered instead of refused with UNAVAILABLE; with wait_for_ready=False the
+    same call fails at once (one attempt: no retry hides the difference)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    from triserve_client._proto import triserve_pb2, triserve_pb2_grpc
+
+    class LateServicer(triserve_pb2_grpc.TriserveServicer):
+        def Classify(self, request, context):  # the gRPC method name
+            return triserve_pb2.ClassifyResponse(model=triserve_pb2.ModelInfo(name="late", version="1"),
+                                                 deployment="text")
+
+    target = f"127.0.0.1:{free_port()}"
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    triserve_pb2_grpc.add_TriserveServicer_to_server(LateServicer(), server)
+    one_attempt = RetryPolicy(attempts=1)
+    with TriserveGrpcClient(target, retry=one_attempt, timeout=20, wait_for_ready=False) as fast:
+        with pytest.raises(TriserveTransportError):
+            fast.classify("hi")
+
+    def open_port() -> None:
+        server.add_insecure_port(target)
+        server.start()
+
+    opener = threading.Timer(1.5, open_port)
+    try:
+        with TriserveGrpcClient(target, retry=one_attempt, timeout=20) as ts:
+            opener.start()
+            started = time.monotonic()
+            answer = ts.classify("hi")
+            waited = time.monotonic() - started
+    finally:
+        opener.cancel()
+        server.stop(0)
+    assert (answer.model.name, answer.deployment) == ("late", "text")
+    assert waited >= 1.4  # answered after the port opened, not before

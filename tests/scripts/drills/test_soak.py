@@ -67,7 +67,7 @@ def test_burst_triples_the_rate_only_while_it_lasts():
 def test_rates_come_from_the_option_the_knee_or_the_default():
     deps = {"intent": "text", "plates": "segmentation"}
     by_knee = rates(deps, {"text": 100.0}, None, default=1.5)
-    assert by_knee["intent"]["rate"] == 60.0 and "knee" in by_knee["intent"]["source"]
+    assert by_knee["intent"]["rate"] == 30.0 and "knee" in by_knee["intent"]["source"]  # 0.6 x 100 / 2 deployments
     assert by_knee["plates"] == {"rate": 1.5, "source": "default 1.5 req/s (no knee measured)"}
     assert {v["rate"] for v in rates(deps, {"text": 100.0}, 4.0).values()} == {4.0}
 
