@@ -47,6 +47,7 @@ from scripts.drills.corrupt_model import corrupt
 from scripts.drills.server import Server
 from scripts.drills.soak_faults import Mode, RedisServer, RegistryHttp
 from scripts.drills.soak_plan import (
+    KNEE_FRACTION,
     Event,
     SoakRow,
     burst_factor,
@@ -433,7 +434,10 @@ def start_phase(args: argparse.Namespace) -> Iterator[StartOnce]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = base_parser(__doc__, NAME)  # --registry, --out (<out>.json, .md, .png), --log, --starts
     ap.add_argument("--minutes", type=float, default=3.0)
-    ap.add_argument("--rate", type=float, default=None, help="req/s per deployment (default: 0.6 x knee, or 2)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="req/s per deployment (default: an equal part of --load x knee, or 2)")
+    ap.add_argument("--load", type=float, default=KNEE_FRACTION,
+                    help="the share of the host's knee the whole mix asks for (default %(default)s)")
     ap.add_argument("--models-file", type=Path, default=None, help="TRISERVE_MODELS_FILE for the server")
     ap.add_argument("--knee", type=Path, default=ROOT / "docs" / "bench" / "knee.json")
     ap.add_argument("--env", default="", help="comma list of VAR=VALUE for the server")
@@ -458,8 +462,8 @@ def main(argv: list[str] | None = None) -> dict:
             srv.wait_ready(timeout=300)
             soak = Soak(srv, reg, events, seconds, redis, registry)
             deployments, ctx = build_context(soak, reg)
-            rate = rates(deployments, knees(args.knee), args.rate)
-            by_knee = rates(deployments, knees(args.knee), None)
+            rate = rates(deployments, knees(args.knee), args.rate, load=args.load)
+            by_knee = rates(deployments, knees(args.knee), None, load=args.load)
             t = time.monotonic()
             loops = asyncio.run(soak.run(deployments, rate, ctx, args.max_requests))
             elapsed = time.monotonic() - t

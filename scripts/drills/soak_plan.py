@@ -19,6 +19,7 @@ from scripts.drills.common import DEGRADED, FAILED, PRIMARY, Row, pct
 # every deployment at once, so each gets an equal part of that 60%: 0.6 x knee / deployments (at 0.6 x knee each, five
 # deployments would ask ~3x what the host answers, an overload drill rather than a soak).
 KNEE_FRACTION = 0.6
+PROXY_KNEE = {"pose": "detection", "segmentation": "detection", "classification": "detection"}
 DEFAULT_RATE = 2.0  # req/s for a deployment knee.json does not cover (a conservative guess, said in the report)
 QUIET_TAIL = 0.12  # the last share of the run has no change or fault: what the system settles to is measured
 # the order is the story: changes and faults in turn, spread over the run by their weights (below)
@@ -75,18 +76,21 @@ def knees(path: Path) -> dict[str, float]:
 
 
 def rates(deployments: dict[str, str], knee: dict[str, float], fixed: float | None,
-          default: float = DEFAULT_RATE) -> dict[str, dict]:
-    """deployment -> {"rate", "source"}: `fixed` when given, else its equal part of KNEE_FRACTION of its family's knee
-    (KNEE_FRACTION / number of deployments), else `default`."""
+          default: float = DEFAULT_RATE, load: float = KNEE_FRACTION) -> dict[str, dict]:
+    """deployment -> {"rate", "source"}: `fixed` when given, else its equal part of `load` x its family's knee
+    (load / number of deployments), an image family without a knee of its own taking detection's (PROXY_KNEE: a
+    YOLO-sized model per image), else `default`."""
     out = {}
-    share = KNEE_FRACTION / max(1, len(deployments))
+    share = load / max(1, len(deployments))
     for name, family in sorted(deployments.items()):
+        measured = family if family in knee else PROXY_KNEE.get(family)
         if fixed is not None:
             out[name] = {"rate": fixed, "source": "--rate"}
-        elif family in knee:
-            out[name] = {"rate": round(share * knee[family], 2),
-                         "source": f"{KNEE_FRACTION:g} x knee {knee[family]:g} req/s / {len(deployments)} deployments "
-                                   "(docs/bench/knee.json)"}
+        elif measured in knee:
+            proxy = "" if measured == family else f" ({measured}'s: none measured for {family})"
+            out[name] = {"rate": round(share * knee[measured], 2),
+                         "source": f"{load:g} x knee {knee[measured]:g} req/s{proxy} / {len(deployments)} "
+                                   "deployments (docs/bench/knee.json)"}
         else:
             out[name] = {"rate": default, "source": f"default {default:g} req/s (no knee measured)"}
     return out

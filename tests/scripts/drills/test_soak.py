@@ -70,6 +70,10 @@ def test_rates_come_from_the_option_the_knee_or_the_default():
     assert by_knee["intent"]["rate"] == 30.0 and "knee" in by_knee["intent"]["source"]  # 0.6 x 100 / 2 deployments
     assert by_knee["plates"] == {"rate": 1.5, "source": "default 1.5 req/s (no knee measured)"}
     assert {v["rate"] for v in rates(deps, {"text": 100.0}, 4.0).values()} == {4.0}
+    # an image family without a knee of its own takes detection's; --load scales the whole mix
+    proxied = rates(deps, {"text": 100.0, "detection": 10.0}, None, load=0.3)
+    assert proxied["plates"]["rate"] == 1.5 and "detection's" in proxied["plates"]["source"]
+    assert proxied["intent"]["rate"] == 15.0
 
 
 def test_knees_are_read_from_the_committed_measurement():
