@@ -48,15 +48,19 @@ from scripts.drills.server import Server
 from scripts.drills.soak_faults import Mode, RedisServer, RegistryHttp
 from scripts.drills.soak_plan import (
     KNEE_FRACTION,
+    QUIET_S,
     Event,
     SoakRow,
     burst_factor,
     knees,
+    later_failures,
     leak_check,
     lost,
     minute_table,
+    p99_drift,
     rates,
     recoveries,
+    rss_growth,
     schedule,
     step_problems,
     window_p99,
@@ -318,10 +322,13 @@ def analyse(soak: Soak, loops: dict, rate: dict, elapsed: float) -> dict:
                          for t in sorted({r.transport for r in rows})},
         "skipped_by_client_limit": {d: v["skipped"] for d, v in loops.items() if v["skipped"]},
         "rates": rate, "schedule": [e.__dict__ for e in soak.events], "actions": soak.actions,
-        "recovery_s": recoveries(rows, soak.events, elapsed), "step_problems": step_problems(soak.actions),
+        "recovery_s": recoveries(rows, soak.events, elapsed),
+        "later_failures": recoveries(rows, soak.events, elapsed, measure=later_failures),
+        "step_problems": step_problems(soak.actions),
         "p99_ms_after_fault": window_p99(rows, soak.events, elapsed),
         "per_minute": minute_table(rows),
-        "leak_check_last_half": leaks, "dev_shm": soak.shm, "processes": soak.procs,
+        "leak_check_last_half": leaks, "p99_drift": p99_drift(rows, elapsed),
+        "rss_growth_after_settling": rss_growth(soak.procs, elapsed), "dev_shm": soak.shm, "processes": soak.procs,
     }
 
 
@@ -375,13 +382,19 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
          "| deployment | req/s | from | without --rate |", "|---|---|---|---|"]
     L += [f"| {d} | {v['rate']} | {v['source']} | {res['rates_by_knee'][d]['rate']} "
           f"({res['rates_by_knee'][d]['source']}) |" for d, v in res["rates"].items()]
-    L += ["", "## Schedule and recovery [<= 15 s]", "", "p99 ms: of the answers to requests sent from the fault until "
-          "the next one.", "", "| t s | step | fault | outcome | recovery s | p99 ms |", "|---|---|---|---|---|---|"]
+    L += ["", "## Schedule and recovery [<= 15 s]", "", "recovery s: until the first answer after the run of failures "
+          f"the fault opened (it ends where {QUIET_S:g} s of requests in a row fail nothing); later failures: those "
+          "sent after that run, before the next fault; p99 ms: of the answers to requests sent from the fault until "
+          "the next one.", "", "| t s | step | fault | outcome | recovery s | later failures | p99 ms |",
+          "|---|---|---|---|---|---|---|"]
+    later = res.get("later_failures", {})
     for a in res["actions"]:
         outcome = {k: v for k, v in a.items() if k not in ("event", "t", "fault")}
-        L.append(f"| {a['t']} | {a['event']} | {'yes' if a['fault'] else ''} | `{json.dumps(outcome)[:160]}` | "
-                 f"{res['recovery_s'].get(a['event'], '') if a['fault'] else ''} | "
-                 f"{res['p99_ms_after_fault'].get(a['event'], '') if a['fault'] else ''} |")
+        fault = a["fault"]
+        L.append(f"| {a['t']} | {a['event']} | {'yes' if fault else ''} | `{json.dumps(outcome)[:160]}` | "
+                 f"{res['recovery_s'].get(a['event'], '') if fault else ''} | "
+                 f"{later.get(a['event'], '') if fault else ''} | "
+                 f"{res['p99_ms_after_fault'].get(a['event'], '') if fault else ''} |")
     L += ["", "## Per minute", "", "| minute | sent | answered | degraded | lost | failed | p99 ms per deployment |",
           "|---|---|---|---|---|---|---|"]
     for m in res["per_minute"]:
@@ -393,6 +406,15 @@ def markdown(res: dict, out: Path, plotted: bool) -> str:
     for proc, m in res["leak_check_last_half"].items():
         L.append(f"| {proc} | {m.get('rss_mb', {}).get('slope_per_min')} | {m.get('rss_mb', {}).get('growth')} | "
                  f"{m.get('fds', {}).get('slope_per_min')} | {m.get('threads', {}).get('slope_per_min')} |")
+    drift = res["p99_drift"]
+    L += ["", f"## Drift [p99 at the end <= 1.2x the first {drift['first_s']:g} s; RSS growth after settling <= 5%]",
+          "",
+          f"p99 of primary answers: {drift['first_p99_ms']} ms in the first {drift['first_s']:g} s "
+          f"({drift['first_n']} answers), {drift['end_p99_ms']} ms in the quiet tail ({drift['end_n']}): "
+          f"**{drift['ratio']}x**.", "", "| process | from s | RSS MB then | at the end | growth |",
+          "|---|---|---|---|---|"]
+    L += [f"| {proc} | {g['from_s']} | {g['from_mb']} | {g['to_mb']} | **{g['growth']:+.2%}** |"
+          for proc, g in res["rss_growth_after_settling"].items()]
     shm = res["dev_shm"]
     if shm:
         L += ["", f"/dev/shm used: {shm[0]['used_mb']} MB at start, {shm[-1]['used_mb']} MB at end."]

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ FAULTS = frozenset({"runner_kill", "redis_stop", "redis_start", "gateway_kill", 
 # unreachable registry waits out the pull's retries (~8 s): the next step does not start while they are still going
 WEIGHTS = {"runner_kill": 2.0, "gateway_kill": 2.0, "registry_slow_add": 3.5, "registry_down_add": 2.0}
 BURST_FACTOR = 3.0
+QUIET_S = 5.0  # a fault is recovered from once this long of sends in a row fail nothing
 
 
 @dataclass(frozen=True)
@@ -141,27 +143,45 @@ def minute_table(rows: Iterable[SoakRow]) -> list[dict]:
     return out
 
 
-def recovery_s(rows: Sequence[Row], start: float, end: float) -> float | None:
+def opening_failures_end(rows: Sequence[Row], start: float, end: float, quiet_s: float = QUIET_S) -> float | None:
+    """When the run of failures a fault opens ends: the send time of its last failure, the run ending where `quiet_s`
+    of sends in a row fail nothing (None: nothing failed in the first `quiet_s` after `start`)."""
+    last = None
+    for t in sorted(r.sent for r in rows if start <= r.sent < end and r.kind == FAILED):
+        if t - (start if last is None else last) >= quiet_s:
+            break
+        last = t
+    return last
+
+
+def recovery_s(rows: Sequence[Row], start: float, end: float, quiet_s: float = QUIET_S) -> float | None:
     """Seconds from `start` (a fault, or a burst's end) until the system answers again: 0 when nothing failed in
-    [start, end); else the completion of the first success sent after the last failure, less `start`; None when
-    nothing succeeded after it before `end`."""
-    window = [r for r in rows if start <= r.sent < end]
-    failed = [r.sent for r in window if r.kind == FAILED]
-    if not failed:
+    the first `quiet_s`; else the completion of the first success sent after the run of failures the fault opened
+    (opening_failures_end), less `start`; None when nothing succeeded after it before `end`. A failure after that
+    run (a refusal minutes later, the system long recovered) is not the fault's: later_failures counts those."""
+    last = opening_failures_end(rows, start, end, quiet_s)
+    if last is None:
         return 0.0
-    last = max(failed)
-    ok = [r.done for r in window if r.sent > last and r.kind != FAILED]
+    ok = [r.done for r in rows if last < r.sent < end and r.kind != FAILED]
     return round(min(ok) - start, 2) if ok else None
 
 
-def recoveries(rows: Sequence[Row], events: Sequence[Event], run_end: float) -> dict[str, float | None]:
-    """Recovery after each fault, each within the time until the next fault (a burst: from its end); the changes
-    between faults are meant to fail nothing, so a failure they cause counts against the fault before them."""
+def later_failures(rows: Sequence[Row], start: float, end: float, quiet_s: float = QUIET_S) -> int:
+    """Failures sent in [start, end) after the run the fault opened (see recovery_s)."""
+    last = opening_failures_end(rows, start, end, quiet_s)
+    return sum(1 for r in rows if r.kind == FAILED and start <= r.sent < end and (last is None or r.sent > last))
+
+
+def recoveries(rows: Sequence[Row], events: Sequence[Event], run_end: float,
+               measure: Callable[[Sequence[Row], float, float], Any] = recovery_s) -> dict[str, Any]:
+    """Recovery after each fault (or `measure`: later_failures), each within the time until the next fault (a burst:
+    from its end); the changes between faults are meant to fail nothing, so a failure they cause counts against the
+    fault before them."""
     out = {}
     faults = sorted((e for e in events if e.fault), key=lambda e: e.at_s)
     for i, e in enumerate(faults):
         nxt = faults[i + 1].at_s if i + 1 < len(faults) else run_end
-        out[e.name] = recovery_s(rows, e.at_s + e.duration_s, nxt)
+        out[e.name] = measure(rows, e.at_s + e.duration_s, nxt)
     return out
 
 
@@ -202,6 +222,40 @@ def leak_check(procs: Sequence[dict], run_s: float) -> dict[str, dict]:
             first, last = vals[0][1], vals[-1][1]
             out[name][metric] = {"slope_per_min": slope_per_min(vals), "first": first, "last": last,
                                  "growth": round((last - first) / first, 4) if first else None}
+    return out
+
+
+def settle_s(run_s: float) -> float:
+    """The start of the run the drift goals compare with: its first 10 minutes (issue 42), a sixth of a shorter run."""
+    return min(600.0, run_s / 6)
+
+
+def p99_drift(rows: Sequence[Row], run_s: float) -> dict:
+    """p99 of the primary answers sent in the first settle_s(run_s) (no fault yet: the schedule's first fault comes
+    later in a 60-minute run) against those sent in the quiet tail (the last QUIET_TAIL of the run, no change or fault):
+    a p99 that creeps up shows here. Goal: ratio <= 1.2."""
+    start = settle_s(run_s)
+    first = [r.ms for r in rows if r.kind == PRIMARY and r.sent < start]
+    end = [r.ms for r in rows if r.kind == PRIMARY and r.sent >= run_s * (1 - QUIET_TAIL)]
+    a, b = pct(first, 99), pct(end, 99)
+    return {"first_s": round(start, 1), "first_p99_ms": a, "end_p99_ms": b, "first_n": len(first), "end_n": len(end),
+            "ratio": round(b / a, 3) if a and b is not None else None}
+
+
+def rss_growth(procs: Sequence[dict], run_s: float) -> dict[str, dict]:
+    """Per process alive at the end: RSS growth from the first sample after it settled (settle_s(run_s) into the run,
+    and half that after its own first sample: a process a fault restarted settles too) to its last. Goal: <= 5%."""
+    start = settle_s(run_s)
+    out = {}
+    for name in sorted({p["proc"] for p in procs}):
+        samples = sorted((p["t"], p["rss_mb"]) for p in procs if p["proc"] == name and p.get("rss_mb") is not None)
+        if not samples or samples[-1][0] < run_s * 0.9:
+            continue  # gone before the end (killed by a fault): its successor is measured
+        base_t = max(start, samples[0][0] + start / 2)
+        base = next((v for t, v in samples if t >= base_t), None)
+        if base:
+            out[name] = {"from_s": round(base_t, 1), "from_mb": base, "to_mb": samples[-1][1],
+                         "growth": round((samples[-1][1] - base) / base, 4)}
     return out
 
 

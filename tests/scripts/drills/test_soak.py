@@ -13,12 +13,15 @@ from scripts.drills.soak_plan import (
     SoakRow,
     burst_factor,
     knees,
+    later_failures,
     leak_check,
     lost,
     minute_table,
+    p99_drift,
     rates,
     recoveries,
     recovery_s,
+    rss_growth,
     schedule,
     slope_per_min,
     step_problems,
@@ -110,6 +113,22 @@ def test_recovery_is_zero_without_failures_and_none_without_a_success_after_them
     assert recovery_s([row(11, 503), row(11.5, done=11.6), row(12, 503)], 10, 20) is None
 
 
+def test_recovery_ends_with_the_failures_the_fault_opened_and_later_ones_are_counted_apart():
+    opened = [row(11, 503), row(12, 503), row(13, done=14.5), *(row(t) for t in range(15, 40))]
+    stray = [row(30.5, 503)]  # 17 s after the opening run ended: the system had long recovered
+    assert recovery_s(opened + stray, 10, 40) == 4.5
+    assert later_failures(opened + stray, 10, 40) == 1
+    assert later_failures(opened, 10, 40) == 0
+    # nothing failed in the first 5 s: recovered at once, the failure at 25 s is a later one
+    late = [row(11), row(25, 503), row(26)]
+    assert (recovery_s(late, 10, 40), later_failures(late, 10, 40)) == (0.0, 1)
+    # failures less than 5 s apart belong to one run
+    chain = [row(11, 503), row(15, 503), row(19, 503), row(19.5, done=20.0)]
+    assert (recovery_s(chain, 10, 40), later_failures(chain, 10, 40)) == (10.0, 0)
+    events = [Event("runner_kill", 10)]
+    assert recoveries(opened + stray, events, 40, measure=later_failures) == {"runner_kill": 1}
+
+
 def test_burst_recovery_is_measured_from_its_end():
     events = [Event("burst", 10, 5), Event("hot_remove", 30)]
     rows = [row(11, 429), row(16, 429), row(17, done=17.5)]
@@ -170,3 +189,22 @@ def test_three_minute_soak_on_the_tiny_models_loses_nothing(tiny_registry, tmp_p
     assert all(v is not None for v in res["recovery_s"].values()), res["recovery_s"]  # each fault recovered from
     assert {"rest", "grpc", "oip_rest", "oip_grpc"} <= set(res["by_transport"])
     assert (tmp_path / "soak.md").exists() and (tmp_path / "soak.json").exists()
+
+
+def test_p99_drift_compares_the_first_ten_minutes_with_the_quiet_tail():
+    rows = [row(t, done=t + 0.1) for t in range(0, 600, 2)] + [row(t, done=t + 0.15) for t in range(3200, 3600, 2)]
+    rows.append(row(1000, done=1030))  # in the middle of the run: neither
+    drift = p99_drift(rows, 3600)
+    assert (drift["first_s"], drift["first_p99_ms"], drift["end_p99_ms"], drift["ratio"]) == (600, 100.0, 150.0, 1.5)
+    assert p99_drift(rows, 180)["first_s"] == 30  # a short run: its first sixth
+
+
+def test_rss_growth_is_measured_after_each_process_settles():
+    procs = [{"t": t, "proc": "runner 1", "rss_mb": 100 + t / 100} for t in range(0, 3600, 5)]
+    procs += [{"t": t, "proc": "runner 2", "rss_mb": 200.0} for t in range(1000, 3600, 5)]  # started by a fault
+    procs += [{"t": t, "proc": "gateway 3", "rss_mb": 50.0} for t in range(0, 900, 5)]  # killed: not at the end
+    growth = rss_growth(procs, 3600)
+    assert set(growth) == {"runner 1", "runner 2"}
+    assert growth["runner 1"]["from_s"] == 600 and growth["runner 1"]["from_mb"] == 106.0
+    assert growth["runner 1"]["growth"] == round((135.95 - 106) / 106, 4)
+    assert (growth["runner 2"]["from_s"], growth["runner 2"]["growth"]) == (1300, 0.0)
