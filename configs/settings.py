@@ -340,8 +340,8 @@ class MemorySettings(_Section):
 
 
 class GrpcSettings(_Section):
-    """gRPC endpoint started with the first API worker: typed task APIs, Open Inference Protocol v2, health,
-    reflection."""
+    """gRPC endpoint served by one API worker (another takes it over when it dies): typed task APIs, Open Inference
+    Protocol v2, health, reflection."""
 
     enabled: bool = Field(True, description="Start the gRPC server with the gateway.")
     host: str = Field("127.0.0.1", description="Bind address ('0.0.0.0' or '::' for every interface).")
@@ -354,6 +354,9 @@ class GrpcSettings(_Section):
     health_interval_s: float = Field(1.0, gt=0, le=60, description="How often grpc.health.v1 is refreshed from the "
                                                                    "gateway's readiness (the /readyz check).")
     shutdown_grace_s: float = Field(5.0, ge=0, le=120, description="Time in-flight RPCs get to finish on shutdown.")
+    standby_poll_s: float = Field(0.2, gt=0, le=10, description="How often an API worker that does not serve gRPC "
+                                                                "tries to take it over (the serving worker has died: "
+                                                                "services/protocols/grpc_server.py).")
 
 
 class Settings(BaseSettings):

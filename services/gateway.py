@@ -205,9 +205,9 @@ class Gateway:
 
     @bentoml.on_startup
     async def _start_grpc(self) -> None:
-        """gRPC on the first worker's event loop: typed APIs, OIP v2, health, reflection (services/protocols;
-        grpc_server.py says why one worker). Imported here: the arbiter and the runner's workers import this module
-        too and never serve gRPC (~0.2 s of their start)."""
+        """gRPC on one worker's event loop, the others standing by to take it over: typed APIs, OIP v2, health,
+        reflection (services/protocols; grpc_server.py says why one worker). Imported here: the arbiter and the
+        runner's workers import this module too and never serve gRPC (~0.2 s of their start)."""
         from triserve.services.protocols.grpc_server import start_grpc
 
         self._grpc = await start_grpc(self, settings.grpc, bentoml.server_context.worker_index,
@@ -215,7 +215,7 @@ class Gateway:
 
     @bentoml.on_shutdown
     async def _stop_grpc(self) -> None:
-        grpc_server = getattr(self, "_grpc", None)  # absent or None: no gRPC server was started
+        grpc_server = getattr(self, "_grpc", None)  # absent or None: no gRPC role was started
         if grpc_server is not None:
             await grpc_server.stop()
 

@@ -1,4 +1,4 @@
-"""The gRPC endpoint of the gateway: a grpc.aio server on the first API worker's event loop, started and stopped by
+"""The gRPC endpoint of the gateway: a grpc.aio server on one API worker's event loop, started and stopped by
 the Gateway's BentoML lifecycle hooks (BentoML 1.4 serves no gRPC for new-style services).
 
 Services: triserve.v1.Triserve (typed task APIs), inference.GRPCInferenceService (Open Inference Protocol v2),
@@ -9,10 +9,16 @@ The port is owned, never shared. It used to be bound with SO_REUSEPORT so that e
 Linux lets any process of the same user join such a port, so a second triserve (or any grpcio server: gRPC turns
 SO_REUSEPORT on by default) started on it silently took part of this one's connections. Workers cannot share it
 the way they share BentoML's HTTP port (one socket bound by the arbiter, inherited by each worker): grpcio has no
-way to serve on an inherited listening socket. So one API worker serves gRPC, the first (BentoML worker index 1;
-circus gives a restarted worker the lowest free index), and binds with grpc.so_reuseport=0: the kernel then refuses
-the port to everyone else, and a taken port fails this bind. With gateway.workers > 1, gRPC calls therefore run on
-that worker only (REST still spreads over all of them); more gRPC capacity means more instances.
+way to serve on an inherited listening socket. So one API worker at a time serves gRPC and binds with
+grpc.so_reuseport=0: the kernel then refuses the port to everyone else, and a taken port fails this bind.
+
+Which worker: the one holding the server's gRPC claim (GrpcClaim: an abstract UNIX socket named by the arbiter's pid
+and the port, bound by one process at a time and let go by the kernel when that process dies, however it dies). The
+other API workers stand by (GrpcStandby) and try the claim every grpc.standby_poll_s: when the serving worker dies
+(a SIGKILL, an OOM kill), another takes the port within that poll, where waiting for the dead worker to be started
+again would close it for the ~10 s a worker takes to start. With gateway.workers > 1, gRPC calls run on the serving
+worker only (REST spreads over all of them); more gRPC capacity means more instances. Off Linux (no abstract
+sockets) the first worker (BentoML worker index 1) serves, without standbys.
 
 A taken port is a start-up error, named: the Gateway's on_deployment hook checks it in the arbiter before any
 worker starts (services/ports.py), and if it is taken after all (a start racing ours) the worker's bind raises
@@ -23,9 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
+import sys
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -149,20 +159,50 @@ class GrpcServer:
             log.info("gRPC server on %s stopped", self.address)
 
 
+ABSTRACT_SOCKETS = sys.platform.startswith("linux")
+
+
+class GrpcClaim:
+    """The right to serve this server's gRPC port, held by one API worker at a time: an abstract UNIX socket (no file
+    to clean up, nothing on disk to race) named by the arbiter's pid and the port. Binding it is exclusive, and the
+    kernel lets it go when its process exits, SIGKILL included, so a standby's next try succeeds."""
+
+    def __init__(self, arbiter_pid: int, port: int):
+        self.name = f"\0triserve-grpc-{arbiter_pid}-{port}"
+        self._sock: socket.socket | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._sock is not None
+
+    def try_take(self) -> bool:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind(self.name)
+            except OSError as exc:
+                sock.close()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                return False
+            self._sock = sock
+        return True
+
+    def release(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
 def serves_grpc(cfg: GrpcSettings, worker_index: int | None) -> bool:
-    """Whether this process serves gRPC: enabled, and the first API worker (index 1) or not a BentoML worker at all
-    (None: the gateway run in-process, e.g. by a test)."""
-    return cfg.enabled and worker_index in (None, 1)
+    """Whether this process serves gRPC at once without a claim: enabled, and not a BentoML worker at all (None: the
+    gateway run in-process, e.g. by a test), or the first API worker where there are no abstract sockets."""
+    return cfg.enabled and (worker_index is None or (worker_index == 1 and not ABSTRACT_SOCKETS))
 
 
-async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None,
-                     credentials: grpc.ServerCredentials | None = None,
-                     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = ()) -> GrpcServer | None:
-    """Start the gRPC server when this process serves it (serves_grpc), else None. A taken port in a BentoML worker
-    also stops the server: circus would restart the worker, and it would fail again, for ever."""
-    if not serves_grpc(cfg, worker_index):
-        return None
-    server = GrpcServer(gateway, cfg, credentials, interceptors)
+async def _start_or_stop_all(server: GrpcServer, worker_index: int | None) -> None:
+    """server.start(); a taken port in a BentoML worker also stops the whole server: circus would restart the
+    worker, and it would fail again, for ever."""
     try:
         await server.start()
     except PortInUse as exc:
@@ -170,4 +210,74 @@ async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None,
             log.critical("%s: stopping the server (arbiter pid %d)", exc, os.getppid())
             os.kill(os.getppid(), signal.SIGTERM)
         raise
-    return server
+
+
+class GrpcStandby:
+    """An API worker's gRPC role: serving when it holds the claim, else trying it every cfg.standby_poll_s and
+    serving from the moment it is taken (the serving worker has died). stop() ends either."""
+
+    def __init__(self, make_server: Callable[[], GrpcServer], claim: GrpcClaim, cfg: GrpcSettings,
+                 worker_index: int | None):
+        self._make_server, self.claim, self.cfg, self.worker_index = make_server, claim, cfg, worker_index
+        self.server: GrpcServer | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        if self.claim.try_take():
+            await self._serve()
+        else:
+            log.info("gRPC: standing by (another API worker serves %s)", bind_address(self.cfg.host, self.cfg.port))
+            self._task = asyncio.create_task(self._wait_for_claim(), name="triserve-grpc-standby")
+
+    async def _serve(self) -> None:
+        server = self._make_server()
+        try:
+            await _start_or_stop_all(server, self.worker_index)
+        except BaseException:
+            self.claim.release()
+            raise
+        self.server = server
+
+    async def _wait_for_claim(self) -> None:
+        while not self.claim.try_take():
+            await asyncio.sleep(self.cfg.standby_poll_s)
+        log.warning("gRPC: the API worker serving it is gone; this one (pid %d) takes the port over", os.getpid())
+        try:
+            await self._serve()
+        except PortInUse:
+            pass  # logged, and the server is stopping (_start_or_stop_all)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        self.claim.release()
+
+
+async def start_grpc(gateway, cfg: GrpcSettings, worker_index: int | None,
+                     credentials: grpc.ServerCredentials | None = None,
+                     interceptors: tuple[grpc.aio.ServerInterceptor, ...] = (),
+                     arbiter_pid: int | None = None) -> GrpcServer | GrpcStandby | None:
+    """This process's gRPC role: None (disabled, or a worker that never serves: no abstract sockets and not the
+    first), a GrpcServer started at once (not a BentoML worker; the first worker without abstract sockets), or a
+    GrpcStandby (every API worker on Linux: serving, or ready to take the port over). `arbiter_pid` names the claim
+    (default: this worker's parent). Each answers stop()."""
+    def make_server() -> GrpcServer:
+        return GrpcServer(gateway, cfg, credentials, interceptors)
+
+    if not cfg.enabled:
+        return None
+    if serves_grpc(cfg, worker_index):
+        server = make_server()
+        await _start_or_stop_all(server, worker_index)
+        return server
+    if not ABSTRACT_SOCKETS:
+        return None
+    role = GrpcStandby(make_server, GrpcClaim(arbiter_pid or os.getppid(), cfg.port), cfg, worker_index)
+    await role.start()
+    return role

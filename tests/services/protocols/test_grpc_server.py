@@ -10,16 +10,19 @@ protobuf names. GrpcServer runs in a child process (CHILD), which prints what it
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from scripts.drills.ports import ReservedPort
-from tests.conftest import Server
+from tests.conftest import NO_CAPACITY_LIMITS, Server
 from tests.services.test_ports import listening
 from triserve.configs.settings import GrpcSettings
 from triserve.services.ports import PortInUse, ensure_free, ensure_grpc_free
@@ -65,17 +68,48 @@ CHILD = textwrap.dedent("""
             await first.stop()
 
     async def workers(port):
-        # which worker indexes serve gRPC; a worker that does not binds nothing
+        # which worker indexes serve gRPC at once, without a claim
         return {"serves": [serves_grpc(on(port), i) for i in (None, 1, 2, 3)],
-                "disabled": serves_grpc(on(port).model_copy(update={"enabled": False}), 1),
-                "second_worker": await start_grpc(None, on(port), 2)}
+                "disabled": serves_grpc(on(port).model_copy(update={"enabled": False}), 1)}
+
+    async def health(port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+
+    async def takeover(port):
+        # two API workers of one arbiter: the first to claim serves, the other stands by; the first gone, the
+        # standby serves within its poll. Another arbiter's worker claims its own name (and finds the port taken).
+        cfg = on(port).model_copy(update={"standby_poll_s": 0.05})
+        arbiter = os.getpid()
+        first = await start_grpc(None, cfg, 1, arbiter_pid=arbiter)
+        second = await start_grpc(None, cfg, 2, arbiter_pid=arbiter)
+        seen = {"first_serves": first.server is not None, "second_serves": second.server is not None,
+                "health": await health(port)}
+        first.claim.release()  # what the kernel does when the serving worker dies ...
+        await first.server.stop()  # ... and its port closes
+        first.server = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while second.server is None and loop.time() - started < 5:
+            await asyncio.sleep(0.01)
+        seen.update(took_over_s=round(loop.time() - started, 3), health_after=await health(port),
+                    first_claims_again=first.claim.try_take())
+        await second.stop()
+        seen["claim_free_after_stop"] = first.claim.try_take()
+        first.claim.release()
+        return seen
 
     async def in_a_worker(port):
         os.getppid = lambda: int(sys.argv[3])  # the test's stand-in for the arbiter
         return {"refused": await refusal(port, worker_index=1)}
 
     scenario, port = sys.argv[1], int(sys.argv[2])
-    scenarios = {"second": second, "refusal": refusal, "workers": workers, "in_a_worker": in_a_worker}
+    scenarios = {"second": second, "refusal": refusal, "workers": workers, "in_a_worker": in_a_worker,
+                 "takeover": takeover}
     print(json.dumps(asyncio.run(scenarios[scenario](port))))
 """)
 
@@ -111,11 +145,23 @@ def test_a_port_another_process_shares_with_so_reuseport_is_refused_not_joined()
     assert isinstance(refused, str) and refused.startswith(f"gRPC port {port} on 127.0.0.1 is already in use")
 
 
-def test_the_first_api_worker_serves_grpc_the_others_do_not():
+def test_only_a_process_that_is_no_bentoml_worker_serves_grpc_without_a_claim():
     with ReservedPort() as held:
         seen = child("workers", held.number)
         ensure_free("127.0.0.1", held.number, "gRPC")  # nothing listens there
-    assert seen == {"serves": [True, True, False, False], "disabled": False, "second_worker": None}
+    assert seen == {"serves": [True, False, False, False], "disabled": False}
+
+
+def test_one_api_worker_serves_grpc_and_another_takes_it_over_when_it_is_gone():
+    with ReservedPort() as held:
+        seen = child("takeover", held.number)
+        ensure_free("127.0.0.1", held.number, "gRPC")  # stopped: nothing listens there
+    assert isinstance(seen, dict)
+    assert (seen["first_serves"], seen["second_serves"], seen["health"]) == (True, False, "NOT_SERVING"), seen
+    # served again (NOT_SERVING: no gateway, not ready)
+    assert seen["took_over_s"] < 2 and seen["health_after"] == "NOT_SERVING", seen
+    assert seen["first_claims_again"] is False  # the standby holds the claim now
+    assert seen["claim_free_after_stop"] is True
 
 
 def test_a_taken_port_in_an_api_worker_stops_its_server():
@@ -148,3 +194,33 @@ def test_bentoml_serve_on_a_taken_grpc_port_stops_before_its_workers_naming_it(t
     assert code == 1 and not workers, log[-2000:]
     assert (f"Error: [serve] `serve` failed: gRPC port {port} on 127.0.0.1 is already in use (another triserve, or "
             f"another server); give this server another one: grpc.port") in log, log[-2000:]
+
+
+def _listening_on(pids: list[int], port: int) -> list[int]:
+    return [pid for pid in pids if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                                       for c in psutil.Process(pid).net_connections(kind="tcp"))]
+
+
+def test_a_served_grpc_port_outlives_the_api_worker_serving_it(tiny_registry, tmp_path):
+    """A real `bentoml serve` with two API workers: SIGKILL the one serving gRPC and the other serves it within a
+    second, long before the killed one is started again (~10 s here); a call made meanwhile with wait-for-ready is
+    answered, not refused."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    env = {"TRISERVE_GATEWAY__WORKERS": "2", **NO_CAPACITY_LIMITS}
+    with Server(tiny_registry.root, env=env, log_path=tmp_path / "serve.log") as srv:
+        srv.wait_ready()
+        workers = srv.entry_pids()
+        serving = _listening_on(workers, srv.grpc_port)
+        assert len(workers) == 2 and len(serving) == 1, (workers, serving)
+        os.kill(serving[0], signal.SIGKILL)
+        started = time.monotonic()
+        with grpc.insecure_channel(srv.grpc_target) as channel:
+            answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10,
+                                                               wait_for_ready=True)
+        took = time.monotonic() - started
+        standby = [pid for pid in workers if pid != serving[0]]
+        assert _listening_on(standby, srv.grpc_port) == standby  # the standby, not the killed worker started again
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        assert took < 3, took
