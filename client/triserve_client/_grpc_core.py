@@ -53,7 +53,7 @@ class GrpcCore:
     """Configuration, request building, answer reading and the error mapping shared by both gRPC clients."""
 
     def __init__(self, *, api_key: str | None, timeout: float | None, retry: RetryPolicy | None,
-                 metadata: Iterable[tuple[str, str]] | None, wait_for_ready: bool = True):
+                 metadata: Iterable[tuple[str, str]] | None, wait_for_ready: bool = False):
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
         self.retry = retry or RetryPolicy()
@@ -79,10 +79,10 @@ class GrpcCore:
         return time.monotonic() + budget
 
     def waits_for_ready(self, left: float | None) -> bool | None:
-        """gRPC's wait-for-ready for a call with a deadline: sent while the service restarts (its port closed for the
-        seconds a worker takes to start again), the call waits for the port to open within its deadline, as a REST
-        request waits in the listen backlog, instead of failing at once with UNAVAILABLE. Never without a deadline:
-        the call would wait for a service that is gone for good."""
+        """gRPC's wait-for-ready, when the client asks for it, for a call with a deadline: sent while the service's
+        port is closed (its only API worker starting again), the call waits for the port within its deadline, as a
+        REST request waits in the listen backlog, instead of failing at once with UNAVAILABLE. Never without a
+        deadline: the call would wait for a service that is gone for good."""
         return True if self.wait_for_ready and left is not None else None
 
     @staticmethod

@@ -61,13 +61,15 @@ class TriserveGrpcClient:
     """Blocking client of the typed gRPC API (see the module). `target`: host:port of the service's gRPC port
     (grpc.port, 3001 by default); `credentials`: grpc.ssl_channel_credentials(...) for TLS; `channel`: a channel of
     your own (used as is, not closed here); `options`: more channel options; `metadata`: sent with every call;
-    `wait_for_ready`: a call with a deadline made while the service restarts waits for it (within the deadline)
-    instead of failing at once with UNAVAILABLE (GrpcCore.waits_for_ready)."""
+    `wait_for_ready=True`: a call with a deadline made while the service's port is closed (its only API worker
+    starting again) waits for it within the deadline instead of failing at once with UNAVAILABLE; off by default, as
+    in gRPC, because a call that cannot connect for good (a TLS mismatch, a wrong address) then ends as a timeout
+    instead of saying why (GrpcCore.waits_for_ready)."""
 
     def __init__(self, target: str = DEFAULT_TARGET, *, api_key: str | None = None, timeout: float | None = None,
                  retry: RetryPolicy | None = None, metadata: Iterable[tuple[str, str]] | None = None,
                  credentials: Any = None, options: Sequence[tuple[str, Any]] | None = None, channel: Any = None,
-                 wait_for_ready: bool = True):
+                 wait_for_ready: bool = False):
         self.target = target
         self._core = GrpcCore(api_key=api_key, timeout=timeout, retry=retry, metadata=metadata,
                               wait_for_ready=wait_for_ready)
@@ -196,7 +198,7 @@ class AsyncTriserveGrpcClient:
     def __init__(self, target: str = DEFAULT_TARGET, *, api_key: str | None = None, timeout: float | None = None,
                  retry: RetryPolicy | None = None, metadata: Iterable[tuple[str, str]] | None = None,
                  credentials: Any = None, options: Sequence[tuple[str, Any]] | None = None, channel: Any = None,
-                 wait_for_ready: bool = True):
+                 wait_for_ready: bool = False):
         self.target = target
         self._core = GrpcCore(api_key=api_key, timeout=timeout, retry=retry, metadata=metadata,
                               wait_for_ready=wait_for_ready)

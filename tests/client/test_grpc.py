@@ -316,8 +316,8 @@ def test_grpc_without_a_server_is_a_transport_error_after_retries():
         with pytest.raises(TriserveTransportError) as err:
             ts.classify("hi", request_id="grpc-refused")
     assert err.value.attempts == 2 and err.value.request_id == "grpc-refused"
-    # waiting for the service (the default) ends at the call's deadline, as a timeout
-    with TriserveGrpcClient(target, retry=policy, timeout=1.5) as ts:
+    # waiting for the service ends at the call's deadline, as a timeout
+    with TriserveGrpcClient(target, retry=policy, timeout=1.5, wait_for_ready=True) as ts:
         started = time.monotonic()
         with pytest.raises(TriserveTimeoutError) as late:
             ts.classify("hi", request_id="grpc-waited")
@@ -326,8 +326,8 @@ def test_grpc_without_a_server_is_a_transport_error_after_retries():
 
 def test_a_call_made_while_the_service_restarts_waits_for_it():
     """wait_for_ready: the port opens 1.5 s after the call is made (as when the gateway worker serving gRPC is
-    started again), and the call is answered instead of refused with UNAVAILABLE; with wait_for_ready=False the
-    same call fails at once (one attempt: no retry hides the difference)."""
+    started again), and the call is answered instead of refused with UNAVAILABLE; without wait_for_ready (the
+    default) the same call fails at once (one attempt: no retry hides the difference)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import grpc
@@ -343,7 +343,7 @@ def test_a_call_made_while_the_service_restarts_waits_for_it():
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
     triserve_pb2_grpc.add_TriserveServicer_to_server(LateServicer(), server)
     one_attempt = RetryPolicy(attempts=1)
-    with TriserveGrpcClient(target, retry=one_attempt, timeout=20, wait_for_ready=False) as fast:
+    with TriserveGrpcClient(target, retry=one_attempt, timeout=20) as fast:
         with pytest.raises(TriserveTransportError):
             fast.classify("hi")
 
@@ -353,7 +353,7 @@ def test_a_call_made_while_the_service_restarts_waits_for_it():
 
     opener = threading.Timer(1.5, open_port)
     try:
-        with TriserveGrpcClient(target, retry=one_attempt, timeout=20) as ts:
+        with TriserveGrpcClient(target, retry=one_attempt, timeout=20, wait_for_ready=True) as ts:
             opener.start()
             started = time.monotonic()
             answer = ts.classify("hi")
