@@ -33,7 +33,8 @@ TRANSPORTS = ("rest", "grpc", "oip_rest", "oip_grpc")
 # and as REST requests wait in the listen backlog the arbiter keeps open) instead of failing at once with
 # UNAVAILABLE while the worker that serves gRPC starts again; a call already sent when it died still fails.
 WAIT_FOR_READY = [("grpc.service_config", json.dumps({"methodConfig": [{"name": [{}], "waitForReady": True}]}))]
-TRITON_CHANNEL_ARGS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+TRITON_CHANNEL_ARGS = [("grpc.max_send_message_length", tgrpc.MAX_GRPC_MESSAGE_SIZE),  # tritonclient's own limits
+                       ("grpc.max_receive_message_length", tgrpc.MAX_GRPC_MESSAGE_SIZE)]
 SERIES = [round(340 + 0.1 * i + 3 * np.sin(i * np.pi / 6), 3) for i in range(48)]
 STAMPS = [f"{2000 + i // 12}-{i % 12 + 1:02d}-01T00:00:00" for i in range(len(SERIES))]
 # family -> (REST path, typed gRPC method, its request message); the image families share one body

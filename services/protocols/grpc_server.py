@@ -146,11 +146,8 @@ class GrpcServer:
             await asyncio.sleep(self.cfg.health_interval_s)
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        await _cancel(self._watcher)
+        self._watcher = None
         if self.server is not None:
             self.stopping = True
             await self.health.enter_graceful_shutdown()
@@ -171,10 +168,6 @@ class GrpcClaim:
         self.name = f"\0triserve-grpc-{arbiter_pid}-{port}"
         self._sock: socket.socket | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._sock is not None
-
     def try_take(self) -> bool:
         if self._sock is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -192,6 +185,14 @@ class GrpcClaim:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+async def _cancel(task: asyncio.Task | None) -> None:
+    """Cancel a background task of this module (the health watcher, the standby's wait) and wait for it to end."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def serves_grpc(cfg: GrpcSettings, worker_index: int | None) -> bool:
@@ -248,11 +249,8 @@ class GrpcStandby:
             pass  # logged, and the server is stopping (_start_or_stop_all)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await _cancel(self._task)
+        self._task = None
         if self.server is not None:
             await self.server.stop()
             self.server = None
