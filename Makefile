@@ -48,15 +48,23 @@ export BENTOML_HOME ?= $(CURDIR)/.cache/bentoml
 
 $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	test -x $(PY) || $(if $(SYSTEM_PYTHON),$(SYSTEM_PYTHON),$(error no python3 to create $(VENV) with: set SYSTEM_PYTHON=/path/to/python3.11)) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q --retries 10 --upgrade pip
 	$(PIP) uninstall -q -y $(ORT_OTHER)
 	# every third-party package at its locked version (torch==2.14.1 included: never an unpinned CUDA download),
 	# then the project and the API client (triserve-client: scripts/drills and the tests use it) on top, editable.
 	# uv installs the lock (51 s against pip's 3m52s for the same 248 packages, identical `pip freeze`: docs/development.md);
 	# it takes pip's configured find-links (where torch lies on this machine; uv reads no pip configuration);
 	# pip installs uv and stays the fallback.
-	$(PIP) install -q $$($(GREP) -E '^uv==' $(LOCK) | $(AWK) '{print $$1}')
-	UV_FIND_LINKS=$$($(PIP) config get global.find-links 2>/dev/null | $(TR) -s ' \n' ',') $(VENV)/bin/uv pip install -q --python $(PY) --system-certs -r $(LOCK) || $(PIP) install -q -r $(LOCK)
+	# The lock is ~4 GB from PyPI (torch's CUDA wheels come with it); a broken connection must not fail the install:
+	# uv is tried 3 times (10 HTTP retries each; its cache keeps what each try finished), then pip with resumed downloads.
+	# (A fresh-clone CI run failed once on a download cut at 10.5 of 46.6 MB after pip's 6 default resume attempts.)
+	$(PIP) install -q --retries 10 $$($(GREP) -E '^uv==' $(LOCK) | $(AWK) '{print $$1}')
+	export UV_FIND_LINKS=$$($(PIP) config get global.find-links 2>/dev/null | $(TR) -s ' \n' ',') UV_HTTP_RETRIES=10; \
+	for try in 1 2 3; do \
+	  $(VENV)/bin/uv pip install -q --python $(PY) --system-certs -r $(LOCK) && exit 0; \
+	  echo "uv could not install $(LOCK) (try $$try of 3)" >&2; sleep 10; \
+	done; \
+	$(PIP) install -q --retries 10 --resume-retries 50 -r $(LOCK)
 	$(PIP) install -q --no-deps -e . -e ./client
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
