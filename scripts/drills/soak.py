@@ -49,6 +49,7 @@ from scripts.drills.soak_faults import Mode, RedisServer, RegistryHttp
 from scripts.drills.soak_plan import (
     KNEE_FRACTION,
     QUIET_S,
+    STEPS,
     Event,
     SoakRow,
     burst_factor,
@@ -464,6 +465,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--knee", type=Path, default=ROOT / "docs" / "bench" / "knee.json")
     ap.add_argument("--env", default="", help="comma list of VAR=VALUE for the server")
     ap.add_argument("--max-requests", type=int, default=200_000, help="per deployment")
+    ap.add_argument("--steps", type=lambda v: [s for s in v.split(",") if s], default=list(STEPS),
+                    help="comma list: only these changes and faults (default: all, in their order)")
     return ap.parse_args(argv)
 
 
@@ -473,7 +476,7 @@ def main(argv: list[str] | None = None) -> dict:
         drill_main(NAME, args, start_phase)
         return {}
     seconds = args.minutes * 60
-    events = schedule(args.minutes)
+    events = schedule(args.minutes, steps=args.steps)
     extra = extra_env(args)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     log = log_path(args, NAME)  # outside the work dir: kept when the server fails

@@ -48,16 +48,27 @@ class Event:
         return self.name in FAULTS
 
 
-def schedule(minutes: float, warmup_s: float = 10.0) -> list[Event]:
-    """Every step of STEPS once, in order from `warmup_s` to the start of the quiet tail, each followed by room in
-    proportion to its weight (WEIGHTS, else 1); the burst lasts a third of a step (at least 5 s)."""
+# a step that undoes or continues another needs it earlier in the run
+NEEDS = {"promote": "canary", "rollback": "promote", "shadow_off": "shadow_on", "redis_start": "redis_stop",
+         "hot_remove": "hot_add"}
+
+
+def schedule(minutes: float, warmup_s: float = 10.0, steps: Sequence[str] = STEPS) -> list[Event]:
+    """Every step of `steps` (all of STEPS unless a subset is asked for: `--steps burst` isolates one fault) once, in
+    STEPS' order from `warmup_s` to the start of the quiet tail, each followed by room in proportion to its weight
+    (WEIGHTS, else 1); the burst lasts a third of a step (at least 5 s)."""
+    unknown = sorted(set(steps) - set(STEPS))
+    missing = sorted(f"{s} needs {NEEDS[s]}" for s in steps if s in NEEDS and NEEDS[s] not in steps)
+    if unknown or missing:
+        raise ValueError(f"unknown steps {unknown} (known: {', '.join(STEPS)})" if unknown else "; ".join(missing))
+    steps = [name for name in STEPS if name in steps]
     total = minutes * 60
     span = total * (1 - QUIET_TAIL) - warmup_s
     if span <= 0:
         raise ValueError(f"a {minutes}-minute soak leaves no time for its schedule")
-    step = span / sum(WEIGHTS.get(name, 1.0) for name in STEPS)
+    step = span / sum(WEIGHTS.get(name, 1.0) for name in steps)
     events, at = [], warmup_s
-    for name in STEPS:
+    for name in steps:
         events.append(Event(name, round(at, 2), round(max(5.0, step / 3), 2) if name == "burst" else 0.0))
         at += step * WEIGHTS.get(name, 1.0)
     return events

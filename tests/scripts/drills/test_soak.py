@@ -62,6 +62,23 @@ def test_a_run_too_short_for_its_schedule_is_refused():
         schedule(0.1)
 
 
+def test_a_subset_of_steps_keeps_their_order_and_the_whole_span():
+    events = schedule(4, steps=["burst", "runner_kill"])
+    assert [e.name for e in events] == ["runner_kill", "burst"]  # STEPS' order, whatever order was asked
+    step = (4 * 60 * (1 - QUIET_TAIL) - 10) / (WEIGHTS["runner_kill"] + 1)  # the span shared by the two steps
+    assert events[0].at_s == 10 and events[1].at_s == pytest.approx(10 + WEIGHTS["runner_kill"] * step, abs=0.01)
+    assert events[1].duration_s == pytest.approx(step / 3, abs=0.01)
+    lone = schedule(4, steps=["burst"])
+    assert [(e.name, e.at_s) for e in lone] == [("burst", 10.0)]
+    assert lone[0].duration_s == pytest.approx((4 * 60 * (1 - QUIET_TAIL) - 10) / 3, abs=0.01)
+
+
+@pytest.mark.parametrize("steps, message", [(["promote"], "promote needs canary"), (["bogus"], "unknown steps")])
+def test_a_subset_that_cannot_run_is_refused(steps, message):
+    with pytest.raises(ValueError, match=message):
+        schedule(4, steps=steps)
+
+
 def test_burst_triples_the_rate_only_while_it_lasts():
     events = [Event("canary", 5), Event("burst", 10, 5)]
     assert [burst_factor(events, t) for t in (9.9, 10, 14.9, 15)] == [1.0, 3.0, 3.0, 1.0]
