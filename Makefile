@@ -55,16 +55,11 @@ $(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	# uv installs the lock (51 s against pip's 3m52s for the same 248 packages, identical `pip freeze`: docs/development.md);
 	# it takes pip's configured find-links (where torch lies on this machine; uv reads no pip configuration);
 	# pip installs uv and stays the fallback.
-	# The lock is ~4 GB from PyPI (torch's CUDA wheels come with it); a broken connection must not fail the install:
-	# uv is tried 3 times (10 HTTP retries each; its cache keeps what each try finished), then pip with resumed downloads.
-	# (A fresh-clone CI run failed once on a download cut at 10.5 of 46.6 MB after pip's 6 default resume attempts.)
+	# The lock is ~4 GB from PyPI (torch's CUDA wheels come with it): a broken connection must not fail the install.
+	# uv retries each request 10 times (UV_HTTP_RETRIES; default 3), pip 10 times and resumes a cut download 50 times
+	# (a fresh-clone CI run failed on nvidia_nvjitlink cut at 10.5 of 46.6 MB after pip's default 5 resumes).
 	$(PIP) install -q --retries 10 $$($(GREP) -E '^uv==' $(LOCK) | $(AWK) '{print $$1}')
-	export UV_FIND_LINKS=$$($(PIP) config get global.find-links 2>/dev/null | $(TR) -s ' \n' ',') UV_HTTP_RETRIES=10; \
-	for try in 1 2 3; do \
-	  $(VENV)/bin/uv pip install -q --python $(PY) --system-certs -r $(LOCK) && exit 0; \
-	  echo "uv could not install $(LOCK) (try $$try of 3)" >&2; sleep 10; \
-	done; \
-	$(PIP) install -q --retries 10 --resume-retries 50 -r $(LOCK)
+	UV_FIND_LINKS=$$($(PIP) config get global.find-links 2>/dev/null | $(TR) -s ' \n' ',') UV_HTTP_RETRIES=10 $(VENV)/bin/uv pip install -q --python $(PY) --system-certs -r $(LOCK) || $(PIP) install -q --retries 10 --resume-retries 50 -r $(LOCK)
 	$(PIP) install -q --no-deps -e . -e ./client
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
