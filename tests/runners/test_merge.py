@@ -1,5 +1,6 @@
 """runners/merge.CallMerger: calls that wait while a computation runs are computed together, per slot; results go
-back to their callers in order; one slot's failure stays with its callers; a caller that left is skipped."""
+back to their callers in order; one slot's failure stays with its callers; a caller that left is skipped; the next
+slot to compute is the one with the highest response ratio (short computations first, long waits aged)."""
 from __future__ import annotations
 
 import asyncio
@@ -46,7 +47,8 @@ def test_waiting_calls_of_a_slot_become_one_computation_and_answers_go_back_in_o
         return compute.calls, results
 
     calls, results = asyncio.run(main())
-    assert [len(c) for c in calls] == [1, 6, 1]  # a alone, then the three waiting a-calls together, then b
+    # a alone, then b (never computed: no cost known, so it goes first), then the three waiting a-calls together
+    assert [len(c) for c in calls] == [1, 1, 6]
     assert results[1] == [{"y": 20}, {"y": 22}] and results[3] == [{"y": 60}, {"y": 62}] and results[4] == [{"y": 14}]
 
 
@@ -137,3 +139,37 @@ def test_gathering_never_passes_an_items_deadline():
 
     waited_s, calls = asyncio.run(main())
     assert calls == [[0]] and waited_s < 0.2  # would have waited up to 1 s (3 more callers active) without it
+
+
+def _order_after_first(costs: dict[str, float], submit_order: list[str], blocked_s: float,
+                       late: str | None = None) -> list[str]:
+    """Slots in the order they computed after a first blocked computation, with `costs` as their mean computation
+    seconds; the calls of `submit_order` arrive while it is blocked, `late` just before it is released."""
+    async def main():
+        compute = SlowCompute()
+        merger = CallMerger(compute)
+        for slot, cost in costs.items():
+            merger.pace(slot).compute_s = cost
+        first = asyncio.create_task(merger.submit(_items("first", 0)))
+        await asyncio.sleep(0.02)
+        tasks = [asyncio.create_task(merger.submit(_items(slot, 1))) for slot in submit_order]
+        await asyncio.sleep(blocked_s)
+        if late:
+            tasks.append(asyncio.create_task(merger.submit(_items(late, 1))))
+            await asyncio.sleep(0.01)
+        compute.release.set()
+        await asyncio.gather(first, *tasks)
+        return [c[0]["slot"] for c in compute.calls[1:]]
+
+    return asyncio.run(main())
+
+
+def test_a_short_computation_goes_before_long_ones_that_arrived_first():
+    # text (10 ms) arrived after two image slots (1 s each): first-come order would make it wait ~2 s
+    assert _order_after_first({"det": 1.0, "pose": 1.0, "text": 0.01}, ["det", "pose", "text"], 0.05) \
+        == ["text", "det", "pose"]
+
+
+def test_a_long_computation_that_waited_goes_before_a_short_one_that_just_came():
+    # det waited ~0.5 s for a 20 ms computation (ratio ~26); text came 10 ms before the release (ratio ~2)
+    assert _order_after_first({"det": 0.02, "text": 0.01}, ["det"], 0.5, late="text") == ["det", "text"]
