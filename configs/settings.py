@@ -126,9 +126,12 @@ class RunnerSettings(_Section):
                                 "padded tokens decides the split (runners/ragged.length_buckets; 0 = one call per "
                                 "distinct length; large = one padded call).")
     spin_wait: bool = Field(
-        True, description="ONNX Runtime intra-op threads spin briefly after each op instead of sleeping: lower "
-                          "latency on dedicated cores, but the spinning takes CPU from the API workers when they "
-                          "share cores (docs/bench/tuning.md measures both).")
+        False, description="ONNX Runtime intra-op threads spin briefly after each op instead of sleeping. On for a "
+                           "runner with one model on dedicated cores: ~10% more text throughput alone "
+                           "(docs/bench/tuning.md). Off by default: with compute_lanes=2 two computations share the "
+                           "cores, and their spinning threads took each other's CPU (image p99 in a mixed soak "
+                           "0.6-1.4 s with spinning, 0.25-0.7 s without; docs/bench/runner_order.md), and it takes "
+                           "CPU from API workers that share the cores.")
     warmup_runs: int = Field(
         1, ge=0, le=100, description="Runs per representative shape before ready. One: on CPU a shape's first run "
                                      "costs what its later runs do (docs/performance.md, 'Restart'), so a second run "
@@ -168,6 +171,16 @@ class RunnerSettings(_Section):
                     "sent calls of the slot in the last second and the slot is busy; at most half the slot's recent "
                     "computation time, never past an item's deadline; one caller or a quiet slot never waits. "
                     "0: never gather.")
+    compute_lanes: int = Field(
+        2, ge=1, le=2,
+        description="runner.batching=gateway: computations that may run at once in a runner worker "
+                    "(runners/merge.py). 2: slots whose items cost at most short_item_ms compute in a lane of their "
+                    "own, so a text call never waits for an image batch to finish (docs/bench/runner_order.md). "
+                    "1: one computation at a time.")
+    short_item_ms: float = Field(
+        10.0, gt=0, le=1000,
+        description="compute_lanes=2: a slot whose computations cost at most this per item (measured) computes in "
+                    "the short lane.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
     respawn_check_s: float = Field(
         1.0, gt=0, le=10, description="How often the server's arbiter looks for dead workers to start again "

@@ -45,11 +45,16 @@ class SlotPace:
 
     calls: float = 1.0
     compute_s: float = 0.0
+    item_s: float = 0.0  # least seconds per item of its computations so far (0: never computed): its lane
     ended: float = float("-inf")  # monotonic end of the last computation
 
-    def observe(self, calls: int, seconds: float) -> None:
+    def observe(self, calls: int, seconds: float, items: int = 1) -> None:
         self.calls += SMOOTHING * (calls - self.calls)
         self.compute_s = seconds if self.compute_s == 0 else self.compute_s + SMOOTHING * (seconds - self.compute_s)
+        # the least, not the mean: contention (the other lane computing) inflates a computation, and a mean let a
+        # text slot (1.8-12 ms per item) swing between the lanes with it
+        per_item = seconds / max(items, 1)
+        self.item_s = per_item if self.item_s == 0 else min(self.item_s, per_item)
         self.ended = time.monotonic()
 
     def busy(self) -> bool:
@@ -59,22 +64,31 @@ class SlotPace:
 
 class CallMerger:
     """`await merger.submit(items)` -> one result per item, computed together with the calls of the same slot that
-    were waiting at the same time. Computations run one at a time on one thread (ONNX Runtime releases the GIL;
-    the event loop keeps accepting calls meanwhile)."""
+    were waiting at the same time. Computations run one at a time per lane, each lane on its own thread (ONNX
+    Runtime releases the GIL; the event loop keeps accepting calls meanwhile). With `lanes=2`, slots whose items
+    cost at most `short_item_s` each (or not measured yet) compute in lane 0, the others in lane 1: a short
+    computation then never waits for a long one to finish, and at most two computations share the cores."""
 
-    def __init__(self, compute: Compute, max_gather_s: float = 0.0, gather_share: float = 0.5):
+    def __init__(self, compute: Compute, max_gather_s: float = 0.0, gather_share: float = 0.5, lanes: int = 1,
+                 short_item_s: float = 0.01):
         self._compute = compute
         self._max_gather_s = max_gather_s
         self._gather_share = gather_share
+        self._lanes = max(1, min(lanes, 2))
+        self._short_item_s = short_item_s
         self._pending: list[tuple[list[dict], asyncio.Future]] = []
         self._arrivals: dict[int, float] = {}  # id(future) -> when its call arrived (monotonic): the wait HRRN ages
-        self._draining: asyncio.Task | None = None
+        self._draining: dict[int, asyncio.Task] = {}  # lane -> its drain task
+        self._computing: set[str] = set()  # slots in a computation now: never two at once of one slot
         self._arrived: asyncio.Event | None = None
         self._pace: dict[str, SlotPace] = {}
         self._callers: dict[str, dict[str, float]] = {}  # slot -> caller -> when its last call came (monotonic)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="triserve-compute")
+        self._executors = [ThreadPoolExecutor(1, thread_name_prefix=f"triserve-compute-{lane}")
+                           for lane in range(self._lanes)]
 
     async def submit(self, items: list[dict]) -> list[dict]:
+        if not items:
+            return []
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._pending.append((items, future))
@@ -83,21 +97,36 @@ class CallMerger:
             self._callers.setdefault(str(items[0].get("slot")), {})[items[0]["caller"]] = time.monotonic()
         if self._arrived is not None:
             self._arrived.set()
-        if self._draining is None or self._draining.done():
-            self._draining = loop.create_task(self._drain())
+        self._kick()
         return await future
+
+    def _kick(self) -> None:
+        """A drain task for every lane that has a call to compute and none running (a slot changes lanes as its
+        measured cost does, so a computation's end may hand waiting calls to the other lane)."""
+        loop = asyncio.get_running_loop()
+        for lane in range(self._lanes):
+            task = self._draining.get(lane)
+            if (task is None or task.done()) and self._next_slot(lane) is not None:
+                self._draining[lane] = loop.create_task(self._drain(lane))
 
     def pace(self, slot: str) -> SlotPace:
         return self._pace.setdefault(slot, SlotPace())
 
-    def _next_slot(self) -> str | None:
-        """The slot to compute next: highest response ratio (wait of its oldest call + its mean computation) / its
-        mean computation; a slot never computed yet (mean 0) goes first. None: no live call waits."""
+    def lane(self, slot: str) -> int:
+        """0: short items (or not measured yet), 1: long ones (one lane: always 0)."""
+        return int(self._lanes > 1 and self.pace(slot).item_s > self._short_item_s)
+
+    def _next_slot(self, lane: int = 0) -> str | None:
+        """The slot of `lane` to compute next: highest response ratio (wait of its oldest call + its mean
+        computation) / its mean computation; a slot never computed yet (mean 0) goes first. None: no live call of
+        the lane waits (a slot in a computation is not chosen again until it ends)."""
         now = time.monotonic()
         oldest: dict[str, float] = {}
         for items, future in self._pending:
             if items and not future.done():
                 slot = str(items[0].get("slot"))
+                if slot in self._computing or self.lane(slot) != lane:
+                    continue
                 oldest[slot] = min(oldest.get(slot, now), self._arrivals.get(id(future), now))
 
         def ratio(slot: str) -> float:
@@ -164,31 +193,31 @@ class CallMerger:
                 break
         GATHER_SECONDS.labels(slot).observe(time.monotonic() - started)
 
-    async def _drain(self) -> None:
+    async def _drain(self, lane: int) -> None:
         loop = asyncio.get_running_loop()
-        while self._pending:
-            slot = self._next_slot()
-            if slot is None:  # only calls nobody waits for any more: not computed for
-                self._take(None)
-                continue
+        while (slot := self._next_slot(lane)) is not None:
             await self._gather(slot)
             group = self._take(slot)
             if not group:
                 continue
             merged = [item for items, _ in group for item in items]
             MERGED_CALLS.labels(slot).observe(len(group))
+            self._computing.add(slot)
             started = time.monotonic()
             try:
-                results = await loop.run_in_executor(self._executor, self._compute, merged)
+                results = await loop.run_in_executor(self._executors[lane], self._compute, merged)
             except Exception as exc:  # noqa: BLE001 - handed to this slot's callers, as one call would have
                 for _, future in group:
                     if not future.done():
                         future.set_exception(exc)
                 continue
             finally:
-                self.pace(slot).observe(len(group), time.monotonic() - started)
+                self._computing.discard(slot)
+                self.pace(slot).observe(len(group), time.monotonic() - started, len(merged))
+                self._kick()
             start = 0
             for items, future in group:
                 if not future.done():
                     future.set_result(results[start: start + len(items)])
                 start += len(items)
+        self._take(None)  # calls nobody waits for any more are not computed for

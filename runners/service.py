@@ -133,7 +133,9 @@ class ModelRunner:
             """Every model call: items name their slot. Calls of the same slot from other API workers or gateway
             instances that wait while a computation runs are computed together (runners/merge.py)."""
             if self._merger is None:  # made in the serving event loop
-                self._merger = CallMerger(self._serve, max_gather_s=settings.runner.merge_gather_ms / 1000)
+                self._merger = CallMerger(self._serve, max_gather_s=settings.runner.merge_gather_ms / 1000,
+                                          lanes=settings.runner.compute_lanes,
+                                          short_item_s=settings.runner.short_item_ms / 1000)
             return _answer(await self._merger.submit(items), ctx)
 
     @bentoml.api

@@ -24,7 +24,10 @@ The rule, per slot and API worker (no shared state; O(1) per request, a few attr
   - admission also checks the deadline against the measured call times (`predicted_answer_s`: the rest of the call in
     flight + its own call), which see what the compute-time fit cannot (the hop, the runner serving other slots): a
     request that would be answered late is refused now (deadline_unattainable) instead of timing out (504), which
-    would also count against the slot's circuit breaker;
+    would also count against the slot's circuit breaker. A call is predicted to take as long as the longest of the
+    last CALL_WINDOW calls, not their average: under mixed load a slot's call time swings with what the runner
+    computes before it (runners/merge.py), and the average admitted segmentation requests that then timed out
+    (9 x 504 in a 3x burst of the soak drill, docs/bench/runner_order.md);
   - `shedding(task)`: when every slot of a task is full under control (a typical request would not fit), the
     request middleware may refuse that task's requests before reading their body. A refusal after parsing and
     preprocessing costs an API worker ~1 ms of CPU (an answer ~3 ms); at 3x capacity those refusals alone take most
@@ -43,7 +46,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
+
+CALL_WINDOW = 8  # the calls whose longest wall time predicts the next one
 
 
 @dataclass
@@ -62,6 +68,7 @@ class StandingQueue:
     front_door: bool = True  # may `full` say so (admission.queue_front_door, passed at each check)
     call_s: float = 0.0  # moving average of the slot's runner calls, wall clock (hop, runner queue, other slots' calls)
     starts: list[float] = field(default_factory=list)  # start times of the calls in flight
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=CALL_WINDOW))  # wall times of the last calls
 
     def departed(self, now: float, left_behind: int) -> None:
         """A call left; `left_behind` items stayed queued (they wait for at least one more call)."""
@@ -79,15 +86,18 @@ class StandingQueue:
         self.starts.remove(started)
         seconds = now - started
         self.call_s = seconds if self.call_s <= 0 else self.call_s + 0.3 * (seconds - self.call_s)
+        self.recent.append(seconds)
 
     def predicted_answer_s(self, now: float, items: int) -> float:
-        """Seconds until a request of `items` items joining now is answered, from measured call times: the rest of
-        the call in flight, one call per full round queued ahead of it, and its own call (0 before any call)."""
-        if self.call_s <= 0 or self.round_items <= 0:
+        """Seconds until a request of `items` items joining now is answered, from measured call times (each the
+        longest of the last CALL_WINDOW): the rest of the call in flight, one call per full round queued ahead of
+        it, and its own call (0 before any call)."""
+        if not self.recent or self.round_items <= 0:
             return 0.0
-        rest = max(0.0, min(self.starts) + self.call_s - now) if self.starts else 0.0
+        call = max(self.recent)
+        rest = max(0.0, min(self.starts) + call - now) if self.starts else 0.0
         ahead = max(0, self.waiting + items - 1) // self.round_items
-        return rest + (ahead + 1) * self.call_s
+        return rest + (ahead + 1) * call
 
     def controlled(self, now: float, interval_s: float) -> bool:
         """Is control on? Switches on when the queue has stood for `interval_s`."""

@@ -173,3 +173,51 @@ def test_a_short_computation_goes_before_long_ones_that_arrived_first():
 def test_a_long_computation_that_waited_goes_before_a_short_one_that_just_came():
     # det waited ~0.5 s for a 20 ms computation (ratio ~26); text came 10 ms before the release (ratio ~2)
     assert _order_after_first({"det": 0.02, "text": 0.01}, ["det"], 0.5, late="text") == ["det", "text"]
+
+
+class GatedBySlot:
+    """Doubles every item; computations of `gated` block until released. Records (slot, thread name) per call."""
+
+    def __init__(self, gated: str):
+        self.gated, self.release, self.calls = gated, threading.Event(), []
+
+    def __call__(self, items: list[dict]) -> list[dict]:
+        self.calls.append((items[0]["slot"], threading.current_thread().name))
+        if items[0]["slot"] == self.gated:
+            self.release.wait(5)
+        return [{"y": it["x"] * 2} for it in items]
+
+
+def test_with_two_lanes_a_short_slot_computes_while_a_long_one_is_busy():
+    async def main(lanes: int):
+        compute = GatedBySlot("det")
+        merger = CallMerger(compute, lanes=lanes, short_item_s=0.01)
+        merger.pace("det").item_s, merger.pace("text").item_s = 0.09, 0.002  # measured per item
+        det = asyncio.create_task(merger.submit(_items("det", 1)))
+        await asyncio.sleep(0.02)
+        text = asyncio.create_task(merger.submit(_items("text", 2)))
+        done, _ = await asyncio.wait({text}, timeout=0.5)
+        answered_while_det_computes = text in done
+        compute.release.set()
+        await asyncio.gather(det, text)
+        return answered_while_det_computes, compute.calls
+
+    answered, calls = asyncio.run(main(lanes=2))
+    assert answered and calls == [("det", "triserve-compute-1_0"), ("text", "triserve-compute-0_0")]
+    answered, calls = asyncio.run(main(lanes=1))  # one lane: text waits for det's computation to end
+    assert not answered and [slot for slot, _ in calls] == ["det", "text"]
+
+
+def test_a_slot_takes_the_lane_its_measured_cost_per_item_gives():
+    merger = CallMerger(SlowCompute(), lanes=2, short_item_s=0.01)
+    assert merger.lane("new") == 0  # not measured yet: short until its first computation says otherwise
+    merger.pace("text").observe(1, 0.03, items=8)  # 3.75 ms per item
+    merger.pace("det").observe(1, 0.4, items=4)  # 100 ms per item
+    assert (merger.lane("text"), merger.lane("det")) == (0, 1)
+    merger.pace("text").observe(1, 0.06, items=2)  # 30 ms per item: slowed by the other lane, not its own cost
+    assert merger.lane("text") == 0 and merger.pace("text").item_s == pytest.approx(0.03 / 8)
+    assert CallMerger(SlowCompute(), lanes=1).lane("det") == 0
+
+
+def test_an_empty_call_is_answered_at_once():
+    assert asyncio.run(CallMerger(SlowCompute(), lanes=2).submit([])) == []

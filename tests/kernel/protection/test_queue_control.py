@@ -11,7 +11,7 @@ from triserve.kernel.errors import ApiError
 from triserve.kernel.protection import queue_control
 from triserve.kernel.protection.admission import AdmissionControl
 from triserve.kernel.protection.deadlines import Deadline
-from triserve.kernel.protection.queue_control import StandingQueue
+from triserve.kernel.protection.queue_control import CALL_WINDOW, StandingQueue
 from triserve.kernel.runner_call.batcher import SlotBatcher, approaching
 
 INTERVAL = 0.1
@@ -220,6 +220,23 @@ def test_the_deadline_check_also_uses_measured_call_times():
     assert e.value.code == "deadline_unattainable" and e.value.details["estimated_wait_ms"] == 600
     off, _ = _admission(queue, queue_control=False)
     off.admit("text", 1, Deadline.from_budget(500))  # without queue control: the compute fit only, as before
+
+
+def test_a_call_is_predicted_to_take_as_long_as_the_longest_of_the_last_ones():
+    queue = _queue(8)
+    ac, clock = _admission(queue)
+    for seconds in (0.2, 0.2, 0.9, 0.2, 0.2):  # one call waited behind another slot's computation at the runner
+        queue.call_began(clock.now)
+        queue.call_ended(clock.now, clock.now + seconds)
+    clock.now += 1.0
+    assert queue.predicted_answer_s(clock.now, 1) == pytest.approx(0.9)  # the average (~0.4) would admit below
+    with pytest.raises(ApiError) as e:
+        ac.admit("text", 1, Deadline.from_budget(800))
+    assert e.value.code == "deadline_unattainable" and e.value.details["estimated_wait_ms"] == 900
+    for _ in range(CALL_WINDOW):  # the slow call leaves the window: short calls predict short calls again
+        queue.call_began(clock.now)
+        queue.call_ended(clock.now, clock.now + 0.2)
+    ac.admit("text", 1, Deadline.from_budget(800))
 
 
 # -- the batcher feeding it ----------------------------------------------------------------------------------------
