@@ -1,6 +1,7 @@
 """The latency knee per task: ramp an open-loop arrival rate until p99 breaks the SLO, then limit at 80% of it.
 
     python -m scripts.bench.knee                       # text, detection, forecast; ~10 min; docs/bench/knee.*
+    python -m scripts.bench.knee --tasks pose,classification,segmentation --out docs/bench/knee_images
     python -m scripts.bench.knee --tasks text --rounds 1 --step-seconds 5 --out /tmp/knee   # quick look
     python -m scripts.bench.knee --write-config   # also writes the limits and the autoscaling targets (below)
 
@@ -42,18 +43,24 @@ from scripts.bench.textmix import ROOT
 from scripts.bench.textmix import texts as mix_texts
 from triserve.configs.deployments import load_repository
 
-SLO_MS = {"text": 100.0, "detection": 300.0, "forecast": 100.0}  # p99 per request, what a client would be promised
-PATHS = {"text": "/v1/classify", "detection": "/v1/detect", "forecast": "/v1/forecast"}
+# p99 per request, what a client would be promised: ~3x each family's lone request on one core of this host
+# (segmentation's mask head makes a lone image ~0.3-0.6 s)
+SLO_MS = {"text": 100.0, "detection": 300.0, "forecast": 100.0, "pose": 300.0, "classification": 300.0,
+          "segmentation": 1000.0}
+PATHS = {"text": "/v1/classify", "detection": "/v1/detect", "forecast": "/v1/forecast", "pose": "/v1/pose",
+         "classification": "/v1/classify-image", "segmentation": "/v1/segment"}
 LIMIT_SHARE = 0.8
 CONFIG = ROOT / "configs" / "serving.yaml"
 
 
 def task_requests(task: str, base: str) -> list[tuple[str, bytes]]:
-    """The request mix per task: the text mix of the text benchmark (one text each), load_mix's images and series."""
+    """The request mix per task: the text mix of the text benchmark (one text each), load_mix's images and series
+    (the image families other than detection get detection's images, one per request)."""
     if task == "text":
         texts, _ = mix_texts(256)
         return [(base + PATHS[task], json.dumps({"texts": [t], "top_k": 3}).encode()) for t in texts]
-    return [(base + path, json.dumps(body).encode()) for path, body in payloads() if path == PATHS[task]]
+    path = "/v1/detect" if task in ("pose", "classification", "segmentation") else PATHS[task]
+    return [(base + PATHS[task], json.dumps(body).encode()) for p, body in payloads() if p == path]
 
 
 def held(cell: dict, slo_ms: float) -> bool:
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-step-requests", type=int, default=120,
                     help="a step lasts at least this many arrivals (longer than --step-seconds at low rates)")
     ap.add_argument("--factor", type=float, default=1.25)
-    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=10",
+    ap.add_argument("--start-rate", default="text=20,detection=5,forecast=10,pose=5,classification=5,segmentation=1",
                     help="task=rate list: the first step of each ramp")
     ap.add_argument("--max-rate", type=float, default=2000)
     ap.add_argument("--server-cpu", type=int, default=0)

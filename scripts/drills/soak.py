@@ -462,7 +462,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--load", type=float, default=KNEE_FRACTION,
                     help="the share of the host's knee the whole mix asks for (default %(default)s)")
     ap.add_argument("--models-file", type=Path, default=None, help="TRISERVE_MODELS_FILE for the server")
-    ap.add_argument("--knee", type=Path, default=ROOT / "docs" / "bench" / "knee.json")
+    ap.add_argument("--knee", type=Path, nargs="+",
+                    default=[ROOT / "docs" / "bench" / "knee.json", ROOT / "docs" / "bench" / "knee_images.json"],
+                    help="scripts/bench/knee.py reports: each family's knee")
     ap.add_argument("--env", default="", help="comma list of VAR=VALUE for the server")
     ap.add_argument("--max-requests", type=int, default=200_000, help="per deployment")
     ap.add_argument("--steps", type=lambda v: [s for s in v.split(",") if s], default=list(STEPS),
@@ -487,8 +489,8 @@ def main(argv: list[str] | None = None) -> dict:
             srv.wait_ready(timeout=300)
             soak = Soak(srv, reg, events, seconds, redis, registry)
             deployments, ctx = build_context(soak, reg)
-            rate = rates(deployments, knees(args.knee), args.rate, load=args.load)
-            by_knee = rates(deployments, knees(args.knee), None, load=args.load)
+            rate = rates(deployments, knees(*args.knee), args.rate, load=args.load)
+            by_knee = rates(deployments, knees(*args.knee), None, load=args.load)
             t = time.monotonic()
             loops = asyncio.run(soak.run(deployments, rate, ctx, args.max_requests))
             elapsed = time.monotonic() - t

@@ -79,13 +79,18 @@ def burst_factor(events: Sequence[Event], t: float) -> float:
     return BURST_FACTOR if any(e.name == "burst" and e.at_s <= t < e.at_s + e.duration_s for e in events) else 1.0
 
 
-def knees(path: Path) -> dict[str, float]:
-    """family -> knee (req/s) from docs/bench/knee.json (measured per family on the default models)."""
-    try:
-        tasks = json.loads(path.read_text()).get("tasks", {})
-    except (OSError, ValueError):
-        return {}
-    return {fam: float(t["knee_rps"]) for fam, t in tasks.items() if t.get("knee_rps")}
+def knees(*paths: Path) -> dict[str, float]:
+    """family -> knee (req/s) from scripts/bench/knee.py's reports (docs/bench/knee.json: text, detection,
+    forecast; knee_images.json: the other image families), measured per family on the default models; a later file
+    wins for a family both measured; a missing or unreadable file adds nothing."""
+    out: dict[str, float] = {}
+    for path in paths:
+        try:
+            tasks = json.loads(path.read_text()).get("tasks", {})
+        except (OSError, ValueError):
+            continue
+        out.update({fam: float(t["knee_rps"]) for fam, t in tasks.items() if t.get("knee_rps")})
+    return out
 
 
 def rates(deployments: dict[str, str], knee: dict[str, float], fixed: float | None,
@@ -103,7 +108,7 @@ def rates(deployments: dict[str, str], knee: dict[str, float], fixed: float | No
             proxy = "" if measured == family else f" ({measured}'s: none measured for {family})"
             out[name] = {"rate": round(share * knee[measured], 2),
                          "source": f"{load:g} x knee {knee[measured]:g} req/s{proxy} / {len(deployments)} "
-                                   "deployments (docs/bench/knee.json)"}
+                                   "deployments (docs/bench/knee*.json)"}
         else:
             out[name] = {"rate": default, "source": f"default {default:g} req/s (no knee measured)"}
     return out

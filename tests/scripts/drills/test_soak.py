@@ -99,6 +99,8 @@ def test_rates_come_from_the_option_the_knee_or_the_default():
 def test_knees_are_read_from_the_committed_measurement():
     assert {"text", "detection", "forecast"} <= set(knees(ROOT / "docs" / "bench" / "knee.json"))
     assert knees(ROOT / "no-such.json") == {}
+    assert knees(ROOT / "no-such.json", ROOT / "docs" / "bench" / "knee.json") == knees(ROOT / "docs" / "bench" /
+                                                                                   "knee.json")
 
 
 def test_lost_is_only_what_the_server_never_answered():
