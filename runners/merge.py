@@ -93,7 +93,7 @@ class CallMerger:
         future: asyncio.Future = loop.create_future()
         self._pending.append((items, future))
         self._arrivals[id(future)] = time.monotonic()
-        if items and items[0].get("caller"):
+        if items[0].get("caller"):
             self._callers.setdefault(str(items[0].get("slot")), {})[items[0]["caller"]] = time.monotonic()
         if self._arrived is not None:
             self._arrived.set()
@@ -123,7 +123,7 @@ class CallMerger:
         now = time.monotonic()
         oldest: dict[str, float] = {}
         for items, future in self._pending:
-            if items and not future.done():
+            if not future.done():
                 slot = str(items[0].get("slot"))
                 if slot in self._computing or self.lane(slot) != lane:
                     continue
@@ -139,9 +139,7 @@ class CallMerger:
         """Removes the waiting calls of `slot` (in arrival order) and every call nobody waits for any more."""
         group, kept = [], []
         for items, future in self._pending:
-            if future.done() or not items:
-                if not future.done():
-                    future.set_result([])
+            if future.done():  # its caller went away (submit answers an empty call at once)
                 self._arrivals.pop(id(future), None)
             elif str(items[0].get("slot")) == slot:
                 group.append((items, future))
