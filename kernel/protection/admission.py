@@ -30,10 +30,13 @@ class SlotLoad:
     batches: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=64))  # recent (size, seconds)
     per_batch: float = 0.0  # fitted fixed cost of one runner call
     per_item: float = 0.0  # fitted cost of each item in it
+    least_item_s: float = 0.0  # least seconds per item of its calls so far (0: none yet): its runner compute lane
     _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, sum x, sum y, sum xx, sum xy over `batches`
 
     def observe(self, size: int, seconds: float) -> None:
         """O(1) per call (it runs once per request): running sums over the window, closed-form least squares."""
+        per_item = seconds / max(size, 1)
+        self.least_item_s = per_item if self.least_item_s == 0 else min(self.least_item_s, per_item)
         if len(self.batches) == self.batches.maxlen:
             self._add(*self.batches[0], sign=-1.0)
         self.batches.append((size, seconds))
@@ -66,14 +69,20 @@ class SlotLoad:
 class AdmissionControl:
     def __init__(self, cfg: Admission, max_batch: Callable[[str], int] = lambda slot: 1,
                  queues: Callable[[str], StandingQueue | None] = queue_control.lookup,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, lanes: int = 1, short_item_s: float = 0.01,
+                 shares_runner: Callable[[str], bool] = lambda slot: True):
         """`max_batch(slot)`: the slot's batch limit, looked up per call (deployments come and go at run time);
         `queues(slot)`: the slot's gateway batcher queue view (None: no gateway batcher, no standing-queue control);
-        `clock`: monotonic seconds (tests pass a fake one)."""
+        `clock`: monotonic seconds (tests pass a fake one); `lanes`, `short_item_s`: the runner's compute lanes
+        (runner.compute_lanes, runner.short_item_ms: runners/merge.py); `shares_runner(slot)`: whether the slot
+        computes on the shared runner (False: a fallback hosted in this API worker)."""
         self.cfg = cfg
         self.max_batch = max_batch
         self.queues = queues
         self.clock = clock
+        self.lanes = lanes
+        self.short_item_s = short_item_s
+        self.shares_runner = shares_runner
         self.slots: dict[str, SlotLoad] = {}
 
     def load(self, slot: str) -> SlotLoad:
@@ -84,6 +93,24 @@ class AdmissionControl:
         queued = s.inflight_items + items
         batches = math.ceil(queued / max(self.max_batch(slot), 1))
         return batches * s.per_batch + queued * s.per_item
+
+    def lane(self, slot: str) -> int:
+        """The runner's compute lane the slot computes in, as runners/merge.py decides it (least cost per item)."""
+        return int(self.lanes > 1 and self.load(slot).least_item_s > self.short_item_s)
+
+    def lane_backlog(self, slot: str, items: int) -> float:
+        """Seconds of computation ahead of a request of `items` items joining `slot` now: its own estimated wait plus
+        what the other slots of its runner compute lane have in flight from this API worker. The runner computes one
+        call per lane at a time, so that work is ahead of it too, however short the slot's own queue is: at a 3x
+        burst's start every slot admitted its own round of calls, and the lane then needed more than the deadline
+        to compute them all (504s after 10 s; docs/bench/runner_order.md)."""
+        own = self.estimated_wait(slot, items)
+        if not self.shares_runner(slot):
+            return own
+        lane = self.lane(slot)
+        return own + sum(self.estimated_wait(other, 0) for other, load in self.slots.items()
+                         if other != slot and load.inflight_items and self.shares_runner(other)
+                         and self.lane(other) == lane)
 
     def overloaded(self, slot: str) -> bool:
         return self.load(slot).inflight_items >= self.cfg.overload_queue_items
@@ -96,7 +123,7 @@ class AdmissionControl:
         queue = self.queues(slot) if self.cfg.queue_control else None
         if queue is not None:
             self._standing_queue(queue, slot, items)  # before the deadline: a standing queue is overload
-        wait = self.estimated_wait(slot, items)
+        wait = self.lane_backlog(slot, items)
         if queue is not None:  # measured wall-clock call times see what the compute fit cannot (hop, other slots)
             wait = max(wait, queue.predicted_answer_s(self.clock(), items))
         if wait > deadline.remaining():

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from triserve.configs.deployments import Deployment, ModelRepository
+from triserve.configs.deployments import FALLBACK_SUFFIX, Deployment, ModelRepository
 from triserve.configs.settings import Settings
 from triserve.kernel.errors import ApiError, InvalidOutput
 from triserve.kernel.family import Family
@@ -73,7 +73,11 @@ class Protection:
 
     def __init__(self, settings: Settings, slot_batch: Callable[[str], int]):
         self.settings = settings
-        self.admission = AdmissionControl(settings.admission, slot_batch)
+        runner = settings.runner
+        self.admission = AdmissionControl(
+            settings.admission, slot_batch, lanes=runner.compute_lanes if runner.placement == "remote" else 1,
+            short_item_s=runner.short_item_ms / 1000,
+            shares_runner=lambda slot: runner.fallbacks == "runner" or not slot.endswith(FALLBACK_SUFFIX))
         self.breakers: dict[str, CircuitBreaker] = {}
         self.access = AccessControl(settings.access, workers=settings.gateway.workers)
         self._declared: object | None = None  # the model repository whose deployments' gauges are exported

@@ -80,3 +80,39 @@ def test_the_wait_counts_batches_of_the_slots_own_limit():
     ac = AdmissionControl(Admission(), {"reviews": 32}.__getitem__)
     ac.finished("reviews", 0, 2300.0, 40)
     assert ac.estimated_wait("reviews", 40) == pytest.approx(2 * 2.3)
+
+
+def _runner_of_three(**kwargs) -> AdmissionControl:
+    """Three slots measured at 1 item per call: det 0.5 s and seg 2 s per item (long lane), text 5 ms (short)."""
+    ac = AdmissionControl(Admission(), {"det": 1, "seg": 1, "text": 1}.__getitem__, lanes=2, short_item_s=0.01,
+                          **kwargs)
+    for slot, seconds in (("det", 0.5), ("seg", 2.0), ("text", 0.005)):
+        ac.finished(slot, 0, infer_ms=seconds * 1000, batch=1)
+    return ac
+
+
+def test_the_other_slots_of_a_runner_lane_count_in_a_requests_wait():
+    ac = _runner_of_three()
+    assert (ac.lane("det"), ac.lane("seg"), ac.lane("text")) == (1, 1, 0)
+    ac.started("seg", 3)  # 6 s of segmentation admitted, computed in det's lane
+    ac.started("text", 100)  # 0.5 s of text, in the other lane
+    assert ac.lane_backlog("det", 1) == pytest.approx(6.5)  # its own 0.5 s behind seg's 6 s; text not counted
+    assert ac.lane_backlog("text", 1) == pytest.approx(0.505)
+    ac.admit("det", 1, Deadline.from_budget(7000))
+    with pytest.raises(ApiError) as e:  # its own queue is empty, but its lane has 6 s of work ahead of it
+        ac.admit("det", 1, Deadline.from_budget(5000))
+    assert e.value.code == "deadline_unattainable" and e.value.details["estimated_wait_ms"] == 6500
+    ac.admit("text", 1, Deadline.from_budget(1000))  # the short lane is not behind segmentation
+
+
+def test_one_lane_counts_every_slot_and_a_slot_off_the_runner_counts_alone():
+    one = AdmissionControl(Admission(), {"det": 1, "seg": 1}.__getitem__, lanes=1)
+    for slot, seconds in (("det", 0.5), ("seg", 2.0)):
+        one.finished(slot, 0, infer_ms=seconds * 1000, batch=1)
+    one.started("seg", 3)
+    assert one.lane_backlog("det", 1) == pytest.approx(6.5)
+    local = _runner_of_three(shares_runner=lambda slot: slot != "det")  # det computed in this API worker
+    local.started("seg", 3)
+    local.started("det", 2)
+    assert local.lane_backlog("det", 1) == pytest.approx(1.5)  # its own 2 + 1 items only
+    assert local.lane_backlog("seg", 1) == pytest.approx(8.0)  # seg's own 3 + 1 items; det's work is not ahead
