@@ -2,8 +2,10 @@
 
 Per API worker: each slot counts the items it has in flight at the runner and fits the runner's batch time as
 fixed + per-item cost (least squares over recent batches: a = per-batch overhead, c = per-item cost). The wait for a
-request is then  batches_ahead x a + items_ahead x c  with batches of the slot's max batch size. A request is refused
-when the slot is full, or when that wait would outlast its deadline: a fast 503 with Retry-After beats a slow 504.
+request is then  batches_ahead x a + items_ahead x c  with batches of the slot's max batch size, plus what the other
+slots of its runner compute lane have in flight (the runner computes one call per lane at a time: `lane_backlog`). A
+request is refused when the slot is full, or when that wait would outlast its deadline: a fast 503 with Retry-After
+beats a slow 504.
 Under overload, the slot's standing-queue control (kernel/protection/queue_control.py, fed by the gateway batcher)
 refuses what the next runner call cannot carry, so accepted requests keep the latency of a service at capacity.
 """
