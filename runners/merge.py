@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from triserve.kernel.runner_call.lanes import lane_of, least_per_item
 from triserve.runners.metrics import GATHER_SECONDS, MERGED_CALLS
 
 Compute = Callable[[list[dict]], list[dict]]
@@ -51,10 +52,7 @@ class SlotPace:
     def observe(self, calls: int, seconds: float, items: int = 1) -> None:
         self.calls += SMOOTHING * (calls - self.calls)
         self.compute_s = seconds if self.compute_s == 0 else self.compute_s + SMOOTHING * (seconds - self.compute_s)
-        # the least, not the mean: contention (the other lane computing) inflates a computation, and a mean let a
-        # text slot (1.8-12 ms per item) swing between the lanes with it
-        per_item = seconds / max(items, 1)
-        self.item_s = per_item if self.item_s == 0 else min(self.item_s, per_item)
+        self.item_s = least_per_item(self.item_s, seconds, items)
         self.ended = time.monotonic()
 
     def busy(self) -> bool:
@@ -114,7 +112,7 @@ class CallMerger:
 
     def lane(self, slot: str) -> int:
         """0: short items (or not measured yet), 1: long ones (one lane: always 0)."""
-        return int(self._lanes > 1 and self.pace(slot).item_s > self._short_item_s)
+        return lane_of(self.pace(slot).item_s, self._lanes, self._short_item_s)
 
     def _next_slot(self, lane: int = 0) -> str | None:
         """The slot of `lane` to compute next: highest response ratio (wait of its oldest call + its mean

@@ -24,6 +24,7 @@ from triserve.kernel.errors import ApiError
 from triserve.kernel.protection import queue_control
 from triserve.kernel.protection.deadlines import Deadline
 from triserve.kernel.protection.queue_control import StandingQueue
+from triserve.kernel.runner_call.lanes import lane_of, least_per_item
 
 
 @dataclass
@@ -37,8 +38,7 @@ class SlotLoad:
 
     def observe(self, size: int, seconds: float) -> None:
         """O(1) per call (it runs once per request): running sums over the window, closed-form least squares."""
-        per_item = seconds / max(size, 1)
-        self.least_item_s = per_item if self.least_item_s == 0 else min(self.least_item_s, per_item)
+        self.least_item_s = least_per_item(self.least_item_s, seconds, size)
         if len(self.batches) == self.batches.maxlen:
             self._add(*self.batches[0], sign=-1.0)
         self.batches.append((size, seconds))
@@ -97,8 +97,8 @@ class AdmissionControl:
         return batches * s.per_batch + queued * s.per_item
 
     def lane(self, slot: str) -> int:
-        """The runner's compute lane the slot computes in, as runners/merge.py decides it (least cost per item)."""
-        return int(self.lanes > 1 and self.load(slot).least_item_s > self.short_item_s)
+        """The runner's compute lane the slot computes in, by runners/merge.py's rule (kernel/runner_call/lanes.py)."""
+        return lane_of(self.load(slot).least_item_s, self.lanes, self.short_item_s)
 
     def lane_backlog(self, slot: str, items: int) -> float:
         """Seconds of computation ahead of a request of `items` items joining `slot` now: its own estimated wait plus
