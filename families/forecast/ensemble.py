@@ -7,7 +7,8 @@ beat any single one. Each request:
      points that followed; the global model forecasts from each origin too (the service sends those histories to
      the runner with the final one, in one call).
   2. combine: every method's mean absolute backtest error, scaled like MASE (in-sample seasonal-naive error of the
-     history), the global model's counted at GLOBAL_TRUST of it; the TOP_K best are combined with weights
+     history), multiplied by the method's prior trust at the series' frequency (trust.py: fitted on the training
+     series' validation windows; the global model's 0.6 by default); the TOP_K best are combined with weights
      1/error^2 (a method exact on the series' own past, a straight line's drift, takes all the weight: the textbook
      shapes are continued exactly). Intermittent demand (classical.intermittent) is forecast as a mean rate: only
      the mean methods (TSB, SES, seasonal means) and the mean of the model's quantiles, scored by squared error.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from triserve.families.forecast import classical, intervals, pooling
+from triserve.families.forecast import classical, intervals, pooling, trust
 from triserve.families.forecast.features import MEDIAN_INDEX, QUANTILES, SEASON, SEASON2
 from triserve.families.forecast.manifest import ForecastPreprocess
 
@@ -34,8 +35,6 @@ ORIGINS = 3
 MIN_FIT = 2  # fewest points a method is fitted on at an origin (drift needs two; 3 points still get a backtest)
 TOP_K = 3
 POWER = 2.0  # weights 1 / error^POWER
-GLOBAL_TRUST = 0.6  # the global model's backtest error is multiplied by this before weighing (prior trust; README)
-TRUST = {"global": GLOBAL_TRUST}  # backtest scores multiplied by this before weighing (ARIMA at 0.8 or 0.6: worse)
 PRIOR_WEIGHT = 100.0  # pseudo-residuals at the model's own spread the per-series scale is shrunk toward (log space)
 _CENTRAL = [abs(1 - 2 * q) for q in QUANTILES]  # central coverage of the interval each level bounds (0 for 0.5)
 # Without a model the conformal intervals are widened by the global factors (intervals.GLOBAL: the per-frequency ones
@@ -139,17 +138,7 @@ def combine_many(histories, frequencies, horizons, model_qs=None,
     smoothing recursion over all rows of one window length at a time), which is what makes a batch cheap.
     statics: a panel's static categoricals per series; series sharing a category pool their backtest scores where
     the panel's backtest says it helps (pooling.py; each Forecast's `static` says what was done)."""
-    plans = [_plan(h, f, hz) for h, f, hz in zip(histories, frequencies, horizons)]
-    model_qs = list(model_qs) if model_qs is not None else [None] * len(plans)
-    for plan, mq in zip(plans, model_qs):
-        if mq is not None and len(mq) != 1 + len(plan.cuts):
-            raise ValueError(f"model_q holds {len(mq)} forecasts; expected {1 + len(plan.cuts)}")
-    rows = [(h, st, plan.methods) for plan in plans for h, st in plan.rows]
-    fitted = classical.forecasts([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
-    per_series, at = [], 0
-    for plan in plans:
-        per_series.append(fitted[at: at + 1 + len(plan.cuts)])
-        at += 1 + len(plan.cuts)
+    plans, per_series, model_qs = _fit_all(histories, frequencies, horizons, model_qs)
     if not statics or not any(statics):
         return [_weigh(plan, fit, mq) for plan, fit, mq in zip(plans, per_series, model_qs)]
     scored = [_score(plan, fit, mq) for plan, fit, mq in zip(plans, per_series, model_qs)]
@@ -166,6 +155,45 @@ def combine_many(histories, frequencies, horizons, model_qs=None,
                               groups.count(group) if pool is not None else None, report)
         out.append(fc)
     return out
+
+
+def _fit_all(histories, frequencies, horizons, model_qs):
+    """Every series' plan, its methods' fits (final, then each origin; all series' fitted together) and its model
+    quantiles (None per series where there are none)."""
+    plans = [_plan(h, f, hz) for h, f, hz in zip(histories, frequencies, horizons)]
+    model_qs = list(model_qs) if model_qs is not None else [None] * len(plans)
+    for plan, mq in zip(plans, model_qs):
+        if mq is not None and len(mq) != 1 + len(plan.cuts):
+            raise ValueError(f"model_q holds {len(mq)} forecasts; expected {1 + len(plan.cuts)}")
+    rows = [(h, st, plan.methods) for plan in plans for h, st in plan.rows]
+    fitted = classical.forecasts([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    per_series, at = [], 0
+    for plan in plans:
+        per_series.append(fitted[at: at + 1 + len(plan.cuts)])
+        at += 1 + len(plan.cuts)
+    return plans, per_series, model_qs
+
+
+def candidates_many(histories, frequencies, horizons, model_qs) -> list[Candidates | None]:
+    """Each series' candidates as the weighing sees them, before any combination (None: nothing is weighed, a
+    constant or too short to backtest): what scripts/forecast/fit_trust.py fits the prior trust on."""
+    plans, per_series, model_qs = _fit_all(histories, frequencies, horizons, model_qs)
+    out: list[Candidates | None] = []
+    for plan, fit, mq in zip(plans, per_series, model_qs):
+        sc = _score(plan, fit, mq)
+        out.append(None if sc is None else Candidates(sc.final, sc.scores, plan.demand, bool(np.all(plan.y >= 0))))
+    return out
+
+
+@dataclass
+class Candidates:
+    """One series' methods: final point forecasts, backtest scores (prior trust applied), whether it is intermittent
+    demand (scored by squared error, the trust not applied) and whether its forecast is clipped at 0."""
+
+    final: dict[str, np.ndarray]
+    scores: dict[str, float]
+    demand: bool
+    non_negative: bool
 
 
 @dataclass
@@ -200,10 +228,10 @@ def _score(plan: _Series, fitted: list[dict[str, np.ndarray]], model_q: list[np.
     else:
         by_origin = {name: np.mean(np.abs(errors[name]), axis=1) / scale for name in ok}
         scores = {name: float(np.mean(v)) for name, v in by_origin.items()}
-        for name, trust in TRUST.items():  # (the model's mean for demand is an approximation: no extra trust)
+        for name, prior in trust.of(plan.frequency).items():  # (demand: the model's mean is an approximation)
             if name in scores:
-                scores[name] *= trust
-                by_origin[name] = by_origin[name] * trust
+                scores[name] *= prior
+                by_origin[name] = by_origin[name] * prior
     return _Scored(final, errors, scale, scores, by_origin)
 
 

@@ -165,7 +165,25 @@ def run_served(session, items: Sequence[Item], many: bool = False) -> tuple[list
     (families/forecast/shifts.py) is removed from each history first, as the service's pipeline does.
     Returns (the Forecasts, the per-series combine seconds; empty with many)."""
     from triserve.families.forecast import ensemble
-    from triserve.families.forecast.ensemble import backtest_cuts, combine
+    from triserve.families.forecast.ensemble import combine
+
+    items, model_qs = served_inputs(session, items)
+    if many:
+        return ensemble.combine_many([it[0] for it in items], [it[1] for it in items], [it[2] for it in items],
+                                     model_qs), []
+    out, times = [], []
+    for (h, f, horizon, _), mq in zip(items, model_qs):
+        t0 = time.perf_counter()
+        out.append(combine(h, f, horizon, mq))
+        times.append(time.perf_counter() - t0)
+    return out, times
+
+
+def served_inputs(session, items: Sequence[Item]) -> tuple[list[Item], list[list[np.ndarray]]]:
+    """What the served path combines: the items with their level shifts removed (families/forecast/shifts.py, as
+    the service's pipeline does) and the model's quantiles for each full history then each backtest origin (all in
+    one batched pass, as the runner batches them)."""
+    from triserve.families.forecast.ensemble import backtest_cuts
     from triserve.families.forecast.shifts import remove
 
     items = [(remove(h)[0], f, horizon, stamp) for h, f, horizon, stamp in items]  # level shifts out, as served
@@ -183,15 +201,7 @@ def run_served(session, items: Sequence[Item], many: bool = False) -> tuple[list
     for cs in cuts:
         model_qs.append(q[pos: pos + 1 + len(cs)])
         pos += 1 + len(cs)
-    if many:
-        return ensemble.combine_many([it[0] for it in items], [it[1] for it in items], [it[2] for it in items],
-                                     model_qs), []
-    out, times = [], []
-    for (h, f, horizon, _), mq in zip(items, model_qs):
-        t0 = time.perf_counter()
-        out.append(combine(h, f, horizon, mq))
-        times.append(time.perf_counter() - t0)
-    return out, times
+    return items, model_qs
 
 
 def timed_runs(fn: Callable[[], Any], count: int, runs: int) -> tuple[list[float], Any]:
