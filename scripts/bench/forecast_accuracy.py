@@ -382,10 +382,12 @@ def statsforecast_cached(name: str, fingerprint: str, tasks: dict[str, list[Task
               f"(budget {budget_s:.0f} s per method)", file=sys.stderr, flush=True)
         fresh = run_statsforecast(todo, budget_s, sf_path, timeout_s=len(todo) * budget_s + 300)
         for method, r in fresh.items():
+            results[method] = r
+            if r["preds"] and r["errors"] == len(r["preds"]):  # statsforecast missing or broken: not a result to keep
+                continue
             files[method].parent.mkdir(parents=True, exist_ok=True)
             with files[method].open("wb") as out:
                 pickle.dump(r, out)
-            results[method] = r
     return results
 
 
