@@ -8,6 +8,19 @@ from triserve.batch.sinks import read_rows
 pytest.importorskip("ray", reason="the batch-ray extra (ray[data]) is not installed")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_local_ray():
+    """One local Ray for the module (run_ray uses a running one, as with RAY_ADDRESS): five jobs, one start (each
+    start and shutdown of a local Ray took ~8 s of the suite)."""
+    import ray
+
+    from triserve.batch.ray_engine import start_local
+
+    start_local(3)  # the most any job here asks for: two actors + one CPU for Ray Data's own tasks
+    yield
+    ray.shutdown()
+
+
 def test_ray_writes_the_local_rows_for_texts_images_and_series(run_job, tmp_path):
     for command in ("classify", "detect", "forecast"):
         run_job(command, tmp_path / command / "local", "--workers", "0")
