@@ -176,28 +176,26 @@ async def _serve_windows(target: Target, concurrency: int, warmup_s: float, dura
                          go: Callable[[], Awaitable[None]]) -> dict:
     """Warm-up, then `go` (the caller's signal), then the measured window, all on one channel or session."""
     check_loopback(target)
+
+    async def measure(call: Callable[[], Awaitable[str]], generator: str) -> dict:
+        if warmup_s > 0:
+            await run_window(call, concurrency, warmup_s, max_requests)
+        await go()
+        tally, seconds = await run_window(call, concurrency, duration_s, max_requests)
+        return summarise(tally, seconds, concurrency, max_requests, generator)
+
     if target.protocol == "grpc":
         import grpc
 
         options = [("grpc.max_receive_message_length", 64 * 2**20), ("grpc.max_send_message_length", 64 * 2**20)]
         async with grpc.aio.insecure_channel(target.address, options=options) as channel:
             await asyncio.wait_for(channel.channel_ready(), TIMEOUT_S)
-            call = grpc_caller(channel, target)
-            if warmup_s > 0:
-                await run_window(call, concurrency, warmup_s, max_requests)
-            await go()
-            tally, seconds = await run_window(call, concurrency, duration_s, max_requests)
-            return summarise(tally, seconds, concurrency, max_requests, "grpc.aio")
+            return await measure(grpc_caller(channel, target), "grpc.aio")
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
-        call = http_caller(session, target)
-        if warmup_s > 0:
-            await run_window(call, concurrency, warmup_s, max_requests)
-        await go()
-        tally, seconds = await run_window(call, concurrency, duration_s, max_requests)
-        return summarise(tally, seconds, concurrency, max_requests, "aiohttp")
+        return await measure(http_caller(session, target), "aiohttp")
 
 
 def closed_loop(target: Target, concurrency: int, warmup_s: float, duration_s: float, max_requests: int,

@@ -86,6 +86,24 @@ def write_tables(fitted: dict, path: Path = TABLES) -> None:
     path.write_text(text)
 
 
+def training_windows(registry: Path, ref: str):
+    """The fitting set of this script and of fit_trust.py: the TRAINING series only, each one's last MAX_HORIZON
+    window as (history, target), the served path's items for them, and the registry's forecast-global session (one
+    ORT thread) and manifest."""
+    from scripts.bench.forecast_accuracy import _stamp
+    from scripts.common import ort_session
+    from scripts.forecast.corpus import build_corpus, last_window, split_corpus
+    from triserve.models.registry import LocalRegistry
+
+    series = split_corpus(build_corpus()).train
+    directory, manifest = LocalRegistry(registry).load_verified("forecast-global", ref)
+    session = ort_session(directory / manifest.model_file, threads=1)
+    windows = [last_window(s) for s in series]
+    items = [(np.asarray(h, np.float64), s.frequency, MAX_HORIZON[s.frequency], partial(_stamp, s, 0))
+             for (h, _), s in zip(windows, series)]
+    return series, windows, items, session, manifest
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--registry", type=Path, default=PROJECT_ROOT / "models" / "store")
@@ -93,18 +111,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--write", action="store_true", help="rewrite the tables in families/forecast/intervals.py")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from scripts.bench.forecast_accuracy import _stamp, run_served
-    from scripts.common import ort_session
-    from scripts.forecast.corpus import build_corpus, last_window, split_corpus
-    from triserve.models.registry import LocalRegistry
+    from scripts.bench.forecast_accuracy import run_served
 
-    split = split_corpus(build_corpus())
-    series = split.train  # the calibration set: training series only
-    directory, manifest = LocalRegistry(args.registry).load_verified("forecast-global", args.ref)
-    session = ort_session(directory / manifest.model_file, threads=1)
-    windows = [last_window(s) for s in series]
-    items = [(np.asarray(h, np.float64), s.frequency, MAX_HORIZON[s.frequency], partial(_stamp, s, 0))
-             for (h, _), s in zip(windows, series)]
+    series, windows, items, session, manifest = training_windows(args.registry, args.ref)
     saved = intervals.BY_FREQUENCY, intervals.GLOBAL
     intervals.BY_FREQUENCY, intervals.GLOBAL = {}, {lv: 1.0 for lv in intervals.LEVELS}  # unwidened
     t0 = time.perf_counter()

@@ -20,7 +20,6 @@ import math
 import os
 import re
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,7 @@ from scripts.common import PROJECT_ROOT
 from scripts.forecast.metrics import seasonal_naive_forecast
 from triserve.families.forecast import trust
 from triserve.families.forecast.ensemble import Candidates, candidates_many, weights_of
-from triserve.families.forecast.features import MAX_HORIZON, SEASON
+from triserve.families.forecast.features import SEASON
 
 TABLE = PROJECT_ROOT / "families" / "forecast" / "trust.py"
 METHODS = ("global", "arima", "theta", "drift", "damped_drift", "damped_holt", "ses", "naive", "log_drift",
@@ -107,17 +106,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--write", action="store_true", help="rewrite the table in families/forecast/trust.py")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from scripts.bench.forecast_accuracy import _stamp, served_inputs
-    from scripts.common import ort_session
-    from scripts.forecast.corpus import build_corpus, last_window, split_corpus
-    from triserve.models.registry import LocalRegistry
+    from scripts.bench.forecast_accuracy import served_inputs
+    from scripts.forecast.calibrate_intervals import training_windows
 
-    series = split_corpus(build_corpus()).train  # the fitting set: training series only
-    directory, manifest = LocalRegistry(args.registry).load_verified("forecast-global", args.ref)
-    session = ort_session(directory / manifest.model_file, threads=1)
-    windows = [last_window(s) for s in series]
-    items = [(np.asarray(h, np.float64), s.frequency, MAX_HORIZON[s.frequency], partial(_stamp, s, 0))
-             for (h, _), s in zip(windows, series)]
+    series, windows, items, session, manifest = training_windows(args.registry, args.ref)
     t0 = time.perf_counter()
     saved = trust.BY_FREQUENCY, trust.DEFAULT
     trust.BY_FREQUENCY, trust.DEFAULT = {}, {}  # raw backtest scores
