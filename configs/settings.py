@@ -182,6 +182,12 @@ class RunnerSettings(_Section):
         description="compute_lanes=2: a slot whose computations cost at most this per item (measured) computes in "
                     "the short lane.")
     timeout_s: float = Field(60, gt=0, description="Runner request timeout.")
+    fast_path: bool = Field(
+        True, description="Model calls from the gateway to a runner of the same `bentoml serve` (BentoML reaches it "
+                          "over a UNIX socket) go over the runner's own socket, past BentoML's service stack (its "
+                          "per-call CPU: docs/performance.md; runners/fast_path.py). Needs workers=1 and "
+                          "batching='gateway'; a runner tier over TCP (split tiers, another node) always uses "
+                          "BentoML's path.")
     respawn_check_s: float = Field(
         1.0, gt=0, le=10, description="How often the server's arbiter looks for dead workers to start again "
                                       "(services/arbiter.py). BentoML's default is 10 s: a SIGKILLed runner waited "

@@ -51,6 +51,11 @@ GATHER_SECONDS = Histogram("triserve_runner_gather_seconds", "Time an idle runne
                            "calls before a computation (runners/merge.py), per slot.", ["slot"],
                            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05))
 
+# the fast path (runners/fast_path.py): calls that bypassed BentoML's stack, so bentoml_service_request_total does not
+# count them
+FAST_PATH_CALLS = Counter("triserve_runner_fast_path_calls_total", "Model calls the runner answered on its fast path "
+                          "(its own UNIX socket), by outcome (ok, error).", ["outcome"])
+
 
 def model_info(slot: str, m: LoadedModel) -> None:
     """A loaded model's identity and measured memory (set when it is installed or activated; its load time goes to

@@ -36,6 +36,7 @@ from triserve.observability.device import start_device_sampler
 from triserve.observability.metrics import settle_heap
 from triserve.observability.tracing import service_tracing
 from triserve.runners.compute import ComputeHost
+from triserve.runners.fast_path import FastPathServer
 from triserve.runners.merge import CallMerger
 from triserve.runners.on_demand import OnDemand
 from triserve.runners.pool import ModelPool
@@ -132,11 +133,36 @@ class ModelRunner:
         async def infer(self, items: list[dict], ctx: bentoml.Context) -> list[dict]:
             """Every model call: items name their slot. Calls of the same slot from other API workers or gateway
             instances that wait while a computation runs are computed together (runners/merge.py)."""
-            if self._merger is None:  # made in the serving event loop
-                self._merger = CallMerger(self._serve, max_gather_s=settings.runner.merge_gather_ms / 1000,
-                                          lanes=settings.runner.compute_lanes,
-                                          short_item_s=settings.runner.short_item_ms / 1000)
-            return _answer(await self._merger.submit(items), ctx)
+            return _answer(await self._submit(items), ctx)
+
+    async def _submit(self, items: list[dict]) -> list[dict]:
+        """Items into the call merger (made in the serving event loop): BentoML's `infer` and the fast path."""
+        if self._merger is None:
+            self._merger = CallMerger(self._serve, max_gather_s=settings.runner.merge_gather_ms / 1000,
+                                      lanes=settings.runner.compute_lanes,
+                                      short_item_s=settings.runner.short_item_ms / 1000)
+        return await self._merger.submit(items)
+
+    @bentoml.on_startup
+    async def _start_fast_path(self) -> None:
+        """The gateway's model calls on this process's own socket (runners/fast_path.py), where they can come."""
+        self._fast: FastPathServer | None = None
+        runner = settings.runner
+        if runner.fast_path and runner.workers == 1 and runner.batching == "gateway":
+            self._fast = FastPathServer(self._submit, runner.timeout_s)
+            await self._fast.start()
+
+    @bentoml.on_shutdown
+    async def _stop_fast_path(self) -> None:
+        fast = getattr(self, "_fast", None)
+        if fast is not None:
+            await fast.stop()
+
+    @bentoml.api
+    def fast_path(self) -> dict:
+        """Where the gateway may send model calls past BentoML's stack: {"path": the UNIX socket or None, "boot"}."""
+        fast = getattr(self, "_fast", None)
+        return {"path": fast.path if fast is not None else None, "boot": self.boot}
 
     @bentoml.api
     def status(self) -> dict:

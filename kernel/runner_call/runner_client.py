@@ -18,6 +18,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from triserve.kernel.errors import ApiError
 from triserve.kernel.runner_call.batcher import SlotBatcher, approaching
+from triserve.kernel.runner_call.fast_path import FastPath
 from triserve.observability.metrics import RUNNER_INFLIGHT, RUNNER_RETRIES, labelled
 
 log = logging.getLogger("triserve.runner_client")
@@ -63,11 +64,25 @@ def runner_retrying(slot: str, retries: int, backoff_ms: int) -> AsyncRetrying:
                          retry=retry_if_exception(_retried), before_sleep=count_retry, reraise=True)
 
 
-async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backoff_ms: int) -> list[dict]:
-    """runner.infer(payload) (items of `slot`) with bounded retries on transport errors; failures become a 503."""
+async def call_runner(runner: Any, slot: str, payload: Any, retries: int, backoff_ms: int,
+                      fast: FastPath | None = None, wait_out_restarts: bool = True) -> list[dict]:
+    """runner.infer(payload) (items of `slot`) with bounded retries on transport errors; failures become a 503. With
+    `fast`, over the runner's fast path where it has one (kernel/runner_call/fast_path.py), else BentoML's. A fast
+    call refused or cut in transport goes on over BentoML's socket when `wait_out_restarts`: the arbiter holds that
+    socket while it starts a killed runner again, so the call is answered by the new runner instead of failing (as
+    before the fast path); a slot that fails over to a fallback elsewhere passes False and fails at once."""
     method = runner.to_async.infer
 
     async def attempt() -> list[dict]:  # BentoML's proxy methods return awaitables without being coroutine functions
+        if fast is not None:
+            try:
+                answer = await fast.send(payload)
+            except Exception as exc:
+                if not (wait_out_restarts and _is_transport_error(exc)):
+                    raise
+                answer = None
+            if answer is not None:
+                return answer
         return await method(payload)
 
     labelled(RUNNER_INFLIGHT, slot).inc()
@@ -101,6 +116,8 @@ class RunnerClient:
         self._inflight, self._wait_s = cfg.batch_inflight, cfg.coalesce_wait_ms / 1000.0
         self.batchers: dict[str, SlotBatcher] = {}
         self._caller = uuid.uuid4().hex[:12]  # this API worker, as the runner tells its callers apart
+        self.fast = FastPath(runner, settings.runner.timeout_s) \
+            if settings.runner.fast_path and self._gateway_batching else None
 
     def batcher(self, slot: str) -> SlotBatcher | None:
         """The slot's batcher, made on first use (deployments are added at run time). Requests on their way are
@@ -122,7 +139,8 @@ class RunnerClient:
         async def send(items: list[dict]) -> list[dict]:
             if items:  # who sends: the runner gathers the calls of callers that arrive together (runners/merge.py)
                 items = [{**items[0], "caller": self._caller}, *items[1:]]
-            return await call_runner(self.runner, slot, items, self._retries_of(slot), self._backoff)
+            return await call_runner(self.runner, slot, items, self._retries_of(slot), self._backoff, self.fast,
+                                     wait_out_restarts=not self._fails_over(slot))
         return send
 
     async def call(self, slot: str, payload: list[dict], arrived: Callable[[], None] | None = None) -> list[dict]:

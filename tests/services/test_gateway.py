@@ -223,6 +223,27 @@ def test_batched_equals_unbatched_and_batches_form(server):
     assert 'triserve_requests_total{deployment="text",family="text",status="200"}' in metrics
 
 
+def test_model_calls_take_the_runners_fast_path_past_bentomls_stack(server):
+    """One `bentoml serve`: the gateway reaches the runner over BentoML's UNIX socket, so its model calls go to the
+    runner's own socket (runners/fast_path.py) and never through BentoML's /infer."""
+    def counts() -> tuple[float, float]:
+        fast = bentoml_infer = 0.0
+        for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith('triserve_runner_fast_path_calls_total{outcome="ok"}'):
+                fast = float(line.split()[-1])
+            if line.startswith("bentoml_service_request_total") and 'endpoint="/infer"' in line \
+                    and 'service_name="triserve-runner"' in line:
+                bentoml_infer += float(line.split()[-1])
+        return fast, bentoml_infer
+
+    fast_before, bentoml_before = counts()
+    for text in TEXTS[:5]:  # one after the other: a model call each
+        assert post(server, "/v1/classify", json={"texts": [text]}).json()["degraded"] is False
+    fast_after, bentoml_after = counts()
+    assert fast_after - fast_before >= 5
+    assert bentoml_after == bentoml_before
+
+
 # --- envelope -----------------------------------------------------------------------------------------------------
 def test_request_id_is_echoed_and_timings_present(server):
     resp = post(server, "/v1/classify", json={"texts": ["hello"]}, headers={"X-Request-ID": "abc-123"})
