@@ -80,8 +80,8 @@ class FastPathServer:
         if request.content_type != PICKLE:
             return web.Response(status=415, text=f"this endpoint consumes {PICKLE}")
         try:
-            # the stream read whole: BaseRequest.read() caps bodies at 1 MiB, below one letterboxed 640 image; what comes
-            # here is the gateway's batches, as large as their slot's max_batch_size makes them
+            # the stream read whole: BaseRequest.read() caps bodies at 1 MiB, below one letterboxed 640 image; what
+            # comes here is the gateway's batches, as large as their slot's max_batch_size makes them
             items = pickle.loads(await request.content.read())  # a socket only this user's processes can open
             results = await asyncio.wait_for(self._submit(items), self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - the caller maps any runner failure to 503, as for BentoML's path
