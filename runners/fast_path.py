@@ -26,8 +26,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
+from opentelemetry import propagate, trace
 
 from triserve.kernel.runner_call.fast_path import INFER_PATH, PICKLE
+from triserve.observability.tracing import stage_tracer
 from triserve.runners.metrics import FAST_PATH_CALLS
 
 Submit = Callable[[list[dict]], Awaitable[list[dict]]]
@@ -51,8 +53,11 @@ def private_folder(folder: Path) -> None:
 class FastPathServer:
     """`await server.start()` in the runner's serving event loop; `path` is then the socket's path."""
 
-    def __init__(self, submit: Submit, timeout_s: float, path: Path | None = None):
+    def __init__(self, submit: Submit, timeout_s: float, path: Path | None = None, traced: bool = False):
+        """traced: open the runner's span of each call ("POST /infer", as BentoML's middleware names it) in the
+        caller's trace (the gateway sends its context in the W3C headers), as BentoML's path does with tracing on."""
         self._submit = submit
+        self._traced = traced
         self._timeout_s = timeout_s
         self._path = path or default_socket_path()
         self._server: asyncio.base_events.Server | None = None
@@ -75,6 +80,18 @@ class FastPathServer:
         return self.path
 
     async def _handle(self, request: web.BaseRequest) -> web.Response:
+        if not self._traced:
+            return await self._answer(request)
+        context = propagate.extract(dict(request.headers))
+        with stage_tracer().start_as_current_span(f"{request.method} {request.path}", context=context,
+                                                  kind=trace.SpanKind.SERVER,
+                                                  attributes={"http.method": request.method,
+                                                              "http.target": request.path}) as span:
+            response = await self._answer(request)
+            span.set_attribute("http.status_code", response.status)
+            return response
+
+    async def _answer(self, request: web.BaseRequest) -> web.Response:
         if request.method != "POST" or request.path != INFER_PATH:
             return web.Response(status=404, text=f"only POST {INFER_PATH}")
         if request.content_type != PICKLE:

@@ -149,7 +149,8 @@ class ModelRunner:
         self._fast: FastPathServer | None = None
         runner = settings.runner
         if runner.fast_path and runner.workers == 1 and runner.batching == "gateway":
-            self._fast = FastPathServer(self._submit, runner.timeout_s)
+            self._fast = FastPathServer(self._submit, runner.timeout_s,
+                                        traced=settings.observability.trace_sample_rate > 0)
             await self._fast.start()
 
     @bentoml.on_shutdown

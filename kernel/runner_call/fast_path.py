@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import aiohttp
+from opentelemetry import propagate
 
 PICKLE = "application/vnd.bentoml+pickle"
 INFER_PATH = "/infer"
@@ -40,8 +41,10 @@ class FastPath:
     """One per API worker: `await fast.send(items)` -> the runner's results, or None when there is no fast path (the
     caller then uses BentoML's). `runner` is BentoML's RemoteProxy to the runner tier."""
 
-    def __init__(self, runner: Any, timeout_s: float):
+    def __init__(self, runner: Any, timeout_s: float, traced: bool = False):
+        """traced: send the current trace context (W3C headers) so the runner's span joins the request's trace."""
         self._runner = runner
+        self._traced = traced
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._path: str | None = None
@@ -71,8 +74,11 @@ class FastPath:
             return None
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path), timeout=self._timeout)
+        headers = {"Content-Type": PICKLE}
+        if self._traced:
+            propagate.inject(headers)
         async with self._session.post(f"http://runner{INFER_PATH}", data=pickle.dumps(items, protocol=5),
-                                      headers={"Content-Type": PICKLE}) as resp:
+                                      headers=headers) as resp:
             body = await resp.read()
             if resp.status != 200:
                 raise FastPathError(f"runner answered {resp.status}: {body[:500].decode(errors='replace')}")

@@ -116,7 +116,7 @@ class RunnerClient:
         self._inflight, self._wait_s = cfg.batch_inflight, cfg.coalesce_wait_ms / 1000.0
         self.batchers: dict[str, SlotBatcher] = {}
         self._caller = uuid.uuid4().hex[:12]  # this API worker, as the runner tells its callers apart
-        self.fast = FastPath(runner, settings.runner.timeout_s) \
+        self.fast = FastPath(runner, settings.runner.timeout_s, settings.observability.trace_sample_rate > 0) \
             if settings.runner.fast_path and self._gateway_batching else None
 
     def batcher(self, slot: str) -> SlotBatcher | None:
