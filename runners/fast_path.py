@@ -1,9 +1,10 @@
 """The runner's fast path: its `infer` served on a UNIX socket of its own by aiohttp's low-level server.
 
-Why: BentoML's service stack costs ~2 ms of runner CPU per call beside the model (kernel/runner_call/fast_path.py
-says where that was measured); the gateway's model calls are the runner's hot path and need none of it (the
-gateway has already authenticated, validated and timed the request). Everything else the runner offers (status,
-routing, the repository and rollout APIs, readiness, metrics) stays on BentoML's service.
+Why: BentoML's service stack costs the runner most of a call's fixed CPU beside the model
+(kernel/runner_call/fast_path.py says how much, and what this path takes off); the gateway's model calls are the
+runner's hot path and need none of it (the gateway has already authenticated, validated and timed the request).
+Everything else the runner offers (status, routing, the repository and rollout APIs, readiness, metrics) stays on
+BentoML's service.
 
 The socket has one path for the life of the `bentoml serve` (a folder named after this user and the arbiter that
 started the runner worker, which is the gateway's arbiter too): a runner worker that dies and is started again by the

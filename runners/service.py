@@ -100,6 +100,7 @@ class ModelRunner:
         self.state.on_change = self.on_demand.sync  # residency follows every change of the repository
         self.compute = ComputeHost(self.pool, self.state, self.on_demand.residency)
         self._merger: CallMerger | None = None
+        self._fast: FastPathServer | None = None  # bound at startup in the serving event loop
         room = self.on_demand.sync()
         opened = time.time()
         self.state.load_startup(keep_free_mb=room)
@@ -146,7 +147,6 @@ class ModelRunner:
     @bentoml.on_startup
     async def _start_fast_path(self) -> None:
         """The gateway's model calls on this process's own socket (runners/fast_path.py), where they can come."""
-        self._fast: FastPathServer | None = None
         runner = settings.runner
         if runner.fast_path and runner.workers == 1 and runner.batching == "gateway":
             self._fast = FastPathServer(self._submit, runner.timeout_s,
@@ -155,15 +155,13 @@ class ModelRunner:
 
     @bentoml.on_shutdown
     async def _stop_fast_path(self) -> None:
-        fast = getattr(self, "_fast", None)
-        if fast is not None:
-            await fast.stop()
+        if self._fast is not None:
+            await self._fast.stop()
 
     @bentoml.api
     def fast_path(self) -> dict:
-        """Where the gateway may send model calls past BentoML's stack: {"path": the UNIX socket or None, "boot"}."""
-        fast = getattr(self, "_fast", None)
-        return {"path": fast.path if fast is not None else None, "boot": self.boot}
+        """Where the gateway may send model calls past BentoML's stack: {"path": the UNIX socket, or None}."""
+        return {"path": self._fast.path if self._fast is not None else None}
 
     @bentoml.api
     def status(self) -> dict:

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-PICKLE = "application/vnd.bentoml+pickle"
+from triserve.kernel.runner_call.fast_path import PICKLE  # one name for the gateway <-> runner pickle, both paths
 
 
 def sent_pickle(ctx: Any) -> bool:

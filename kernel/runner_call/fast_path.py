@@ -1,10 +1,11 @@
 """The gateway's side of the runner's fast path: model calls over the runner's own UNIX socket, not BentoML's stack.
 
-Why: a runner call through BentoML's service stack (uvicorn, seven ASGI middlewares, the API endpoint's serde,
-signature binding and IO model) cost the runner ~2 ms of CPU per call on this host beside the model itself, where a
-bare ASGI/aiohttp server answering the same pickled items costs 0.25-0.3 ms (docs/performance.md, "The runner's fast
-path"). That fixed cost is paid by every call: at concurrency 1 by every request, and by every forecast over gRPC
-(whose calls do not coalesce). The runner's answer is the same pickled list either way (runners/wire.py).
+Why: a runner call through BentoML's service stack (uvicorn, its ASGI middlewares, the API endpoint's serde,
+signature binding and IO model) cost the runner 3.4-3.6 ms of CPU on this host for four forecast windows, ~0.85 ms of
+it in ONNX Runtime, where a bare aiohttp server answering the same pickled items costs 0.25-0.3 ms; over this path
+the runner spends 0.6-0.8 ms less per call (docs/performance.md, "The runner's fast path"). That fixed cost is paid
+by every call: at concurrency 1 by every request, and by every forecast over gRPC (whose calls do not coalesce).
+The runner's answer is the same pickled list either way (runners/wire.py).
 
 Used only where BentoML itself reaches the runner over a UNIX socket (one `bentoml serve` on one host: the runner is a
 dependency of the gateway): a runner tier reached over TCP (split tiers behind a load balancer, another node) keeps
@@ -62,8 +63,6 @@ class FastPath:
             except Exception:  # noqa: BLE001 - an unreachable runner: the BentoML call says so in its own words
                 return None
             self._path = answer.get("path") if isinstance(answer, dict) else None
-            if self._path:
-                await self._reset_session()
         return self._path
 
     async def send(self, items: list[dict]) -> list[dict] | None:
@@ -85,13 +84,10 @@ class FastPath:
         results: list[dict] = pickle.loads(body)  # our own runner's answer, on a socket only it binds
         return results
 
-    async def _reset_session(self) -> None:
+    async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-    async def close(self) -> None:
-        await self._reset_session()
 
 
 def tensor_bytes(items: list[dict]) -> int:
@@ -100,7 +96,7 @@ def tensor_bytes(items: list[dict]) -> int:
 
 
 def _over_unix_socket(runner: Any) -> bool:
-    """Whether BentoML reaches this runner over a UNIX socket (same serve, same host): its client's URL is a file URI
-    or names a .sock path. A LocalRunner (placement='local') or a TCP URL: no fast path."""
+    """Whether BentoML reaches this runner over a UNIX socket (same serve, same host): its client's URL is then a file
+    URI (BentoML's path_to_uri). A LocalRunner (placement='local') or a TCP URL: no fast path."""
     url = str(getattr(getattr(runner, "to_async", None), "url", "") or "")
-    return url.startswith(("file:", "unix:")) or url.endswith(".sock")
+    return url.startswith("file:")

@@ -29,7 +29,7 @@ class Runner:
 
     async def fast_path(self) -> dict:
         self.asked += 1
-        return {"path": self.path, "boot": "1@0"}
+        return {"path": self.path}
 
     async def infer(self, payload):
         self.infers += 1
