@@ -71,6 +71,12 @@ class ServingContext:
                                                  self.slot_family)
         return self._fallback_client
 
+    async def close(self) -> None:
+        """At the API worker's shutdown: the runner clients' open connections closed (no 'Unclosed client session')."""
+        for client in (self._runner_client, self._fallback_client):
+            if client is not None:
+                await client.close()
+
     def slot_batch(self, slot: str) -> int:
         return self.routing.batch_limit(slot)
 

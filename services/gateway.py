@@ -218,6 +218,8 @@ class Gateway:
         grpc_server = getattr(self, "_grpc", None)  # absent or None: no gRPC role was started
         if grpc_server is not None:
             await grpc_server.stop()
+        if self.ctx is not None:
+            await self.ctx.close()
 
     async def __is_ready__(self) -> bool:
         """Ready = our metadata loaded and the runner answered its readiness probe quickly (it turns ready only after

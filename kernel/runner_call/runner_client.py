@@ -119,6 +119,11 @@ class RunnerClient:
         self.fast = FastPath(runner, settings.runner.timeout_s, settings.observability.trace_sample_rate > 0) \
             if settings.runner.fast_path and self._gateway_batching else None
 
+    async def close(self) -> None:
+        """Release what this client holds open across calls (the fast path's connection to the runner)."""
+        if self.fast is not None:
+            await self.fast.close()
+
     def batcher(self, slot: str) -> SlotBatcher | None:
         """The slot's batcher, made on first use (deployments are added at run time). Requests on their way are
         counted per family (the body, which names the deployment, is not parsed yet when they are counted)."""

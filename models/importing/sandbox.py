@@ -95,14 +95,18 @@ def _encode(value):
 
 
 def absolute_specs(specs: Sequence[str]) -> list[str]:
-    """--custom-modules specs with their files made absolute (the child's working folder is its own)."""
+    """--custom-modules specs with their files made absolute (the child's working folder is its own). A file that
+    does not exist is refused here, before the child spends ~15 s importing torch to find out."""
     from triserve.models.importing.custom_modules import _is_file, parse_spec
+    from triserve.models.importing.result import ImportRefused
 
     out = []
     for spec in specs:
         alias, source = parse_spec(spec)
         if _is_file(source):
             source = os.path.abspath(Path(source).expanduser())
+            if not Path(source).is_file():
+                raise ImportRefused(f"--custom-modules {spec!r}: no such file {source}")
         out.append(f"{alias}={source}" if alias else source)
     return out
 

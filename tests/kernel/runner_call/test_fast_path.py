@@ -207,3 +207,24 @@ def test_the_server_answers_only_pickled_posts_to_infer(sock):
         return got, typed, elsewhere
 
     assert run(go()) == (404, 415, 404)
+
+
+def test_the_runner_client_closes_its_fast_path_connection_at_shutdown(sock):
+    from triserve.configs.settings import Settings
+    from triserve.kernel.runner_call.runner_client import RunnerClient
+
+    async def go():
+        server = FastPathServer(double, timeout_s=5, path=sock)
+        path = await server.start()
+        client = RunnerClient(Runner(path=path), Settings(), lambda slot: 8, lambda slot: "text")
+        try:
+            assert client.fast is not None
+            await client.fast.send([{"x": np.ones(2, dtype=np.float32)}])
+            session = client.fast._session
+            assert session is not None and not session.closed
+            await client.close()
+            return session.closed, client.fast._session
+        finally:
+            await server.stop()
+
+    assert run(go()) == (True, None)

@@ -111,3 +111,15 @@ def test_detection_pt_refuses_a_checkpoint_that_runs_a_command(tmp_path, caplog)
                  "--cache", str(tmp_path / "cache"), "--license", "MIT"]) == 2
     assert "refused by the import sandbox: the checkpoint or its code tried to run a shell command" in caplog.text
     assert not outside.exists() and LocalRegistry(reg).models() == []
+
+
+def test_custom_module_files_are_made_absolute_and_a_missing_one_is_refused_before_the_child(tmp_path, monkeypatch):
+    from triserve.models.importing.sandbox import absolute_specs
+
+    layers = tmp_path / "layers.py"
+    layers.write_text("X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    assert absolute_specs(["layers.py", "mine=layers.py", "some.module"]) == [str(layers), f"mine={layers}",
+                                                                              "some.module"]
+    with pytest.raises(ImportRefused, match=f"no such file {tmp_path / 'gone.py'}"):
+        absolute_specs(["gone.py"])
