@@ -7,6 +7,11 @@ sends --warmup mixed requests (scripts/bench/load_mix), asks every worker for a 
 more, asks again, and lists per process the source lines whose traced memory grew most between the two snapshots,
 next to the RSS growth over the same interval. Traced growth ~0 with RSS growth > 0 means the growth is below Python
 (allocator arenas, native libraries), not a leak in our code. Writes <out>.json and <out>.md.
+
+    python -m scripts.bench.heap_diff --warmup 3000 --burst-concurrency 400 --requests 3000 --out docs/bench/heap_burst
+
+What a burst leaves behind (issue 42: the soak's API worker kept +24 MB after its 3x burst): between the snapshots
+a burst at --burst-concurrency first, then the --requests at the usual concurrency.
 """
 from __future__ import annotations
 
@@ -64,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10_000)
     ap.add_argument("--requests", type=int, default=30_000)
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--burst-concurrency", type=int, default=0,
+                    help="what a burst leaves behind: between the snapshots, --burst-requests at this concurrency "
+                         "first, then the --requests at --concurrency (a quiet tail)")
+    ap.add_argument("--burst-requests", type=int, default=3_000)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--max-seconds", type=float, default=1800, help="bound on each load phase")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "heap_diff")
@@ -77,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             names = {pid: f"{name}[{i}]" for name, pids in srv.workers().items() for i, pid in enumerate(sorted(pids))}
             asyncio.run(run_mix(srv.url, args.warmup, args.concurrency, args.max_seconds))
             rss_a, first = rss_mb(srv), snapshot_all(srv, snaps)
+            burst = asyncio.run(run_mix(srv.url, args.burst_requests, args.burst_concurrency, args.max_seconds)) \
+                if args.burst_concurrency else None
+            rss_burst = rss_mb(srv) if burst else None
             r = asyncio.run(run_mix(srv.url, args.requests, args.concurrency, args.max_seconds))
             rss_b, second = rss_mb(srv), snapshot_all(srv, snaps)
         finally:
@@ -85,16 +97,24 @@ def main(argv: list[str] | None = None) -> int:
         for pid, path in sorted(first.items()):
             name = names.get(pid, str(pid))
             traced, rows = top_growth(path, second[pid], args.top)
-            procs[name] = {"rss_mb": [rss_a.get(name), rss_b.get(name)], "traced_growth_mb": traced, "top": rows}
+            procs[name] = {"rss_mb": [rss_a.get(name), rss_b.get(name)], "traced_growth_mb": traced, "top": rows,
+                           "rss_mb_after_burst": rss_burst.get(name) if rss_burst else None}
     res = {"command": "python -m scripts.bench.heap_diff " + " ".join(argv if argv is not None else sys.argv[1:]),
            "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "warmup": args.warmup,
-           "requests": r["requests"], "status": r["status"], "processes": procs}
+           "requests": r["requests"], "status": r["status"], "processes": procs,
+           "burst": {"concurrency": args.burst_concurrency, "requests": burst["requests"],
+                     "status": burst["status"]} if burst else None}
     L = [f"# Heap growth between request {args.warmup:,} and {args.warmup + r['requests']:,} ({res['started_utc']})",
          "", f"Command: `{res['command']}` (allocations traced with tracemalloc, so throughput is lower than in the "
          "soak). Status codes: " + json.dumps(r["status"]), ""]
+    if burst:
+        L[-1:-1] = [f"Between the snapshots: a burst of {burst['requests']:,} requests at concurrency "
+                    f"{args.burst_concurrency} (status codes {json.dumps(burst['status'])}), then the "
+                    f"{r['requests']:,} at concurrency {args.concurrency}."]
     for name, p in procs.items():
         a, b = p["rss_mb"]
-        L += [f"## {name}", "", f"RSS {a} → {b} MB ({(b - a):+.1f} MB); traced Python allocations "
+        peak = f" (after the burst: {p['rss_mb_after_burst']} MB)" if p["rss_mb_after_burst"] else ""
+        L += [f"## {name}", "", f"RSS {a} → {b} MB ({(b - a):+.1f} MB){peak}; traced Python allocations "
               f"{p['traced_growth_mb']:+.2f} MB", "", "| grew KB | blocks | now KB | allocated at (innermost first) |",
               "|---|---|---|---|"]
         L += [f"| {t['grew_kb']:+} | {t['count_diff']:+} | {t['size_kb']} | {' ← '.join(t['stack'][:4])} |"
