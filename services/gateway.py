@@ -34,6 +34,7 @@ from triserve.runners.local import LocalRunner
 from triserve.runners.service import ModelRunner, fallback_host
 from triserve.services.arbiter import respawn_promptly
 from triserve.services.bentoml_metrics import install as bentoml_metrics
+from triserve.services.bentoml_timeout import install as bentoml_timeout
 from triserve.services.client_schema import SchemaRoutes, client_routes
 from triserve.services.console import mount as mount_console
 from triserve.services.gateway_deps import admin_guard, loaded_context, worker_access
@@ -53,6 +54,7 @@ log = logging.getLogger("triserve.gateway")
 settings = get_settings()
 memory.install(settings.memory)  # before any request thread allocates
 bentoml_metrics()  # route templates as BentoML's endpoint label, process and Python metrics; before the app is built
+bentoml_timeout()  # traffic.timeout without a 60 s timer left behind per request (gateway and runner workers alike)
 
 app = FastAPI(title="triserve", version=distribution_version(), generate_unique_id_function=operation_id,
               description=f"Model serving over one adaptive-batching ONNX runner tier, for every installed model "
