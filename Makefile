@@ -87,7 +87,7 @@ test-slow: install ## only the tests marked slow (minutes each: the 3-minute soa
 	$(PY) -m pytest -q --durations=25 -m slow tests
 
 # The performance guard (scripts/bench/perf_guard.py): CPU per request of this tree against its parent commit, both
-# served in one run (A B B A cells, 3 rounds, the tiny text model); fails on a regression beyond +15%. A measurement
+# served in one run (A B B A cells, 5 rounds, the tiny text model); fails on a regression beyond +15%. A measurement
 # with a threshold, not a timed test (~1.5 min from a clean clone; not in .ci/run: too noisy yet, docs/performance.md).
 perf-guard: install ## CPU per request vs the previous commit, measured side by side; fails beyond +15%
 	$(PY) -m scripts.bench.perf_guard

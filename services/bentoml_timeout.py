@@ -35,13 +35,10 @@ class RequestTimeout:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        started = False
         window = asyncio.timeout(self.timeout)
 
         async def send_started(message: Message) -> None:
-            nonlocal started
-            if not started:
-                started = True
+            if window.when() is not None:
                 window.reschedule(None)  # the answer has begun: no timeout from here on (as BentoML's)
             await send(message)
 
@@ -49,7 +46,7 @@ class RequestTimeout:
             async with window:
                 await self.app(scope, receive, send_started)
         except TimeoutError:
-            if started:  # cannot happen (the window closed when the answer began); never send a second start
+            if not window.expired():  # the app's own TimeoutError, not this window's: it propagates, as BentoML's
                 raise
             await JSONResponse({"error": f"Not able to process the request in {self.timeout} seconds"},
                                status_code=504)(scope, receive, send)

@@ -220,6 +220,9 @@ class Gateway:
         grpc_server = getattr(self, "_grpc", None)  # absent or None: no gRPC role was started
         if grpc_server is not None:
             await grpc_server.stop()
+
+    @bentoml.on_shutdown
+    async def _close_runner_clients(self) -> None:
         if self.ctx is not None:
             await self.ctx.close()
 

@@ -8,7 +8,8 @@ more, asks again, and lists per process the source lines whose traced memory gre
 next to the RSS growth over the same interval. Traced growth ~0 with RSS growth > 0 means the growth is below Python
 (allocator arenas, native libraries), not a leak in our code. Writes <out>.json and <out>.md.
 
-    python -m scripts.bench.heap_diff --warmup 3000 --burst-concurrency 400 --requests 3000 --out docs/bench/heap_burst
+    python -m scripts.bench.heap_diff --warmup 3000 --burst-concurrency 400 --burst-requests 4000 --requests 3000 \
+        --out /tmp/heap_burst
 
 What a burst leaves behind (issue 42: the soak's API worker kept +24 MB after its 3x burst): between the snapshots
 a burst at --burst-concurrency first, then the --requests at the usual concurrency.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from triserve.services.bentoml_timeout import RequestTimeout, install
 
 
@@ -68,6 +70,14 @@ def test_an_answer_that_has_started_may_take_longer_than_the_timeout():
 
     sent, _ = asyncio.run(_call(streamed, timeout=0.05))
     assert [m.get("status") for m in sent] == [200, None] and sent[1]["body"] == b"ok"
+
+
+def test_the_apps_own_timeout_error_propagates_instead_of_a_timeout_answer():
+    async def fails(scope, receive, send):
+        raise TimeoutError("the app's own")
+
+    with pytest.raises(TimeoutError, match="the app's own"):
+        asyncio.run(_call(fails, timeout=60))
 
 
 def test_lifespan_and_other_scopes_pass_through_untimed():
